@@ -1,0 +1,216 @@
+"""The one error tree of sunroom, sorted by who must act.
+
+Every exception sunroom raises on the host is a :class:`SunroomError`. Foreign exceptions
+(OS errors, SDK errors, pydantic errors) are translated at one boundary per component, so a
+caller can catch by *who must act*::
+
+    SunroomError
+    ├── UsageError                  the caller misused the API (fix the calling code)
+    │   └── ClosedError             the kernel/model/session was already closed
+    ├── KernelError                 the kernel failed; it is (or will be) restarted
+    │   ├── KernelStartError        the kernel could not be started
+    │   ├── KernelDiedError         the kernel process died (exit code / signal / OOM)
+    │   └── SandboxUnavailableError the backend cannot provide its boundary (fail closed)
+    ├── ProtocolError               the wire was violated; the channel is closed, kernel killed
+    ├── HostFunctionError           a host function could not be called as asked
+    │   ├── HostFunctionNotFound    no such function is registered
+    │   ├── HostFunctionArgumentError  arguments failed validation (per-field message)
+    │   ├── HostFunctionTimeout     the function ran past its timeout
+    │   ├── HostFunctionBusy        the concurrency limit was reached and the wait timed out
+    │   └── HostFunctionBudgetExceeded  the per-kernel call budget is spent
+    └── ProviderError               a model provider failed (the operator or vendor must act)
+        ├── AuthenticationError     bad or missing API key (401/403)
+        ├── RateLimitedError        429; ``retry_after`` seconds when the vendor said so
+        ├── OverloadedError         529/503; the vendor is overloaded (retryable)
+        ├── BadRequestError         400/404/422; the request is wrong (not retryable)
+        │   └── ContextTooLongError the prompt does not fit the model's context window
+        ├── ProviderTimeoutError    no reply within the deadline
+        ├── ProviderConnectionError the endpoint could not be reached / stream cut off
+        └── CircuitOpenError        the model's circuit breaker is open; failing fast
+
+User code that fails *inside* a kernel never raises on the host: it comes back as data in an
+``ExecutionResult``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = [
+    "AuthenticationError",
+    "BadRequestError",
+    "CircuitOpenError",
+    "ClosedError",
+    "ContextTooLongError",
+    "HostFunctionArgumentError",
+    "HostFunctionBudgetExceeded",
+    "HostFunctionBusy",
+    "HostFunctionError",
+    "HostFunctionNotFound",
+    "HostFunctionTimeout",
+    "KernelDiedError",
+    "KernelError",
+    "KernelStartError",
+    "OverloadedError",
+    "ProtocolError",
+    "ProviderConnectionError",
+    "ProviderError",
+    "ProviderTimeoutError",
+    "RateLimitedError",
+    "SandboxUnavailableError",
+    "SunroomError",
+    "UsageError",
+]
+
+
+class SunroomError(Exception):
+    """Root of every error sunroom raises."""
+
+
+# --- the caller must act ---------------------------------------------------------------------
+
+
+class UsageError(SunroomError, ValueError):
+    """The API was called wrongly (bad option, reserved name, wrong type)."""
+
+
+class ClosedError(UsageError):
+    """An operation was attempted on something already closed."""
+
+
+# --- the kernel failed ---------------------------------------------------------------------
+
+
+class KernelError(SunroomError):
+    """The kernel process failed; the handle restarts it on the next use."""
+
+
+class KernelStartError(KernelError):
+    """The kernel could not be started or did not say hello in time."""
+
+
+class KernelDiedError(KernelError):
+    """The kernel process died; ``reason`` classifies how (exit code, signal, OOM)."""
+
+    def __init__(self, message: str, *, reason: str = "") -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+class SandboxUnavailableError(KernelError):
+    """A backend cannot provide its isolation boundary; the message says how to fix it.
+
+    Raised instead of silently falling back to a weaker sandbox.
+    """
+
+
+# --- the wire was violated -----------------------------------------------------------------
+
+
+class ProtocolError(SunroomError):
+    """A peer broke the wire protocol (bad frame, oversized frame, stalled frame, bad shape)."""
+
+
+# --- host functions ------------------------------------------------------------------------
+
+
+class HostFunctionError(SunroomError):
+    """A host function could not be called as asked."""
+
+
+class HostFunctionNotFound(HostFunctionError):
+    """No host function of that name is registered."""
+
+
+class HostFunctionArgumentError(HostFunctionError):
+    """The arguments failed validation; the message lists each bad field."""
+
+
+class HostFunctionTimeout(HostFunctionError):
+    """The host function ran past its timeout and was cancelled."""
+
+
+class HostFunctionBusy(HostFunctionError):
+    """The host function's concurrency limit stayed full for its whole timeout."""
+
+
+class HostFunctionBudgetExceeded(HostFunctionError):
+    """The host function's call budget for this kernel is spent."""
+
+
+# --- model providers -----------------------------------------------------------------------
+
+
+class ProviderError(SunroomError):
+    """A model provider failed.
+
+    ``provider`` names the adapter, ``status_code`` is the HTTP status when there was one and
+    ``retryable`` says whether the retry policy may try again.
+    """
+
+    retryable: bool = False
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        provider: str = "",
+        status_code: int | None = None,
+        body: Any = None,
+    ) -> None:
+        super().__init__(message)
+        self.provider = provider
+        self.status_code = status_code
+        self.body = body
+
+
+class AuthenticationError(ProviderError):
+    """The API key is missing, invalid or lacks permission (401/403)."""
+
+
+class RateLimitedError(ProviderError):
+    """The vendor rate-limited the request (429); ``retry_after`` in seconds when given."""
+
+    retryable = True
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        provider: str = "",
+        status_code: int | None = None,
+        body: Any = None,
+        retry_after: float | None = None,
+    ) -> None:
+        super().__init__(message, provider=provider, status_code=status_code, body=body)
+        self.retry_after = retry_after
+
+
+class OverloadedError(ProviderError):
+    """The vendor is overloaded or failing (5xx, Anthropic 529)."""
+
+    retryable = True
+
+
+class BadRequestError(ProviderError):
+    """The request is malformed or names something that does not exist; not retryable."""
+
+
+class ContextTooLongError(BadRequestError):
+    """The prompt does not fit the model's context window."""
+
+
+class ProviderTimeoutError(ProviderError):
+    """The vendor did not answer within the deadline."""
+
+    retryable = True
+
+
+class ProviderConnectionError(ProviderError):
+    """The endpoint could not be reached, or a stream was cut off mid-way."""
+
+    retryable = True
+
+
+class CircuitOpenError(ProviderError):
+    """The model's circuit breaker is open after repeated failures; the call failed fast."""

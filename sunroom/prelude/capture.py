@@ -1,0 +1,158 @@
+"""Output capture at the file-descriptor level, capped at the source.
+
+fd 1 and fd 2 are replaced by pipes, so ``print``, C extensions writing to ``stdout`` and child
+processes are all captured. A reader thread per pipe streams what a cell writes to the host as
+``stream`` notifications, up to the head cap; beyond it only a bounded tail is kept and the
+dropped byte count is reported. Invalid UTF-8 is replaced, never fatal. Nothing read here is
+ever parsed as protocol.
+"""
+
+from __future__ import annotations
+
+import codecs
+import fcntl
+import io
+import os
+import select
+import sys
+import termios
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from typing import Final
+
+F_SETPIPE_SZ: Final = 1031
+READ_SIZE: Final = 1 << 20
+BETWEEN_CELLS_CAP: Final = 64 * 1024
+"""Bytes written outside any cell (background threads, daemons) streamed per quiet period."""
+
+
+def _pending_bytes(fd: int) -> int:
+    buf = bytearray(4)
+    fcntl.ioctl(fd, termios.FIONREAD, buf)
+    return int.from_bytes(buf, sys.byteorder)
+
+
+class StreamCapture:
+    """Capture one fd (1 or 2) through a pipe; see the module docstring."""
+
+    def __init__(self, target_fd: int, name: str, send: Callable[[str, str], None]) -> None:
+        self.name = name
+        self._send = send
+        rfd, wfd = os.pipe()
+        try:
+            fcntl.fcntl(wfd, F_SETPIPE_SZ, READ_SIZE)
+        except OSError:
+            pass
+        os.dup2(wfd, target_fd)
+        os.close(wfd)
+        self._rfd = rfd
+        self._lock = threading.Lock()
+        self._decoder = codecs.getincrementaldecoder("utf-8")("replace")
+        self._active = False
+        self._head: list[bytes] = []
+        self._head_left = 0
+        self._tail: deque[bytes] = deque()
+        self._tail_size = 0
+        self._tail_cap = 0
+        self._dropped = 0
+        self._idle_sent = 0
+        threading.Thread(target=self._run, name=f"sunroom-{name}", daemon=True).start()
+
+    def begin(self, cap: int) -> None:
+        """Start a cell: stream up to ``cap // 2`` bytes, keep a ``cap // 2`` tail."""
+        with self._lock:
+            self._active = True
+            self._head, self._head_left = [], cap - cap // 2
+            self._tail, self._tail_size, self._tail_cap = deque(), 0, cap // 2
+            self._dropped = 0
+
+    def end(self) -> tuple[str, int]:
+        """Finish a cell: drain what was written, return (text, dropped bytes)."""
+        deadline = time.monotonic() + 0.5
+        while True:
+            with self._lock:
+                if _pending_bytes(self._rfd) == 0 or time.monotonic() > deadline:
+                    self._active = False
+                    head = b"".join(self._head)
+                    tail = b"".join(self._tail)
+                    dropped = self._dropped
+                    self._head, self._tail, self._tail_size = [], deque(), 0
+                    self._decoder.reset()
+                    break
+            time.sleep(0.0002)
+        text = head.decode("utf-8", "replace")
+        if dropped:
+            text += f"\n[... {dropped} bytes of {self.name} dropped ...]\n"
+        if tail:
+            text += tail.decode("utf-8", "replace")
+        return text, dropped
+
+    def _run(self) -> None:
+        poller = select.poll()
+        poller.register(self._rfd, select.POLLIN)
+        while True:
+            poller.poll()
+            with self._lock:
+                try:
+                    data = os.read(self._rfd, READ_SIZE)
+                except BlockingIOError:
+                    continue
+                if not data:
+                    return
+                self._take(data)
+
+    def _take(self, data: bytes) -> None:
+        if not self._active:
+            self._idle_sent += len(data)
+            if self._idle_sent <= BETWEEN_CELLS_CAP:
+                self._emit(data, final=True)
+            return
+        if self._head_left > 0:
+            part, data = data[: self._head_left], data[self._head_left :]
+            self._head_left -= len(part)
+            self._head.append(part)
+            self._emit(part, final=False)
+        if not data:
+            return
+        self._tail.append(data)
+        self._tail_size += len(data)
+        while self._tail_size > self._tail_cap and self._tail:
+            excess = self._tail_size - self._tail_cap
+            first = self._tail[0]
+            if len(first) <= excess:
+                self._tail.popleft()
+                self._tail_size -= len(first)
+                self._dropped += len(first)
+            else:
+                self._tail[0] = first[excess:]
+                self._tail_size -= excess
+                self._dropped += excess
+
+    def _emit(self, data: bytes, *, final: bool) -> None:
+        text = self._decoder.decode(data, final)
+        if text:
+            try:
+                self._send(self.name, text)
+            except Exception:  # the host is gone or the text is unencodable: output is best effort
+                pass
+
+    def reset_idle(self) -> None:
+        """Start a new quiet period for output written between cells."""
+        self._idle_sent = 0
+
+
+def install(send: Callable[[str, str], None]) -> tuple[StreamCapture, StreamCapture]:
+    """Redirect fd 1/2 into captures and rebind ``sys.stdout``/``sys.stderr`` to them."""
+    out = StreamCapture(1, "stdout", send)
+    err = StreamCapture(2, "stderr", send)
+    sys.stdout = io.TextIOWrapper(
+        io.FileIO(1, "w", closefd=False), encoding="utf-8", errors="backslashreplace",
+        write_through=True,
+    )
+    sys.stderr = io.TextIOWrapper(
+        io.FileIO(2, "w", closefd=False), encoding="utf-8", errors="backslashreplace",
+        write_through=True,
+    )
+    return out, err

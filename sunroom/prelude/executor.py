@@ -1,0 +1,126 @@
+"""Running one cell in the kernel's persistent namespace.
+
+A cell is compiled with top-level ``await`` allowed; when its last statement is an expression,
+that expression's value is shown as a REPL shows it (``repr``, ``None`` shows nothing) and stored
+in ``_``. Every ``BaseException`` is caught and returned as data: type, message and a traceback
+trimmed to the user's own frames, with the failing source line (SyntaxError with its caret).
+"""
+
+from __future__ import annotations
+
+import ast
+import asyncio
+import inspect
+import linecache
+import os
+import traceback
+import types
+from dataclasses import dataclass
+from typing import Any, Final
+
+MAX_REPR: Final = 20_000
+_PRELUDE_DIR: Final = os.path.dirname(os.path.abspath(__file__))
+
+
+@dataclass(slots=True)
+class CellOutcome:
+    """What running a cell produced (output is captured separately)."""
+
+    value: str | None = None
+    error: dict[str, str] | None = None
+
+
+class Executor:
+    """Compiles and runs cells in one namespace; owns the kernel's asyncio loop."""
+
+    def __init__(self, namespace: dict[str, Any]) -> None:
+        self.namespace = namespace
+        self._count = 0
+        self._loop = asyncio.new_event_loop()
+
+    def run(self, code: str) -> CellOutcome:
+        """Run *code*; never raises for anything the cell does (BaseException included)."""
+        self._count += 1
+        filename = f"<cell-{self._count}>"
+        linecache.cache[filename] = (len(code), None, code.splitlines(True), filename)
+        try:
+            body, last = self._compile(code, filename)
+        except BaseException as exc:  # SyntaxError, ValueError (null bytes), RecursionError
+            return CellOutcome(error=_describe(exc, syntax=True))
+        try:
+            self._eval(body)
+            if last is None:
+                return CellOutcome()
+            result = self._eval(last)
+        except BaseException as exc:
+            return CellOutcome(error=_describe(exc))
+        if result is None:
+            return CellOutcome()
+        self.namespace["_"] = result
+        return CellOutcome(value=_safe_repr(result))
+
+    def _compile(self, code: str, filename: str) -> tuple[types.CodeType, types.CodeType | None]:
+        flags = ast.PyCF_ALLOW_TOP_LEVEL_AWAIT
+        tree = compile(code, filename, "exec", flags | ast.PyCF_ONLY_AST, dont_inherit=True)
+        assert isinstance(tree, ast.Module)
+        last: types.CodeType | None = None
+        if tree.body and isinstance(tree.body[-1], ast.Expr):
+            expr = ast.Expression(tree.body.pop().value)
+            last = compile(expr, filename, "eval", flags, dont_inherit=True)
+        body = compile(tree, filename, "exec", flags, dont_inherit=True)
+        return body, last
+
+    def _eval(self, code: types.CodeType) -> Any:
+        result = eval(code, self.namespace)  # noqa: S307 - running model code is the point
+        if code.co_flags & inspect.CO_COROUTINE:
+            result = self._loop.run_until_complete(result)
+        return result
+
+
+def _safe_repr(value: Any) -> str:
+    try:
+        text = repr(value)
+    except BaseException as exc:
+        return f"<repr failed: {type(exc).__name__}: {exc}>"
+    if len(text) > MAX_REPR:
+        cut = len(text) - MAX_REPR
+        text = text[: MAX_REPR // 2] + f" ...[{cut} chars]... " + text[-MAX_REPR // 2 :]
+    return text
+
+
+def _is_internal(filename: str) -> bool:
+    return filename.startswith((_PRELUDE_DIR, "<frozen ", "<sunroom-functions>"))
+
+
+def _trim(tb: types.TracebackType | None) -> types.TracebackType | None:
+    """Drop the runtime's own frames before the first cell frame and after the last user one."""
+    first = tb
+    while first is not None and not first.tb_frame.f_code.co_filename.startswith("<cell-"):
+        first = first.tb_next
+    if first is None:
+        return tb
+    frames: list[types.TracebackType] = []
+    node: types.TracebackType | None = first
+    while node is not None:
+        frames.append(node)
+        node = node.tb_next
+    while len(frames) > 1 and _is_internal(frames[-1].tb_frame.f_code.co_filename):
+        frames.pop()
+    frames[-1].tb_next = None
+    return first
+
+
+def _describe(exc: BaseException, *, syntax: bool = False) -> dict[str, str]:
+    if syntax and isinstance(exc, SyntaxError):
+        tb_text = "".join(traceback.format_exception_only(type(exc), exc))
+    else:
+        trimmed = _trim(exc.__traceback__)
+        try:
+            tb_text = "".join(traceback.format_exception(type(exc), exc, trimmed))
+        except BaseException:
+            tb_text = f"{type(exc).__name__}: <traceback unavailable>"
+    try:
+        message = str(exc)
+    except BaseException:
+        message = "<str() failed>"
+    return {"type": type(exc).__name__, "message": message, "traceback": tb_text}

@@ -1,0 +1,183 @@
+"""The kernel process: connects to the host, then serves requests on its main thread.
+
+Boot order: adopt the inherited socket, capture fd 1/2, send ``hello`` (protocol version, pid,
+Python version, the nonce it was given), then serve ``execute``, ``bind``, ``install``,
+``variables`` and ``shutdown`` one at a time on the main thread (so SIGINT reaches user code as
+``KeyboardInterrupt``). The kernel exits when the host connection closes.
+"""
+
+from __future__ import annotations
+
+import builtins
+import linecache
+import os
+import queue
+import signal
+import socket
+import sys
+import threading
+import time
+import types
+from typing import Any
+
+from sunroom.prelude import capture, hostcall
+from sunroom.prelude.executor import Executor
+from sunroom.prelude.wire import from_wire
+from sunroom.rpc.blocking import BlockingChannel
+from sunroom.rpc.codec import DEFAULT_MAX_FRAME, PROTOCOL_VERSION
+from sunroom.rpc.messages import Notification, Request, RpcError
+
+_SHUTDOWN = object()
+
+
+class Runtime:
+    """One kernel: a namespace, an executor, output capture and the channel to the host."""
+
+    def __init__(self, sock: socket.socket, *, nonce: str, max_frame: int) -> None:
+        self._requests: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self.channel = BlockingChannel(
+            sock, on_request=self._requests.put, on_close=self._host_gone, max_frame=max_frame
+        )
+        self.namespace: dict[str, Any] = {"__name__": "__main__", "__builtins__": builtins}
+        self.executor = Executor(self.namespace)
+        self.installed: set[str] = set()
+        self.executing = False
+        self.channel.start()
+        self.out, self.err = capture.install(self._stream)
+        hostcall.attach(self.channel)
+        sys.stdin = open(os.devnull)  # noqa: SIM115 - input() must raise EOFError
+        os.dup2(sys.stdin.fileno(), 0)
+        signal.signal(signal.SIGINT, self._on_sigint)
+        self.channel.notify(
+            "hello",
+            {
+                "protocol": PROTOCOL_VERSION,
+                "pid": os.getpid(),
+                "python": sys.version.split()[0],
+                "nonce": nonce,
+            },
+        )
+
+    def _stream(self, name: str, text: str) -> None:
+        self.channel.notify("stream", {"name": name, "text": text})
+
+    def _host_gone(self, exc: BaseException | None) -> None:
+        self._requests.put(_SHUTDOWN)
+
+    def _on_sigint(self, signum: int, frame: types.FrameType | None) -> None:
+        if self.executing:
+            raise KeyboardInterrupt
+
+    def serve(self) -> None:
+        """Serve requests until shutdown or until the host goes away."""
+        while True:
+            try:
+                req = self._requests.get()
+                if req is _SHUTDOWN:
+                    return
+                assert isinstance(req, Request)
+                if req.method == "shutdown":
+                    self.channel.respond(req.id, None, True)
+                    return
+                self._handle(req)
+            except KeyboardInterrupt:
+                continue  # a late interrupt landed between cells: nothing to stop
+
+    def _handle(self, req: Request) -> None:
+        handler = getattr(self, f"_do_{req.method}", None)
+        if handler is None:
+            self.channel.respond(req.id, RpcError("MethodNotFound", f"unknown method {req.method}"))
+            return
+        try:
+            result = handler(req.params)
+        except KeyboardInterrupt:
+            self.channel.respond(req.id, RpcError("Interrupted", "interrupted outside user code"))
+            return
+        except Exception as exc:
+            self.channel.respond(req.id, RpcError(type(exc).__name__, str(exc)))
+            return
+        self.channel.respond(req.id, None, result)
+
+    def _do_execute(self, params: dict[str, Any]) -> dict[str, Any]:
+        code = params["code"]
+        cap = int(params.get("max_output_bytes", 1_000_000))
+        self.out.begin(cap)
+        self.err.begin(cap)
+        signal.signal(signal.SIGINT, self._on_sigint)
+        started = time.perf_counter()
+        self.executing = True
+        try:
+            outcome = self.executor.run(code)
+        finally:
+            self.executing = False
+        duration = time.perf_counter() - started
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except BaseException:
+                pass
+        stdout, dropped_out = self.out.end()
+        stderr, dropped_err = self.err.end()
+        self.out.reset_idle()
+        self.err.reset_idle()
+        return {
+            "stdout": stdout,
+            "stderr": stderr,
+            "value": outcome.value,
+            "error": outcome.error,
+            "duration_s": duration,
+            "truncated_bytes": dropped_out + dropped_err,
+        }
+
+    def _do_install(self, params: dict[str, Any]) -> list[str]:
+        source: str = params["source"]
+        filename = "<sunroom-functions>"
+        linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+        module = types.ModuleType("sunroom_functions")
+        sys.modules["sunroom_functions"] = module  # dataclasses look their module up
+        exec(compile(source, filename, "exec", dont_inherit=True), module.__dict__)  # noqa: S102 - host-generated
+        names: list[str] = list(params.get("exports", []))
+        for name in names:
+            self.namespace[name] = module.__dict__[name]
+        self.installed.update(names)
+        return names
+
+    def _do_bind(self, params: dict[str, Any]) -> list[str]:
+        values: dict[str, Any] = params["values"]
+        types_by_name: dict[str, str] = params.get("types") or {}
+        module = sys.modules.get("sunroom_functions")
+        for name, value in values.items():
+            type_name = types_by_name.get(name)
+            tp = getattr(module, type_name, Any) if module and type_name else Any
+            self.namespace[name] = from_wire(tp, value)
+        return list(values)
+
+    def _do_variables(self, params: Any) -> list[dict[str, str]]:
+        out = []
+        for name, value in list(self.namespace.items()):
+            if name.startswith("_") or name in self.installed:
+                continue
+            if isinstance(value, types.ModuleType):
+                continue
+            try:
+                text = repr(value)
+            except Exception as exc:
+                text = f"<repr failed: {type(exc).__name__}>"
+            if len(text) > 80:
+                text = text[:77] + "..."
+            out.append({"name": name, "type": type(value).__name__, "repr": text})
+        return out
+
+
+def main(fd: int, nonce: str, max_frame: int = DEFAULT_MAX_FRAME) -> None:
+    """Run a kernel on inherited socket *fd*; returns when the host says shutdown or leaves."""
+    sock = socket.socket(fileno=fd)
+    runtime = Runtime(sock, nonce=nonce, max_frame=max_frame)
+    threading.current_thread().name = "sunroom-kernel"
+    runtime.serve()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except BaseException:
+            pass
+    os._exit(0)

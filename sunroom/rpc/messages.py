@@ -1,0 +1,119 @@
+"""The msgpack-RPC message shapes and their validation.
+
+* request      ``[0, id, method, params]``
+* response     ``[1, id, error, result]`` where ``error`` is ``None`` or ``{type, message, data}``
+* notification ``[2, method, params]``
+
+``parse_message`` turns a decoded payload into one of the frozen dataclasses below or raises
+:class:`~sunroom.rpc.codec.WireError`; ``to_wire`` is its inverse.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Final
+
+from sunroom.rpc.codec import WireError
+
+REQUEST: Final = 0
+RESPONSE: Final = 1
+NOTIFICATION: Final = 2
+MAX_ID: Final = 2**32 - 1
+
+
+@dataclass(frozen=True, slots=True)
+class RpcError:
+    """An error carried in a response: a type name, a message and optional extra data."""
+
+    type: str
+    message: str
+    data: Any = None
+
+    def to_wire(self) -> dict[str, Any]:
+        """Return the ``{type, message, data}`` map."""
+        return {"type": self.type, "message": self.message, "data": self.data}
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    """A call expecting exactly one response with the same id."""
+
+    id: int
+    method: str
+    params: Any
+
+    def to_wire(self) -> list[Any]:
+        """Return the msgpack-RPC array for this request."""
+        return [REQUEST, self.id, self.method, self.params]
+
+
+@dataclass(frozen=True, slots=True)
+class Response:
+    """The answer to a request: exactly one of ``error`` and ``result`` is meaningful."""
+
+    id: int
+    error: RpcError | None
+    result: Any
+
+    def to_wire(self) -> list[Any]:
+        """Return the msgpack-RPC array for this response."""
+        err = None if self.error is None else self.error.to_wire()
+        return [RESPONSE, self.id, err, self.result]
+
+
+@dataclass(frozen=True, slots=True)
+class Notification:
+    """A one-way message; never answered."""
+
+    method: str
+    params: Any
+
+    def to_wire(self) -> list[Any]:
+        """Return the msgpack-RPC array for this notification."""
+        return [NOTIFICATION, self.method, self.params]
+
+
+Message = Request | Response | Notification
+
+
+def _check_id(value: Any) -> int:
+    if type(value) is not int or not 0 <= value <= MAX_ID:
+        raise WireError(f"message id must be an int in [0, 2**32), got {value!r:.40}")
+    return value
+
+
+def _check_method(value: Any) -> str:
+    if type(value) is not str or not value or len(value) > 128:
+        raise WireError(f"method must be a non-empty str of at most 128 chars, got {value!r:.40}")
+    return value
+
+
+def _parse_error(value: Any) -> RpcError | None:
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise WireError("response error must be nil or a map")
+    etype, message = value.get("type"), value.get("message")
+    if type(etype) is not str or type(message) is not str:
+        raise WireError("response error needs str 'type' and 'message'")
+    return RpcError(etype, message, value.get("data"))
+
+
+def parse_message(obj: Any) -> Message:
+    """Validate a decoded payload's shape and return the typed message; raises WireError."""
+    if type(obj) is not list or not obj:
+        raise WireError("a message must be a non-empty array")
+    kind = obj[0]
+    if kind == REQUEST and type(kind) is int:
+        if len(obj) != 4:
+            raise WireError("a request has exactly 4 elements")
+        return Request(_check_id(obj[1]), _check_method(obj[2]), obj[3])
+    if kind == RESPONSE and type(kind) is int:
+        if len(obj) != 4:
+            raise WireError("a response has exactly 4 elements")
+        return Response(_check_id(obj[1]), _parse_error(obj[2]), obj[3])
+    if kind == NOTIFICATION and type(kind) is int:
+        if len(obj) != 3:
+            raise WireError("a notification has exactly 3 elements")
+        return Notification(_check_method(obj[1]), obj[2])
+    raise WireError(f"unknown message type {kind!r:.20}")

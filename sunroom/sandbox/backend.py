@@ -1,0 +1,88 @@
+"""The backend seam: a backend launches a supervised kernel process and hands back a socket.
+
+Every backend (``subprocess``, ``bwrap``, ``docker``) implements :class:`Backend`. The kernel
+handle above it (:class:`~sunroom.sandbox.kernel.AsyncKernel`) speaks only this seam: it never
+knows how the process was isolated. A backend that cannot provide its boundary raises
+:class:`~sunroom.errors.SandboxUnavailableError` with what to install or enable; it never falls
+back to a weaker one.
+"""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol, runtime_checkable
+
+from sunroom.sandbox.limits import Limits
+
+SAFE_PATH = "/usr/local/bin:/usr/bin:/bin"
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class LaunchSpec:
+    """What a backend needs to start one kernel."""
+
+    limits: Limits
+    nonce: str
+    env: Mapping[str, str] = field(default_factory=dict)
+
+
+@runtime_checkable
+class KernelProcess(Protocol):
+    """A running, supervised kernel process tree owned by the host."""
+
+    @property
+    def workdir(self) -> Path:
+        """The kernel's working directory as the host sees it."""
+        ...
+
+    def adopt(self, kernel_pid: int) -> None:
+        """Record the runtime's pid from its hello (as the kernel sees it)."""
+        ...
+
+    def interrupt(self) -> None:
+        """Deliver SIGINT to the kernel runtime, from outside the sandbox."""
+        ...
+
+    def alive(self) -> bool:
+        """Whether the process tree is still running."""
+        ...
+
+    async def kill(self) -> None:
+        """Kill the whole tree, wait for it and release every resource. Idempotent."""
+        ...
+
+    async def exit_reason(self) -> str:
+        """After the tree has died: how (exit status, signal, out of memory), for humans."""
+        ...
+
+
+class Backend(Protocol):
+    """Launches kernels. Implementations are cheap to build and reusable."""
+
+    name: str
+
+    async def launch(self, spec: LaunchSpec) -> tuple[KernelProcess, socket.socket]:
+        """Start a supervised kernel; return its handle and the host end of its socket.
+
+        The caller owns both and must ``kill()`` the process. Raises SandboxUnavailableError
+        when the boundary cannot be provided and KernelStartError when the launch fails.
+        """
+        ...
+
+
+def kernel_env(workdir: Path, extra: Mapping[str, str]) -> dict[str, str]:
+    """The scrubbed environment every kernel starts with: nothing of the host's own."""
+    env = {
+        "PATH": SAFE_PATH,
+        "HOME": str(workdir),
+        "TMPDIR": str(workdir),
+        "LANG": "C.UTF-8",
+        "LC_ALL": "C.UTF-8",
+        "PYTHONUNBUFFERED": "1",
+        "PYTHONDONTWRITEBYTECODE": "1",
+    }
+    env.update(extra)
+    return env

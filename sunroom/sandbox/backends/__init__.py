@@ -1,0 +1,34 @@
+"""Kernel backends and the name → backend lookup.
+
+``subprocess`` is a plain process (not a security boundary; ask for it by name). ``bwrap`` is the
+default for untrusted code on Linux; ``docker`` runs one container per kernel.
+"""
+
+from __future__ import annotations
+
+from sunroom.errors import SandboxUnavailableError, UsageError
+from sunroom.sandbox.backend import Backend
+
+DEFAULT_BACKEND = "bwrap"
+NAMES = ("subprocess", "bwrap", "docker")
+
+
+def resolve(backend: str | Backend) -> Backend:
+    """Return the backend named *backend* (or *backend* itself if it is one).
+
+    Raises UsageError for an unknown name and SandboxUnavailableError when the named isolation
+    is not available in this build or on this machine.
+    """
+    if not isinstance(backend, str):
+        return backend
+    if backend == "subprocess":
+        from sunroom.sandbox.backends.subprocess import SubprocessBackend
+
+        return SubprocessBackend()
+    if backend in ("bwrap", "docker"):
+        raise SandboxUnavailableError(
+            f"the {backend!r} backend is not available in this build of sunroom yet; "
+            "for trusted code pass backend='subprocess' explicitly (it is not a security "
+            "boundary)"
+        )
+    raise UsageError(f"unknown backend {backend!r}; choose one of {', '.join(NAMES)}")

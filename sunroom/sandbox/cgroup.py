@@ -1,0 +1,185 @@
+"""Per-kernel cgroups (v1 and v2): memory, pids and CPU limits, kill-all, OOM detection.
+
+A :class:`Cgroup` is created under the host process's own cgroup, before the kernel runs; the
+supervisor writes its pid into ``procs_files`` first thing, so every process of the kernel is
+inside from the start. Where the tree is not writable, :meth:`Cgroup.create` returns None and
+the caller decides whether that is acceptable (the isolated backends refuse).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Final, final
+
+ROOT: Final = Path("/sys/fs/cgroup")
+V1_CONTROLLERS: Final = ("memory", "pids", "cpu")
+
+
+def _own_paths() -> dict[str, str]:
+    """Controller → this process's cgroup path ('' key for the v2 unified hierarchy)."""
+    out: dict[str, str] = {}
+    try:
+        text = Path("/proc/self/cgroup").read_text()
+    except OSError:
+        return out
+    for line in text.splitlines():
+        _, ctrls, path = line.split(":", 2)
+        for ctrl in ctrls.split(",") if ctrls else [""]:
+            out[ctrl] = path
+    return out
+
+
+def version() -> int | None:
+    """1 or 2 for the hierarchy in use, None when there is no usable cgroup mount."""
+    if (ROOT / "cgroup.controllers").exists():
+        return 2
+    if (ROOT / "memory" / "cgroup.procs").exists():
+        return 1
+    return None
+
+
+@final
+@dataclass
+class Cgroup:
+    """One kernel's cgroup directories (one per controller on v1, one on v2)."""
+
+    version: int
+    dirs: list[Path]
+    memory_dir: Path | None
+    procs_files: list[str] = field(default_factory=list)
+
+    @classmethod
+    def create(
+        cls, name: str, *, memory_mb: int | None, pids: int | None, cpu_quota: float | None
+    ) -> Cgroup | None:
+        """Create the cgroup with its limits; None if the tree is missing or read-only."""
+        ver = version()
+        try:
+            if ver == 2:
+                return cls._create_v2(name, memory_mb, pids, cpu_quota)
+            if ver == 1:
+                return cls._create_v1(name, memory_mb, pids, cpu_quota)
+        except OSError:
+            return None
+        return None
+
+    @classmethod
+    def _create_v1(
+        cls, name: str, memory_mb: int | None, pids: int | None, cpu_quota: float | None
+    ) -> Cgroup:
+        own = _own_paths()
+        made: list[Path] = []
+        mem_dir: Path | None = None
+        try:
+            for ctrl in V1_CONTROLLERS:
+                base = ROOT / ctrl / own.get(ctrl, "/").lstrip("/")
+                if not base.is_dir():
+                    base = ROOT / ctrl
+                d = base / name
+                d.mkdir(mode=0o755)
+                made.append(d)
+                if ctrl == "memory":
+                    mem_dir = d
+                    if memory_mb is not None:
+                        (d / "memory.limit_in_bytes").write_text(str(memory_mb * 1024 * 1024))
+                        with contextlib.suppress(OSError):  # no swap accounting: fine
+                            (d / "memory.memsw.limit_in_bytes").write_text(
+                                str(memory_mb * 1024 * 1024)
+                            )
+                elif ctrl == "pids" and pids is not None:
+                    (d / "pids.max").write_text(str(pids))
+                elif ctrl == "cpu" and cpu_quota is not None:
+                    (d / "cpu.cfs_period_us").write_text("100000")
+                    (d / "cpu.cfs_quota_us").write_text(str(int(cpu_quota * 100000)))
+        except OSError:
+            for d in made:
+                with contextlib.suppress(OSError):
+                    d.rmdir()
+            raise
+        return cls(1, made, mem_dir, [str(d / "cgroup.procs") for d in made])
+
+    @classmethod
+    def _create_v2(
+        cls, name: str, memory_mb: int | None, pids: int | None, cpu_quota: float | None
+    ) -> Cgroup:
+        own = _own_paths().get("", "/")
+        parent = ROOT / own.lstrip("/")
+        wanted = [c for c, on in (("memory", memory_mb), ("pids", pids), ("cpu", cpu_quota)) if on]
+        available = set((parent / "cgroup.controllers").read_text().split())
+        enabled = set((parent / "cgroup.subtree_control").read_text().split())
+        missing = [c for c in wanted if c not in enabled]
+        if missing and not set(missing) <= available:
+            raise OSError("cgroup controllers unavailable")
+        if missing:
+            (parent / "cgroup.subtree_control").write_text(" ".join(f"+{c}" for c in missing))
+        d = parent / name
+        d.mkdir(mode=0o755)
+        try:
+            if memory_mb is not None:
+                (d / "memory.max").write_text(str(memory_mb * 1024 * 1024))
+                with contextlib.suppress(OSError):
+                    (d / "memory.swap.max").write_text("0")
+            if pids is not None:
+                (d / "pids.max").write_text(str(pids))
+            if cpu_quota is not None:
+                (d / "cpu.max").write_text(f"{int(cpu_quota * 100000)} 100000")
+        except OSError:
+            d.rmdir()
+            raise
+        return cls(2, [d], d, [str(d / "cgroup.procs")])
+
+    def pids(self) -> set[int]:
+        """Every pid currently in the cgroup."""
+        found: set[int] = set()
+        for d in self.dirs:
+            with contextlib.suppress(OSError):
+                found.update(int(x) for x in (d / "cgroup.procs").read_text().split())
+        return found
+
+    def oom_kills(self) -> int:
+        """How many processes the kernel OOM killer has killed in this cgroup."""
+        if self.memory_dir is None:
+            return 0
+        name = "memory.events" if self.version == 2 else "memory.oom_control"
+        try:
+            for line in (self.memory_dir / name).read_text().splitlines():
+                key, _, value = line.partition(" ")
+                if key == "oom_kill":
+                    return int(value)
+        except (OSError, ValueError):
+            pass
+        return 0
+
+    def kill_all(self, deadline_s: float = 5.0) -> bool:
+        """SIGKILL every process in the cgroup until it is empty; True if it emptied."""
+        if self.version == 2:
+            with contextlib.suppress(OSError):
+                (self.dirs[0] / "cgroup.kill").write_text("1")
+        end = time.monotonic() + deadline_s
+        while time.monotonic() < end:
+            pids = self.pids()
+            if not pids:
+                return True
+            for pid in pids:
+                with contextlib.suppress(OSError):
+                    os.kill(pid, signal.SIGKILL)
+            time.sleep(0.005)
+        return not self.pids()
+
+    def remove(self) -> None:
+        """Kill what is left and remove the directories (best effort, never raises)."""
+        self.kill_all()
+        for d in self.dirs:
+            for _ in range(50):
+                try:
+                    d.rmdir()
+                    break
+                except FileNotFoundError:
+                    break
+                except OSError:
+                    time.sleep(0.01)

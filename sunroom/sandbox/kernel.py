@@ -1,0 +1,364 @@
+"""The kernel handle: :class:`AsyncKernel`, a persistent Python process that runs cells.
+
+One kernel is one supervised process tree behind one private socket. Cells run one at a time;
+their state persists. Timeouts are enforced from outside: SIGINT, a short grace, then the whole
+tree is killed, a fresh kernel is started with the same inputs and host functions, and the
+result says ``state_lost``. A kernel that dies (crash, ``os._exit``, out of memory) is reported
+the same way. ``async with`` (or :meth:`aclose`) kills and awaits the whole tree.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import secrets
+import time
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, Self, final
+
+from sunroom.errors import ClosedError, KernelError, KernelStartError, ProtocolError, UsageError
+from sunroom.rpc.channel import Channel, RemoteError, RpcFailure
+from sunroom.rpc.codec import PROTOCOL_VERSION
+from sunroom.rpc.messages import RpcError
+from sunroom.sandbox import backends
+from sunroom.sandbox.backend import Backend, KernelProcess, LaunchSpec
+from sunroom.sandbox.codegen import generate
+from sunroom.sandbox.functions import CallRejected, FunctionRegistry, HostFunction, to_wire
+from sunroom.sandbox.limits import Limits
+from sunroom.sandbox.result import ExecutionError, ExecutionResult, Variable
+
+OutputCallback = Callable[[str, str], None]
+"""Called with (stream name, text) as a cell writes output."""
+
+
+@final
+class AsyncKernel:
+    """A persistent, supervised Python kernel. Use ``async with AsyncKernel(...) as k``.
+
+    Args:
+        backend: ``"bwrap"`` (default, isolated), ``"docker"``, ``"subprocess"`` (not a
+            boundary; must be asked for by name) or a Backend instance.
+        functions: host functions (typed callables or ``host_function`` objects), frozen at boot.
+        inputs: variables bound in the namespace at every (re)start.
+        limits: resource limits; see :class:`Limits`.
+        env: extra environment variables for the kernel (the host's own are never passed).
+        on_output: called with (stream, text) while a cell runs.
+    """
+
+    def __init__(
+        self,
+        *,
+        backend: str | Backend = backends.DEFAULT_BACKEND,
+        functions: Iterable[Callable[..., Any] | HostFunction] = (),
+        inputs: Mapping[str, Any] | None = None,
+        limits: Limits | None = None,
+        env: Mapping[str, str] | None = None,
+        on_output: OutputCallback | None = None,
+    ) -> None:
+        self._backend_arg = backend
+        self.limits = limits or Limits()
+        if not isinstance(self.limits, Limits):
+            raise UsageError("limits must be a sunroom.Limits")
+        self.registry = FunctionRegistry(functions)
+        self._wrappers = generate(self.registry.functions.values())
+        self._inputs: dict[str, Any] = {}
+        if inputs:
+            self._check_names(inputs)
+            self._inputs.update(inputs)
+        self._env = dict(env or {})
+        self._on_output = on_output
+        self._lock = asyncio.Lock()
+        self._backend: Backend | None = None
+        self._proc: KernelProcess | None = None
+        self._channel: Channel | None = None
+        self._closed = False
+        self._running_cell = False
+        self.restarts = 0
+        self.kernel_info: dict[str, Any] = {}
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    async def __aenter__(self) -> Self:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def start(self) -> None:
+        """Start the kernel (idempotent). Raises KernelStartError / SandboxUnavailableError."""
+        if self._closed:
+            raise ClosedError("the kernel is closed")
+        if self._channel is not None and not self._channel.closed.done():
+            return
+        if self._backend is None:
+            self._backend = backends.resolve(self._backend_arg)
+        await self._boot()
+
+    async def _boot(self) -> None:
+        assert self._backend is not None
+        nonce = secrets.token_hex(16)
+        spec = LaunchSpec(limits=self.limits, nonce=nonce, env=self._env)
+        proc, sock = await self._backend.launch(spec)
+        self._proc = proc
+        hello: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+
+        def on_notification(method: str, params: Any) -> None:
+            if method == "stream":
+                if self._on_output is not None and isinstance(params, dict):
+                    name, text = params.get("name"), params.get("text")
+                    if isinstance(name, str) and isinstance(text, str):
+                        self._on_output(name, text)
+            elif method == "hello" and not hello.done():
+                hello.set_result(params)
+
+        try:
+            self._channel = await Channel.open(
+                sock,
+                handler=self._serve,
+                on_notification=on_notification,
+                on_close=lambda exc: None,
+                max_frame=self.limits.max_frame_bytes,
+            )
+            info = await asyncio.wait_for(
+                asyncio.shield(hello), timeout=self.limits.start_timeout_s
+            )
+            self._check_hello(info, nonce)
+            proc.adopt(int(info["pid"]))
+            self.kernel_info = dict(info)
+            if self.registry.functions:
+                await self._channel.call(
+                    "install",
+                    {"source": self._wrappers.source, "exports": list(self._wrappers.exports)},
+                )
+            if self._inputs:
+                await self._send_bind(self._inputs)
+        except BaseException as exc:
+            detail = await self._start_failure_detail()
+            await self._teardown()
+            if isinstance(exc, KernelError | asyncio.CancelledError):
+                raise
+            raise KernelStartError(f"the kernel did not start: {exc!r}{detail}") from exc
+
+    async def _start_failure_detail(self) -> str:
+        from sunroom.sandbox.backends.subprocess import log_tail
+
+        if self._proc is None:
+            return ""
+        tail = log_tail(self._proc)
+        return f"\n--- kernel log ---\n{tail}" if tail else ""
+
+    @staticmethod
+    def _check_hello(info: Any, nonce: str) -> None:
+        if not isinstance(info, dict) or not secrets.compare_digest(
+            str(info.get("nonce", "")), nonce
+        ):
+            raise KernelStartError("the kernel's hello did not carry the expected nonce")
+        if info.get("protocol") != PROTOCOL_VERSION:
+            raise KernelStartError(
+                f"kernel speaks protocol {info.get('protocol')}, host speaks {PROTOCOL_VERSION}"
+            )
+
+    async def _teardown(self) -> None:
+        channel, proc = self._channel, self._proc
+        self._channel = self._proc = None
+        if channel is not None:
+            await channel.aclose()
+        if proc is not None:
+            await proc.kill()
+
+    async def restart(self) -> None:
+        """Kill the kernel and start a fresh one with the same inputs and host functions."""
+        async with self._lock:
+            await self._restart()
+
+    async def _restart(self) -> None:
+        await self._teardown()
+        self.restarts += 1
+        await self._boot()
+
+    async def aclose(self) -> None:
+        """Kill the whole process tree and wait for it. Idempotent."""
+        self._closed = True
+        await self._teardown()
+
+    @property
+    def process(self) -> KernelProcess | None:
+        """The running process handle (for tests and diagnostics)."""
+        return self._proc
+
+    # -- host functions --------------------------------------------------------------------
+
+    async def _serve(self, method: str, params: Any) -> Any:
+        if method != "call" or not isinstance(params, dict):
+            raise RpcFailure(RpcError("MethodNotFound", f"the host does not serve {method!r}"))
+        try:
+            return await self.registry.invoke(params.get("name"), params.get("args"))
+        except CallRejected as exc:
+            raise RpcFailure(RpcError(exc.type, str(exc))) from None
+
+    # -- cells -----------------------------------------------------------------------------
+
+    async def execute(self, code: str, *, timeout_s: float | None = None) -> ExecutionResult:
+        """Run *code* as one cell and return its result; user errors are data, never raised.
+
+        Raises ClosedError after close, KernelStartError if a (re)start fails, UsageError
+        for a non-str *code*.
+        """
+        if not isinstance(code, str):
+            raise UsageError("code must be a str")
+        timeout = self.limits.timeout_s if timeout_s is None else timeout_s
+        if timeout <= 0:
+            raise UsageError("timeout_s must be positive")
+        async with self._lock:
+            await self._ensure()
+            assert self._channel is not None and self._proc is not None
+            started = time.perf_counter()
+            params = {"code": code, "max_output_bytes": self.limits.max_output_bytes}
+            call = asyncio.ensure_future(self._channel.call("execute", params))
+            self._running_cell = True
+            try:
+                done, _ = await asyncio.wait({call}, timeout=timeout)
+                if not done:
+                    self._proc.interrupt()
+                    done, _ = await asyncio.wait({call}, timeout=self.limits.interrupt_grace_s)
+                    if not done:
+                        call.cancel()
+                        return await self._after_loss(
+                            "timeout",
+                            ExecutionError(
+                                "TimeoutError",
+                                f"the cell ran past its {timeout:g} s limit and ignored the "
+                                "interrupt; the kernel was restarted",
+                                "",
+                            ),
+                            started,
+                        )
+                    return self._to_result(call, started, timed_out=True, timeout=timeout)
+                return self._to_result(call, started)
+            except asyncio.CancelledError:
+                call.cancel()
+                raise
+            except (ProtocolError, ClosedError, ConnectionError, RemoteError) as exc:
+                return await self._after_death(exc, started)
+            finally:
+                self._running_cell = False
+
+    def _to_result(
+        self,
+        call: asyncio.Future[Any],
+        started: float,
+        *,
+        timed_out: bool = False,
+        timeout: float = 0.0,
+    ) -> ExecutionResult:
+        raw = call.result()  # raises the channel's error if the kernel died meanwhile
+        err = raw.get("error")
+        error = ExecutionError(err["type"], err["message"], err["traceback"]) if err else None
+        status: Any = "ok" if error is None else "error"
+        if timed_out and error is not None and error.type == "KeyboardInterrupt":
+            status = "timeout"
+            error = ExecutionError(
+                "TimeoutError",
+                f"the cell ran past its {timeout:g} s limit and was interrupted "
+                "(the kernel's state is kept)",
+                error.traceback,
+            )
+        return ExecutionResult(
+            status=status,
+            stdout=raw["stdout"],
+            stderr=raw["stderr"],
+            value=raw.get("value"),
+            error=error,
+            duration_s=time.perf_counter() - started,
+            truncated_bytes=raw.get("truncated_bytes", 0),
+        )
+
+    async def _after_death(self, exc: BaseException, started: float) -> ExecutionResult:
+        assert self._proc is not None
+        if isinstance(exc, ProtocolError):
+            reason = f"the kernel broke the protocol ({exc}) and was killed"
+            await self._proc.kill()
+        else:
+            reason = await self._proc.exit_reason()
+        return await self._after_loss(
+            "died", ExecutionError("KernelDied", reason + "; it was restarted", ""), started
+        )
+
+    async def _after_loss(
+        self, status: Any, error: ExecutionError, started: float
+    ) -> ExecutionResult:
+        try:
+            await self._restart()
+        except KernelError:
+            pass  # the next execute retries the start and raises if it still fails
+        return ExecutionResult(
+            status=status,
+            error=error,
+            duration_s=time.perf_counter() - started,
+            state_lost=True,
+        )
+
+    async def _ensure(self) -> None:
+        if self._closed:
+            raise ClosedError("the kernel is closed")
+        if self._channel is None or self._channel.closed.done():
+            if self._backend is None:
+                await self.start()
+            else:
+                await self._restart()
+
+    def interrupt(self) -> None:
+        """Send SIGINT to the running cell (it raises KeyboardInterrupt; state is kept)."""
+        if self._running_cell and self._proc is not None:
+            self._proc.interrupt()
+
+    # -- variables -------------------------------------------------------------------------
+
+    def _check_names(self, values: Mapping[str, Any]) -> None:
+        for name in values:
+            if not isinstance(name, str) or not name.isidentifier() or name.startswith("_"):
+                raise UsageError(f"input name {name!r} must be a public Python identifier")
+            if name in self.registry.functions:
+                raise UsageError(f"input {name!r} would shadow the host function of that name")
+
+    async def _send_bind(self, values: Mapping[str, Any]) -> None:
+        assert self._channel is not None
+        try:
+            wire = {name: to_wire(value) for name, value in values.items()}
+        except TypeError as exc:
+            raise UsageError(f"cannot bind: {exc}") from None
+        types = {
+            name: self._wrappers.type_names[type(v)]
+            for name, v in values.items()
+            if type(v) in self._wrappers.type_names
+        }
+        try:
+            await self._channel.call("bind", {"values": wire, "types": types})
+        except ProtocolError as exc:
+            raise UsageError(f"cannot bind: {exc}") from None
+
+    async def bind(self, **values: Any) -> None:
+        """Set variables in the namespace; they are bound again after every restart.
+
+        Values must be msgpack-representable (str, bytes, numbers, bool, None, lists, dicts,
+        pydantic models and dataclasses). Raises UsageError for bad names or values.
+        """
+        self._check_names(values)
+        async with self._lock:
+            await self._ensure()
+            await self._send_bind(values)
+            self._inputs.update(values)
+
+    async def variables(self) -> list[Variable]:
+        """The user's variables: names, type names and short reprs (no values)."""
+        async with self._lock:
+            await self._ensure()
+            assert self._channel is not None
+            try:
+                rows = await self._channel.call("variables")
+            except RemoteError as exc:
+                raise KernelError(f"variables failed: {exc}") from None
+        return [Variable(r["name"], r["type"], r["repr"]) for r in rows]
+
+

@@ -1,0 +1,170 @@
+"""A supervised kernel process started on this host (used by the subprocess and bwrap backends).
+
+Owns the supervisor process, its status pipe, the kernel's cgroup and its private directory.
+:meth:`SupervisedProcess.kill` tears everything down: SIGTERM to the supervisor (which kills and
+reaps every descendant), then SIGKILL of anything left (found through the cgroup and the process
+tree), then the directory is removed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import shutil
+import signal
+import stat
+import sys
+from pathlib import Path
+from typing import final
+
+import psutil
+
+from sunroom.sandbox.cgroup import Cgroup
+
+_SIGNAL_NAMES = {s.value: s.name for s in signal.Signals}
+
+
+@final
+class SupervisedProcess:
+    """Handle on one supervisor process tree; implements ``KernelProcess``."""
+
+    def __init__(
+        self,
+        proc: asyncio.subprocess.Process,
+        *,
+        status_fd: int,
+        rundir: Path,
+        workdir: Path,
+        cgroup: Cgroup | None,
+        memory_mb: int,
+    ) -> None:
+        self._proc = proc
+        self._status_fd = status_fd
+        self._rundir = rundir
+        self._workdir = workdir
+        self._cgroup = cgroup
+        self._memory_mb = memory_mb
+        self._oom_before = cgroup.oom_kills() if cgroup else 0
+        self._kernel_pid: int | None = None
+        self._status: str | None = None
+        self._killed = False
+
+    @property
+    def pid(self) -> int:
+        """The supervisor's pid (host namespace)."""
+        return self._proc.pid
+
+    @property
+    def workdir(self) -> Path:
+        """The kernel's working directory."""
+        return self._workdir
+
+    @property
+    def cgroup(self) -> Cgroup | None:
+        """The kernel's cgroup, when one could be created."""
+        return self._cgroup
+
+    def adopt(self, kernel_pid: int) -> None:
+        """Record the runtime pid; it must be a child of the supervisor."""
+        with contextlib.suppress(psutil.Error):
+            if psutil.Process(kernel_pid).ppid() == self._proc.pid:
+                self._kernel_pid = kernel_pid
+                return
+        with contextlib.suppress(psutil.Error):
+            kids = psutil.Process(self._proc.pid).children()
+            if len(kids) == 1:
+                self._kernel_pid = kids[0].pid
+
+    def interrupt(self) -> None:
+        """SIGINT the runtime process (not the supervisor, not user children)."""
+        if self._kernel_pid is not None and self.alive():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self._kernel_pid, signal.SIGINT)
+
+    def alive(self) -> bool:
+        """Whether the supervisor is still running."""
+        return self._proc.returncode is None
+
+    def descendants(self) -> list[int]:
+        """Pids of every live process under the supervisor."""
+        try:
+            return [p.pid for p in psutil.Process(self._proc.pid).children(recursive=True)]
+        except psutil.Error:
+            return []
+
+    async def kill(self) -> None:
+        """Kill the whole tree and wait; remove the cgroup and the directory. Idempotent."""
+        if self._killed:
+            return
+        self._killed = True
+        if self._proc.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                self._proc.send_signal(signal.SIGTERM)
+            try:
+                await asyncio.wait_for(self._proc.wait(), 3.0)
+            except TimeoutError:
+                await asyncio.to_thread(self._hard_kill)
+                await self._proc.wait()
+        self._read_status()
+        if self._cgroup is not None:
+            await asyncio.to_thread(self._cgroup.remove)
+        with contextlib.suppress(OSError):
+            os.close(self._status_fd)
+        await asyncio.to_thread(_remove_tree, self._rundir)
+
+    def _hard_kill(self) -> None:
+        pids = self.descendants()
+        for pid in [*pids, self._proc.pid]:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+        if self._cgroup is not None:
+            self._cgroup.kill_all()
+
+    def _read_status(self) -> None:
+        if self._status is not None:
+            return
+        try:
+            os.set_blocking(self._status_fd, False)
+            data = os.read(self._status_fd, 64)
+            self._status = data.decode("ascii", "replace") or None
+        except (BlockingIOError, OSError):
+            self._status = None
+
+    async def exit_reason(self) -> str:
+        """Classify the death: out of memory, a signal, or an exit status."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._proc.wait(), 5.0)
+        self._read_status()
+        oom = self._cgroup is not None and self._cgroup.oom_kills() > self._oom_before
+        status = self._status or ""
+        if oom:
+            return f"the kernel ran out of memory (limit {self._memory_mb} MB) and was killed"
+        if status.startswith("signal:"):
+            num = int(status.split(":")[1])
+            name = _SIGNAL_NAMES.get(num, str(num))
+            if num == signal.SIGKILL:
+                return f"the kernel was killed by {name} (possibly out of memory)"
+            return f"the kernel died from signal {name}"
+        if status.startswith("exit:"):
+            return f"the kernel process exited with status {status.split(':')[1]}"
+        return f"the kernel's supervisor ended (return code {self._proc.returncode})"
+
+
+def _remove_tree(path: Path) -> None:
+    """Remove *path* even where the kernel made directories read-only."""
+
+    def fix(p: str) -> None:
+        with contextlib.suppress(OSError):
+            os.chmod(os.path.dirname(p), stat.S_IRWXU)
+        with contextlib.suppress(OSError):
+            if os.path.isdir(p) and not os.path.islink(p):
+                os.chmod(p, stat.S_IRWXU)
+                shutil.rmtree(p, ignore_errors=True)
+            else:
+                os.unlink(p)
+
+    if sys.version_info >= (3, 12):
+        shutil.rmtree(path, onexc=lambda f, p, e: fix(p))
+    else:
+        shutil.rmtree(path, onerror=lambda f, p, e: fix(p))

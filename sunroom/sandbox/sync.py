@@ -1,0 +1,104 @@
+"""``Kernel``: the thin synchronous twin of :class:`~sunroom.sandbox.kernel.AsyncKernel`."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, Self, final
+
+from sunroom.sandbox import backends
+from sunroom.sandbox.backend import Backend
+from sunroom.sandbox.functions import HostFunction
+from sunroom.sandbox.kernel import AsyncKernel, OutputCallback
+from sunroom.sandbox.limits import Limits
+from sunroom.sandbox.portal import Portal
+from sunroom.sandbox.result import ExecutionResult, Variable
+
+
+@final
+class Kernel:
+    """A persistent, supervised Python kernel with a blocking API.
+
+    Same arguments as :class:`AsyncKernel`. Use ``with Kernel(...) as k``; leaving the block
+    (or :meth:`close`) kills and awaits the whole process tree. Async host functions run on
+    the kernel's private event loop; sync ones on a worker thread.
+    """
+
+    def __init__(
+        self,
+        *,
+        backend: str | Backend = backends.DEFAULT_BACKEND,
+        functions: Iterable[Callable[..., Any] | HostFunction] = (),
+        inputs: Mapping[str, Any] | None = None,
+        limits: Limits | None = None,
+        env: Mapping[str, str] | None = None,
+        on_output: OutputCallback | None = None,
+    ) -> None:
+        self._portal = Portal("sunroom-kernel-loop")
+        try:
+            self._core: AsyncKernel = self._portal.call(
+                _build(backend, functions, inputs, limits, env, on_output)
+            )
+        except BaseException:
+            self._portal.close()
+            raise
+
+    @property
+    def core(self) -> AsyncKernel:
+        """The async kernel underneath."""
+        return self._core
+
+    def __enter__(self) -> Self:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def start(self) -> None:
+        """Start the kernel (idempotent)."""
+        self._portal.call(self._core.start())
+
+    def execute(self, code: str, *, timeout_s: float | None = None) -> ExecutionResult:
+        """Run one cell; see ``AsyncKernel.execute``."""
+        return self._portal.call(self._core.execute(code, timeout_s=timeout_s))
+
+    def bind(self, **values: Any) -> None:
+        """Set variables; see ``AsyncKernel.bind``."""
+        self._portal.call(self._core.bind(**values))
+
+    def variables(self) -> list[Variable]:
+        """The user's variables; see ``AsyncKernel.variables``."""
+        return self._portal.call(self._core.variables())
+
+    def interrupt(self) -> None:
+        """Interrupt the running cell (safe to call from any thread)."""
+        self._portal.call_soon(self._core.interrupt)
+
+    def restart(self) -> None:
+        """Restart with the same inputs and host functions."""
+        self._portal.call(self._core.restart())
+
+    def close(self) -> None:
+        """Kill the whole process tree, wait for it and stop the loop thread. Idempotent."""
+        try:
+            self._portal.call(self._core.aclose())
+        finally:
+            self._portal.close()
+
+
+async def _build(
+    backend: str | Backend,
+    functions: Iterable[Callable[..., Any] | HostFunction],
+    inputs: Mapping[str, Any] | None,
+    limits: Limits | None,
+    env: Mapping[str, str] | None,
+    on_output: OutputCallback | None,
+) -> AsyncKernel:
+    return AsyncKernel(
+        backend=backend,
+        functions=functions,
+        inputs=inputs,
+        limits=limits,
+        env=env,
+        on_output=on_output,
+    )
