@@ -113,11 +113,14 @@ class BlockingChannel:
         return resp.result
 
     def close(self) -> None:
-        """Shut the socket down; the reader thread then finishes."""
+        """Shut the socket down, let the reader thread finish, close the socket."""
         try:
             self._sock.shutdown(socket.SHUT_RDWR)
         except OSError:
             pass
+        if self._reader.is_alive() and threading.current_thread() is not self._reader:
+            self._reader.join(timeout=5)
+        self._sock.close()
 
     def _read_loop(self) -> None:
         exc: BaseException | None = None

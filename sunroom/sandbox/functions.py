@@ -10,6 +10,7 @@ a call is a name and a map of arguments, and the host never executes or unpickle
 from __future__ import annotations
 
 import asyncio
+import builtins
 import dataclasses
 import datetime
 import decimal
@@ -25,10 +26,11 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Final, final, get_type_hints
 
 import pydantic
+from pydantic_core import PydanticSerializationError
 
 from sunroom.errors import UsageError
 
-RESERVED: Final = frozenset({"call", "display"}) | frozenset(dir(__builtins__))
+RESERVED: Final = frozenset({"call", "display"}) | frozenset(dir(builtins))
 """Names a host function may not take: prelude helpers and Python builtins."""
 
 _EXECUTOR = ThreadPoolExecutor(max_workers=64, thread_name_prefix="sunroom-hostfn")
@@ -237,8 +239,10 @@ class FunctionRegistry:
         try:
             result = await self._run(hf, usage, kwargs)
             try:
-                return to_wire(hf.return_adapter.dump_python(result, mode="python"))
-            except (pydantic.ValidationError, pydantic.PydanticSerializationError) as exc:
+                adapter = hf.return_adapter
+                checked = adapter.validate_python(result)
+                return to_wire(adapter.dump_python(checked, mode="python", warnings=False))
+            except (pydantic.ValidationError, PydanticSerializationError, TypeError) as exc:
                 raise CallRejected(
                     "HostFunctionError", f"{name}() returned a value its annotation rejects: {exc}"
                 ) from None

@@ -1,0 +1,54 @@
+"""Resolve a model from a ``"<provider>:<name>"`` string."""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any, Unpack
+
+from sunroom.errors import UsageError
+
+from .config import ModelOptions
+from .model import Model
+
+__all__ = ["PROVIDERS", "model"]
+
+#: Prefix → (module, class) of the adapter it builds.
+PROVIDERS: dict[str, tuple[str, str]] = {
+    "anthropic": ("sunroom.providers.anthropic", "AnthropicModel"),
+    "openai": ("sunroom.providers.openai_responses", "OpenAIResponsesModel"),
+    "openai-compatible": ("sunroom.providers.openai_chat", "OpenAIChatModel"),
+    "gemini": ("sunroom.providers.gemini", "GeminiModel"),
+}
+
+
+def model(
+    spec: str,
+    /,
+    *,
+    api_key: str | None = None,
+    base_url: str | None = None,
+    **options: Unpack[ModelOptions],
+) -> Model:
+    """Build the model named by ``spec``, e.g. ``model("anthropic:claude-sonnet-4-5")``.
+
+    Prefixes: ``anthropic:`` (Messages API), ``openai:`` (Responses API),
+    ``openai-compatible:`` (Chat Completions, for vLLM, llama.cpp, Ollama ... via
+    ``base_url``) and ``gemini:``. Everything after the first colon is the model name, so
+    ``"openai-compatible:llama3.2:3b"`` works. Keys default to the vendor's usual
+    environment variable. The caller owns the model and must ``aclose()`` it.
+
+    Raises:
+        UsageError: the spec has no known prefix.
+        AuthenticationError: no API key was given or found (where one is required).
+    """
+    prefix, sep, name = spec.partition(":")
+    if not sep or not name:
+        raise UsageError(f"model spec {spec!r} must look like '<provider>:<model>'")
+    target = PROVIDERS.get(prefix)
+    if target is None:
+        known = ", ".join(f"{p}:" for p in PROVIDERS)
+        raise UsageError(f"unknown provider {prefix!r} in {spec!r}; known: {known}")
+    module, cls_name = target
+    cls: Any = getattr(importlib.import_module(module), cls_name)
+    built: Model = cls(name, api_key=api_key, base_url=base_url, **options)
+    return built

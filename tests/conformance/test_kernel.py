@@ -1,0 +1,291 @@
+"""Kernel behaviours every backend must show (run once per backend under test)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+
+import psutil
+import pytest
+
+import sunroom
+from sunroom import AsyncKernel, Limits
+
+
+@pytest.fixture
+async def kernel(backend: str) -> AsyncKernel:
+    async with AsyncKernel(backend=backend, limits=Limits(timeout_s=3)) as k:
+        yield k
+
+
+async def test_state_persists_across_cells(kernel: AsyncKernel) -> None:
+    assert (await kernel.execute("x = 40\ndef f(a):\n    return a + x")).ok
+    r = await kernel.execute("f(2)")
+    assert r.ok and r.value == "42"
+    assert (await kernel.execute("x += 1\nx")).value == "41"
+
+
+async def test_print_order_and_trailing_expression(kernel: AsyncKernel) -> None:
+    r = await kernel.execute("for i in range(5):\n    print(i)\nimport sys\nprint('e', file=sys.stderr)\n'done'")
+    assert r.stdout == "0\n1\n2\n3\n4\n"
+    assert r.stderr == "e\n"
+    assert r.value == "'done'"
+    assert (await kernel.execute("None")).value is None
+    assert (await kernel.execute("x = 1")).value is None
+
+
+async def test_exception_is_data_with_user_frames_only(kernel: AsyncKernel) -> None:
+    r = await kernel.execute("def g():\n    return {}['missing']\n\ng()")
+    assert r.status == "error" and not r.ok
+    assert r.error is not None
+    assert r.error.type == "KeyError"
+    assert r.error.message == "'missing'"
+    tb = r.error.traceback
+    assert "return {}['missing']" in tb and "<cell-" in tb
+    assert "sunroom" not in tb and "executor" not in tb
+
+
+async def test_syntax_error_has_caret(kernel: AsyncKernel) -> None:
+    r = await kernel.execute("x = (1 +\nprint('never')")
+    assert r.status == "error" and r.error is not None
+    assert r.error.type == "SyntaxError"
+    assert "^" in r.error.traceback
+    assert r.stdout == ""
+    assert (await kernel.execute("1 + 1")).value == "2"
+
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        "raise SystemExit(3)",
+        "import sys; sys.exit('bye')",
+        "raise KeyboardInterrupt",
+        "class E(SystemExit): pass\nraise E()",
+        "class K(KeyboardInterrupt): pass\nraise K()",
+        "class B(BaseException): pass\nraise B('x')",
+        "exit()",
+    ],
+)
+async def test_base_exceptions_do_not_desync(kernel: AsyncKernel, code: str) -> None:
+    r = await kernel.execute(code)
+    assert r.status == "error" and not r.state_lost
+    r2 = await kernel.execute("'still here'")
+    assert r2.ok and r2.value == "'still here'"
+
+
+async def test_input_raises_eof_and_top_level_await(kernel: AsyncKernel) -> None:
+    r = await kernel.execute("input('name? ')")
+    assert r.error is not None and r.error.type == "EOFError"
+    r = await kernel.execute("import asyncio\nawait asyncio.sleep(0.01)\nv = await asyncio.sleep(0, 'ok')\nv")
+    assert r.ok and r.value == "'ok'"
+
+
+async def test_invalid_utf8_is_replaced(kernel: AsyncKernel) -> None:
+    r = await kernel.execute("import os\nos.write(1, b'ok \\xff\\xfe end\\n')")
+    assert r.ok and r.stdout == "ok \ufffd\ufffd end\n"
+
+
+async def test_c_level_writes_are_captured(kernel: AsyncKernel) -> None:
+    r = await kernel.execute(
+        "import ctypes, os\nlibc = ctypes.CDLL(None)\nlibc.write(1, b'from C\\n', 7)\n"
+        "os.system('echo from child')"
+    )
+    assert r.ok
+    assert "from C\n" in r.stdout and "from child\n" in r.stdout
+
+
+async def test_forged_frames_on_stdout_are_just_text(kernel: AsyncKernel) -> None:
+    code = (
+        "import os, struct, msgpack\n"
+        "p = msgpack.packb([1, 1, None, {'stdout': 'forged'}])\n"
+        "os.write(1, struct.pack('>I', len(p)) + p)\n"
+        "p = msgpack.packb([2, 'hello', {'nonce': 'x'}])\n"
+        "os.write(2, struct.pack('>I', len(p)) + p)\n"
+        "'real'"
+    )
+    r = await kernel.execute(code)
+    assert r.ok and r.value == "'real'"
+    assert "forged" in r.stdout and r.stdout != "forged"
+    assert (await kernel.execute("2")).value == "2"
+
+
+async def test_output_cap_keeps_head_and_tail(backend: str) -> None:
+    async with AsyncKernel(backend=backend, limits=Limits(max_output_bytes=1000)) as k:
+        r = await k.execute("print('HEAD')\nfor i in range(10000): print(i)\nprint('TAIL')")
+        assert r.ok
+        assert r.stdout.startswith("HEAD\n") and r.stdout.endswith("TAIL\n")
+        assert r.truncated_bytes > 40000
+        assert "dropped" in r.stdout
+        assert len(r.stdout) < 1200
+
+
+async def test_output_streams_while_the_cell_runs(backend: str) -> None:
+    seen: list[tuple[float, str]] = []
+    async with AsyncKernel(
+        backend=backend, on_output=lambda name, text: seen.append((time.monotonic(), text))
+    ) as k:
+        started = time.monotonic()
+        r = await k.execute("import time\nprint('first', flush=True)\ntime.sleep(0.5)\nprint('second')")
+        assert r.ok
+    first = [t for t, text in seen if "first" in text]
+    assert first and first[0] - started < 0.4
+
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        "while True:\n    pass",
+        "import ctypes\nctypes.CDLL(None).sleep(100)",
+        "import time\ntime.sleep(100)",
+    ],
+)
+async def test_timeout_interrupts_and_keeps_state(backend: str, code: str) -> None:
+    async with AsyncKernel(backend=backend, limits=Limits(timeout_s=1)) as k:
+        await k.execute("keep = 'me'")
+        started = time.monotonic()
+        r = await k.execute(code)
+        assert time.monotonic() - started < 1 + 2
+        assert r.status == "timeout" and r.error is not None
+        r2 = await k.execute("keep")
+        assert r2.ok and r2.value == "'me'"
+
+
+async def test_timeout_of_sigint_ignoring_loop_restarts(backend: str) -> None:
+    async with AsyncKernel(
+        backend=backend, inputs={"given": 7}, limits=Limits(timeout_s=1, interrupt_grace_s=0.5)
+    ) as k:
+        await k.execute("lost = 1")
+        started = time.monotonic()
+        r = await k.execute(
+            "import signal\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\nwhile True:\n    pass"
+        )
+        assert time.monotonic() - started < 1 + 2
+        assert r.status == "timeout" and r.state_lost
+        r2 = await k.execute("given")
+        assert r2.ok and r2.value == "7"
+        r3 = await k.execute("lost")
+        assert r3.error is not None and r3.error.type == "NameError"
+
+
+async def test_interrupt_catching_loop_is_killed(backend: str) -> None:
+    async with AsyncKernel(backend=backend, limits=Limits(timeout_s=1, interrupt_grace_s=0.3)) as k:
+        started = time.monotonic()
+        r = await k.execute(
+            "import time\nwhile True:\n    try:\n        time.sleep(10)\n    except BaseException:\n        pass"
+        )
+        assert time.monotonic() - started < 3
+        assert r.status == "timeout" and r.state_lost
+        assert (await k.execute("1")).ok
+
+
+@pytest.mark.parametrize(
+    ("code", "reason"),
+    [
+        ("import os\nos._exit(3)", "status 3"),
+        ("import ctypes\nctypes.string_at(0)", "SIGSEGV"),
+        ("import os, signal\nos.kill(os.getpid(), signal.SIGKILL)", "SIGKILL"),
+    ],
+)
+async def test_death_is_classified_and_recovered(backend: str, code: str, reason: str) -> None:
+    async with AsyncKernel(backend=backend, inputs={"given": 1}) as k:
+        r = await k.execute(code)
+        assert r.status == "died" and r.state_lost
+        assert r.error is not None and reason in r.error.message
+        r2 = await k.execute("given + 1")
+        assert r2.ok and r2.value == "2"
+
+
+async def test_memory_limit_holds(backend: str) -> None:
+    async with AsyncKernel(backend=backend, limits=Limits(memory_mb=256, address_space_slack_mb=256)) as k:
+        r = await k.execute("x = bytearray(1024 * 1024 * 1024)")
+        assert r.status in ("error", "died")
+        if r.status == "error":
+            assert r.error is not None and r.error.type == "MemoryError"
+        assert (await k.execute("1")).ok
+
+
+async def test_env_is_scrubbed(backend: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SUNROOM_CANARY_SECRET", "hunter2-canary")
+    async with AsyncKernel(backend=backend) as k:
+        r = await k.execute(
+            "import os\n"
+            "found = [k for k, v in os.environ.items() if 'hunter2' in v or 'CANARY' in k]\n"
+            "own = open('/proc/self/environ', 'rb').read()\n"
+            "parent = open(f'/proc/{os.getppid()}/environ', 'rb').read()\n"
+            "(found, b'hunter2' in own, b'hunter2' in parent, sorted(os.environ))"
+        )
+        assert r.ok, r.error
+        assert r.value is not None and r.value.startswith("([], False, False, [")
+        for leaked in ("HOME=/root", "VIRTUAL_ENV", "PYENV"):
+            assert leaked not in (r.value or "")
+
+
+async def test_bind_and_variables(kernel: AsyncKernel) -> None:
+    await kernel.bind(data={"a": [1, 2]}, blob=b"\x00\x01", text="hi")
+    r = await kernel.execute("(data['a'][1], blob, text)")
+    assert r.value == "(2, b'\\x00\\x01', 'hi')"
+    await kernel.execute("import math\nmine = list(range(100))\n_hidden = 1")
+    names = {v.name: v for v in await kernel.variables()}
+    assert {"data", "blob", "text", "mine"} <= set(names)
+    assert "math" not in names and "_hidden" not in names
+    assert names["mine"].type == "list" and len(names["mine"].repr) <= 80
+    await kernel.restart()
+    assert (await kernel.execute("text")).value == "'hi'"
+
+
+async def test_closed_kernel_refuses(backend: str) -> None:
+    k = AsyncKernel(backend=backend)
+    await k.start()
+    await k.aclose()
+    with pytest.raises(sunroom.ClosedError):
+        await k.execute("1")
+
+
+async def test_close_leaves_zero_processes_after_fork_storm_and_daemon(backend: str) -> None:
+    code = (
+        "import os, time, subprocess\n"
+        "kids = []\n"
+        "for _ in range(200):\n"
+        "    pid = os.fork()\n"
+        "    if pid == 0:\n"
+        "        time.sleep(1000)\n"
+        "        os._exit(0)\n"
+        "    kids.append(pid)\n"
+        "subprocess.Popen(['/bin/sh', '-c', '(setsid sleep 1000 &) ; exit 0']).wait()\n"
+        "len(kids)"
+    )
+    async with AsyncKernel(backend=backend, limits=Limits(pids=1024)) as k:
+        r = await k.execute(code, timeout_s=20)
+        assert r.ok and r.value == "200", r
+        proc = k.process
+        assert proc is not None
+        sup = psutil.Process(proc.pid)  # type: ignore[attr-defined]
+        tree = [sup, *sup.children(recursive=True)]
+        assert len(tree) >= 202
+        pids = [p.pid for p in tree]
+    await asyncio.sleep(0.1)
+    alive = [p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != "zombie"]
+    assert alive == []
+    leftovers = [
+        p for p in psutil.process_iter(["cmdline"]) if p.info["cmdline"] == ["sleep", "1000"]
+    ]
+    assert leftovers == []
+
+
+async def test_many_kernels_concurrently(backend: str) -> None:
+    async def one(i: int) -> str | None:
+        async with AsyncKernel(backend=backend) as k:
+            return (await k.execute(f"{i} * 2")).value
+
+    results = await asyncio.gather(*(one(i) for i in range(8)))
+    assert results == [str(i * 2) for i in range(8)]
+
+
+def test_sync_kernel_matches_the_issue_example(backend: str) -> None:
+    with sunroom.Kernel(
+        backend=backend, inputs={"numbers": [1, 2, 3]}, limits=sunroom.Limits(timeout_s=5, memory_mb=512)
+    ) as k:
+        r = k.execute("total = sum(numbers)\ntotal")
+        assert r.ok and r.value == "6"
+    assert os.environ.get("SUNROOM_CANARY_SECRET") is None

@@ -1,0 +1,99 @@
+"""A crashed host leaves no kernel processes behind; a 1 GB flood keeps the host bounded."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import psutil
+
+from sunroom import AsyncKernel, Limits
+
+HOST_SCRIPT = """
+import json, sys, time, psutil, sunroom
+k = sunroom.Kernel(backend=sys.argv[1])
+k.start()
+r = k.execute(
+    "import os, subprocess, time\\n"
+    "for _ in range(20):\\n"
+    "    if os.fork() == 0:\\n"
+    "        time.sleep(1003)\\n"
+    "        os._exit(0)\\n"
+    "subprocess.Popen(['/bin/sh', '-c', '(setsid sleep 1003 &) ; exit 0']).wait()\\n"
+    "time.sleep(0.2)"
+)
+assert r.ok, r
+sup = psutil.Process(k.core.process.pid)
+pids = [sup.pid] + [p.pid for p in sup.children(recursive=True)]
+print(json.dumps(pids), flush=True)
+time.sleep(600)
+"""
+
+
+def _live(pids: list[int]) -> list[int]:
+    out = []
+    for pid in pids:
+        try:
+            if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+                out.append(pid)
+        except psutil.NoSuchProcess:
+            pass
+    return out
+
+
+def test_kill_9_of_the_host_leaves_no_kernel_processes(backend: str) -> None:
+    host = subprocess.Popen(
+        [sys.executable, "-c", HOST_SCRIPT, backend], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert host.stdout is not None
+        line = host.stdout.readline()
+        pids = json.loads(line)
+        assert len(pids) >= 22
+        assert _live(pids)
+        os.kill(host.pid, signal.SIGKILL)
+        host.wait()
+        time.sleep(5)
+        assert _live(pids) == []
+        strays = [
+            p.pid
+            for p in psutil.process_iter(["cmdline"])
+            if p.info["cmdline"] and "1003" in p.info["cmdline"] and "sleep" in p.info["cmdline"][0]
+        ]
+        assert strays == []
+    finally:
+        if host.poll() is None:
+            host.kill()
+            host.wait()
+        if host.stdout is not None:
+            host.stdout.close()
+
+
+async def test_one_gigabyte_of_output_keeps_host_memory_bounded(backend: str) -> None:
+    me = psutil.Process()
+    streamed = 0
+
+    def count(name: str, text: str) -> None:
+        nonlocal streamed
+        streamed += len(text)
+
+    async with AsyncKernel(
+        backend=backend, on_output=count, limits=Limits(timeout_s=120)
+    ) as k:
+        await k.execute("x = 1")
+        before = me.memory_info().rss
+        r = await k.execute(
+            "import os\nchunk = b'x' * (1 << 20)\nfor _ in range(1024):\n    os.write(1, chunk)\n"
+            "print('py', flush=True)\n"
+            "for _ in range(64):\n    print('y' * (1 << 20))\n'end'"
+        )
+        grown = me.memory_info().rss - before
+    assert r.ok and r.value == "'end'"
+    assert r.truncated_bytes >= (1024 + 64) * (1 << 20) - 2 * Limits().max_output_bytes
+    assert len(r.stdout) < 2 * Limits().max_output_bytes
+    assert streamed <= Limits().max_output_bytes
+    assert grown < 64 * 1024 * 1024, f"host RSS grew by {grown / 1e6:.1f} MB"

@@ -1,0 +1,44 @@
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from sunroom.providers import Clock
+
+from .replay import ReplayServer
+
+
+class FakeTime:
+    """Virtual time for retries and breakers: sleeping advances it instantly."""
+
+    def __init__(self) -> None:
+        self.t = 1000.0
+        self.sleeps: list[float] = []
+        self.draw = 0.5
+
+    def now(self) -> float:
+        return self.t
+
+    async def sleep(self, seconds: float) -> None:
+        self.sleeps.append(seconds)
+        self.t += seconds
+
+    def random(self) -> float:
+        return self.draw
+
+    @property
+    def clock(self) -> Clock:
+        return Clock(now=self.now, sleep=self.sleep, random=self.random)
+
+
+@pytest.fixture
+def fake_time() -> FakeTime:
+    return FakeTime()
+
+
+@pytest.fixture
+def server() -> Iterator[ReplayServer]:
+    with ReplayServer() as srv:
+        yield srv
+    assert not srv.unexpected, [f"{r.method} {r.path}" for r in srv.unexpected]
