@@ -32,7 +32,26 @@ _EXPORTS: dict[str, str] = {
     "ClosedError": "sunroom.errors",
 }
 
-__all__ = sorted(_EXPORTS)
+__all__ = [
+    "AsyncKernel",
+    "ClosedError",
+    "ExecutionError",
+    "ExecutionResult",
+    "HostFunction",
+    "HostFunctionError",
+    "Kernel",
+    "KernelDiedError",
+    "KernelError",
+    "KernelStartError",
+    "Limits",
+    "ProtocolError",
+    "ProviderError",
+    "SandboxUnavailableError",
+    "SunroomError",
+    "UsageError",
+    "Variable",
+    "host_function",
+]
 
 if TYPE_CHECKING:
     from sunroom.errors import (

@@ -10,6 +10,7 @@ ever parsed as protocol.
 from __future__ import annotations
 
 import codecs
+import contextlib
 import fcntl
 import io
 import os
@@ -41,10 +42,8 @@ class StreamCapture:
         self.name = name
         self._send = send
         rfd, wfd = os.pipe()
-        try:
+        with contextlib.suppress(OSError):
             fcntl.fcntl(wfd, F_SETPIPE_SZ, READ_SIZE)
-        except OSError:
-            pass
         os.dup2(wfd, target_fd)
         os.close(wfd)
         self._rfd = rfd
@@ -133,10 +132,9 @@ class StreamCapture:
     def _emit(self, data: bytes, *, final: bool) -> None:
         text = self._decoder.decode(data, final)
         if text:
-            try:
+            # the host may be gone: output is best effort, the cell goes on
+            with contextlib.suppress(Exception):
                 self._send(self.name, text)
-            except Exception:  # the host is gone or the text is unencodable: output is best effort
-                pass
 
     def reset_idle(self) -> None:
         """Start a new quiet period for output written between cells."""
@@ -148,11 +146,15 @@ def install(send: Callable[[str, str], None]) -> tuple[StreamCapture, StreamCapt
     out = StreamCapture(1, "stdout", send)
     err = StreamCapture(2, "stderr", send)
     sys.stdout = io.TextIOWrapper(
-        io.FileIO(1, "w", closefd=False), encoding="utf-8", errors="backslashreplace",
+        io.FileIO(1, "w", closefd=False),
+        encoding="utf-8",
+        errors="backslashreplace",
         write_through=True,
     )
     sys.stderr = io.TextIOWrapper(
-        io.FileIO(2, "w", closefd=False), encoding="utf-8", errors="backslashreplace",
+        io.FileIO(2, "w", closefd=False),
+        encoding="utf-8",
+        errors="backslashreplace",
         write_through=True,
     )
     return out, err

@@ -64,8 +64,10 @@ class Executor:
         tree = compile(code, filename, "exec", flags | ast.PyCF_ONLY_AST, dont_inherit=True)
         assert isinstance(tree, ast.Module)
         last: types.CodeType | None = None
-        if tree.body and isinstance(tree.body[-1], ast.Expr):
-            expr = ast.Expression(tree.body.pop().value)
+        tail = tree.body[-1] if tree.body else None
+        if isinstance(tail, ast.Expr):
+            tree.body.pop()
+            expr = ast.Expression(tail.value)
             last = compile(expr, filename, "eval", flags, dont_inherit=True)
         body = compile(tree, filename, "exec", flags, dont_inherit=True)
         return body, last

@@ -36,7 +36,7 @@ class HostFunctionBusy(HostFunctionError):
 
 
 class HostFunctionBudgetExceeded(HostFunctionError):
-    """This kernel has used up the function's call budget."""
+    """The kernel has used up the function's call budget."""
 
 
 _BY_NAME: dict[str, type[Exception]] = {

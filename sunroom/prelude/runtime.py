@@ -9,6 +9,7 @@ Python version, the nonce it was given), then serve ``execute``, ``bind``, ``ins
 from __future__ import annotations
 
 import builtins
+import contextlib
 import linecache
 import os
 import queue
@@ -25,7 +26,7 @@ from sunroom.prelude.executor import Executor
 from sunroom.prelude.wire import from_wire
 from sunroom.rpc.blocking import BlockingChannel
 from sunroom.rpc.codec import DEFAULT_MAX_FRAME, PROTOCOL_VERSION
-from sunroom.rpc.messages import Notification, Request, RpcError
+from sunroom.rpc.messages import Request, RpcError
 
 _SHUTDOWN = object()
 
@@ -112,10 +113,8 @@ class Runtime:
             self.executing = False
         duration = time.perf_counter() - started
         for stream in (sys.stdout, sys.stderr):
-            try:
+            with contextlib.suppress(BaseException):
                 stream.flush()
-            except BaseException:
-                pass
         stdout, dropped_out = self.out.end()
         stderr, dropped_err = self.err.end()
         self.out.reset_idle()
@@ -176,8 +175,6 @@ def main(fd: int, nonce: str, max_frame: int = DEFAULT_MAX_FRAME) -> None:
     threading.current_thread().name = "sunroom-kernel"
     runtime.serve()
     for stream in (sys.stdout, sys.stderr):
-        try:
+        with contextlib.suppress(BaseException):
             stream.flush()
-        except BaseException:
-            pass
     os._exit(0)

@@ -10,6 +10,7 @@ kills every descendant, reaps them all, reports the kernel's exit on the status 
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import json
 import os
@@ -62,10 +63,8 @@ def sweep(deadline_s: float = 10.0) -> None:
         pids = descendants(me)
         for sig in (signal.SIGSTOP, signal.SIGKILL):
             for pid in pids:
-                try:
+                with contextlib.suppress(OSError):
                     os.kill(pid, sig)
-                except OSError:
-                    pass
         while True:
             try:
                 pid, _ = os.waitpid(-1, os.WNOHANG)
@@ -142,9 +141,7 @@ def main(config_json: str) -> None:
         pass
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     sweep()
-    try:
+    with contextlib.suppress(OSError):
         os.write(status_fd, status.encode())
-    except OSError:
-        pass
     sys.stdout.flush()
     os._exit(0)

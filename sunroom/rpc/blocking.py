@@ -9,6 +9,7 @@ runs (the kernel exits). Standard library and msgpack only.
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import threading
 from collections.abc import Callable
@@ -114,10 +115,8 @@ class BlockingChannel:
 
     def close(self) -> None:
         """Shut the socket down, let the reader thread finish, close the socket."""
-        try:
+        with contextlib.suppress(OSError):
             self._sock.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
         if self._reader.is_alive() and threading.current_thread() is not self._reader:
             self._reader.join(timeout=5)
         self._sock.close()

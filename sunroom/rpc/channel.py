@@ -256,7 +256,9 @@ class Channel(asyncio.Protocol):
         if self._deadline is not None:
             self._deadline.cancel()
             self._deadline = None
-        err: BaseException = exc if exc is not None else ClosedError("the kernel closed the channel")
+        err: BaseException = (
+            exc if exc is not None else ClosedError("the kernel closed the channel")
+        )
         for fut in self._pending.values():
             if not fut.done():
                 fut.set_exception(err)

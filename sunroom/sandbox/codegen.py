@@ -166,7 +166,7 @@ def _fields_of(tp: type) -> list[tuple[str, Any, Any]]:
             out.append((fname, info.annotation, default))
         return out
     hints = typing.get_type_hints(tp)
-    for f in dataclasses.fields(tp):
+    for f in dataclasses.fields(tp):  # type: ignore[arg-type]
         if f.default is not dataclasses.MISSING:
             default = f.default
         elif f.default_factory is not dataclasses.MISSING:

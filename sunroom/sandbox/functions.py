@@ -62,6 +62,7 @@ class HostFunction:
     idempotent: bool = False
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """Call the underlying function directly (on the host)."""
         return self.fn(*args, **kwargs)
 
     @functools.cached_property
@@ -70,7 +71,9 @@ class HostFunction:
         sig = inspect.signature(self.fn)
         hints = get_type_hints(self.fn, include_extras=True)
         params = [
-            p.replace(annotation=hints.get(p.name, Any if p.annotation is p.empty else p.annotation))
+            p.replace(
+                annotation=hints.get(p.name, Any if p.annotation is p.empty else p.annotation)
+            )
             for p in sig.parameters.values()
         ]
         return sig.replace(parameters=params, return_annotation=hints.get("return", Any))
@@ -251,7 +254,8 @@ class FunctionRegistry:
             raise
         except Exception as exc:
             failure = exc
-            raise CallRejected(type(exc).__name__, str(exc)) from None
+            single = len(exc.args) == 1 and isinstance(exc, KeyError)
+            raise CallRejected(type(exc).__name__, str(exc.args[0]) if single else str(exc)) from None
         finally:
             if self._on_call is not None:
                 self._on_call(hf.name, time.perf_counter() - started, failure)

@@ -212,7 +212,8 @@ class AsyncKernel:
             raise UsageError("timeout_s must be positive")
         async with self._lock:
             await self._ensure()
-            assert self._channel is not None and self._proc is not None
+            assert self._channel is not None
+            assert self._proc is not None
             started = time.perf_counter()
             params = {"code": code, "max_output_bytes": self.limits.max_output_bytes}
             call = asyncio.ensure_future(self._channel.call("execute", params))
@@ -288,10 +289,9 @@ class AsyncKernel:
     async def _after_loss(
         self, status: Any, error: ExecutionError, started: float
     ) -> ExecutionResult:
-        try:
+        # if the restart fails, the next execute retries the start and raises then
+        with contextlib.suppress(KernelError):
             await self._restart()
-        except KernelError:
-            pass  # the next execute retries the start and raises if it still fails
         return ExecutionResult(
             status=status,
             error=error,
@@ -360,5 +360,3 @@ class AsyncKernel:
             except RemoteError as exc:
                 raise KernelError(f"variables failed: {exc}") from None
         return [Variable(r["name"], r["type"], r["repr"]) for r in rows]
-
-

@@ -9,7 +9,6 @@ import threading
 import time
 
 import pydantic
-import pytest
 
 from sunroom import AsyncKernel, Limits, host_function
 
@@ -77,9 +76,7 @@ async def test_validation_error_is_readable_inside(backend: str) -> None:
         assert r.error is not None
         assert r.error.type == "HostFunctionArgumentError"
         assert "order.quantity: Input should be greater than 0 (got 0)" in r.error.message
-        r = await k.execute(
-            "try:\n    lookup(5)\nexcept TypeError as e:\n    print('caught', e)"
-        )
+        r = await k.execute("try:\n    lookup(5)\nexcept TypeError as e:\n    print('caught', e)")
         assert r.ok and "ticker: Input should be a valid string" in r.stdout
         r = await k.execute("lookup('NONE')")
         assert r.error is not None and r.error.type == "KeyError"

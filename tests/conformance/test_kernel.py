@@ -27,7 +27,9 @@ async def test_state_persists_across_cells(kernel: AsyncKernel) -> None:
 
 
 async def test_print_order_and_trailing_expression(kernel: AsyncKernel) -> None:
-    r = await kernel.execute("for i in range(5):\n    print(i)\nimport sys\nprint('e', file=sys.stderr)\n'done'")
+    r = await kernel.execute(
+        "for i in range(5):\n    print(i)\nimport sys\nprint('e', file=sys.stderr)\n'done'"
+    )
     assert r.stdout == "0\n1\n2\n3\n4\n"
     assert r.stderr == "e\n"
     assert r.value == "'done'"
@@ -77,7 +79,9 @@ async def test_base_exceptions_do_not_desync(kernel: AsyncKernel, code: str) -> 
 async def test_input_raises_eof_and_top_level_await(kernel: AsyncKernel) -> None:
     r = await kernel.execute("input('name? ')")
     assert r.error is not None and r.error.type == "EOFError"
-    r = await kernel.execute("import asyncio\nawait asyncio.sleep(0.01)\nv = await asyncio.sleep(0, 'ok')\nv")
+    r = await kernel.execute(
+        "import asyncio\nawait asyncio.sleep(0.01)\nv = await asyncio.sleep(0, 'ok')\nv"
+    )
     assert r.ok and r.value == "'ok'"
 
 
@@ -126,7 +130,9 @@ async def test_output_streams_while_the_cell_runs(backend: str) -> None:
         backend=backend, on_output=lambda name, text: seen.append((time.monotonic(), text))
     ) as k:
         started = time.monotonic()
-        r = await k.execute("import time\nprint('first', flush=True)\ntime.sleep(0.5)\nprint('second')")
+        r = await k.execute(
+            "import time\nprint('first', flush=True)\ntime.sleep(0.5)\nprint('second')"
+        )
         assert r.ok
     first = [t for t, text in seen if "first" in text]
     assert first and first[0] - started < 0.4
@@ -197,7 +203,9 @@ async def test_death_is_classified_and_recovered(backend: str, code: str, reason
 
 
 async def test_memory_limit_holds(backend: str) -> None:
-    async with AsyncKernel(backend=backend, limits=Limits(memory_mb=256, address_space_slack_mb=256)) as k:
+    async with AsyncKernel(
+        backend=backend, limits=Limits(memory_mb=256, address_space_slack_mb=256)
+    ) as k:
         r = await k.execute("x = bytearray(1024 * 1024 * 1024)")
         assert r.status in ("error", "died")
         if r.status == "error":
@@ -284,7 +292,9 @@ async def test_many_kernels_concurrently(backend: str) -> None:
 
 def test_sync_kernel_matches_the_issue_example(backend: str) -> None:
     with sunroom.Kernel(
-        backend=backend, inputs={"numbers": [1, 2, 3]}, limits=sunroom.Limits(timeout_s=5, memory_mb=512)
+        backend=backend,
+        inputs={"numbers": [1, 2, 3]},
+        limits=sunroom.Limits(timeout_s=5, memory_mb=512),
     ) as k:
         r = k.execute("total = sum(numbers)\ntotal")
         assert r.ok and r.value == "6"

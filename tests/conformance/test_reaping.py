@@ -81,9 +81,7 @@ async def test_one_gigabyte_of_output_keeps_host_memory_bounded(backend: str) ->
         nonlocal streamed
         streamed += len(text)
 
-    async with AsyncKernel(
-        backend=backend, on_output=count, limits=Limits(timeout_s=120)
-    ) as k:
+    async with AsyncKernel(backend=backend, on_output=count, limits=Limits(timeout_s=120)) as k:
         await k.execute("x = 1")
         before = me.memory_info().rss
         r = await k.execute(

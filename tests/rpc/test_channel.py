@@ -78,9 +78,11 @@ async def test_remote_error_and_abandoned_call() -> None:
 
     def serve(req: Request) -> None:
         if req.method == "slow":
+
             def later() -> None:
                 release.wait()
                 peer.respond(req.id, None, "late")
+
             threading.Thread(target=later).start()
         else:
             peer.respond(req.id, RpcError("Bad", "no"))

@@ -73,7 +73,7 @@ class SubprocessBackend:
             "cgroup_procs": cgroup.procs_files if cgroup else [],
         }
         try:
-            with open(rundir / "kernel.log", "wb") as log:
+            with open(rundir / "kernel.log", "wb") as log:  # noqa: ASYNC230 - a local create
                 proc = await asyncio.create_subprocess_exec(
                     self._python,
                     "-I",

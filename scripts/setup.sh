@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Create .venv (Python >= 3.11) and install sunroom with its test and provider extras.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY="${PYTHON:-}"
+if [ -z "$PY" ]; then
+  for cand in python3.13 python3.12 python3.11 python3; do
+    if command -v "$cand" >/dev/null 2>&1 && "$cand" -c 'import sys; sys.exit(sys.version_info < (3, 11))'; then
+      PY="$cand"; break
+    fi
+  done
+fi
+[ -n "$PY" ] || { echo "setup: need Python >= 3.11 (set PYTHON=/path/to/python3.11)" >&2; exit 1; }
+if [ ! -x .venv/bin/python ]; then
+  "$PY" -m venv .venv
+fi
+.venv/bin/python -m pip install -q --upgrade pip 2>&1 | grep -v "^WARNING: Location" || true
+.venv/bin/python -m pip install -q -e '.[dev,providers]' 2>&1 | grep -v "^WARNING: Location" || true
+.venv/bin/python -c 'import sunroom, msgpack, pydantic, psutil, pytest' \
+  || { echo "setup: installation failed" >&2; exit 1; }

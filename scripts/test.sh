@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# Set everything up, then run the whole test suite (the command CI runs).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+set +e
+.venv/bin/python -m pytest -q "$@"
+code=$?
+set -e
+# pytest exits 5 when no test was collected: that is a failure here, never a pass
+if [ "$code" -eq 5 ]; then echo "test.sh: no tests were collected" >&2; exit 1; fi
+exit "$code"
