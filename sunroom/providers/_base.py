@@ -75,13 +75,13 @@ class VendorModel(Model, Generic[ClientT]):
 
     @abstractmethod
     async def _complete_once(
-        self, client: ClientT, request: Request, settings: Settings, timeout: float | None
+        self, client: ClientT, request: Request, settings: Settings, limit: float | None
     ) -> Response:
         """One attempt of a whole-reply call (cost not yet set)."""
 
     @abstractmethod
     async def _open_stream(
-        self, client: ClientT, request: Request, settings: Settings, timeout: float | None
+        self, client: ClientT, request: Request, settings: Settings, limit: float | None
     ) -> Any:
         """Start a streamed call; return once the reply's headers arrived."""
 
@@ -128,10 +128,10 @@ class VendorModel(Model, Generic[ClientT]):
         translated = self._translate(exc)
         return exc if translated is None else translated
 
-    async def _guard(self, make: Callable[[], Awaitable[T]], timeout: float | None) -> T:
-        """Run one attempt with ``timeout``; the one boundary where exceptions are translated."""
+    async def _guard(self, make: Callable[[], Awaitable[T]], limit: float | None) -> T:
+        """Run one attempt within ``limit`` seconds; translate what it raises (the boundary)."""
         try:
-            async with asyncio.timeout(timeout):
+            async with asyncio.timeout(limit):
                 return await make()
         except Exception as exc:
             error = self._error(exc)
@@ -151,13 +151,13 @@ class VendorModel(Model, Generic[ClientT]):
         settings = self.settings.merged(request.settings)
         return settings, settings.timeout or self.config.timeout
 
-    async def _retrying(self, attempt: Callable[[float | None], Awaitable[T]], timeout: float) -> T:
+    async def _retrying(self, attempt: Callable[[float | None], Awaitable[T]], limit: float) -> T:
         return await call_with_retry(
             attempt,
             policy=self.retry,
             breaker=self.breaker,
             clock=self.clock,
-            timeout=timeout,
+            limit=limit,
             provider=self.provider,
         )
 
@@ -172,9 +172,7 @@ class VendorModel(Model, Generic[ClientT]):
         settings, timeout = self._effective(request)
 
         async def attempt(t: float | None) -> Response:
-            return await self._guard(
-                lambda: self._complete_once(client, request, settings, t), t
-            )
+            return await self._guard(lambda: self._complete_once(client, request, settings, t), t)
 
         return self._with_cost(await self._retrying(attempt, timeout))
 
@@ -210,7 +208,9 @@ class VendorModel(Model, Generic[ClientT]):
             self.breaker.record(error, probe=False)
             raise error
 
-    async def _count_with_retry(self, count: Callable[[ClientT, float | None], Awaitable[int]]) -> int:
+    async def _count_with_retry(
+        self, count: Callable[[ClientT, float | None], Awaitable[int]]
+    ) -> int:
         client = self._client_for_call()
 
         async def attempt(t: float | None) -> int:

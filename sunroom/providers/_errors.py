@@ -127,7 +127,9 @@ def from_status(
 def timeout(provider: str, detail: str = "") -> ProviderTimeoutError:
     """The vendor did not answer in time."""
     suffix = f" ({detail})" if detail else ""
-    return ProviderTimeoutError(f"{provider}: no reply within the timeout{suffix}", provider=provider)
+    return ProviderTimeoutError(
+        f"{provider}: no reply within the timeout{suffix}", provider=provider
+    )
 
 
 def connection(provider: str, detail: str) -> ProviderConnectionError:

@@ -242,17 +242,17 @@ class AnthropicModel(VendorModel["AsyncAnthropic"]):
         await client.close()
 
     async def _complete_once(
-        self, client: AsyncAnthropic, request: Request, settings: Settings, timeout: float | None
+        self, client: AsyncAnthropic, request: Request, settings: Settings, limit: float | None
     ) -> Response:
         kwargs = encode_request(self.name, request, settings)
-        message = await client.messages.create(**kwargs, timeout=timeout)
+        message = await client.messages.create(**kwargs, timeout=limit)
         return decode_message(message)
 
     async def _open_stream(
-        self, client: AsyncAnthropic, request: Request, settings: Settings, timeout: float | None
+        self, client: AsyncAnthropic, request: Request, settings: Settings, limit: float | None
     ) -> Any:
         kwargs = encode_request(self.name, request, settings)
-        return await client.messages.create(**kwargs, stream=True, timeout=timeout)
+        return await client.messages.create(**kwargs, stream=True, timeout=limit)
 
     async def _close_stream(self, opened: Any) -> None:
         await opened.close()
@@ -327,8 +327,8 @@ class AnthropicModel(VendorModel["AsyncAnthropic"]):
         for key in ("max_tokens", "stop_sequences", "extra_body"):
             kwargs.pop(key, None)
 
-        async def count(client: AsyncAnthropic, timeout: float | None) -> int:
-            result = await client.messages.count_tokens(**kwargs, timeout=timeout)
+        async def count(client: AsyncAnthropic, limit: float | None) -> int:
+            result = await client.messages.count_tokens(**kwargs, timeout=limit)
             return int(result.input_tokens)
 
         return await self._count_with_retry(count)

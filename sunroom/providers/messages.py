@@ -41,7 +41,7 @@ class Origin:
 
     Attributes:
         provider: The vendor family that produced the part: ``"anthropic"``, ``"openai"``
-            (Responses API), ``"openai-chat"`` or ``"gemini"``.
+            (Responses API), ``"openai-compatible"`` (Chat Completions) or ``"gemini"``.
         item_id: The vendor's id for the enclosing item (OpenAI Responses output items).
         signature: An opaque token to return verbatim (Anthropic thinking signature or
             redacted-thinking data, OpenAI encrypted reasoning, Gemini thought signature).

@@ -43,7 +43,7 @@ if TYPE_CHECKING:
 
 __all__ = ["OpenAIChatModel"]
 
-PROVIDER = "openai-chat"
+PROVIDER = "openai-compatible"
 
 _FINISH: dict[str, FinishReason] = {
     "stop": "stop",
@@ -237,16 +237,16 @@ class OpenAIChatModel(VendorModel["AsyncOpenAI"]):
         return encode_request(self.name, request, settings, official=official, stream=stream)
 
     async def _complete_once(
-        self, client: AsyncOpenAI, request: Request, settings: Settings, timeout: float | None
+        self, client: AsyncOpenAI, request: Request, settings: Settings, limit: float | None
     ) -> Response:
         kwargs = self._kwargs(request, settings, stream=False)
-        return decode_completion(await client.chat.completions.create(**kwargs, timeout=timeout))
+        return decode_completion(await client.chat.completions.create(**kwargs, timeout=limit))
 
     async def _open_stream(
-        self, client: AsyncOpenAI, request: Request, settings: Settings, timeout: float | None
+        self, client: AsyncOpenAI, request: Request, settings: Settings, limit: float | None
     ) -> Any:
         kwargs = self._kwargs(request, settings, stream=True)
-        return await client.chat.completions.create(**kwargs, stream=True, timeout=timeout)
+        return await client.chat.completions.create(**kwargs, stream=True, timeout=limit)
 
     async def _close_stream(self, opened: Any) -> None:
         await opened.close()
@@ -266,9 +266,10 @@ class OpenAIChatModel(VendorModel["AsyncOpenAI"]):
                 if choice.index != 0:
                     continue
                 delta = choice.delta
-                if reasoning := _reasoning(delta):
-                    if (out := builder.thinking("thinking", reasoning, Origin(PROVIDER))) is not None:
-                        yield out
+                reasoning = _reasoning(delta)
+                origin = Origin(PROVIDER)
+                if reasoning and (out := builder.thinking("thinking", reasoning, origin)):
+                    yield out
                 if delta.content and (out := builder.text("text", delta.content)) is not None:
                     yield out
                 for call in delta.tool_calls or ():
@@ -277,13 +278,13 @@ class OpenAIChatModel(VendorModel["AsyncOpenAI"]):
                     if not builder.has_tool(key):
                         name = (function.name if function else None) or ""
                         yield builder.tool_start(key, call.id or f"call_{call.index}", name)
-                    if function and function.arguments:
-                        if (out := builder.tool_args(key, function.arguments)) is not None:
-                            yield out
+                    arguments = function.arguments if function else None
+                    if arguments and (out := builder.tool_args(key, arguments)) is not None:
+                        yield out
                 if choice.finish_reason:
                     finish = choice.finish_reason
-                    for key in builder.open_tools():
-                        if (out := builder.tool_end(key)) is not None:
+                    for open_key in builder.open_tools():
+                        if (out := builder.tool_end(open_key)) is not None:
                             yield out
         if finish is None:
             return  # no finish reason: the stream was cut (the caller raises)

@@ -252,7 +252,9 @@ def translate_openai(provider: str, exc: BaseException) -> ProviderError | None:
         return _errors.timeout(provider)
     if isinstance(exc, openai.APIConnectionError):
         cause = exc.__cause__
-        return _errors.connection(provider, f"{type(cause).__name__}: {cause}" if cause else str(exc))
+        return _errors.connection(
+            provider, f"{type(cause).__name__}: {cause}" if cause else str(exc)
+        )
     if isinstance(exc, openai.APIError) and isinstance(exc.body, dict):
         # An error sent inside a 200 event stream.
         body = exc.body
@@ -328,16 +330,16 @@ class OpenAIResponsesModel(VendorModel["AsyncOpenAI"]):
         await client.close()
 
     async def _complete_once(
-        self, client: AsyncOpenAI, request: Request, settings: Settings, timeout: float | None
+        self, client: AsyncOpenAI, request: Request, settings: Settings, limit: float | None
     ) -> Response:
         kwargs = encode_request(self.name, request, settings)
-        return decode_response(await client.responses.create(**kwargs, timeout=timeout))
+        return decode_response(await client.responses.create(**kwargs, timeout=limit))
 
     async def _open_stream(
-        self, client: AsyncOpenAI, request: Request, settings: Settings, timeout: float | None
+        self, client: AsyncOpenAI, request: Request, settings: Settings, limit: float | None
     ) -> Any:
         kwargs = encode_request(self.name, request, settings)
-        return await client.responses.create(**kwargs, stream=True, timeout=timeout)
+        return await client.responses.create(**kwargs, stream=True, timeout=limit)
 
     async def _close_stream(self, opened: Any) -> None:
         await opened.close()
@@ -395,8 +397,8 @@ class OpenAIResponsesModel(VendorModel["AsyncOpenAI"]):
         for key in ("max_output_tokens", "temperature", "extra_body"):
             kwargs.pop(key, None)
 
-        async def count(client: AsyncOpenAI, timeout: float | None) -> int:
-            result = await client.responses.input_tokens.count(**kwargs, timeout=timeout)
+        async def count(client: AsyncOpenAI, limit: float | None) -> int:
+            result = await client.responses.input_tokens.count(**kwargs, timeout=limit)
             return int(result.input_tokens)
 
         return await self._count_with_retry(count)
@@ -407,9 +409,7 @@ class OpenAIResponsesModel(VendorModel["AsyncOpenAI"]):
 
 def _item_added(builder: ResponseBuilder, index: int, item: Any) -> StreamEvent | None:
     if item.type == "function_call":
-        return builder.tool_start(
-            index, item.call_id, item.name, Origin(PROVIDER, item_id=item.id)
-        )
+        return builder.tool_start(index, item.call_id, item.name, Origin(PROVIDER, item_id=item.id))
     if item.type == "reasoning":
         origin = Origin(PROVIDER, item_id=item.id, signature=item.encrypted_content)
         return builder.thinking(index, "", origin)
@@ -430,4 +430,3 @@ def _item_done(builder: ResponseBuilder, index: int, item: Any) -> StreamEvent |
         else:
             builder.set_origin(index, origin)
     return None
-

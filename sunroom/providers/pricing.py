@@ -31,7 +31,7 @@ def _dec(value: Decimal | str | float | int | None) -> Decimal | None:
 @final
 @dataclass(frozen=True, slots=True)
 class LongContext:
-    """A dearer tier: when a call's prompt exceeds ``above`` tokens, all of it bills at ``price``."""
+    """A dearer tier: a call whose prompt exceeds ``above`` tokens bills wholly at ``price``."""
 
     above: int
     price: Price
@@ -134,9 +134,7 @@ class PriceTable:
         return f"PriceTable({len(self._prices)} models)"
 
 
-def _p(
-    i: str, o: str, cr: str | None, cw: str | None = None, cw1h: str | None = None
-) -> Price:
+def _p(i: str, o: str, cr: str | None, cw: str | None = None, cw1h: str | None = None) -> Price:
     return Price(input=i, output=o, cache_read=cr, cache_write=cw, cache_write_1h=cw1h)
 
 

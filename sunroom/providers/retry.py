@@ -131,8 +131,7 @@ class CircuitBreaker:
             return True
         wait = max(self.reset_after - (self.clock.now() - self._opened_at), 0.0)
         raise CircuitOpenError(
-            f"circuit open after {self._failures} consecutive failures; "
-            f"next probe in {wait:.1f}s",
+            f"circuit open after {self._failures} consecutive failures; next probe in {wait:.1f}s",
             provider=provider,
         )
 
@@ -165,10 +164,13 @@ async def call_with_retry(
     policy: RetryPolicy,
     breaker: CircuitBreaker | None,
     clock: Clock,
-    timeout: float | None,
+    limit: float | None,
     provider: str = "",
 ) -> T:
-    """Run ``attempt(timeout_for_this_attempt)`` under ``policy`` and ``breaker``.
+    """Run ``attempt(time_limit)`` under ``policy`` and ``breaker``.
+
+    ``limit`` is each attempt's time limit in seconds (cut to the time left before the
+    policy's deadline).
 
     ``attempt`` must raise only :class:`~sunroom.errors.ProviderError` (translate first).
     Raises the last error when attempts, or the deadline, run out; raises
@@ -182,11 +184,11 @@ async def call_with_retry(
             raise ProviderTimeoutError(
                 f"retry deadline of {policy.deadline}s passed", provider=provider
             )
-        this_timeout = timeout if remaining is None else min(timeout or remaining, remaining)
+        this_limit = limit if remaining is None else min(limit or remaining, remaining)
         probe = breaker.acquire(provider) if breaker is not None else False
         error: ProviderError | None = None
         try:
-            result = await attempt(this_timeout)
+            result = await attempt(this_limit)
         except ProviderError as exc:
             error = exc
         finally:
