@@ -9,25 +9,25 @@ trimmed to the user's own frames, with the failing source line (SyntaxError with
 from __future__ import annotations
 
 import ast
-import asyncio
-import inspect
 import linecache
 import os
 import traceback
 import types
-from dataclasses import dataclass
 from typing import Any, Final
 
 MAX_REPR: Final = 20_000
+CO_COROUTINE: Final = 0x80  # inspect.CO_COROUTINE, without importing inspect
 _PRELUDE_DIR: Final = os.path.dirname(os.path.abspath(__file__))
 
 
-@dataclass(slots=True)
 class CellOutcome:
     """What running a cell produced (output is captured separately)."""
 
-    value: str | None = None
-    error: dict[str, str] | None = None
+    __slots__ = ("error", "value")
+
+    def __init__(self, value: str | None = None, error: dict[str, str] | None = None) -> None:
+        self.value = value
+        self.error = error
 
 
 class Executor:
@@ -36,7 +36,7 @@ class Executor:
     def __init__(self, namespace: dict[str, Any]) -> None:
         self.namespace = namespace
         self._count = 0
-        self._loop = asyncio.new_event_loop()
+        self._loop: Any = None  # created on the first top-level await (asyncio is slow to import)
 
     def run(self, code: str) -> CellOutcome:
         """Run *code*; never raises for anything the cell does (BaseException included)."""
@@ -74,7 +74,11 @@ class Executor:
 
     def _eval(self, code: types.CodeType) -> Any:
         result = eval(code, self.namespace)  # noqa: S307 - running model code is the point
-        if code.co_flags & inspect.CO_COROUTINE:
+        if code.co_flags & CO_COROUTINE:
+            if self._loop is None:
+                import asyncio
+
+                self._loop = asyncio.new_event_loop()
             result = self._loop.run_until_complete(result)
         return result
 

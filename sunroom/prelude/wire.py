@@ -7,14 +7,11 @@ the annotation a generated wrapper declares as its return type.
 
 from __future__ import annotations
 
-import dataclasses
 import datetime
-import decimal
 import enum
-import pathlib
+import sys
 import types
 import typing
-import uuid
 from typing import Any
 
 _SCALARS = (str, int, float, bool, bytes, type(None))
@@ -26,8 +23,9 @@ def to_wire(value: Any) -> Any:
         return value
     if isinstance(value, enum.Enum):
         return to_wire(value.value)
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: to_wire(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    fields = getattr(type(value), "__dataclass_fields__", None)
+    if fields is not None:
+        return {name: to_wire(getattr(value, name)) for name in fields}
     if isinstance(value, dict):
         return {to_wire(k): to_wire(v) for k, v in value.items()}
     if isinstance(value, list | tuple | set | frozenset):
@@ -38,11 +36,20 @@ def to_wire(value: Any) -> Any:
         return value.isoformat()
     if isinstance(value, datetime.timedelta):
         return value.total_seconds()
-    if isinstance(value, decimal.Decimal | uuid.UUID | pathlib.PurePath):
+    if _is_stringlike(value):
         return str(value)
     if isinstance(value, bytearray | memoryview):
         return bytes(value)
     raise TypeError(f"cannot send a {type(value).__name__} to the host")
+
+
+def _is_stringlike(value: Any) -> bool:
+    """Decimal, UUID or a path: checked without importing those modules."""
+    for module, name in (("decimal", "Decimal"), ("uuid", "UUID"), ("pathlib", "PurePath")):
+        mod = sys.modules.get(module)
+        if mod is not None and isinstance(value, getattr(mod, name)):
+            return True
+    return False
 
 
 def from_wire(tp: Any, value: Any) -> Any:
@@ -93,11 +100,12 @@ def _from_union(arms: tuple[Any, ...], value: Any) -> Any:
 
 
 def _from_class(tp: type, value: Any) -> Any:
-    if dataclasses.is_dataclass(tp) and isinstance(value, dict):
+    fields = getattr(tp, "__dataclass_fields__", None)
+    if fields is not None and isinstance(value, dict):
         kwargs = {}
-        for f in dataclasses.fields(tp):
-            if f.name in value:
-                kwargs[f.name] = from_wire(f.type, value[f.name])
+        for name, f in fields.items():
+            if name in value:
+                kwargs[name] = from_wire(f.type, value[name])
         return tp(**kwargs)
     if issubclass(tp, enum.Enum):
         return tp(value)
@@ -109,7 +117,7 @@ def _from_class(tp: type, value: Any) -> Any:
         return datetime.time.fromisoformat(value)
     if tp is datetime.timedelta and isinstance(value, int | float):
         return datetime.timedelta(seconds=value)
-    if tp in (decimal.Decimal, uuid.UUID, pathlib.Path) and isinstance(value, str):
+    if isinstance(value, str) and tp.__module__ in ("decimal", "uuid", "pathlib"):
         return tp(value)
     if tp in (tuple, set, frozenset) and isinstance(value, list):
         return tp(value)

@@ -4,13 +4,12 @@
 * response     ``[1, id, error, result]`` where ``error`` is ``None`` or ``{type, message, data}``
 * notification ``[2, method, params]``
 
-``parse_message`` turns a decoded payload into one of the frozen dataclasses below or raises
+``parse_message`` turns a decoded payload into one of the frozen records below or raises
 :class:`~sunroom.rpc.codec.WireError`; ``to_wire`` is its inverse.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, Final
 
 from sunroom.rpc.codec import WireError
@@ -21,23 +20,55 @@ NOTIFICATION: Final = 2
 MAX_ID: Final = 2**32 - 1
 
 
-@dataclass(frozen=True, slots=True)
-class RpcError:
+class _Record:
+    """A tiny frozen record (``dataclasses`` costs the kernel ~10 ms of start-up to import)."""
+
+    __slots__: tuple[str, ...] = ()
+
+    def __init__(self, *values: Any) -> None:
+        if len(values) > len(self.__slots__):
+            raise TypeError(f"{type(self).__name__} takes {len(self.__slots__)} values")
+        defaults = getattr(type(self), "_defaults", {})
+        for name, value in zip(self.__slots__, values, strict=False):
+            object.__setattr__(self, name, value)
+        for name in self.__slots__[len(values) :]:
+            object.__setattr__(self, name, defaults[name])
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError(f"{type(self).__name__} is frozen")
+
+    def _values(self) -> tuple[Any, ...]:
+        return tuple(getattr(self, n) for n in self.__slots__)
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is type(self) and self._values() == other._values()  # type: ignore[attr-defined]
+
+    def __hash__(self) -> int:
+        return hash((type(self), self._values()))
+
+    def __repr__(self) -> str:
+        inner = ", ".join(f"{n}={getattr(self, n)!r}" for n in self.__slots__)
+        return f"{type(self).__name__}({inner})"
+
+
+class RpcError(_Record):
     """An error carried in a response: a type name, a message and optional extra data."""
 
+    __slots__ = ("type", "message", "data")
+    _defaults = {"data": None}  # noqa: RUF012
     type: str
     message: str
-    data: Any = None
+    data: Any
 
     def to_wire(self) -> dict[str, Any]:
         """Return the ``{type, message, data}`` map."""
         return {"type": self.type, "message": self.message, "data": self.data}
 
 
-@dataclass(frozen=True, slots=True)
-class Request:
+class Request(_Record):
     """A call expecting exactly one response with the same id."""
 
+    __slots__ = ("id", "method", "params")
     id: int
     method: str
     params: Any
@@ -47,10 +78,10 @@ class Request:
         return [REQUEST, self.id, self.method, self.params]
 
 
-@dataclass(frozen=True, slots=True)
-class Response:
+class Response(_Record):
     """The answer to a request: exactly one of ``error`` and ``result`` is meaningful."""
 
+    __slots__ = ("id", "error", "result")
     id: int
     error: RpcError | None
     result: Any
@@ -61,10 +92,10 @@ class Response:
         return [RESPONSE, self.id, err, self.result]
 
 
-@dataclass(frozen=True, slots=True)
-class Notification:
+class Notification(_Record):
     """A one-way message; never answered."""
 
+    __slots__ = ("method", "params")
     method: str
     params: Any
 

@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import os
+import site
 import socket
 import sys
 import tempfile
@@ -26,7 +28,7 @@ from sunroom.sandbox.cgroup import Cgroup
 from sunroom.sandbox.process import SupervisedProcess, _remove_tree
 
 BOOT = (
-    "import sys; sys.path.insert(0, sys.argv[1]); "
+    "import sys, json; sys.path[0:0] = json.loads(sys.argv[1]); "
     "from sunroom.prelude.supervisor import main; main(sys.argv[2])"
 )
 
@@ -34,6 +36,34 @@ BOOT = (
 def package_root() -> str:
     """The directory holding the ``sunroom`` package (put first on the kernel's sys.path)."""
     return str(Path(sunroom.__file__).resolve().parent.parent)
+
+
+@functools.cache
+def kernel_sys_path() -> list[str]:
+    """sys.path entries for a kernel started with ``-I -S``: sunroom, then site-packages.
+
+    Starting without ``site`` saves ~20 ms per kernel. Site-packages directories and the plain
+    directory lines of their ``.pth`` files are added; ``.pth`` lines that run code (``import``)
+    are not executed, so packages relying on start-up hooks need ``import site`` in a cell.
+    """
+    entries = [package_root()]
+    for d in site.getsitepackages():
+        if not os.path.isdir(d) or d in entries:
+            continue
+        entries.append(d)
+        for pth in sorted(Path(d).glob("*.pth")):
+            try:
+                lines = pth.read_text().splitlines()
+            except (OSError, UnicodeDecodeError):
+                continue
+            for line in lines:
+                line = line.strip()
+                if not line or line.startswith(("#", "import ", "import\t")):
+                    continue
+                path = os.path.join(d, line)
+                if os.path.isdir(path) and path not in entries:
+                    entries.append(path)
+    return entries
 
 
 @final
@@ -77,9 +107,10 @@ class SubprocessBackend:
                 proc = await asyncio.create_subprocess_exec(
                     self._python,
                     "-I",
+                    "-S",
                     "-c",
                     BOOT,
-                    package_root(),
+                    json.dumps(kernel_sys_path()),
                     json.dumps(config),
                     stdin=asyncio.subprocess.DEVNULL,
                     stdout=asyncio.subprocess.DEVNULL,
