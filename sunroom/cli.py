@@ -64,9 +64,9 @@ def exec_(
         if result.value is not None:
             sys.stdout.write(result.value + "\n")
         if result.error is not None:
-            sys.stderr.write(result.error.traceback or f"{result.error.type}: {result.error.message}\n")
-            if not result.error.traceback.endswith("\n"):
-                sys.stderr.write("\n")
+            err = result.error
+            text = err.traceback or f"{err.type}: {err.message}"
+            sys.stderr.write(text if text.endswith("\n") else text + "\n")
     raise typer.Exit(EXIT_CODES[result.status])
 
 

@@ -118,7 +118,7 @@ def _from_class(tp: type, value: Any) -> Any:
     if tp is datetime.timedelta and isinstance(value, int | float):
         return datetime.timedelta(seconds=value)
     if isinstance(value, str) and tp.__module__ in ("decimal", "uuid", "pathlib"):
-        return tp(value)
+        return tp(value)  # type: ignore[call-arg]
     if tp in (tuple, set, frozenset) and isinstance(value, list):
         return tp(value)
     if tp is float and isinstance(value, int):

@@ -213,29 +213,39 @@ class Channel(asyncio.Protocol):
             raise ClosedError("the channel is closed") from self._close_exc
         self._transport.write(frame(message, max_frame=self._max_frame))
 
-    async def call(self, method: str, params: Any = None) -> Any:
-        """Send a request and await its result.
+    def request(self, method: str, params: Any = None) -> asyncio.Future[Any]:
+        """Send a request now and return the future of its result (no task is created).
 
-        Raises RemoteError when the peer answers with an error, ProtocolError or ClosedError
-        when the channel closes first, WireError (as ProtocolError) when *params* cannot be
-        encoded or exceed the frame cap. Cancelling the await forgets the request.
+        The future fails with RemoteError when the peer answers with an error, ProtocolError or
+        ClosedError when the channel closes first. Cancelling it abandons the request: a late
+        answer is then dropped instead of being a protocol error. Raises ProtocolError at once
+        when *params* cannot be encoded or exceed the frame cap, ClosedError when closed.
         """
         self._next_id = req_id = (self._next_id + 1) & 0xFFFFFFFF
         fut: asyncio.Future[Any] = self._loop.create_future()
-        self._pending[req_id] = fut
         try:
-            try:
-                self._write([0, req_id, method, params])
-            except WireError as exc:
-                raise ProtocolError(f"cannot send {method!r}: {exc}") from None
-            if not self._write_ready.is_set():
-                await self._write_ready.wait()
-            return await fut
-        finally:
-            if self._pending.pop(req_id, None) is not None and not self.closed.done():
-                if len(self._abandoned) >= 4096:
-                    self._abandoned.clear()
-                self._abandoned.add(req_id)
+            self._write([0, req_id, method, params])
+        except WireError as exc:
+            raise ProtocolError(f"cannot send {method!r}: {exc}") from None
+        self._pending[req_id] = fut
+        fut.add_done_callback(lambda f: self._settled(req_id, f))
+        return fut
+
+    def _settled(self, req_id: int, fut: asyncio.Future[Any]) -> None:
+        if self._pending.pop(req_id, None) is not None and not self.closed.done():
+            if len(self._abandoned) >= 4096:
+                self._abandoned.clear()
+            self._abandoned.add(req_id)
+
+    async def call(self, method: str, params: Any = None) -> Any:
+        """Send a request and await its result; see :meth:`request` for what it raises.
+
+        Waits for the socket's write buffer to drain first when it is full (backpressure).
+        """
+        fut = self.request(method, params)
+        if not self._write_ready.is_set():
+            await self._write_ready.wait()
+        return await fut
 
     def notify(self, method: str, params: Any = None) -> None:
         """Send a notification; raises ClosedError if the channel is closed."""

@@ -41,7 +41,11 @@ class _Record:
         return tuple(getattr(self, n) for n in self.__slots__)
 
     def __eq__(self, other: object) -> bool:
-        return type(other) is type(self) and self._values() == other._values()  # type: ignore[attr-defined]
+        return (
+            isinstance(other, _Record)
+            and type(other) is type(self)
+            and self._values() == other._values()
+        )
 
     def __hash__(self) -> int:
         return hash((type(self), self._values()))

@@ -255,7 +255,8 @@ class FunctionRegistry:
         except Exception as exc:
             failure = exc
             single = len(exc.args) == 1 and isinstance(exc, KeyError)
-            raise CallRejected(type(exc).__name__, str(exc.args[0]) if single else str(exc)) from None
+            message = str(exc.args[0]) if single else str(exc)
+            raise CallRejected(type(exc).__name__, message) from None
         finally:
             if self._on_call is not None:
                 self._on_call(hf.name, time.perf_counter() - started, failure)

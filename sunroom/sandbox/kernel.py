@@ -216,14 +216,12 @@ class AsyncKernel:
             assert self._proc is not None
             started = time.perf_counter()
             params = {"code": code, "max_output_bytes": self.limits.max_output_bytes}
-            call = asyncio.ensure_future(self._channel.call("execute", params))
             self._running_cell = True
             try:
-                done, _ = await asyncio.wait({call}, timeout=timeout)
-                if not done:
+                call = self._channel.request("execute", params)
+                if not await _settles_within(call, timeout):
                     self._proc.interrupt()
-                    done, _ = await asyncio.wait({call}, timeout=self.limits.interrupt_grace_s)
-                    if not done:
+                    if not await _settles_within(call, self.limits.interrupt_grace_s):
                         call.cancel()
                         return await self._after_loss(
                             "timeout",
@@ -237,9 +235,6 @@ class AsyncKernel:
                         )
                     return self._to_result(call, started, timed_out=True, timeout=timeout)
                 return self._to_result(call, started)
-            except asyncio.CancelledError:
-                call.cancel()
-                raise
             except (ProtocolError, ClosedError, ConnectionError, RemoteError) as exc:
                 return await self._after_death(exc, started)
             finally:
@@ -360,3 +355,32 @@ class AsyncKernel:
             except RemoteError as exc:
                 raise KernelError(f"variables failed: {exc}") from None
         return [Variable(r["name"], r["type"], r["repr"]) for r in rows]
+
+
+async def _settles_within(fut: asyncio.Future[Any], seconds: float) -> bool:
+    """Wait until *fut* is done or *seconds* pass; True if it is done. Creates no task.
+
+    Cancelling the wait cancels *fut*.
+    """
+    if fut.done():
+        return True
+    loop = asyncio.get_running_loop()
+    waiter: asyncio.Future[bool] = loop.create_future()
+
+    def settle(value: bool) -> None:
+        if not waiter.done():
+            waiter.set_result(value)
+
+    def on_done(_: asyncio.Future[Any]) -> None:
+        settle(True)
+
+    fut.add_done_callback(on_done)
+    timer = loop.call_later(seconds, settle, False)
+    try:
+        return await waiter
+    except asyncio.CancelledError:
+        fut.cancel()
+        raise
+    finally:
+        timer.cancel()
+        fut.remove_done_callback(on_done)
