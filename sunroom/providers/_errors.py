@@ -31,8 +31,8 @@ _CONTEXT_TOO_LONG = re.compile(
     re.IGNORECASE,
 )
 
-# Vendor error "type"/"status" strings that decide the class regardless of HTTP status
-# (Anthropic sends errors inside a 200 event stream; Gemini names gRPC codes).
+# Vendor error "type"/"status" strings that decide the class when there is no error status:
+# errors sent inside a 200 event stream (Anthropic, OpenAI) or in a failed response object.
 _BY_KIND: dict[str, type[ProviderError]] = {
     "overloaded_error": OverloadedError,
     "api_error": OverloadedError,
@@ -44,6 +44,7 @@ _BY_KIND: dict[str, type[ProviderError]] = {
     "not_found_error": BadRequestError,
     "request_too_large": BadRequestError,
     "timeout_error": ProviderTimeoutError,
+    "rate_limit_exceeded": RateLimitedError,
     "RESOURCE_EXHAUSTED": RateLimitedError,
     "UNAVAILABLE": OverloadedError,
     "INTERNAL": OverloadedError,
@@ -106,11 +107,19 @@ def from_status(
 ) -> ProviderError:
     """Build the sunroom error for a vendor's error reply.
 
-    ``kind`` is the vendor's error type or status string, ``code`` its finer error code.
+    The HTTP ``status`` decides the class when it is an error status; otherwise ``kind``,
+    the vendor's error type or status string, does. ``code`` (the vendor's finer error code)
+    and the message refine bad requests into context-too-long.
     """
-    cls = _BY_KIND.get(kind or "") if kind else None
+    cls: type[ProviderError] | None = None
+    if status is not None and status >= 400:
+        cls = _by_status(status)  # the HTTP status decides when there is one
+    elif kind:
+        cls = _BY_KIND.get(kind)  # errors inside a 200 stream: the vendor's type decides
     if cls is None:
-        cls = _by_status(status) if status is not None else ProviderError
+        cls = ProviderError
+    if code == "insufficient_quota":
+        cls = ProviderError  # out of credit: retrying will not help
     if cls is BadRequestError and (
         code == "context_length_exceeded" or _CONTEXT_TOO_LONG.search(message)
     ):

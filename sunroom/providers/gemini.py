@@ -247,6 +247,14 @@ def _retry_delay(details: Any) -> float | None:
     return None
 
 
+def _bad_key(details: Any) -> bool:
+    """Google answers a bad API key with 400 INVALID_ARGUMENT and reason API_KEY_INVALID."""
+    for item in _errors.nested(details, "error", "details") or ():
+        if isinstance(item, dict) and item.get("reason") == "API_KEY_INVALID":
+            return True
+    return False
+
+
 @final
 class GeminiModel(VendorModel["Client"]):
     """A Gemini model through the Gemini Developer API.
@@ -394,6 +402,13 @@ class GeminiModel(VendorModel["Client"]):
         from google.genai import errors
 
         if isinstance(exc, errors.APIError):
+            if _bad_key(exc.details):
+                return AuthenticationError(
+                    f"{PROVIDER}: {exc.code} {exc.status}: {exc.message}",
+                    provider=PROVIDER,
+                    status_code=exc.code,
+                    body=exc.details,
+                )
             return _errors.from_status(
                 PROVIDER,
                 exc.code,

@@ -124,10 +124,10 @@ UserPart: TypeAlias = TextPart | ImagePart
 AssistantPart: TypeAlias = TextPart | ThinkingPart | ToolCall
 
 
-def _user_parts(content: str | Iterable[UserPart]) -> tuple[UserPart, ...]:
+def _user_parts(content: str | Iterable[UserPart | str]) -> tuple[UserPart, ...]:
     if isinstance(content, str):
         return (TextPart(content),)
-    return tuple(content)
+    return tuple(TextPart(p) if isinstance(p, str) else p for p in content)
 
 
 @final
@@ -141,11 +141,14 @@ class SystemMessage:
 @final
 @dataclass(frozen=True, slots=True, init=False)
 class UserMessage:
-    """A user turn: text and images. ``UserMessage("hi")`` is shorthand for one text part."""
+    """A user turn: text and images.
+
+    ``UserMessage("hi")`` is shorthand for one text part; strings in a list become text parts.
+    """
 
     content: tuple[UserPart, ...]
 
-    def __init__(self, content: str | Iterable[UserPart]) -> None:
+    def __init__(self, content: str | Iterable[UserPart | str]) -> None:
         object.__setattr__(self, "content", _user_parts(content))
 
     @property
@@ -157,13 +160,18 @@ class UserMessage:
 @final
 @dataclass(frozen=True, slots=True, init=False)
 class AssistantMessage:
-    """A model turn: text, thinking and tool calls, in the order the model produced them."""
+    """A model turn: text, thinking and tool calls, in the order the model produced them.
+
+    Strings (alone or in a list) become text parts.
+    """
 
     content: tuple[AssistantPart, ...]
 
-    def __init__(self, content: str | Iterable[AssistantPart]) -> None:
+    def __init__(self, content: str | Iterable[AssistantPart | str]) -> None:
         parts: tuple[AssistantPart, ...] = (
-            (TextPart(content),) if isinstance(content, str) else tuple(content)
+            (TextPart(content),)
+            if isinstance(content, str)
+            else tuple(TextPart(p) if isinstance(p, str) else p for p in content)
         )
         object.__setattr__(self, "content", parts)
 

@@ -42,3 +42,11 @@ def server() -> Iterator[ReplayServer]:
     with ReplayServer() as srv:
         yield srv
     assert not srv.unexpected, [f"{r.method} {r.path}" for r in srv.unexpected]
+
+
+async def collect(stream: object) -> list[object]:
+    """Drain a model stream into a list of events."""
+    events = []
+    async for event in stream:  # type: ignore[attr-defined]
+        events.append(event)
+    return events

@@ -113,7 +113,8 @@ class _Handler(BaseHTTPRequestHandler):
         length = int(self.headers.get("content-length") or 0)
         body = self.rfile.read(length) if length else b""
         path = self.path.split("?", 1)[0]
-        recorded = Recorded(self.command, self.path, dict(self.headers.items()), body)
+        headers = {k.lower(): v for k, v in self.headers.items()}
+        recorded = Recorded(self.command, self.path, headers, body)
         reply = self.server.owner._next(self.command, path, recorded)
         try:
             self._send(reply)
@@ -176,7 +177,9 @@ class ReplayServer:
         self.unexpected: list[Recorded] = []
         self._httpd = _Server(("127.0.0.1", 0), _Handler)
         self._httpd.owner = self
-        self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
+        self._thread = threading.Thread(
+            target=self._httpd.serve_forever, kwargs={"poll_interval": 0.01}, daemon=True
+        )
 
     @property
     def port(self) -> int:
