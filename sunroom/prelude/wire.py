@@ -12,24 +12,29 @@ import enum
 import sys
 import types
 import typing
+from collections.abc import Callable
 from typing import Any
 
 _SCALARS = (str, int, float, bool, bytes, type(None))
 
 
-def to_wire(value: Any) -> Any:
-    """Return *value* as msgpack-safe data (dataclasses → maps, enums → values, ...)."""
+def to_wire(value: Any, fallback: Callable[[Any], Any] | None = None) -> Any:
+    """Return *value* as msgpack-safe data (dataclasses → maps, enums → values, ...).
+
+    *fallback* converts types this module does not know (the host passes one for pydantic
+    models); without it, or when it returns NotImplemented, such values raise TypeError.
+    """
     if isinstance(value, _SCALARS):
         return value
     if isinstance(value, enum.Enum):
-        return to_wire(value.value)
+        return to_wire(value.value, fallback)
     fields = getattr(type(value), "__dataclass_fields__", None)
     if fields is not None:
-        return {name: to_wire(getattr(value, name)) for name in fields}
+        return {name: to_wire(getattr(value, name), fallback) for name in fields}
     if isinstance(value, dict):
-        return {to_wire(k): to_wire(v) for k, v in value.items()}
+        return {to_wire(k, fallback): to_wire(v, fallback) for k, v in value.items()}
     if isinstance(value, list | tuple | set | frozenset):
-        return [to_wire(v) for v in value]
+        return [to_wire(v, fallback) for v in value]
     if isinstance(value, datetime.datetime):
         return value if value.tzinfo is not None else value.isoformat()
     if isinstance(value, datetime.date | datetime.time):
@@ -40,7 +45,11 @@ def to_wire(value: Any) -> Any:
         return str(value)
     if isinstance(value, bytearray | memoryview):
         return bytes(value)
-    raise TypeError(f"cannot send a {type(value).__name__} to the host")
+    if fallback is not None:
+        converted = fallback(value)
+        if converted is not NotImplemented:
+            return to_wire(converted, fallback)
+    raise TypeError(f"cannot send a {type(value).__name__} over the wire")
 
 
 def _is_stringlike(value: Any) -> bool:

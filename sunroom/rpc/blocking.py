@@ -15,7 +15,14 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from sunroom.rpc.codec import DEFAULT_MAX_DEPTH, DEFAULT_MAX_FRAME, HEADER, WireError, decode, frame
+from sunroom.rpc.codec import (
+    DEFAULT_MAX_DEPTH,
+    DEFAULT_MAX_FRAME,
+    WireError,
+    decode,
+    frame,
+    take_frames,
+)
 from sunroom.rpc.messages import Notification, Request, Response, RpcError, parse_message
 
 
@@ -130,18 +137,8 @@ class BlockingChannel:
                 if not chunk:
                     break
                 buf += chunk
-                pos, end = 0, len(buf)
-                while end - pos >= 4:
-                    (size,) = HEADER.unpack_from(buf, pos)
-                    if size > self._max_frame:
-                        raise WireError(f"frame of {size} bytes exceeds the cap")
-                    if end - pos - 4 < size:
-                        break
-                    payload = bytes(buf[pos + 4 : pos + 4 + size])
-                    pos += 4 + size
+                for payload in take_frames(buf, self._max_frame):
                     self._route(parse_message(decode(payload, max_depth=self._max_depth)))
-                if pos:
-                    del buf[:pos]
         except BaseException as err:  # the reader must never die silently
             exc = err
         with self._send_lock:

@@ -20,10 +20,10 @@ from sunroom.errors import ClosedError, ProtocolError
 from sunroom.rpc.codec import (
     DEFAULT_MAX_DEPTH,
     DEFAULT_MAX_FRAME,
-    HEADER,
     WireError,
     decode,
     frame,
+    take_frames,
 )
 from sunroom.rpc.messages import Notification, Request, Response, RpcError, parse_message
 
@@ -101,8 +101,7 @@ class Channel(asyncio.Protocol):
         self._transport = transport
 
     def data_received(self, data: bytes) -> None:  # noqa: D102
-        buf = self._buf
-        buf += data
+        self._buf += data
         try:
             self._drain_frames()
         except (WireError, ProtocolError) as exc:
@@ -123,23 +122,11 @@ class Channel(asyncio.Protocol):
     # -- framing ---------------------------------------------------------------------------
 
     def _drain_frames(self) -> None:
-        buf = self._buf
-        pos = 0
-        end = len(buf)
-        while end - pos >= 4:
-            (size,) = HEADER.unpack_from(buf, pos)
-            if size > self._max_frame:
-                raise WireError(f"frame of {size} bytes exceeds the {self._max_frame}-byte cap")
-            if end - pos - 4 < size:
-                break
-            payload = bytes(buf[pos + 4 : pos + 4 + size])
-            pos += 4 + size
+        for payload in take_frames(self._buf, self._max_frame):
             self._dispatch(parse_message(decode(payload, max_depth=self._max_depth)))
             if self._transport is None or self.closed.done():
                 return
-        if pos:
-            del buf[:pos]
-        if buf:
+        if self._buf:
             if self._deadline is None:
                 self._deadline = self._loop.call_later(self._deadline_s, self._stalled)
         elif self._deadline is not None:

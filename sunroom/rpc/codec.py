@@ -48,6 +48,27 @@ def frame(message: Any, *, max_frame: int = DEFAULT_MAX_FRAME) -> bytes:
     return HEADER.pack(len(payload)) + payload
 
 
+def take_frames(buf: bytearray, max_frame: int = DEFAULT_MAX_FRAME) -> list[bytes]:
+    """Remove every complete frame from the front of *buf* and return their payloads.
+
+    A partial frame stays in *buf*. Raises WireError as soon as a header claims more than
+    *max_frame* bytes, before any of that payload is buffered.
+    """
+    payloads: list[bytes] = []
+    pos, end = 0, len(buf)
+    while end - pos >= 4:
+        (size,) = HEADER.unpack_from(buf, pos)
+        if size > max_frame:
+            raise WireError(f"frame of {size} bytes exceeds the {max_frame}-byte cap")
+        if end - pos - 4 < size:
+            break
+        payloads.append(bytes(buf[pos + 4 : pos + 4 + size]))
+        pos += 4 + size
+    if pos:
+        del buf[:pos]
+    return payloads
+
+
 def decode(payload: bytes, *, max_depth: int = DEFAULT_MAX_DEPTH) -> Any:
     """Decode one msgpack payload, checking it is a single object nested at most *max_depth*."""
     try:

@@ -12,15 +12,10 @@ from __future__ import annotations
 import asyncio
 import builtins
 import dataclasses
-import datetime
-import decimal
-import enum
 import functools
 import inspect
 import keyword
-import pathlib
 import time
-import uuid
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Final, final, get_type_hints
@@ -29,6 +24,7 @@ import pydantic
 from pydantic_core import PydanticSerializationError
 
 from sunroom.errors import UsageError
+from sunroom.prelude import wire
 
 RESERVED: Final = frozenset({"call", "display"}) | frozenset(dir(builtins))
 """Names a host function may not take: prelude helpers and Python builtins."""
@@ -293,28 +289,15 @@ def _explain(name: str, exc: pydantic.ValidationError) -> str:
     return "\n".join(lines)
 
 
-def to_wire(value: Any) -> Any:
-    """Turn a pydantic ``dump_python`` result into msgpack-safe data."""
-    if value is None or isinstance(value, str | int | float | bool | bytes):
-        return value
-    if isinstance(value, dict):
-        return {to_wire(k): to_wire(v) for k, v in value.items()}
-    if isinstance(value, list | tuple | set | frozenset):
-        return [to_wire(v) for v in value]
-    if isinstance(value, enum.Enum):
-        return to_wire(value.value)
-    if isinstance(value, datetime.datetime):
-        return value if value.tzinfo is not None else value.isoformat()
-    if isinstance(value, datetime.date | datetime.time):
-        return value.isoformat()
-    if isinstance(value, datetime.timedelta):
-        return value.total_seconds()
-    if isinstance(value, decimal.Decimal | uuid.UUID | pathlib.PurePath):
-        return str(value)
+def _pydantic_to_data(value: Any) -> Any:
     if isinstance(value, pydantic.BaseModel):
-        return to_wire(value.model_dump(mode="python"))
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return to_wire(dataclasses.asdict(value))
-    if isinstance(value, bytearray | memoryview):
-        return bytes(value)
-    raise TypeError(f"cannot send a {type(value).__name__} to the kernel")
+        return value.model_dump(mode="python")
+    return NotImplemented
+
+
+def to_wire(value: Any) -> Any:
+    """Turn host values (pydantic models included) into msgpack-safe data.
+
+    Raises TypeError for values that have no wire form.
+    """
+    return wire.to_wire(value, _pydantic_to_data)
