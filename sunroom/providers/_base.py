@@ -12,7 +12,13 @@ from abc import abstractmethod
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any, Generic, TypeVar
 
-from sunroom.errors import ClosedError, ProviderConnectionError, ProviderError, ProviderTimeoutError
+from sunroom.errors import (
+    ClosedError,
+    ProviderConnectionError,
+    ProviderError,
+    ProviderTimeoutError,
+    UsageError,
+)
 
 from .assembly import ResponseBuilder, with_cost
 from .config import ClientConfig, ModelOptions
@@ -103,17 +109,14 @@ class VendorModel(Model, Generic[ClientT]):
         if self._closed:
             raise ClosedError(f"{self!r} is closed")
         loop = asyncio.get_running_loop()
-        if self._loop is not loop:
-            if self._loop is not None and not self._loop.is_closed() and self._client:
-                # Connections belong to the loop that opened them.
-                from sunroom.errors import UsageError
-
-                raise UsageError(
-                    f"{self!r} is in use by another running event loop; build one model "
-                    "per event loop"
-                )
+        if self._loop is None:
             self._loop = loop
-            self._client = None
+        elif self._loop is not loop:
+            # Pooled connections belong to the loop that opened them.
+            raise UsageError(
+                f"{self!r} was first used on another event loop; build one model per event "
+                "loop (and close it there)"
+            )
         if self._client is None:
             self._client = self._make_client()
         return self._client
@@ -151,7 +154,13 @@ class VendorModel(Model, Generic[ClientT]):
         settings = self.settings.merged(request.settings)
         return settings, settings.timeout or self.config.timeout
 
-    async def _retrying(self, attempt: Callable[[float | None], Awaitable[T]], limit: float) -> T:
+    async def _retrying(
+        self,
+        attempt: Callable[[float | None], Awaitable[T]],
+        limit: float,
+        *,
+        record_success: bool = True,
+    ) -> T:
         return await call_with_retry(
             attempt,
             policy=self.retry,
@@ -159,6 +168,7 @@ class VendorModel(Model, Generic[ClientT]):
             clock=self.clock,
             limit=limit,
             provider=self.provider,
+            record_success=record_success,
         )
 
     async def complete(self, request: Request) -> Response:
@@ -184,12 +194,13 @@ class VendorModel(Model, Generic[ClientT]):
         async def attempt(t: float | None) -> Any:
             return await self._guard(lambda: self._open_stream(client, request, settings, t), t)
 
-        opened = await self._retrying(attempt, timeout)
+        opened = await self._retrying(attempt, timeout, record_success=False)
         done = False
         try:
             async for event in self._read_stream(opened, ResponseBuilder()):
                 if isinstance(event, Done):
                     done = True
+                    self.breaker.record(None, probe=False)
                     yield Done(self._with_cost(event.response))
                     return
                 yield event
@@ -219,7 +230,10 @@ class VendorModel(Model, Generic[ClientT]):
         return await self._retrying(attempt, self.config.timeout)
 
     async def aclose(self) -> None:
-        """Close the HTTP pool; idempotent. Later calls raise ClosedError."""
+        """Close the HTTP pool; idempotent. Later calls raise ClosedError.
+
+        Call it on the event loop the model was used on.
+        """
         self._closed = True
         client, self._client = self._client, None
         if client is not None:

@@ -19,7 +19,9 @@ class Model(ABC):
     """A language model: one required async method, :meth:`complete`.
 
     Build a model once and share it between sessions and tasks of one event loop; it is safe
-    to call concurrently. Close it with :meth:`aclose` (or ``async with``) to release its
+    to call concurrently. Vendor adapters bind to the event loop of their first call (their
+    pooled connections belong to it); using them from another loop raises
+    :class:`~sunroom.errors.UsageError`. Close it with :meth:`aclose` (or ``async with``) to release its
     HTTP connection pool; calls after closing raise :class:`~sunroom.errors.ClosedError`.
 
     Subclass it to plug in any model: implement :meth:`complete`, and optionally

@@ -141,7 +141,7 @@ class CircuitBreaker:
             self._probing = False
         if isinstance(error, _UNHEALTHY):
             self._failures += 1
-            if probe or self._failures >= self.failure_threshold:
+            if self._opened_at is not None or self._failures >= self.failure_threshold:
                 self._opened_at = self.clock.now()
         elif error is None or isinstance(error, ProviderError):
             self._failures = 0
@@ -166,11 +166,13 @@ async def call_with_retry(
     clock: Clock,
     limit: float | None,
     provider: str = "",
+    record_success: bool = True,
 ) -> T:
     """Run ``attempt(time_limit)`` under ``policy`` and ``breaker``.
 
     ``limit`` is each attempt's time limit in seconds (cut to the time left before the
-    policy's deadline).
+    policy's deadline). With ``record_success=False`` a success is left for the caller to
+    record (a stream is healthy only once it has ended well).
 
     ``attempt`` must raise only :class:`~sunroom.errors.ProviderError` (translate first).
     Raises the last error when attempts, or the deadline, run out; raises
@@ -199,12 +201,14 @@ async def call_with_retry(
                     # Success (recorded below) or cancellation: the probe is over.
                     breaker.release()
         if error is None:
-            if breaker is not None:
+            if breaker is not None and record_success:
                 breaker.record(None, probe=False)
             return result
         retry += 1
         if not error.retryable or retry >= policy.max_attempts:
             raise error
+        if breaker is not None and breaker.state == "open":
+            raise error  # this failure opened the circuit: report it, not CircuitOpenError
         wait = policy.backoff(retry, clock.random())
         if isinstance(error, RateLimitedError) and error.retry_after is not None:
             wait = max(wait, error.retry_after)

@@ -44,9 +44,9 @@ def server() -> Iterator[ReplayServer]:
     assert not srv.unexpected, [f"{r.method} {r.path}" for r in srv.unexpected]
 
 
-async def collect(stream: object) -> list[object]:
-    """Drain a model stream into a list of events."""
-    events = []
+async def collect(stream: object, into: list[object] | None = None) -> list[object]:
+    """Drain a model stream into a list of events (``into`` keeps them if it raises)."""
+    events: list[object] = [] if into is None else into
     async for event in stream:  # type: ignore[attr-defined]
         events.append(event)
     return events

@@ -160,6 +160,9 @@ class _Server(ThreadingHTTPServer):
     allow_reuse_address = True
     owner: ReplayServer
 
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        pass  # a client that hung up on a cut or hanging reply is expected here
+
 
 class ReplayServer:
     """Serve scripted replies on 127.0.0.1; use as a context manager.

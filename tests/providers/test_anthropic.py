@@ -37,7 +37,7 @@ from sunroom.providers import (
 )
 
 from .conftest import FakeTime, collect
-from .replay import Reply, ReplayServer, json_reply, load, reply_from
+from .replay import ReplayServer, Reply, json_reply, load, reply_from
 
 PATH = "/v1/messages"
 WEATHER = ToolSpec(
@@ -119,7 +119,9 @@ async def test_tool_call(server: ReplayServer, model: AnthropicModel) -> None:
     assert body["tool_choice"] == {"type": "any"}
 
 
-async def test_tool_call_stream_split_mid_token(server: ReplayServer, model: AnthropicModel) -> None:
+async def test_tool_call_stream_split_mid_token(
+    server: ReplayServer, model: AnthropicModel
+) -> None:
     server.add(PATH, reply_from("anthropic/messages_tool_use_stream"))
     events = await collect(model.stream(ask("weather in SF?", tools=[WEATHER])))
     deltas = [e.arguments_delta for e in events if isinstance(e, ToolCallDelta)]
@@ -202,7 +204,9 @@ async def test_thinking_round_trip(server: ReplayServer, model: AnthropicModel) 
     }
 
 
-async def test_foreign_thinking_is_not_replayed(server: ReplayServer, model: AnthropicModel) -> None:
+async def test_foreign_thinking_is_not_replayed(
+    server: ReplayServer, model: AnthropicModel
+) -> None:
     server.add(PATH, reply_from("anthropic/messages_text"))
     from sunroom.providers import Origin, TextPart
 
@@ -230,7 +234,9 @@ async def test_structured_output(server: ReplayServer, model: AnthropicModel) ->
     server.add(PATH, reply_from("anthropic/messages_structured_output"))
     schema = load("anthropic/messages_structured_output")["request"]["body"]["output_config"]
     schema = schema["format"]["schema"]
-    response = await model.complete(ask("order", output_schema=OutputSchema(schema, name="OrderItem")))
+    response = await model.complete(
+        ask("order", output_schema=OutputSchema(schema, name="OrderItem"))
+    )
     assert json.loads(response.text) == {"product_name": "Green Tea", "price": 5.5, "quantity": 2}
     sent = server.requests[-1].json()
     assert sent["output_config"] == {"format": {"type": "json_schema", "schema": schema}}
@@ -238,7 +244,9 @@ async def test_structured_output(server: ReplayServer, model: AnthropicModel) ->
 
 async def test_structured_output_stream(server: ReplayServer, model: AnthropicModel) -> None:
     server.add(PATH, reply_from("anthropic/messages_structured_output_stream"))
-    events = await collect(model.stream(ask("order", output_schema=OutputSchema({"type": "object"}))))
+    events = await collect(
+        model.stream(ask("order", output_schema=OutputSchema({"type": "object"})))
+    )
     done = events[-1]
     assert isinstance(done, Done)
     assert len([e for e in events if isinstance(e, TextDelta)]) > 1
@@ -297,7 +305,9 @@ def _error(kind: str, message: str, status: int, headers: dict[str, str] | None 
 
 async def test_rate_limited_recorded(server: ReplayServer) -> None:
     server.add(PATH, reply_from("anthropic/error_429_rate_limit"))
-    async with AnthropicModel("claude-haiku-4-5", api_key="k", base_url=server.url, retry=NO_RETRY) as m:
+    async with AnthropicModel(
+        "claude-haiku-4-5", api_key="k", base_url=server.url, retry=NO_RETRY
+    ) as m:
         with pytest.raises(RateLimitedError) as info:
             await m.complete(ask())
     assert info.value.status_code == 429
@@ -308,7 +318,9 @@ async def test_rate_limited_recorded(server: ReplayServer) -> None:
 
 async def test_rate_limited_stream_request(server: ReplayServer) -> None:
     server.add(PATH, reply_from("anthropic/error_429_rate_limit_stream_request"))
-    async with AnthropicModel("claude-haiku-4-5", api_key="k", base_url=server.url, retry=NO_RETRY) as m:
+    async with AnthropicModel(
+        "claude-haiku-4-5", api_key="k", base_url=server.url, retry=NO_RETRY
+    ) as m:
         with pytest.raises(RateLimitedError):
             await collect(m.stream(ask()))
 
@@ -343,16 +355,18 @@ async def test_bad_request_not_retried(server: ReplayServer, model: AnthropicMod
         (_error("api_error", "Internal server error", 500), OverloadedError),
         (_error("not_found_error", "model: claude-nope", 404), BadRequestError),
         (
-            _error("invalid_request_error", "prompt is too long: 215234 tokens > 200000 maximum", 400),
+            _error(
+                "invalid_request_error", "prompt is too long: 215234 tokens > 200000 maximum", 400
+            ),
             ContextTooLongError,
         ),
     ],
 )
-async def test_error_classes(
-    server: ReplayServer, reply: Reply, error: type[Exception]
-) -> None:
+async def test_error_classes(server: ReplayServer, reply: Reply, error: type[Exception]) -> None:
     server.add(PATH, reply)
-    async with AnthropicModel("claude-haiku-4-5", api_key="k", base_url=server.url, retry=NO_RETRY) as m:
+    async with AnthropicModel(
+        "claude-haiku-4-5", api_key="k", base_url=server.url, retry=NO_RETRY
+    ) as m:
         with pytest.raises(error) as info:
             await m.complete(ask())
     assert type(info.value) is error
@@ -370,15 +384,16 @@ async def test_error_event_mid_stream(server: ReplayServer, model: AnthropicMode
 
 async def test_stream_cut_midway(server: ReplayServer, model: AnthropicModel) -> None:
     server.add(PATH, reply_from("anthropic/messages_tool_use_stream", mode="cut", cut_after=6))
-    seen = []
+    seen: list[object] = []
     with pytest.raises(ProviderConnectionError):
-        async for event in model.stream(ask()):
-            seen.append(event)
+        await collect(model.stream(ask()), into=seen)
     assert any(isinstance(e, ToolCallDelta) for e in seen)  # got part of it first
     assert not any(isinstance(e, Done) for e in seen)
 
 
-async def test_stream_ending_without_message_stop(server: ReplayServer, model: AnthropicModel) -> None:
+async def test_stream_ending_without_message_stop(
+    server: ReplayServer, model: AnthropicModel
+) -> None:
     # The recording has no final blank line, so its message_stop is never dispatched.
     server.add(PATH, reply_from("anthropic/messages_text_then_tool_use_stream"))
     with pytest.raises(ProviderConnectionError, match="ended before"):
@@ -402,7 +417,9 @@ async def test_hanging_server_times_out(server: ReplayServer) -> None:
 
 async def test_hanging_stream_times_out(server: ReplayServer) -> None:
     server.add(PATH, reply_from("anthropic/messages_text_stream", mode="hang"))
-    async with AnthropicModel("claude-haiku-4-5", api_key="k", base_url=server.url, retry=NO_RETRY) as m:
+    async with AnthropicModel(
+        "claude-haiku-4-5", api_key="k", base_url=server.url, retry=NO_RETRY
+    ) as m:
         with pytest.raises(ProviderTimeoutError):
             await collect(m.stream(ask(settings=Settings(timeout=0.2))))
 
@@ -428,13 +445,22 @@ async def test_tool_result_error_and_image(server: ReplayServer, model: Anthropi
     await model.complete(
         Request(
             [
-                UserMessage([ImagePart(b"\x89PNG", media_type="image/png"), ImagePart(url="https://x/y.jpg")]),
+                UserMessage(
+                    [
+                        ImagePart(b"\x89PNG", media_type="image/png"),
+                        ImagePart(url="https://x/y.jpg"),
+                    ]
+                ),
                 AssistantMessage([call]),
                 ToolResultMessage("toolu_1", "boom", is_error=True),
             ]
         )
     )
     sent = server.requests[-1].json()["messages"]
-    assert sent[0]["content"][0]["source"] == {"type": "base64", "media_type": "image/png", "data": "iVBORw=="}
+    assert sent[0]["content"][0]["source"] == {
+        "type": "base64",
+        "media_type": "image/png",
+        "data": "iVBORw==",
+    }
     assert sent[0]["content"][1]["source"] == {"type": "url", "url": "https://x/y.jpg"}
     assert sent[2]["content"][0]["is_error"] is True

@@ -36,7 +36,7 @@ from sunroom.providers import (
 )
 
 from .conftest import FakeTime, collect
-from .replay import Reply, ReplayServer, json_reply, load, reply_from
+from .replay import ReplayServer, Reply, json_reply, load, reply_from
 
 BASE = "/v1beta/models/"
 CAPITAL = ToolSpec(
@@ -99,7 +99,9 @@ async def test_text(server: ReplayServer, model: GeminiModel) -> None:
 
 
 async def test_text_stream(server: ReplayServer, model: GeminiModel) -> None:
-    server.add(path("gemini-2.5-flash", stream=True), reply_from("google/stream_generate_content_text"))
+    server.add(
+        path("gemini-2.5-flash", stream=True), reply_from("google/stream_generate_content_text")
+    )
     events = await collect(model.stream(ask("Count from 1 to 30")))
     text = "".join(e.text for e in events if isinstance(e, TextDelta))
     assert text == "\n".join(str(i) for i in range(1, 31))
@@ -112,7 +114,9 @@ async def test_text_stream(server: ReplayServer, model: GeminiModel) -> None:
 
 async def test_function_call_round_trip(server: ReplayServer) -> None:
     server.add(path("gemini-2.5-pro"), reply_from("google/generate_content_function_call"))
-    server.add(path("gemini-2.5-pro"), reply_from("google/generate_content_function_response_followup"))
+    server.add(
+        path("gemini-2.5-pro"), reply_from("google/generate_content_function_response_followup")
+    )
     async with gemini(server, "gemini-2.5-pro") as m:
         first = await m.complete(ask("What is the capital of France?", tools=[CAPITAL]))
         assert first.finish_reason == "tool_use"
@@ -130,22 +134,37 @@ async def test_function_call_round_trip(server: ReplayServer) -> None:
     assert second.message.content[0].origin is not None  # text carried a thought signature
     contents = server.requests[-1].json()["contents"]
     model_part = contents[1]["parts"][0]
-    assert model_part["functionCall"] == {"id": call.id, "name": "get_capital", "args": {"country": "France"}}
+    assert model_part["functionCall"] == {
+        "id": call.id,
+        "name": "get_capital",
+        "args": {"country": "France"},
+    }
     # The same signature bytes go back (google-genai encodes bytes as URL-safe base64).
     sent = base64.urlsafe_b64decode(model_part["thoughtSignature"])
     assert sent == base64.b64decode(call.origin.signature)
     assert contents[2] == {
         "role": "user",
         "parts": [
-            {"functionResponse": {"id": call.id, "name": "get_capital", "response": {"output": "Paris"}}}
+            {
+                "functionResponse": {
+                    "id": call.id,
+                    "name": "get_capital",
+                    "response": {"output": "Paris"},
+                }
+            }
         ],
     }
 
 
 async def test_function_call_stream(server: ReplayServer) -> None:
-    server.add(path("gemini-2.0-flash", stream=True), reply_from("google/stream_generate_content_function_call"))
+    server.add(
+        path("gemini-2.0-flash", stream=True),
+        reply_from("google/stream_generate_content_function_call"),
+    )
     async with gemini(server, "gemini-2.0-flash") as m:
-        events = await collect(m.stream(ask("temperature of the capital of France?", tools=[CAPITAL])))
+        events = await collect(
+            m.stream(ask("temperature of the capital of France?", tools=[CAPITAL]))
+        )
     deltas = [e for e in events if isinstance(e, ToolCallDelta)]
     assert [d.arguments_delta for d in deltas] == ["", '{"country":"France"}']  # sent whole
     (complete,) = [e for e in events if isinstance(e, ToolCallComplete)]
@@ -158,7 +177,9 @@ async def test_function_call_stream_thought_signature(server: ReplayServer) -> N
     reply = reply_from("google/stream_generate_content_function_call_thought_signature")
     server.add(path("gemini-3-pro-preview", stream=True), reply)
     async with gemini(server, "gemini-3-pro-preview") as m:
-        events = await collect(m.stream(ask("capital of the user country?", tools=[ToolSpec("get_country")])))
+        events = await collect(
+            m.stream(ask("capital of the user country?", tools=[ToolSpec("get_country")]))
+        )
     done = events[-1]
     assert isinstance(done, Done)
     (call,) = done.response.tool_calls
@@ -169,10 +190,14 @@ async def test_function_call_stream_thought_signature(server: ReplayServer) -> N
 
 async def test_structured_output(server: ReplayServer) -> None:
     server.add(path("gemini-2.0-flash"), reply_from("google/generate_content_structured_output"))
-    schema = load("google/generate_content_structured_output")["request"]["body"]["generationConfig"]
+    schema = load("google/generate_content_structured_output")["request"]["body"][
+        "generationConfig"
+    ]
     schema = schema["responseJsonSchema"]
     async with gemini(server, "gemini-2.0-flash") as m:
-        response = await m.complete(ask("largest city in Mexico?", output_schema=OutputSchema(schema)))
+        response = await m.complete(
+            ask("largest city in Mexico?", output_schema=OutputSchema(schema))
+        )
     assert json.loads(response.text) == {"city": "Mexico City", "country": "Mexico"}
     config = server.requests[-1].json()["generationConfig"]
     assert config["responseMimeType"] == "application/json"
@@ -225,10 +250,20 @@ async def test_not_found_recorded(server: ReplayServer) -> None:
 
 async def test_rate_limit_with_retry_info(server: ReplayServer, fake_time: FakeTime) -> None:
     details = [
-        {"@type": "type.googleapis.com/google.rpc.QuotaFailure", "violations": [{"quotaMetric": "generativelanguage.googleapis.com/generate_content_free_tier_requests"}]},
+        {
+            "@type": "type.googleapis.com/google.rpc.QuotaFailure",
+            "violations": [
+                {
+                    "quotaMetric": "generativelanguage.googleapis.com/generate_content_free_tier_requests"
+                }
+            ],
+        },
         {"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": "17s"},
     ]
-    server.add(path("gemini-2.5-flash"), _error(429, "RESOURCE_EXHAUSTED", "You exceeded your current quota.", details))
+    server.add(
+        path("gemini-2.5-flash"),
+        _error(429, "RESOURCE_EXHAUSTED", "You exceeded your current quota.", details),
+    )
     server.add(path("gemini-2.5-flash"), reply_from("google/generate_content_text"))
     async with gemini(server, "gemini-2.5-flash", clock=fake_time.clock) as m:
         response = await m.complete(ask())
@@ -240,18 +275,40 @@ async def test_rate_limit_with_retry_info(server: ReplayServer, fake_time: FakeT
     ("reply", "error"),
     [
         (
-            _error(400, "INVALID_ARGUMENT", "API key not valid. Please pass a valid API key.", [
-                {"@type": "type.googleapis.com/google.rpc.ErrorInfo", "reason": "API_KEY_INVALID", "domain": "googleapis.com"}
-            ]),
+            _error(
+                400,
+                "INVALID_ARGUMENT",
+                "API key not valid. Please pass a valid API key.",
+                [
+                    {
+                        "@type": "type.googleapis.com/google.rpc.ErrorInfo",
+                        "reason": "API_KEY_INVALID",
+                        "domain": "googleapis.com",
+                    }
+                ],
+            ),
             AuthenticationError,
         ),
-        (_error(403, "PERMISSION_DENIED", "Method doesn't allow unregistered callers."), AuthenticationError),
-        (_error(429, "RESOURCE_EXHAUSTED", "Resource has been exhausted (e.g. check quota)."), RateLimitedError),
+        (
+            _error(403, "PERMISSION_DENIED", "Method doesn't allow unregistered callers."),
+            AuthenticationError,
+        ),
+        (
+            _error(429, "RESOURCE_EXHAUSTED", "Resource has been exhausted (e.g. check quota)."),
+            RateLimitedError,
+        ),
         (_error(500, "INTERNAL", "An internal error has occurred."), OverloadedError),
-        (_error(503, "UNAVAILABLE", "The model is overloaded. Please try again later."), OverloadedError),
+        (
+            _error(503, "UNAVAILABLE", "The model is overloaded. Please try again later."),
+            OverloadedError,
+        ),
         (_error(400, "INVALID_ARGUMENT", "Request contains an invalid argument."), BadRequestError),
         (
-            _error(400, "INVALID_ARGUMENT", "The input token count (1048577) exceeds the maximum number of tokens allowed (1048576)."),
+            _error(
+                400,
+                "INVALID_ARGUMENT",
+                "The input token count (1048577) exceeds the maximum number of tokens allowed (1048576).",
+            ),
             ContextTooLongError,
         ),
     ],
@@ -267,10 +324,9 @@ async def test_error_classes(server: ReplayServer, reply: Reply, error: type[Exc
 async def test_stream_cut_midway(server: ReplayServer, model: GeminiModel) -> None:
     reply = reply_from("google/stream_generate_content_text", mode="cut", cut_after=2)
     server.add(path("gemini-2.5-flash", stream=True), reply)
-    seen = []
+    seen: list[object] = []
     with pytest.raises(ProviderConnectionError):
-        async for event in model.stream(ask()):
-            seen.append(event)
+        await collect(model.stream(ask()), into=seen)
     assert any(isinstance(e, TextDelta) for e in seen)
 
 

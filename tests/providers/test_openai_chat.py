@@ -38,7 +38,7 @@ from sunroom.providers import (
 )
 
 from .conftest import FakeTime, collect
-from .replay import Reply, ReplayServer, json_reply, load, reply_from
+from .replay import ReplayServer, Reply, json_reply, load, reply_from
 
 PATH = "/v1/chat/completions"
 WEATHER = ToolSpec(
@@ -168,7 +168,9 @@ async def test_prices_for_a_local_model(server: ReplayServer) -> None:
     table = DEFAULT_PRICES.with_prices({"openai-compatible:gpt-4o": Price(input=1, output=2)})
     async with OpenAIChatModel("gpt-4o", base_url=server.url + "/v1", prices=table) as m:
         assert (await m.complete(ask())).cost_micro_usd == 14 * 1 + 37 * 2
-    async with OpenAIChatModel("x", base_url=server.url + "/v1", price=Price(input=0, output=0)) as m:
+    async with OpenAIChatModel(
+        "x", base_url=server.url + "/v1", price=Price(input=0, output=0)
+    ) as m:
         assert (await m.complete(ask())).cost_micro_usd == 0
 
 
@@ -182,7 +184,10 @@ async def test_reasoning_content_and_images(server: ReplayServer, model: OpenAIC
     )
     assert response.thinking[0].text == "The user wants weather."
     content = server.requests[-1].json()["messages"][0]["content"]
-    assert content[1] == {"type": "image_url", "image_url": {"url": "data:image/gif;base64,R0lGODlh"}}
+    assert content[1] == {
+        "type": "image_url",
+        "image_url": {"url": "data:image/gif;base64,R0lGODlh"},
+    }
 
 
 async def test_reasoning_content_stream(server: ReplayServer, model: OpenAIChatModel) -> None:
@@ -203,7 +208,9 @@ async def test_reasoning_content_stream(server: ReplayServer, model: OpenAIChatM
 
 
 def _error(status: int, message: str, kind: str, code: str | None) -> Reply:
-    return json_reply(status, {"error": {"message": message, "type": kind, "param": None, "code": code}})
+    return json_reply(
+        status, {"error": {"message": message, "type": kind, "param": None, "code": code}}
+    )
 
 
 async def test_bad_request_recorded(server: ReplayServer, model: OpenAIChatModel) -> None:
@@ -228,10 +235,18 @@ async def test_openrouter_rate_limit_recorded(server: ReplayServer, fake_time: F
 @pytest.mark.parametrize(
     ("reply", "error"),
     [
-        (_error(401, "Incorrect API key provided.", "invalid_request_error", "invalid_api_key"), AuthenticationError),
+        (
+            _error(401, "Incorrect API key provided.", "invalid_request_error", "invalid_api_key"),
+            AuthenticationError,
+        ),
         (_error(502, "Bad gateway.", "server_error", None), OverloadedError),
         (
-            _error(400, "This model's maximum context length is 8192 tokens. However, your messages resulted in 9000 tokens.", "invalid_request_error", "context_length_exceeded"),
+            _error(
+                400,
+                "This model's maximum context length is 8192 tokens. However, your messages resulted in 9000 tokens.",
+                "invalid_request_error",
+                "context_length_exceeded",
+            ),
             ContextTooLongError,
         ),
     ],
@@ -253,7 +268,9 @@ async def test_stream_cut_midway(server: ReplayServer, model: OpenAIChatModel) -
 async def test_stream_without_finish_is_cut(server: ReplayServer, model: OpenAIChatModel) -> None:
     # A server that closes the stream cleanly but never says why the reply ended.
     body = reply_from("openai/chat_text_stream").body.split("\n\n")[:3]
-    server.add(PATH, Reply(headers={"content-type": "text/event-stream"}, body="\n\n".join(body) + "\n\n"))
+    server.add(
+        PATH, Reply(headers={"content-type": "text/event-stream"}, body="\n\n".join(body) + "\n\n")
+    )
     with pytest.raises(ProviderConnectionError, match="ended before"):
         await collect(model.stream(ask()))
 
@@ -276,10 +293,14 @@ async def test_connection_refused(fake_time: FakeTime) -> None:
             await m.complete(ask())
 
 
-async def test_assistant_text_and_calls_round_trip(server: ReplayServer, model: OpenAIChatModel) -> None:
+async def test_assistant_text_and_calls_round_trip(
+    server: ReplayServer, model: OpenAIChatModel
+) -> None:
     server.add(PATH, reply_from("openai/chat_text"))
     msg = AssistantMessage(["Let me check.", ToolCall("c1", "get_weather", {"city": "SF"})])
-    await model.complete(Request([UserMessage("q"), msg, ToolResultMessage("c1", "bad city", is_error=True)]))
+    await model.complete(
+        Request([UserMessage("q"), msg, ToolResultMessage("c1", "bad city", is_error=True)])
+    )
     sent = server.requests[-1].json()["messages"]
     assert sent[1]["content"] == "Let me check."
     assert sent[2]["content"] == "Error: bad city"

@@ -33,7 +33,7 @@ from sunroom.providers import (
 )
 
 from .conftest import FakeTime, collect
-from .replay import Reply, ReplayServer, json_reply, load, reply_from
+from .replay import ReplayServer, Reply, json_reply, load, reply_from
 
 PATH = "/v1/responses"
 CAPITAL = ToolSpec(
@@ -78,7 +78,10 @@ async def test_text(server: ReplayServer, model: OpenAIResponsesModel) -> None:
     body = server.requests[-1].json()
     assert body["instructions"] == "Answer briefly."
     assert body["input"] == [
-        {"role": "user", "content": [{"type": "input_text", "text": "What is the capital of France?"}]}
+        {
+            "role": "user",
+            "content": [{"type": "input_text", "text": "What is the capital of France?"}],
+        }
     ]
     assert (body["temperature"], body["max_output_tokens"]) == (0.5, 100)
     assert server.requests[-1].headers["authorization"] == "Bearer sk-test"
@@ -97,7 +100,9 @@ async def test_text_stream(server: ReplayServer, model: OpenAIResponsesModel) ->
     assert done.response.cost_micro_usd is not None  # gpt-5.2 is in the table
 
 
-async def test_function_call_and_followup(server: ReplayServer, model: OpenAIResponsesModel) -> None:
+async def test_function_call_and_followup(
+    server: ReplayServer, model: OpenAIResponsesModel
+) -> None:
     server.add(PATH, reply_from("openai/responses_function_call"))
     server.add(PATH, reply_from("openai/responses_function_call_output_followup"))
     first = await model.complete(ask("What is the capital of PotatoLand?", tools=[CAPITAL]))
@@ -171,7 +176,9 @@ async def test_text_and_function_call_stream(
     assert isinstance(done, Done)
     kinds = [type(p).__name__ for p in done.response.message.content]
     assert kinds == ["ThinkingPart", "TextPart", "ToolCall"]
-    assert done.response.text == "I\u2019ll check the capital lookup tool for \u201cPotatoLand.\u201d"
+    assert (
+        done.response.text == "I\u2019ll check the capital lookup tool for \u201cPotatoLand.\u201d"
+    )
     assert done.response.tool_calls[0].arguments == {"country": "PotatoLand"}
 
 
@@ -192,17 +199,24 @@ async def test_stop_sequences_are_refused(model: OpenAIResponsesModel) -> None:
 
 async def test_count_tokens(server: ReplayServer, model: OpenAIResponsesModel) -> None:
     # Documented response of POST /v1/responses/input_tokens.
-    server.add(PATH + "/input_tokens", json_reply(200, {"object": "response.input_tokens", "input_tokens": 11}))
+    server.add(
+        PATH + "/input_tokens",
+        json_reply(200, {"object": "response.input_tokens", "input_tokens": 11}),
+    )
     assert await model.count_tokens(ask("hi")) == 11
 
 
-def _error(status: int, message: str, kind: str, code: str | None, headers: dict[str, str] | None = None) -> Reply:
+def _error(
+    status: int, message: str, kind: str, code: str | None, headers: dict[str, str] | None = None
+) -> Reply:
     # OpenAI's documented error shape.
     body = {"error": {"message": message, "type": kind, "param": None, "code": code}}
     return json_reply(status, body, headers)
 
 
-async def test_bad_request_recorded_on_stream(server: ReplayServer, model: OpenAIResponsesModel) -> None:
+async def test_bad_request_recorded_on_stream(
+    server: ReplayServer, model: OpenAIResponsesModel
+) -> None:
     server.add(PATH, reply_from("openai/responses_error_400"))
     with pytest.raises(BadRequestError, match="temperature") as info:
         await collect(model.stream(ask(settings=Settings(temperature=-1))))
@@ -213,23 +227,62 @@ async def test_bad_request_recorded_on_stream(server: ReplayServer, model: OpenA
 @pytest.mark.parametrize(
     ("reply", "error"),
     [
-        (_error(401, "Incorrect API key provided: sk-test.", "invalid_request_error", "invalid_api_key"), AuthenticationError),
         (
-            _error(429, "Rate limit reached for gpt-4o on tokens per min (TPM). Please try again in 2s.", "tokens", "rate_limit_exceeded", {"retry-after-ms": "2000"}),
+            _error(
+                401,
+                "Incorrect API key provided: sk-test.",
+                "invalid_request_error",
+                "invalid_api_key",
+            ),
+            AuthenticationError,
+        ),
+        (
+            _error(
+                429,
+                "Rate limit reached for gpt-4o on tokens per min (TPM). Please try again in 2s.",
+                "tokens",
+                "rate_limit_exceeded",
+                {"retry-after-ms": "2000"},
+            ),
             RateLimitedError,
         ),
-        (_error(429, "You exceeded your current quota.", "insufficient_quota", "insufficient_quota"), ProviderError),
-        (_error(500, "The server had an error while processing your request.", "server_error", None), OverloadedError),
-        (_error(503, "The engine is currently overloaded, please try again later.", "server_error", None), OverloadedError),
         (
-            _error(400, "Your input exceeds the context window of this model.", "invalid_request_error", "context_length_exceeded"),
+            _error(
+                429, "You exceeded your current quota.", "insufficient_quota", "insufficient_quota"
+            ),
+            ProviderError,
+        ),
+        (
+            _error(
+                500, "The server had an error while processing your request.", "server_error", None
+            ),
+            OverloadedError,
+        ),
+        (
+            _error(
+                503,
+                "The engine is currently overloaded, please try again later.",
+                "server_error",
+                None,
+            ),
+            OverloadedError,
+        ),
+        (
+            _error(
+                400,
+                "Your input exceeds the context window of this model.",
+                "invalid_request_error",
+                "context_length_exceeded",
+            ),
             ContextTooLongError,
         ),
     ],
 )
 async def test_error_classes(server: ReplayServer, reply: Reply, error: type[Exception]) -> None:
     server.add(PATH, reply)
-    async with OpenAIResponsesModel("gpt-4o", api_key="k", base_url=server.url + "/v1", retry=NO_RETRY) as m:
+    async with OpenAIResponsesModel(
+        "gpt-4o", api_key="k", base_url=server.url + "/v1", retry=NO_RETRY
+    ) as m:
         with pytest.raises(ProviderError) as info:
             await m.complete(ask())
     assert type(info.value) is error
@@ -242,7 +295,10 @@ async def test_failed_response_in_stream(server: ReplayServer, model: OpenAIResp
     blocks = recorded.body.split("\n\n")
     created = json.loads(blocks[0].split("data: ", 1)[1])
     failed = dict(created["response"], status="failed")
-    failed["error"] = {"code": "server_error", "message": "The model failed to generate a response."}
+    failed["error"] = {
+        "code": "server_error",
+        "message": "The model failed to generate a response.",
+    }
     event = {"type": "response.failed", "sequence_number": 2, "response": failed}
     recorded.body = blocks[0] + "\n\n" + f"event: response.failed\ndata: {json.dumps(event)}\n\n"
     server.add(PATH, recorded)
@@ -253,7 +309,13 @@ async def test_failed_response_in_stream(server: ReplayServer, model: OpenAIResp
 async def test_error_event_in_stream(server: ReplayServer, model: OpenAIResponsesModel) -> None:
     recorded = reply_from("openai/responses_text_stream")
     first = recorded.body.split("\n\n")[0]
-    error = {"type": "error", "code": "rate_limit_exceeded", "message": "Slow down", "param": None, "sequence_number": 1}
+    error = {
+        "type": "error",
+        "code": "rate_limit_exceeded",
+        "message": "Slow down",
+        "param": None,
+        "sequence_number": 1,
+    }
     recorded.body = first + "\n\n" + f"event: error\ndata: {json.dumps(error)}\n\n"
     server.add(PATH, recorded)
     with pytest.raises(RateLimitedError, match="Slow down"):
@@ -263,7 +325,9 @@ async def test_error_event_in_stream(server: ReplayServer, model: OpenAIResponse
 async def test_retry_then_success(server: ReplayServer, fake_time: FakeTime) -> None:
     server.add(PATH, _error(503, "overloaded", "server_error", None), times=2)
     server.add(PATH, reply_from("openai/responses_text"))
-    async with OpenAIResponsesModel("gpt-4o", api_key="k", base_url=server.url + "/v1", clock=fake_time.clock) as m:
+    async with OpenAIResponsesModel(
+        "gpt-4o", api_key="k", base_url=server.url + "/v1", clock=fake_time.clock
+    ) as m:
         response = await m.complete(ask())
     assert response.text == "The capital of France is Paris."
     assert len(server.requests) == 3
@@ -272,16 +336,17 @@ async def test_retry_then_success(server: ReplayServer, fake_time: FakeTime) -> 
 
 async def test_stream_cut_midway(server: ReplayServer, model: OpenAIResponsesModel) -> None:
     server.add(PATH, reply_from("openai/responses_text_stream", mode="cut", cut_after=6))
-    seen = []
+    seen: list[object] = []
     with pytest.raises(ProviderConnectionError):
-        async for event in model.stream(ask()):
-            seen.append(event)
+        await collect(model.stream(ask()), into=seen)
     assert any(isinstance(e, TextDelta) for e in seen)
 
 
 async def test_hanging_server_times_out(server: ReplayServer) -> None:
     server.add(PATH, reply_from("openai/responses_text", mode="hang"))
-    async with OpenAIResponsesModel("gpt-4o", api_key="k", base_url=server.url + "/v1", retry=NO_RETRY) as m:
+    async with OpenAIResponsesModel(
+        "gpt-4o", api_key="k", base_url=server.url + "/v1", retry=NO_RETRY
+    ) as m:
         with pytest.raises(ProviderTimeoutError):
             await m.complete(ask(settings=Settings(timeout=0.2)))
 
