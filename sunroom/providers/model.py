@@ -21,8 +21,9 @@ class Model(ABC):
     Build a model once and share it between sessions and tasks of one event loop; it is safe
     to call concurrently. Vendor adapters bind to the event loop of their first call (their
     pooled connections belong to it); using them from another loop raises
-    :class:`~sunroom.errors.UsageError`. Close it with :meth:`aclose` (or ``async with``) to release its
-    HTTP connection pool; calls after closing raise :class:`~sunroom.errors.ClosedError`.
+    :class:`~sunroom.errors.UsageError`. Close it with :meth:`aclose` (or ``async with``) to
+    release its HTTP connection pool; calls after closing raise
+    :class:`~sunroom.errors.ClosedError`.
 
     Subclass it to plug in any model: implement :meth:`complete`, and optionally
     :meth:`stream` (the default replays :meth:`complete` as events), :meth:`count_tokens`
