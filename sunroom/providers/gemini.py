@@ -136,9 +136,14 @@ def encode_contents(request: Request) -> tuple[str | None, list[dict[str, Any]]]
 
 def encode_config(
     request: Request, settings: Settings, limit: float | None, system: str | None
-) -> dict[str, Any]:
-    """Return the ``GenerateContentConfig`` (as a dict) for a request."""
-    config: dict[str, Any] = {"automatic_function_calling": {"disable": True}}
+) -> dict[str, Any] | None:
+    """Return the ``GenerateContentConfig`` (as a dict) for a request; ``None`` when empty.
+
+    Tools are declarations, never Python callables, so google-genai's automatic function
+    calling never runs and is not configured (any config costs google-genai a slow
+    field-by-field conversion).
+    """
+    config: dict[str, Any] = {}
     if system is not None:
         config["system_instruction"] = system
     if settings.temperature is not None:
@@ -174,7 +179,7 @@ def encode_config(
         http["extra_body"] = dict(settings.extra_body)
     if http:
         config["http_options"] = http
-    return config
+    return config or None
 
 
 def decode_usage(meta: Any) -> Usage:
@@ -313,7 +318,9 @@ class GeminiModel(VendorModel["Client"]):
         self, client: Client, request: Request, settings: Settings, limit: float | None
     ) -> Response:
         system, contents = encode_contents(request)
-        config: Any = encode_config(request, settings, limit, system)
+        # The attempt's limit is enforced around this call; a per-request HTTP timeout here
+        # would only make google-genai rebuild its request options (measurably slower).
+        config: Any = encode_config(request, settings, None, system)
         response = await client.aio.models.generate_content(
             model=self.name, contents=contents, config=config
         )

@@ -103,6 +103,11 @@ class _Handler(BaseHTTPRequestHandler):
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
         pass
 
+    def setup(self) -> None:
+        super().setup()
+        # No Nagle delay on replies (it would add ~40 ms per request on loopback).
+        self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
     def do_POST(self) -> None:
         self._handle()
 
