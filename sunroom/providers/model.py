@@ -47,9 +47,9 @@ class Model(ABC):
         """Send ``request`` and yield the reply as typed events, ending with ``Done``.
 
         Iterate to the end, or close the iterator (``contextlib.aclosing``) when stopping
-        early so the connection is released at once. Errors before the first event are
-        retried like :meth:`complete`; an error after it raises (a cut-off stream raises
-        :class:`~sunroom.errors.ProviderConnectionError`).
+        early so the connection is released at once. Errors while the stream is being opened
+        are retried like :meth:`complete`; an error after it has begun raises (a cut-off
+        stream raises :class:`~sunroom.errors.ProviderConnectionError`).
 
         This default calls :meth:`complete` and replays the response as events.
         """

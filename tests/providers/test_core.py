@@ -153,3 +153,18 @@ def test_model_is_bound_to_its_event_loop(server: ReplayServer) -> None:
     finally:
         loop.run_until_complete(m.aclose())
         loop.close()
+
+
+async def test_stopping_a_stream_early_releases_it(server: ReplayServer) -> None:
+    from contextlib import aclosing
+
+    path = "/v1/chat/completions"
+    server.add(path, reply_from("openai/chat_text_stream"))
+    server.add(path, reply_from("openai/chat_text"))
+    async with OpenAIChatModel("m", base_url=server.url + "/v1") as m:
+        async with aclosing(m.stream(Request([UserMessage("x")]))) as events:
+            async for event in events:
+                if isinstance(event, TextDelta):
+                    break
+        # The model is still usable, and closing it leaves nothing open (warnings are errors).
+        assert (await m.complete(Request([UserMessage("y")]))).finish_reason == "stop"
