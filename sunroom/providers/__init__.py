@@ -38,7 +38,7 @@ from .messages import (
     ToolSpec,
     UserMessage,
 )
-from .model import Model
+from .seam import Model
 from .pricing import DEFAULT_PRICES, LongContext, Price, PriceTable
 from .registry import PROVIDERS, model
 from .response import FinishReason, Response, Usage

@@ -23,7 +23,7 @@ from sunroom.errors import (
 from .assembly import ResponseBuilder, with_cost
 from .config import ClientConfig, ModelOptions
 from .events import Done, StreamEvent
-from .model import Model
+from .seam import Model
 from .pricing import DEFAULT_PRICES
 from .response import Response
 from .retry import CircuitBreaker, Clock, RetryPolicy, call_with_retry

@@ -28,7 +28,7 @@ from sunroom.errors import ClosedError, UsageError
 from .assembly import events_from_response, with_cost
 from .events import Done, StreamEvent
 from .messages import AssistantMessage, TextPart, ThinkingPart
-from .model import Model
+from .seam import Model
 from .pricing import Price
 from .response import Response, Usage
 from .settings import Request

@@ -8,7 +8,7 @@ from typing import Any, Unpack
 from sunroom.errors import UsageError
 
 from .config import ModelOptions
-from .model import Model
+from .seam import Model
 
 __all__ = ["PROVIDERS", "model"]
 
