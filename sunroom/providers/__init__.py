@@ -38,11 +38,11 @@ from .messages import (
     ToolSpec,
     UserMessage,
 )
-from .seam import Model
 from .pricing import DEFAULT_PRICES, LongContext, Price, PriceTable
 from .registry import PROVIDERS, model
 from .response import FinishReason, Response, Usage
 from .retry import CircuitBreaker, Clock, RetryPolicy
+from .seam import Model
 from .settings import OutputSchema, Request, Settings
 from .tokens import estimate_text_tokens, estimate_tokens
 

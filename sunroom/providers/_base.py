@@ -23,10 +23,10 @@ from sunroom.errors import (
 from .assembly import ResponseBuilder, with_cost
 from .config import ClientConfig, ModelOptions
 from .events import Done, StreamEvent
-from .seam import Model
 from .pricing import DEFAULT_PRICES
 from .response import Response
 from .retry import CircuitBreaker, Clock, RetryPolicy, call_with_retry
+from .seam import Model
 from .settings import Request, Settings
 
 ClientT = TypeVar("ClientT")

@@ -28,9 +28,9 @@ from sunroom.errors import ClosedError, UsageError
 from .assembly import events_from_response, with_cost
 from .events import Done, StreamEvent
 from .messages import AssistantMessage, TextPart, ThinkingPart
-from .seam import Model
 from .pricing import Price
 from .response import Response, Usage
+from .seam import Model
 from .settings import Request
 from .tokens import estimate_text_tokens, estimate_tokens
 
