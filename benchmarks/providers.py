@@ -166,8 +166,7 @@ async def main(requests: int, streams: int) -> None:
                 gpath + "streamGenerateContent": gemini_stream(),
             }
             for path, reply in server_streams.items():
-                server._queues.pop(("POST", path), None)
-                add(path, reply, times=None)
+                server.replace(path, reply)
 
         async def a_stream_raw() -> int:
             s = await a_raw.messages.create(

@@ -8,6 +8,7 @@ building the SDK client, one attempt of a call, opening and reading a stream, an
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from abc import abstractmethod
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any, Generic, TypeVar
@@ -211,7 +212,8 @@ class VendorModel(Model, Generic[ClientT]):
                 raise
             raise error from exc
         finally:
-            await self._close_stream(opened)
+            with contextlib.suppress(Exception):  # the stream's outcome is already decided
+                await self._close_stream(opened)
         if not done:
             error = ProviderConnectionError(
                 "the stream ended before the reply was complete", provider=self.provider

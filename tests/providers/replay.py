@@ -202,6 +202,11 @@ class ReplayServer:
         with self._lock:
             self._queues.setdefault((method, path), deque()).append((reply, times))
 
+    def replace(self, path: str, reply: Reply, *, method: str = "POST") -> None:
+        """Serve ``reply`` forever for ``method path``, dropping what was queued."""
+        with self._lock:
+            self._queues[(method, path)] = deque([(reply, None)])
+
     def _next(self, method: str, path: str, recorded: Recorded) -> Reply:
         with self._lock:
             self.requests.append(recorded)
