@@ -40,6 +40,9 @@ from .conftest import FakeTime, collect
 from .replay import ReplayServer, Reply, json_reply, load, reply_from
 
 PATH = "/v1/messages"
+# A configured name no SDK release will list as deprecated (the anthropic SDK warns on those,
+# and warnings are errors here); prices follow the model the recorded reply names.
+NAME = "claude-replay-test"
 WEATHER = ToolSpec(
     "get_weather",
     "Lookup the weather for a given city",
@@ -53,9 +56,7 @@ WEATHER = ToolSpec(
 
 @pytest.fixture
 async def model(server: ReplayServer, fake_time: FakeTime) -> AsyncIterator[AnthropicModel]:
-    m = AnthropicModel(
-        "claude-haiku-4-5", api_key="sk-ant-test", base_url=server.url, clock=fake_time.clock
-    )
+    m = AnthropicModel(NAME, api_key="sk-ant-test", base_url=server.url, clock=fake_time.clock)
     yield m
     await m.aclose()
 
@@ -80,7 +81,7 @@ async def test_text(server: ReplayServer, model: AnthropicModel) -> None:
     # claude-haiku-4-5: $1 / $5 per MTok -> 8 * 1 + 16 * 5 micro-USD
     assert response.cost_micro_usd == 88
     body = server.requests[-1].json()
-    assert body["model"] == "claude-haiku-4-5"
+    assert body["model"] == NAME
     assert body["system"] == "be brief"
     assert body["temperature"] == 0.2
     assert body["max_tokens"] == 4096
@@ -305,9 +306,7 @@ def _error(kind: str, message: str, status: int, headers: dict[str, str] | None 
 
 async def test_rate_limited_recorded(server: ReplayServer) -> None:
     server.add(PATH, reply_from("anthropic/error_429_rate_limit"))
-    async with AnthropicModel(
-        "claude-haiku-4-5", api_key="k", base_url=server.url, retry=NO_RETRY
-    ) as m:
+    async with AnthropicModel(NAME, api_key="k", base_url=server.url, retry=NO_RETRY) as m:
         with pytest.raises(RateLimitedError) as info:
             await m.complete(ask())
     assert info.value.status_code == 429
@@ -318,9 +317,7 @@ async def test_rate_limited_recorded(server: ReplayServer) -> None:
 
 async def test_rate_limited_stream_request(server: ReplayServer) -> None:
     server.add(PATH, reply_from("anthropic/error_429_rate_limit_stream_request"))
-    async with AnthropicModel(
-        "claude-haiku-4-5", api_key="k", base_url=server.url, retry=NO_RETRY
-    ) as m:
+    async with AnthropicModel(NAME, api_key="k", base_url=server.url, retry=NO_RETRY) as m:
         with pytest.raises(RateLimitedError):
             await collect(m.stream(ask()))
 
@@ -328,9 +325,7 @@ async def test_rate_limited_stream_request(server: ReplayServer) -> None:
 async def test_retry_after_is_honoured(server: ReplayServer, fake_time: FakeTime) -> None:
     server.add(PATH, _error("rate_limit_error", "slow down", 429, {"retry-after": "7"}))
     server.add(PATH, reply_from("anthropic/messages_text"))
-    async with AnthropicModel(
-        "claude-haiku-4-5", api_key="k", base_url=server.url, clock=fake_time.clock
-    ) as m:
+    async with AnthropicModel(NAME, api_key="k", base_url=server.url, clock=fake_time.clock) as m:
         response = await m.complete(ask())
     assert response.text.startswith("Hello")
     assert fake_time.sleeps == [7.0]
@@ -364,9 +359,7 @@ async def test_bad_request_not_retried(server: ReplayServer, model: AnthropicMod
 )
 async def test_error_classes(server: ReplayServer, reply: Reply, error: type[Exception]) -> None:
     server.add(PATH, reply)
-    async with AnthropicModel(
-        "claude-haiku-4-5", api_key="k", base_url=server.url, retry=NO_RETRY
-    ) as m:
+    async with AnthropicModel(NAME, api_key="k", base_url=server.url, retry=NO_RETRY) as m:
         with pytest.raises(error) as info:
             await m.complete(ask())
     assert type(info.value) is error
@@ -403,7 +396,7 @@ async def test_stream_ending_without_message_stop(
 async def test_hanging_server_times_out(server: ReplayServer) -> None:
     server.add(PATH, reply_from("anthropic/messages_text", mode="hang"))
     async with AnthropicModel(
-        "claude-haiku-4-5",
+        NAME,
         api_key="k",
         base_url=server.url,
         retry=NO_RETRY,
@@ -417,9 +410,7 @@ async def test_hanging_server_times_out(server: ReplayServer) -> None:
 
 async def test_hanging_stream_times_out(server: ReplayServer) -> None:
     server.add(PATH, reply_from("anthropic/messages_text_stream", mode="hang"))
-    async with AnthropicModel(
-        "claude-haiku-4-5", api_key="k", base_url=server.url, retry=NO_RETRY
-    ) as m:
+    async with AnthropicModel(NAME, api_key="k", base_url=server.url, retry=NO_RETRY) as m:
         with pytest.raises(ProviderTimeoutError):
             await collect(m.stream(ask(settings=Settings(timeout=0.2))))
 
@@ -427,12 +418,12 @@ async def test_hanging_stream_times_out(server: ReplayServer) -> None:
 def test_missing_key(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
     with pytest.raises(AuthenticationError, match="ANTHROPIC_API_KEY"):
-        AnthropicModel("claude-haiku-4-5")
+        AnthropicModel(NAME)
 
 
 def test_key_from_env(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-secret-value")
-    m = AnthropicModel("claude-haiku-4-5")
+    m = AnthropicModel(NAME)
     assert m.config.api_key == "sk-ant-secret-value"
     assert "sk-ant-secret-value" not in repr(m)
 
