@@ -95,36 +95,68 @@ def _on_term(signum: int, frame: Any) -> None:
     raise _Terminate
 
 
+def _connect(path: str) -> int:
+    """Connect to the host's listening socket at *path* (docker); return the fd."""
+    import socket
+
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            sock.connect(path)
+            break
+        except (FileNotFoundError, ConnectionRefusedError):
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.005)
+    return sock.detach()
+
+
 def main(config_json: str) -> None:
-    """Supervise one kernel described by *config_json*; never returns."""
+    """Supervise one kernel described by *config_json*; never returns.
+
+    Config keys: ``fd`` (inherited socket) or ``connect`` (a socket path to connect to),
+    ``nonce``, ``max_frame``, ``rlimits``, ``cgroup_procs``; ``status_fd`` (a pipe for the
+    kernel's exit status) or none, in which case the exit status becomes this process's
+    (``128 + signal`` for a signal); ``parent_pid`` (checked after asking for the parent-death
+    signal) or none; ``forward_sigint`` (relay SIGINT to the kernel runtime, for backends that
+    can only signal the container's first process).
+    """
     config = json.loads(config_json)
-    status_fd: int = config["status_fd"]
+    status_fd: int | None = config.get("status_fd")
     signal.signal(signal.SIGTERM, _on_term)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     _prctl(PR_SET_CHILD_SUBREAPER, 1)
-    _prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
-    if os.getppid() != config["parent_pid"]:
-        os._exit(70)  # the host died before we could ask to be told
+    parent = config.get("parent_pid")
+    if parent is not None:
+        _prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+        if os.getppid() != parent:
+            os._exit(70)  # the host died before we could ask to be told
     for procs in config.get("cgroup_procs", []):
         with open(procs, "w") as f:
             f.write(str(os.getpid()))
+    fd: int = config["fd"] if "fd" in config else _connect(config["connect"])
     from sunroom.prelude import runtime  # import before fork: the kernel starts warm
 
     kernel = os.fork()
     if kernel == 0:
         try:
-            os.close(status_fd)
+            if status_fd is not None:
+                os.close(status_fd)
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
             signal.signal(signal.SIGINT, signal.default_int_handler)
             _apply_rlimits(config.get("rlimits", {}))
-            runtime.main(config["fd"], config["nonce"], config["max_frame"])
+            runtime.main(fd, config["nonce"], config["max_frame"])
         except BaseException:
             import traceback
 
             traceback.print_exc()
         os._exit(1)
-    os.close(config["fd"])
+    os.close(fd)
+    if config.get("forward_sigint"):
+        signal.signal(signal.SIGINT, lambda *_: _relay(kernel))
     status = "terminated"
+    exit_code = 0
     try:
         while True:
             try:
@@ -134,14 +166,24 @@ def main(config_json: str) -> None:
             if pid == kernel:
                 if os.WIFSIGNALED(code):
                     status = f"signal:{os.WTERMSIG(code)}"
+                    exit_code = 128 + os.WTERMSIG(code)
                 else:
-                    status = f"exit:{os.waitstatus_to_exitcode(code)}"
+                    exit_code = os.waitstatus_to_exitcode(code)
+                    status = f"exit:{exit_code}"
                 break
     except _Terminate:
         pass
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     sweep()
-    with contextlib.suppress(OSError):
-        os.write(status_fd, status.encode())
+    if status_fd is not None:
+        with contextlib.suppress(OSError):
+            os.write(status_fd, status.encode())
+        exit_code = 0
     sys.stdout.flush()
-    os._exit(0)
+    os._exit(exit_code)
+
+
+def _relay(kernel: int) -> None:
+    with contextlib.suppress(OSError):
+        os.kill(kernel, signal.SIGINT)
