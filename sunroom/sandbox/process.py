@@ -38,6 +38,7 @@ class SupervisedProcess:
         workdir: Path,
         cgroup: Cgroup | None,
         memory_mb: int,
+        stop_signal: signal.Signals = signal.SIGTERM,
     ) -> None:
         self._proc = proc
         self._status_fd = status_fd
@@ -45,6 +46,7 @@ class SupervisedProcess:
         self._workdir = workdir
         self._cgroup = cgroup
         self._memory_mb = memory_mb
+        self._stop_signal = stop_signal
         self._oom_before = cgroup.oom_kills() if cgroup else 0
         self._kernel_pid: int | None = None
         self._status: str | None = None
@@ -66,15 +68,15 @@ class SupervisedProcess:
         return self._cgroup
 
     def adopt(self, kernel_pid: int) -> None:
-        """Record the runtime pid; it must be a child of the supervisor."""
-        with contextlib.suppress(psutil.Error):
-            if psutil.Process(kernel_pid).ppid() == self._proc.pid:
-                self._kernel_pid = kernel_pid
+        """Record the runtime's host pid, given its pid as the kernel sees it.
+
+        The runtime must be a descendant of the launched process; inside a PID namespace its
+        host pid is found through the ``NSpid`` line of ``/proc/<pid>/status``.
+        """
+        for pid in self.descendants():
+            if _innermost_pid(pid) == kernel_pid:
+                self._kernel_pid = pid
                 return
-        with contextlib.suppress(psutil.Error):
-            kids = psutil.Process(self._proc.pid).children()
-            if len(kids) == 1:
-                self._kernel_pid = kids[0].pid
 
     def interrupt(self) -> None:
         """SIGINT the runtime process (not the supervisor, not user children)."""
@@ -100,7 +102,7 @@ class SupervisedProcess:
         self._killed = True
         if self._proc.returncode is None:
             with contextlib.suppress(ProcessLookupError):
-                self._proc.send_signal(signal.SIGTERM)
+                self._proc.send_signal(self._stop_signal)
             try:
                 await asyncio.wait_for(self._proc.wait(), 3.0)
             except TimeoutError:
@@ -149,6 +151,18 @@ class SupervisedProcess:
         if status.startswith("exit:"):
             return f"the kernel process exited with status {status.split(':')[1]}"
         return f"the kernel's supervisor ended (return code {self._proc.returncode})"
+
+
+def _innermost_pid(pid: int) -> int | None:
+    """The pid of *pid* in its innermost PID namespace (itself outside any namespace)."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("NSpid:"):
+                    return int(line.split()[-1])
+    except (OSError, ValueError):
+        return None
+    return pid
 
 
 def _remove_tree(path: Path) -> None:

@@ -25,10 +25,16 @@ def resolve(backend: str | Backend) -> Backend:
         from sunroom.sandbox.backends.subprocess import SubprocessBackend
 
         return SubprocessBackend()
-    if backend in ("bwrap", "docker"):
-        raise SandboxUnavailableError(
-            f"the {backend!r} backend is not available in this build of sunroom yet; "
-            "for trusted code pass backend='subprocess' explicitly (it is not a security "
-            "boundary)"
-        )
+    if backend == "bwrap":
+        from sunroom.sandbox.backends.bwrap import BwrapBackend
+
+        return BwrapBackend()
+    if backend == "docker":
+        try:
+            from sunroom.sandbox.backends.docker import DockerBackend
+        except ImportError as exc:
+            raise SandboxUnavailableError(
+                f"the docker backend needs the Docker SDK: pip install docker ({exc})"
+            ) from None
+        return DockerBackend()
     raise UsageError(f"unknown backend {backend!r}; choose one of {', '.join(NAMES)}")

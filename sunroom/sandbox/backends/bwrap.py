@@ -1,0 +1,259 @@
+"""The ``bwrap`` backend: a bubblewrap namespace sandbox. The default for untrusted code on Linux.
+
+Each kernel runs in fresh user, pid, network, ipc, uts, cgroup and mount namespaces with
+``--die-with-parent`` and ``--new-session``, no capabilities, ``no_new_privs``, a seccomp filter
+(:mod:`sunroom.sandbox.seccomp`), a read-only system (``/usr`` and the interpreter), only the code
+the kernel needs (the ``sunroom`` package and site-packages, read-only), a private size-capped
+tmpfs workdir and ``/tmp``, no host home, no ``/etc`` secrets, and no network at all. The RPC
+socket is an inherited fd. cgroup memory, pids and CPU limits are applied before the sandbox
+starts (a shim joins the cgroup, then execs bubblewrap, so every process inside is counted).
+
+Fail closed: if bubblewrap, user namespaces, libseccomp or a writable cgroup tree is missing,
+:class:`~sunroom.errors.SandboxUnavailableError` says what to install or enable. There is no
+fallback to a weaker backend.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import json
+import os
+import shlex
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any, Final, final
+
+from sunroom.errors import KernelStartError, SandboxUnavailableError
+from sunroom.sandbox.backend import SAFE_PATH, KernelProcess, LaunchSpec, kernel_env
+from sunroom.sandbox.backends.subprocess import BOOT, kernel_sys_path, package_root
+from sunroom.sandbox.cgroup import Cgroup
+from sunroom.sandbox.process import SupervisedProcess, _remove_tree
+from sunroom.sandbox.seccomp import compile_bpf
+
+SANDBOX_UID: Final = 1000
+PYTHON_DIR: Final = "/opt/sunroom/python"
+LIB_DIR: Final = "/opt/sunroom/lib"
+WORKDIR: Final = "/work"
+TMP_MB: Final = 64
+
+
+@functools.cache
+def _probe(bwrap: str) -> None:
+    """Check once per process that bubblewrap can build a user+pid+net namespace here."""
+    try:
+        proc = subprocess.run(
+            [
+                bwrap,
+                "--unshare-all",
+                "--unshare-user",
+                "--die-with-parent",
+                *_system_binds(),
+                "--proc",
+                "/proc",
+                "/usr/bin/true",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=20,
+            env={"PATH": SAFE_PATH},
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise SandboxUnavailableError(f"bubblewrap could not run: {exc}") from None
+    if proc.returncode != 0:
+        raise SandboxUnavailableError(
+            "bubblewrap cannot create namespaces here: "
+            f"{proc.stderr.strip() or proc.returncode}. Enable unprivileged user namespaces "
+            "(sysctl -w kernel.unprivileged_userns_clone=1 and user.max_user_namespaces > 0; "
+            "on Ubuntu 24.04+ also kernel.apparmor_restrict_unprivileged_userns=0) or run "
+            "where namespaces are allowed (in Docker: --security-opt seccomp=unconfined)."
+        )
+
+
+def _system_binds() -> list[str]:
+    args = ["--ro-bind", "/usr", "/usr"]
+    for top in ("/bin", "/sbin", "/lib", "/lib64", "/lib32", "/libx32"):
+        if os.path.islink(top):
+            args += ["--symlink", os.readlink(top), top]
+        elif os.path.isdir(top):
+            args += ["--ro-bind", top, top]
+    return args
+
+
+@final
+class BwrapBackend:
+    """Launch kernels inside bubblewrap namespace sandboxes."""
+
+    name = "bwrap"
+
+    def __init__(
+        self,
+        *,
+        bwrap: str | None = None,
+        python: str | None = None,
+        require_cgroups: bool = True,
+    ) -> None:
+        """Build the backend.
+
+        Args:
+            bwrap: the bubblewrap binary (default: ``bwrap`` on PATH).
+            python: the interpreter to run (default: the one running sunroom). Its installation
+                prefix is mounted read-only.
+            require_cgroups: refuse to start without a writable cgroup tree (default). With
+                False, memory is bounded by RLIMIT_AS only and processes by nothing but the
+                PID namespace (RLIMIT_NPROC does not bind root): documented as weaker.
+        """
+        found = bwrap or shutil.which("bwrap", path=SAFE_PATH + ":/usr/sbin:/sbin")
+        if found is None:
+            raise SandboxUnavailableError(
+                "bubblewrap is not installed: apt-get install bubblewrap (or dnf install "
+                "bubblewrap); the bwrap backend will not fall back to a weaker sandbox"
+            )
+        self._bwrap = found
+        self._python = Path(python or sys.executable).resolve()
+        self._require_cgroups = require_cgroups
+
+    def _python_layout(self) -> tuple[str, str]:
+        prefix = Path(sys.base_prefix).resolve()
+        try:
+            rel = self._python.relative_to(prefix)
+        except ValueError:
+            raise SandboxUnavailableError(
+                f"the interpreter {self._python} is not inside its prefix {prefix}; "
+                "pass python= an interpreter under sys.base_prefix"
+            ) from None
+        return str(prefix), f"{PYTHON_DIR}/{rel}"
+
+    def _code_binds(self) -> tuple[list[str], list[str]]:
+        root = package_root()
+        binds = ["--ro-bind", str(Path(root) / "sunroom"), f"{LIB_DIR}/sunroom"]
+        path = [LIB_DIR]
+        for i, entry in enumerate(kernel_sys_path()):
+            if entry == root:
+                continue
+            target = f"/opt/sunroom/site/{i}"
+            binds += ["--ro-bind", entry, target]
+            path.append(target)
+        return binds, path
+
+    async def launch(self, spec: LaunchSpec) -> tuple[KernelProcess, socket.socket]:
+        """Start a sandboxed kernel; see ``Backend.launch``."""
+        await asyncio.to_thread(_probe, self._bwrap)
+        program = compile_bpf()
+        limits = spec.limits
+        prefix, python_inside = self._python_layout()
+        code_binds, sys_path = self._code_binds()
+        cgroup = await asyncio.to_thread(
+            Cgroup.create,
+            f"sunroom-{spec.nonce[:16]}",
+            memory_mb=limits.memory_mb,
+            pids=limits.pids,
+            cpu_quota=limits.cpu_quota,
+        )
+        if cgroup is None and self._require_cgroups:
+            raise SandboxUnavailableError(
+                "the bwrap backend needs a writable cgroup tree (v1 or v2) for its memory and "
+                "process limits; run as root or delegate a cgroup v2 subtree to this user "
+                "(systemd-run --user --scope -p Delegate=yes ...), or pass "
+                "BwrapBackend(require_cgroups=False) to accept weaker limits"
+            )
+        rundir = Path(tempfile.mkdtemp(prefix="sunroom-bwrap-"))
+        host_sock, kernel_sock = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        status_r, status_w = os.pipe()
+        seccomp_fd = os.memfd_create("sunroom-seccomp", 0)
+        os.write(seccomp_fd, program)
+        os.lseek(seccomp_fd, 0, os.SEEK_SET)
+        config: dict[str, Any] = {
+            "fd": kernel_sock.fileno(),
+            "status_fd": status_w,
+            "nonce": spec.nonce,
+            "max_frame": limits.max_frame_bytes,
+            "rlimits": limits.rlimits(),
+            "cgroup_procs": [],
+        }
+        env = kernel_env(Path(WORKDIR), spec.env)
+        argv = [
+            self._bwrap,
+            "--unshare-all",
+            "--unshare-user",
+            "--die-with-parent",
+            "--new-session",
+            "--cap-drop",
+            "ALL",
+            "--uid",
+            str(SANDBOX_UID),
+            "--gid",
+            str(SANDBOX_UID),
+            "--hostname",
+            "sunroom",
+            *_system_binds(),
+            "--ro-bind",
+            prefix,
+            PYTHON_DIR,
+            *code_binds,
+            "--proc",
+            "/proc",
+            "--dev",
+            "/dev",
+            "--size",
+            str(limits.disk_mb * 1024 * 1024),
+            "--tmpfs",
+            WORKDIR,
+            "--size",
+            str(TMP_MB * 1024 * 1024),
+            "--tmpfs",
+            "/tmp",
+            "--dir",
+            "/etc",
+            "--chdir",
+            WORKDIR,
+            "--clearenv",
+        ]
+        for key, value in env.items():
+            argv += ["--setenv", key, value]
+        argv += ["--seccomp", str(seccomp_fd), "--"]
+        argv += [python_inside, "-I", "-S", "-c", BOOT, json.dumps(sys_path), json.dumps(config)]
+        if cgroup is not None:
+            joins = " && ".join(f"echo $$ > {shlex.quote(p)}" for p in cgroup.procs_files)
+            argv = ["/bin/sh", "-c", f'{joins} && exec "$@"', "sunroom-shim", *argv]
+        try:
+            with open(rundir / "kernel.log", "wb") as log:  # noqa: ASYNC230 - a local create
+                proc = await asyncio.create_subprocess_exec(
+                    *argv,
+                    stdin=asyncio.subprocess.DEVNULL,
+                    stdout=asyncio.subprocess.DEVNULL,
+                    stderr=log,
+                    pass_fds=(kernel_sock.fileno(), status_w, seccomp_fd),
+                    cwd=rundir,
+                    env={"PATH": SAFE_PATH, "LANG": "C.UTF-8"},
+                    start_new_session=True,
+                )
+        except OSError as exc:
+            host_sock.close()
+            os.close(status_r)
+            if cgroup is not None:
+                cgroup.remove()
+            _remove_tree(rundir)
+            raise KernelStartError(f"cannot start bubblewrap: {exc}") from exc
+        finally:
+            kernel_sock.close()
+            for fd in (status_w, seccomp_fd):
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+        (rundir / "work").mkdir(exist_ok=True)
+        handle = SupervisedProcess(
+            proc,
+            status_fd=status_r,
+            rundir=rundir,
+            workdir=rundir / "work",
+            cgroup=cgroup,
+            memory_mb=limits.memory_mb,
+            stop_signal=signal.SIGKILL,
+        )
+        return handle, host_sock

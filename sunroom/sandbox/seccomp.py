@@ -1,0 +1,135 @@
+"""The seccomp policy of isolated kernels, compiled to BPF with libseccomp (``pyseccomp``).
+
+The filter allows by default and denies, with ``EPERM``, what a kernel never needs and an
+attacker wants: sockets other than ``AF_UNIX``, tracing and cross-process memory access,
+io_uring, bpf, perf, the kernel keyring, mounts, namespace changes, kexec, module loading,
+personality changes (only ``personality(0)`` passes) and a few more (see ``DENIED``).
+``clone3`` answers ``ENOSYS`` so libc falls back to ``clone``, whose namespace flags are then
+checked. Syscalls of a foreign architecture
+(32-bit entry points) kill the process: libseccomp's default for a non-native arch.
+
+The program is compiled on the host and handed to bubblewrap (``--seccomp FD``), which installs
+it in the sandbox just before exec; nothing in the kernel can remove it.
+"""
+
+from __future__ import annotations
+
+import errno
+import functools
+import tempfile
+from typing import Any, Final
+
+from sunroom.errors import SandboxUnavailableError
+
+DENIED: Final = (
+    "ptrace",
+    "process_vm_readv",
+    "process_vm_writev",
+    "io_uring_setup",
+    "io_uring_enter",
+    "io_uring_register",
+    "bpf",
+    "perf_event_open",
+    "keyctl",
+    "add_key",
+    "request_key",
+    "mount",
+    "umount2",
+    "pivot_root",
+    "chroot",
+    "move_mount",
+    "open_tree",
+    "fsopen",
+    "fsconfig",
+    "fsmount",
+    "fspick",
+    "mount_setattr",
+    "unshare",
+    "setns",
+    "kexec_load",
+    "kexec_file_load",
+    "init_module",
+    "finit_module",
+    "delete_module",
+    "userfaultfd",
+    "acct",
+    "swapon",
+    "swapoff",
+    "reboot",
+    "syslog",
+    "quotactl",
+    "open_by_handle_at",
+    "name_to_handle_at",
+    "settimeofday",
+    "clock_settime",
+    "clock_adjtime",
+    "adjtimex",
+    "lookup_dcookie",
+    "vhangup",
+)
+"""Syscalls refused outright with EPERM."""
+
+AF_UNIX: Final = 1
+TIOCSTI: Final = 0x5412
+PER_LINUX: Final = 0
+NAMESPACE_FLAGS: Final = (
+    0x10000000  # CLONE_NEWUSER
+    | 0x00020000  # CLONE_NEWNS
+    | 0x20000000  # CLONE_NEWPID
+    | 0x40000000  # CLONE_NEWNET
+    | 0x08000000  # CLONE_NEWIPC
+    | 0x04000000  # CLONE_NEWUTS
+    | 0x02000000  # CLONE_NEWCGROUP
+)
+
+
+def _library() -> Any:
+    try:
+        import pyseccomp  # type: ignore[import-untyped]
+    except ImportError:
+        raise SandboxUnavailableError(
+            "the bwrap backend needs libseccomp's Python bindings: pip install pyseccomp"
+        ) from None
+    try:
+        pyseccomp.system_arch()
+    except (OSError, AttributeError) as exc:
+        raise SandboxUnavailableError(
+            f"libseccomp could not be loaded ({exc}); install it: apt-get install libseccomp2"
+        ) from None
+    return pyseccomp
+
+
+def _deny(sc: Any, filt: Any, name: str, *args: Any, code: int = errno.EPERM) -> None:
+    """Add one deny rule; a syscall this architecture lacks is skipped, any other failure raises."""
+    if sc.resolve_syscall(sc.system_arch(), name) < 0:
+        return  # not a syscall on this architecture (e.g. a newer one on an old libseccomp)
+    try:
+        filt.add_rule(sc.ERRNO(code), name, *args)
+    except (ValueError, RuntimeError, OSError) as exc:
+        raise SandboxUnavailableError(f"cannot build the seccomp rule for {name}: {exc}") from exc
+
+
+@functools.cache
+def compile_bpf() -> bytes:
+    """The policy as a BPF program (cached per process). Raises SandboxUnavailableError."""
+    sc = _library()
+    filt = sc.SyscallFilter(defaction=sc.ALLOW)
+    for name in DENIED:
+        _deny(sc, filt, name)
+    _deny(sc, filt, "socket", sc.Arg(0, sc.NE, AF_UNIX), code=errno.EAFNOSUPPORT)
+    _deny(sc, filt, "socketpair", sc.Arg(0, sc.NE, AF_UNIX), code=errno.EAFNOSUPPORT)
+    _deny(sc, filt, "clone", sc.Arg(0, sc.MASKED_EQ, NAMESPACE_FLAGS, 0x10000000))
+    for flag in (0x00020000, 0x20000000, 0x40000000, 0x08000000, 0x04000000, 0x02000000):
+        _deny(sc, filt, "clone", sc.Arg(0, sc.MASKED_EQ, flag, flag))
+    _deny(sc, filt, "clone3", code=errno.ENOSYS)
+    _deny(sc, filt, "ioctl", sc.Arg(1, sc.MASKED_EQ, 0xFFFFFFFF, TIOCSTI))
+    # personality(0) is allowed; any other persona or flag (ADDR_NO_RANDOMIZE, READ_IMPLIES_EXEC,
+    # and the 0xffffffff query too, which libseccomp cannot except in the same rule) is refused
+    _deny(sc, filt, "personality", sc.Arg(0, sc.GT, PER_LINUX))
+    with tempfile.TemporaryFile() as sink:
+        filt.export_bpf(sink)
+        sink.seek(0)
+        program = sink.read()
+    if not program:
+        raise SandboxUnavailableError("libseccomp produced an empty seccomp program")
+    return program
