@@ -21,6 +21,7 @@ import time
 from typing import Any
 
 PR_SET_PDEATHSIG = 1
+PR_SET_DUMPABLE = 4
 PR_SET_CHILD_SUBREAPER = 36
 
 
@@ -127,6 +128,7 @@ def main(config_json: str) -> None:
     signal.signal(signal.SIGTERM, _on_term)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     _prctl(PR_SET_CHILD_SUBREAPER, 1)
+    _prctl(PR_SET_DUMPABLE, 0)  # the kernel's code may not ptrace or read our memory
     parent = config.get("parent_pid")
     if parent is not None:
         _prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
@@ -141,6 +143,7 @@ def main(config_json: str) -> None:
     kernel = os.fork()
     if kernel == 0:
         try:
+            _prctl(PR_SET_DUMPABLE, 1)  # the runtime is the user's own process
             if status_fd is not None:
                 os.close(status_fd)
             signal.signal(signal.SIGTERM, signal.SIG_DFL)

@@ -220,7 +220,10 @@ async def test_env_is_scrubbed(backend: str, monkeypatch: pytest.MonkeyPatch) ->
             "import os\n"
             "found = [k for k, v in os.environ.items() if 'hunter2' in v or 'CANARY' in k]\n"
             "own = open('/proc/self/environ', 'rb').read()\n"
-            "parent = open(f'/proc/{os.getppid()}/environ', 'rb').read()\n"
+            "try:\n"
+            "    parent = open(f'/proc/{os.getppid()}/environ', 'rb').read()\n"
+            "except PermissionError:\n"
+            "    parent = b''\n"
             "(found, b'hunter2' in own, b'hunter2' in parent, sorted(os.environ))"
         )
         assert r.ok, r.error

@@ -184,6 +184,7 @@ class BwrapBackend:
             "--unshare-user",
             "--die-with-parent",
             "--new-session",
+            "--as-pid-1",
             "--cap-drop",
             "ALL",
             "--uid",
