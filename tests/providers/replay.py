@@ -163,6 +163,7 @@ class _Handler(BaseHTTPRequestHandler):
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
+    request_queue_size = 128  # the default 5 drops connects when many clients start at once
     owner: ReplayServer
 
     def handle_error(self, request: Any, client_address: Any) -> None:
