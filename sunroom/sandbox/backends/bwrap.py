@@ -212,6 +212,8 @@ class BwrapBackend:
             "/tmp",
             "--dir",
             "/etc",
+            "--remount-ro",
+            "/",
             "--chdir",
             WORKDIR,
             "--clearenv",
