@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import subprocess
 import time
 
 import psutil
@@ -141,7 +140,7 @@ async def test_ptrace_and_foreign_memory_are_refused(jail: AsyncKernel) -> None:
 
 
 async def test_signals_cannot_reach_host_processes(isolated_backend: str) -> None:
-    victim = subprocess.Popen(["sleep", "60"])
+    victim = await asyncio.create_subprocess_exec("sleep", "60")
     try:
         async with AsyncKernel(backend=isolated_backend, limits=Limits(timeout_s=10)) as k:
             out = await run(
@@ -162,10 +161,10 @@ async def test_signals_cannot_reach_host_processes(isolated_backend: str) -> Non
             r = await k.execute("import os, signal\nos.kill(-1, signal.SIGKILL)")
             assert r.status in ("died", "ok", "error")
             assert (await k.execute("'alive'")).value == "'alive'"  # restarted if needed
-        assert victim.poll() is None
+        assert victim.returncode is None
     finally:
         victim.kill()
-        victim.wait()
+        await victim.wait()
 
 
 async def test_fork_bomb_is_bounded(isolated_backend: str) -> None:
