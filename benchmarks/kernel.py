@@ -5,6 +5,10 @@ Run: ``.venv/bin/python benchmarks/kernel.py [--backend subprocess] [--n 2000]``
 same run between the same kind of peers (a blocking client process, an asyncio server here).
 Targets on a 2-core machine: start <= 40 ms, execute <= 150 us, host call <= 100 us and
 <= 3x the raw echo.
+
+``--compare subprocess,bwrap,docker`` adds start and execute p50 per backend, each as a ratio to
+``subprocess`` measured in the same run (targets: bwrap start <= 60 ms and execute within 1.5x
+of subprocess; docker start <= 400 ms).
 """
 
 from __future__ import annotations
@@ -121,6 +125,7 @@ async def main() -> None:
     parser.add_argument("--backend", default="subprocess")
     parser.add_argument("--n", type=int, default=2000)
     parser.add_argument("--starts", type=int, default=20)
+    parser.add_argument("--compare", default="", help="comma-separated backends to compare")
     args = parser.parse_args()
 
     async def ping(x: int) -> int:
@@ -151,6 +156,23 @@ async def main() -> None:
         ratio = f"{p50 / echo50:6.2f}x" if unit == "us" and name != rows[0][0] else ""
         tgt = f"<= {target}" if target else ""
         print(f"{name:34} {p50:8.1f}{unit:>2} {p90:8.1f}{unit:>2}  {tgt:>8}  {ratio:>7}")
+    if args.compare:
+        await compare([b for b in args.compare.split(",") if b], args.starts, args.n)
+
+
+async def compare(names: list[str], starts: int, n: int) -> None:
+    """Start and execute p50 per backend, as ratios to subprocess measured in this run."""
+    figures: dict[str, tuple[float, float]] = {}
+    for name in ["subprocess", *[b for b in names if b != "subprocess"]]:
+        s = await bench_start(name, starts)
+        async with AsyncKernel(backend=name, limits=Limits(timeout_s=120)) as k:
+            e = await bench_execute(k, n)
+        figures[name] = (statistics.median(s), statistics.median(e))
+    base_start, base_exec = figures["subprocess"]
+    print()
+    print(f"{'backend':12} {'start p50':>11} {'x subproc':>10} {'execute p50':>12} {'x subproc':>10}")
+    for name, (st, ex) in figures.items():
+        print(f"{name:12} {st:9.1f}ms {st / base_start:9.2f}x {ex:10.1f}us {ex / base_exec:9.2f}x")
 
 
 if __name__ == "__main__":

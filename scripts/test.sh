@@ -3,6 +3,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
+bash scripts/system-setup.sh
 set +e
 .venv/bin/python -m pytest -q "$@"
 code=$?

@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Install the system packages the isolated backends need (bubblewrap, libseccomp) and, through
+# scripts/docker-setup.sh, Docker with a running daemon and the offline kernel image.
+# Needs root and apt-get; elsewhere it says what is missing and leaves the machine alone.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+need=()
+command -v bwrap >/dev/null 2>&1 || need+=(bubblewrap)
+ldconfig -p 2>/dev/null | grep -q 'libseccomp.so.2' || need+=(libseccomp2)
+if [ "${#need[@]}" -gt 0 ]; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    echo "system-setup: installing ${need[*]}"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get install -y -qq "${need[@]}" >/dev/null 2>&1 \
+      || { apt-get update -qq >/dev/null && apt-get install -y -qq "${need[@]}" >/dev/null; }
+  else
+    echo "system-setup: missing ${need[*]}; install them (e.g. apt-get install ${need[*]})" >&2
+  fi
+fi
+if [ -f scripts/docker-setup.sh ]; then
+  bash scripts/docker-setup.sh
+fi
