@@ -199,7 +199,7 @@ class VendorModel(Model, Generic[ClientT]):
         done = False
         try:
             async for event in self._read_stream(opened, ResponseBuilder()):
-                if isinstance(event, Done):
+                if type(event) is Done:
                     done = True
                     self.breaker.record(None, probe=False)
                     yield Done(self._with_cost(event.response))

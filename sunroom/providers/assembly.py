@@ -108,7 +108,7 @@ class ResponseBuilder:
 
     def text(self, key: Hashable, delta: str, origin: Origin | None = None) -> TextDelta | None:
         """Append reply text to block ``key``."""
-        slot = self._slot(key, "text")
+        slot = self._slots.get(key) or self._slot(key, "text")
         if origin is not None:
             slot.origin = origin
         if not delta:
