@@ -1,0 +1,767 @@
+"""The ``docker`` backend: one container per kernel, through the Docker SDK for Python.
+
+Each kernel runs in its own container with ``--network none``, a read-only root, a size-capped
+private tmpfs workdir (``/work``, mode 0700, owned by the kernel user) and ``/tmp``, no
+capabilities (``cap_drop=ALL``), ``no-new-privileges``, memory (no swap), pids and CPU limits,
+a non-root user (uid/gid 1000 by default), the daemon's default seccomp profile and no init: the
+sunroom supervisor is PID 1, reaps every orphan and sweeps all descendants before it exits. The
+environment is :func:`~sunroom.sandbox.backend.kernel_env` only, never the host's. An optional
+OCI runtime (gVisor's ``runsc``) is passed through per backend.
+
+The RPC socket: the host binds a listening Unix socket in a fresh directory inside a private
+(0700, root-only) temporary directory, bind-mounts only that inner directory read-only at
+``/run/sunroom`` and starts the container, whose supervisor connects to it. The host accepts
+exactly one connection (the hello nonce is checked by :class:`~sunroom.sandbox.kernel.AsyncKernel`)
+and then closes the listener and removes the socket file and both directories at once. On the
+host, no user but root can traverse the private parent, so no other host user can reach the
+socket, not even one that happens to share the kernel's uid; inside the container the mounted
+directory is owned by the kernel uid with mode 0700 and the socket is 0600.
+
+Two images:
+
+* ``host_mounts=True`` (default, the *offline* image ``sunroom-kernel:offline`` built by
+  ``bash scripts/docker-setup.sh`` with ``docker import``, no registry): the image holds only
+  ``/etc/passwd``, ``/etc/group`` and empty mount points. The host's ``/usr`` (and any top-level
+  ``/bin``, ``/lib``... that is a real directory rather than a merged-/usr symlink),
+  ``/etc/ld.so.cache``, ``/etc/alternatives``, the interpreter's prefix (at
+  ``/opt/sunroom/python``), the ``sunroom`` package (at ``/opt/sunroom/lib/sunroom``) and each
+  site-packages directory of :func:`~sunroom.sandbox.backends.subprocess.kernel_sys_path` (at
+  ``/opt/sunroom/site/<n>``) are bind-mounted read-only: nothing else of the host. A relocated
+  interpreter finds its standard library relative to its executable; an interpreter built with a
+  shared ``libpython`` (pyenv) gets ``LD_LIBRARY_PATH`` set to the container-side ``lib``
+  directory, because its absolute RUNPATH names the host prefix.
+* ``host_mounts=False`` (a production image built from ``images/kernel.Dockerfile``): the image
+  provides ``/usr/local/bin/python3`` and ``/opt/sunroom/lib`` holding ``sunroom`` (``rpc`` and
+  ``prelude``) and ``msgpack``; nothing of the host is mounted but the socket directory.
+
+Containers are labelled ``sunroom.kernel=1`` with their owner (pid, its start time, hostname)
+and are always removed: ``kill()`` force-removes the container, and the first launch in a
+process removes every labelled container of this host whose owner process is gone (what a
+crashed host leaves behind). If the host dies while a kernel runs, the kernel sees its socket
+close and exits, and the supervisor kills everything else, so the container stops at once; the
+next sweep removes it.
+
+Fail closed: a missing ``docker`` package, an unreachable daemon, a missing image or an unknown
+runtime raise :class:`~sunroom.errors.SandboxUnavailableError` saying what to do. There is no
+fallback to a weaker backend. The Docker daemon must run on this host (bind mounts name host
+paths). SDK calls block, so they run in worker threads.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import errno
+import functools
+import json
+import os
+import platform
+import shutil
+import signal
+import site
+import socket
+import sys
+import sysconfig
+import tempfile
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, Final, final
+
+import psutil
+
+from sunroom.errors import KernelError, KernelStartError, SandboxUnavailableError, UsageError
+from sunroom.sandbox.backend import KernelProcess, LaunchSpec, kernel_env
+from sunroom.sandbox.backends.subprocess import BOOT, kernel_sys_path, package_root
+from sunroom.sandbox.seccomp import AF_UNIX, DENIED, NAMESPACE_FLAGS, PER_LINUX, TIOCSTI
+
+if TYPE_CHECKING:
+    import docker  # type: ignore[import-untyped, unused-ignore]  # stubs: types-docker
+
+DEFAULT_IMAGE: Final = "sunroom-kernel:offline"
+WORKDIR: Final = "/work"
+RUN_DIR: Final = "/run/sunroom"
+SOCKET_NAME: Final = "kernel.sock"
+PYTHON_DIR: Final = "/opt/sunroom/python"
+LIB_DIR: Final = "/opt/sunroom/lib"
+SITE_DIR: Final = "/opt/sunroom/site"
+IMAGE_PYTHON: Final = "/usr/local/bin/python3"
+TMP_MB: Final = 64
+SHM_MB: Final = 64
+
+LABEL_KERNEL: Final = "sunroom.kernel"
+LABEL_OWNER_PID: Final = "sunroom.owner_pid"
+LABEL_OWNER_STARTED: Final = "sunroom.owner_started"
+LABEL_HOST: Final = "sunroom.host"
+
+SETUP_HINT: Final = (
+    "run `bash scripts/docker-setup.sh` (installs docker.io, starts dockerd, builds the offline "
+    "kernel image)"
+)
+_POLL_S: Final = 0.25
+_SIGNAL_NAMES: Final = {s.value: s.name for s in signal.Signals}
+_TOP_DIRS: Final = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+_SYSTEM_EXTRAS: Final = ("/etc/ld.so.cache", "/etc/alternatives")
+
+_api_version: str | None = None
+_sweep_lock = threading.Lock()
+_swept = False
+
+
+def _docker() -> ModuleType:
+    """Import the Docker SDK lazily; fail closed with how to install it."""
+    try:
+        import docker
+    except ImportError:
+        raise SandboxUnavailableError(
+            "the docker backend needs the Docker SDK for Python: pip install 'docker>=7' "
+            "(in this checkout: .venv/bin/pip install docker)"
+        ) from None
+    return docker
+
+
+def _hostname() -> str:
+    return socket.gethostname()
+
+
+def _started(pid: int) -> str:
+    """A process's start time as recorded in labels (tells a live owner from a reused pid)."""
+    return f"{psutil.Process(pid).create_time():.2f}"
+
+
+def _owner_alive(labels: Mapping[str, str]) -> bool:
+    try:
+        pid = int(labels.get(LABEL_OWNER_PID, ""))
+        return _started(pid) == labels.get(LABEL_OWNER_STARTED)
+    except (ValueError, psutil.Error):
+        return False
+
+
+def sweep_stale(client: docker.DockerClient) -> list[str]:
+    """Remove this host's sunroom kernel containers whose owner process is gone.
+
+    A container is stale when it carries ``sunroom.kernel=1`` and this host's name, and the
+    process named by ``sunroom.owner_pid`` is not running with the recorded start time (a host
+    that crashed or was killed). Containers of other hosts sharing the daemon are left alone.
+    Returns the ids removed. Errors removing one container are ignored (it is retried at the
+    next sweep); an unreachable daemon raises the SDK's error.
+    """
+    errors = _docker().errors
+    removed: list[str] = []
+    found = client.api.containers(
+        all=True, filters={"label": [f"{LABEL_KERNEL}=1", f"{LABEL_HOST}={_hostname()}"]}
+    )
+    for row in found:
+        if _owner_alive(row.get("Labels") or {}):
+            continue
+        with contextlib.suppress(errors.APIError):
+            client.api.remove_container(row["Id"], force=True, v=True)
+            removed.append(row["Id"])
+    return removed
+
+
+_SCMP_ARCH: Final = {"x86_64": "SCMP_ARCH_X86_64", "aarch64": "SCMP_ARCH_AARCH64"}
+
+
+def _rule(names: list[str], code: int, *args: tuple[int, str, int, int]) -> dict[str, Any]:
+    rule: dict[str, Any] = {"names": names, "action": "SCMP_ACT_ERRNO", "errnoRet": code}
+    if args:
+        rule["args"] = [
+            {"index": i, "op": op, "value": value, "valueTwo": two} for i, op, value, two in args
+        ]
+    return rule
+
+
+@functools.cache
+def seccomp_profile() -> str:
+    """The kernel's seccomp policy as a Docker profile (JSON), the same policy as ``bwrap``'s.
+
+    Built from :mod:`sunroom.sandbox.seccomp` and compiled by the runtime with libseccomp:
+    allow by default; refuse ``DENIED`` with EPERM, non-``AF_UNIX`` sockets with EAFNOSUPPORT,
+    namespace flags to ``clone`` with EPERM, ``clone3`` with ENOSYS, ``TIOCSTI`` and any
+    persona but ``PER_LINUX``. Only the native architecture is listed, so syscalls through a
+    foreign (32-bit) entry point hit libseccomp's bad-architecture action and are refused.
+    It replaces the daemon's default profile. Raises SandboxUnavailableError on an
+    architecture it does not know.
+    """
+    arch = _SCMP_ARCH.get(platform.machine())
+    if arch is None:
+        raise SandboxUnavailableError(
+            f"the docker backend has no seccomp profile for {platform.machine()!r}"
+        )
+    clone_flags = [0x00020000, 0x20000000, 0x40000000, 0x08000000, 0x04000000, 0x02000000]
+    rules = [
+        _rule(list(DENIED), errno.EPERM),
+        _rule(["socket"], errno.EAFNOSUPPORT, (0, "SCMP_CMP_NE", AF_UNIX, 0)),
+        _rule(["socketpair"], errno.EAFNOSUPPORT, (0, "SCMP_CMP_NE", AF_UNIX, 0)),
+        _rule(["clone"], errno.EPERM, (0, "SCMP_CMP_MASKED_EQ", NAMESPACE_FLAGS, 0x10000000)),
+        *(
+            _rule(["clone"], errno.EPERM, (0, "SCMP_CMP_MASKED_EQ", flag, flag))
+            for flag in clone_flags
+        ),
+        _rule(["clone3"], errno.ENOSYS),
+        _rule(["ioctl"], errno.EPERM, (1, "SCMP_CMP_MASKED_EQ", 0xFFFFFFFF, TIOCSTI)),
+        _rule(["personality"], errno.EPERM, (0, "SCMP_CMP_GT", PER_LINUX, 0)),
+    ]
+    profile = {"defaultAction": "SCMP_ACT_ALLOW", "architectures": [arch], "syscalls": rules}
+    return json.dumps(profile, separators=(",", ":"))
+
+
+def _sweep_once(client: docker.DockerClient) -> None:
+    global _swept
+    with _sweep_lock:
+        if not _swept:
+            sweep_stale(client)
+            _swept = True
+
+
+@dataclass(frozen=True, slots=True)
+class _Layout:
+    """Where the kernel's interpreter and code are inside the container."""
+
+    python: str
+    sys_path: tuple[str, ...]
+    mounts: tuple[tuple[str, str], ...]  # (host source, container target), all read-only
+    env: tuple[tuple[str, str], ...]
+
+
+def _under(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip("/") + "/")
+
+
+@functools.cache
+def host_layout() -> _Layout:
+    """The read-only host mounts, interpreter and sys.path of an offline-image kernel.
+
+    Raises SandboxUnavailableError when the interpreter is not inside its own prefix.
+    """
+    mounts: list[tuple[str, str]] = [("/usr", "/usr")]
+    for top in _TOP_DIRS:
+        if os.path.isdir(top) and not os.path.islink(top):
+            mounts.append((top, top))
+    mounts += [(p, p) for p in _SYSTEM_EXTRAS if os.path.exists(p)]
+    exe = os.path.realpath(sys.executable)
+    prefix = os.path.realpath(sys.base_prefix)
+    env: list[tuple[str, str]] = []
+    if _under(prefix, "/usr"):
+        if not _under(exe, "/usr"):
+            raise SandboxUnavailableError(f"the interpreter {exe} is outside /usr, its prefix")
+        python = exe
+
+        def inside(path: str) -> str | None:
+            return path if _under(path, "/usr") else None
+
+    else:
+        if not _under(exe, prefix):
+            raise SandboxUnavailableError(
+                f"the interpreter {exe} is not inside its prefix {prefix}; the docker backend "
+                "mounts that prefix read-only and cannot find the interpreter in it"
+            )
+        mounts.append((prefix, PYTHON_DIR))
+
+        def inside(path: str) -> str | None:
+            if _under(path, "/usr"):
+                return path
+            if _under(path, prefix):
+                return PYTHON_DIR + path[len(prefix) :]
+            return None
+
+        python = PYTHON_DIR + exe[len(prefix) :]
+        libdir = os.path.realpath(str(sysconfig.get_config_var("LIBDIR") or ""))
+        if sysconfig.get_config_var("Py_ENABLE_SHARED") and _under(libdir, prefix):
+            # the executable's RUNPATH is the absolute host prefix: point the loader inside
+            env.append(("LD_LIBRARY_PATH", PYTHON_DIR + libdir[len(prefix) :]))
+    root = os.path.realpath(package_root())
+    site_dirs = {os.path.realpath(d) for d in site.getsitepackages()}
+    sys_path: list[str] = []
+    if root not in site_dirs:
+        # a source checkout: mount the package alone, not the whole project
+        mounts.append((os.path.join(root, "sunroom"), f"{LIB_DIR}/sunroom"))
+        sys_path.append(LIB_DIR)
+    for i, entry in enumerate(kernel_sys_path()):
+        real = os.path.realpath(entry)
+        if real == root and root not in site_dirs:
+            continue
+        target = inside(real)
+        if target is None:
+            target = f"{SITE_DIR}/{i}"
+            mounts.append((real, target))
+        if target not in sys_path:
+            sys_path.append(target)
+    return _Layout(python, tuple(sys_path), tuple(mounts), tuple(env))
+
+
+def _parse_user(user: str) -> tuple[int, int]:
+    try:
+        uid_s, _, gid_s = user.partition(":")
+        uid, gid = int(uid_s), int(gid_s or uid_s)
+    except ValueError:
+        raise UsageError(f"user must be numeric 'uid:gid', got {user!r}") from None
+    if uid <= 0 or gid <= 0:
+        raise UsageError("the docker backend refuses to run kernels as root (uid/gid 0)")
+    return uid, gid
+
+
+@final
+class DockerBackend:
+    """Launch each kernel in its own locked-down Docker container.
+
+    Args:
+        image: the kernel image (default ``$SUNROOM_DOCKER_IMAGE`` or ``sunroom-kernel:offline``).
+        runtime: an OCI runtime registered with the daemon, e.g. ``"runsc"`` for gVisor
+            (default ``$SUNROOM_DOCKER_RUNTIME`` or the daemon's default, normally runc).
+        client: a ``docker.DockerClient`` to use; the caller keeps ownership and closes it.
+            Default: a client from the environment (``DOCKER_HOST``...) per kernel, closed
+            when the kernel is killed.
+        host_mounts: True (default, ``$SUNROOM_DOCKER_HOST_MOUNTS`` may say 0) for the offline
+            image, which runs the host's interpreter and code mounted read-only; False for a
+            production image that carries Python, msgpack and ``sunroom`` itself.
+        user: numeric ``uid:gid`` of the kernel (never 0). Prefer one no host user has, or
+            run the daemon with user-namespace remapping: a host user with the same uid could
+            signal or trace the kernel's processes (it could not reach the socket).
+        socket_dir: where the private socket directories are made (default
+            ``$SUNROOM_DOCKER_RUNDIR`` or the temp dir). The daemon resolves bind mounts on the
+            host, so when sunroom itself runs in a container this must be a directory mounted
+            at the same path in both (see ``docker-compose.yml``).
+
+    Raises SandboxUnavailableError (at launch) when the SDK, the daemon, the image or the
+    runtime is missing; UsageError for a malformed ``user``.
+    """
+
+    name = "docker"
+
+    def __init__(
+        self,
+        *,
+        image: str | None = None,
+        runtime: str | None = None,
+        client: docker.DockerClient | None = None,
+        host_mounts: bool | None = None,
+        user: str = "1000:1000",
+        socket_dir: str | os.PathLike[str] | None = None,
+    ) -> None:
+        self.image = image or os.environ.get("SUNROOM_DOCKER_IMAGE") or DEFAULT_IMAGE
+        self.runtime = runtime or os.environ.get("SUNROOM_DOCKER_RUNTIME") or None
+        if host_mounts is None:
+            host_mounts = os.environ.get("SUNROOM_DOCKER_HOST_MOUNTS", "1") not in ("0", "")
+        self.host_mounts = host_mounts
+        self.user = user
+        self._uid, self._gid = _parse_user(user)
+        self._client = client
+        self._socket_dir = socket_dir or os.environ.get("SUNROOM_DOCKER_RUNDIR") or None
+
+    # -- client ----------------------------------------------------------------------------
+
+    def _connect(self) -> tuple[docker.DockerClient, bool]:
+        """A reachable client (and whether this backend owns it), after the one-time sweep."""
+        global _api_version
+        sdk = _docker()
+        owned = self._client is None
+        try:
+            client: docker.DockerClient = (
+                self._client
+                if self._client is not None
+                else sdk.DockerClient.from_env(version=_api_version or "auto")
+            )
+        except sdk.errors.DockerException as exc:
+            raise SandboxUnavailableError(
+                f"no Docker daemon answers ({exc}); start it (dockerd, or systemctl start "
+                f"docker), or {SETUP_HINT}"
+            ) from None
+        try:
+            _api_version = _api_version or client.api.api_version
+            _sweep_once(client)
+        except Exception as exc:
+            if owned:
+                client.close()
+            if isinstance(exc, sdk.errors.APIError):
+                raise KernelStartError(f"the Docker daemon refused a request: {exc}") from None
+            raise SandboxUnavailableError(
+                f"the Docker daemon cannot be reached ({exc}); start it, or {SETUP_HINT}"
+            ) from None
+        return client, owned
+
+    # -- launch ----------------------------------------------------------------------------
+
+    def _command(self, spec: LaunchSpec) -> tuple[list[str], list[tuple[str, str]], dict[str, str]]:
+        limits = spec.limits
+        config: dict[str, Any] = {
+            "connect": f"{RUN_DIR}/{SOCKET_NAME}",
+            "nonce": spec.nonce,
+            "max_frame": limits.max_frame_bytes,
+            "rlimits": limits.rlimits(),
+            "cgroup_procs": [],
+            "forward_sigint": True,
+        }
+        env = kernel_env(Path(WORKDIR), spec.env)
+        if self.host_mounts:
+            layout = host_layout()
+            python, sys_path, mounts = layout.python, list(layout.sys_path), list(layout.mounts)
+            env.update(layout.env)
+        else:
+            python, sys_path, mounts = IMAGE_PYTHON, [LIB_DIR], []
+        argv = [python, "-I", "-S", "-c", BOOT, json.dumps(sys_path), json.dumps(config)]
+        return argv, mounts, env
+
+    def _make_socket(self) -> tuple[Path, Path, socket.socket]:
+        """The private parent dir, the mounted socket dir and the listening socket in it."""
+        parent = Path(tempfile.mkdtemp(prefix="sunroom-docker-", dir=self._socket_dir))
+        try:
+            sockdir = parent / "s"
+            sockdir.mkdir(mode=0o700)
+            path = sockdir / SOCKET_NAME
+            listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            try:
+                listener.bind(str(path))
+                if os.geteuid() == 0:
+                    os.chmod(path, 0o600)
+                    os.chown(path, self._uid, self._gid)
+                    os.chown(sockdir, self._uid, self._gid)
+                else:
+                    # cannot chown: the 0700 parent still keeps every other host user out;
+                    # inside the container only the mounted directory is visible
+                    os.chmod(path, 0o666)
+                    os.chmod(sockdir, 0o711)
+                listener.listen(1)
+                listener.setblocking(False)
+            except BaseException:
+                listener.close()
+                raise
+        except BaseException:
+            shutil.rmtree(parent, ignore_errors=True)
+            raise
+        return parent, sockdir, listener
+
+    def _create(
+        self, client: docker.DockerClient, spec: LaunchSpec, sockdir: Path
+    ) -> tuple[str, str]:
+        """Create and start the container (blocking); return its id and name."""
+        sdk = _docker()
+        import requests  # type: ignore[import-untyped, unused-ignore]  # the SDK's dependency
+
+        limits = spec.limits
+        argv, binds, env = self._command(spec)
+        mounts = [sdk.types.Mount(t, s, type="bind", read_only=True) for s, t in binds]
+        mounts.append(sdk.types.Mount(RUN_DIR, str(sockdir), type="bind", read_only=True))
+        me = os.getpid()
+        labels = {
+            LABEL_KERNEL: "1",
+            LABEL_OWNER_PID: str(me),
+            LABEL_OWNER_STARTED: _started(me),
+            LABEL_HOST: _hostname(),
+        }
+        host_config = client.api.create_host_config(
+            network_mode="none",
+            read_only=True,
+            cap_drop=["ALL"],
+            security_opt=["no-new-privileges", f"seccomp={seccomp_profile()}"],
+            mem_limit=f"{limits.memory_mb}m",
+            memswap_limit=f"{limits.memory_mb}m",
+            pids_limit=limits.pids,
+            init=False,
+            auto_remove=False,
+            runtime=self.runtime,
+            ipc_mode="private",
+            shm_size=f"{SHM_MB}m",
+            tmpfs={
+                WORKDIR: f"rw,exec,nosuid,nodev,size={limits.disk_mb}m,mode=0700,"
+                f"uid={self._uid},gid={self._gid}",
+                "/tmp": f"rw,exec,nosuid,nodev,size={TMP_MB}m,mode=1777",
+            },
+            mounts=mounts,
+            log_config=sdk.types.LogConfig(
+                type="json-file", config={"max-size": "1m", "max-file": "1"}
+            ),
+            nano_cpus=int(limits.cpu_quota * 1e9) if limits.cpu_quota else None,
+        )
+        name = f"sunroom-kernel-{spec.nonce[:4]}{os.urandom(4).hex()}"
+        try:
+            created = client.api.create_container(
+                self.image,
+                argv,
+                name=name,
+                hostname="sunroom",
+                user=self.user,
+                environment=env,
+                working_dir=WORKDIR,
+                labels=labels,
+                host_config=host_config,
+                stdin_open=False,
+                tty=False,
+            )
+        except sdk.errors.ImageNotFound:
+            hint = SETUP_HINT if self.image == DEFAULT_IMAGE else "build or load it first"
+            raise SandboxUnavailableError(
+                f"the kernel image {self.image!r} is not present in the Docker daemon: {hint} "
+                "(docs/docker.md)"
+            ) from None
+        except requests.exceptions.ConnectionError as exc:
+            raise SandboxUnavailableError(
+                f"the Docker daemon cannot be reached ({exc}); start it, or {SETUP_HINT}"
+            ) from None
+        except sdk.errors.APIError as exc:
+            text = str(exc)
+            if self.runtime and "runtime" in text.lower():
+                raise SandboxUnavailableError(
+                    f"the Docker daemon has no runtime {self.runtime!r} ({exc}); register it in "
+                    '/etc/docker/daemon.json ("runtimes") and restart dockerd'
+                ) from None
+            raise KernelStartError(f"docker could not create the kernel container: {exc}") from None
+        cid: str = created["Id"]
+        try:
+            client.api.start(cid)
+        except BaseException as exc:
+            with contextlib.suppress(Exception):
+                client.api.remove_container(cid, force=True, v=True)
+            if isinstance(exc, sdk.errors.APIError):
+                raise KernelStartError(f"docker could not start the kernel: {exc}") from None
+            raise
+        return cid, name
+
+    async def launch(self, spec: LaunchSpec) -> tuple[KernelProcess, socket.socket]:
+        """Start a kernel container; see ``Backend.launch``.
+
+        Returns the container's handle (kill it to remove the container; that also closes the
+        client this backend opened for it) and the accepted socket.
+        """
+        client, owned = await asyncio.to_thread(self._connect)
+        try:
+            parent, sockdir, listener = self._make_socket()
+            try:
+                cid, name = await asyncio.to_thread(self._create, client, spec, sockdir)
+                try:
+                    conn, pid = await self._accept(
+                        client, cid, listener, spec.limits.start_timeout_s
+                    )
+                except BaseException:
+                    with contextlib.suppress(Exception):  # keep the start error; the sweep retries
+                        await asyncio.to_thread(_remove, client, cid)
+                    raise
+            finally:
+                listener.close()
+                await asyncio.to_thread(shutil.rmtree, parent, True)
+        except BaseException:
+            if owned:
+                client.close()
+            raise
+        handle = DockerKernelProcess(
+            client=client,
+            owns_client=owned,
+            container_id=cid,
+            name=name,
+            pid=pid,
+            workdir=parent / "work",
+            memory_mb=spec.limits.memory_mb,
+        )
+        return handle, conn
+
+    async def _accept(
+        self,
+        client: docker.DockerClient,
+        cid: str,
+        listener: socket.socket,
+        start_timeout_s: float,
+    ) -> tuple[socket.socket, int]:
+        """Accept exactly one connection while watching the container; return it and State.Pid."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + start_timeout_s
+        accept = asyncio.ensure_future(loop.sock_accept(listener))
+        first = asyncio.ensure_future(asyncio.to_thread(client.api.inspect_container, cid))
+        try:
+            while True:
+                left = deadline - loop.time()
+                await asyncio.wait({accept}, timeout=max(0.0, min(_POLL_S, left)))
+                if accept.done():
+                    conn, _ = accept.result()
+                    break
+                info = await asyncio.to_thread(client.api.inspect_container, cid)
+                state = info.get("State") or {}
+                if not state.get("Running"):
+                    logs = await asyncio.to_thread(_logs, client, cid)
+                    raise KernelStartError(
+                        f"the kernel container exited (status {state.get('ExitCode')}) before "
+                        f"connecting{logs}"
+                    )
+                if loop.time() >= deadline:
+                    logs = await asyncio.to_thread(_logs, client, cid)
+                    raise KernelStartError(
+                        f"the kernel container did not connect within {start_timeout_s:g} s{logs}"
+                    )
+            try:
+                info = await first
+            except BaseException:
+                conn.close()
+                raise
+        finally:
+            for fut in (accept, first):
+                if not fut.done():
+                    fut.cancel()
+            with contextlib.suppress(BaseException):
+                await first
+        pid = int((info.get("State") or {}).get("Pid") or 0)
+        return conn, pid
+
+
+def _logs(client: docker.DockerClient, cid: str, tail: int = 40) -> str:
+    """The tail of a container's output, formatted for an error message ('' if none)."""
+    try:
+        raw = client.api.logs(cid, stdout=True, stderr=True, tail=tail)
+    except Exception:
+        return ""
+    text = raw.decode("utf-8", "replace").strip() if isinstance(raw, bytes) else ""
+    return f"\n--- container log ---\n{text}" if text else ""
+
+
+def _remove(client: docker.DockerClient, cid: str) -> None:
+    """Force-remove a container (SIGKILL, then remove); a container already gone is fine."""
+    errors = _docker().errors
+    try:
+        client.api.remove_container(cid, force=True, v=True)
+    except errors.NotFound:
+        return
+    except errors.APIError as exc:
+        if exc.status_code == 409:  # removal already in progress
+            return
+        raise
+
+
+@final
+class DockerKernelProcess:
+    """Handle on one kernel container; implements ``KernelProcess``.
+
+    ``kill()`` force-removes the container and closes the client when this handle owns it.
+    """
+
+    def __init__(
+        self,
+        *,
+        client: docker.DockerClient,
+        owns_client: bool,
+        container_id: str,
+        name: str,
+        pid: int,
+        workdir: Path,
+        memory_mb: int,
+    ) -> None:
+        self._client = client
+        self._owns_client = owns_client
+        self.container_id = container_id
+        self.name = name
+        self._pid = pid
+        self._workdir = workdir
+        self._memory_mb = memory_mb
+        self._kernel_pid: int | None = None
+        self._killed = False
+        self._state: dict[str, Any] | None = None
+        self._interrupts: list[threading.Thread] = []
+
+    @property
+    def pid(self) -> int:
+        """The host pid of the container's PID 1, the supervisor (0 if it had already exited)."""
+        return self._pid
+
+    @property
+    def workdir(self) -> Path:
+        """A placeholder host path that does not exist.
+
+        The kernel's workdir lives in the container's tmpfs at ``/work`` and is gone with the
+        container; the host cannot see it.
+        """
+        return self._workdir
+
+    @property
+    def kernel_pid(self) -> int | None:
+        """The runtime's pid inside the container, from its hello."""
+        return self._kernel_pid
+
+    def adopt(self, kernel_pid: int) -> None:
+        """Record the runtime's pid (container namespace); signals go through the daemon."""
+        self._kernel_pid = kernel_pid
+
+    def interrupt(self) -> None:
+        """SIGINT the container's supervisor, which relays it to the runtime. Does not block.
+
+        The request runs in a daemon thread; failures (a container already gone) are ignored.
+        """
+        if self._killed:
+            return
+        self._interrupts = [t for t in self._interrupts if t.is_alive()]
+        thread = threading.Thread(target=self._send_sigint, name="sunroom-docker-sigint")
+        thread.daemon = True
+        self._interrupts.append(thread)
+        thread.start()
+
+    def _send_sigint(self) -> None:
+        with contextlib.suppress(Exception):
+            self._client.api.kill(self.container_id, signal="SIGINT")
+
+    def alive(self) -> bool:
+        """Whether the container is still running (asks the daemon: blocks briefly)."""
+        if self._killed:
+            return False
+        try:
+            info = self._client.api.inspect_container(self.container_id)
+        except Exception:
+            return False
+        return bool((info.get("State") or {}).get("Running"))
+
+    async def kill(self) -> None:
+        """Force-remove the container (SIGKILL, then remove); close an owned client. Idempotent.
+
+        Raises KernelError only if the daemon refuses the removal (the container is then
+        removed by the next process's sweep).
+        """
+        if self._killed:
+            return
+        self._killed = True
+        try:
+            await asyncio.to_thread(self._kill_sync)
+        except Exception as exc:
+            raise KernelError(
+                f"could not remove kernel container {self.name}: {exc}; it will be removed by "
+                "the next sweep"
+            ) from exc
+        finally:
+            if self._owns_client:
+                self._client.close()
+
+    def _kill_sync(self) -> None:
+        for thread in self._interrupts:
+            thread.join(2.0)
+        if self._state is None:
+            with contextlib.suppress(Exception):
+                state = self._client.api.inspect_container(self.container_id).get("State") or {}
+                if not state.get("Running"):
+                    self._state = state
+        _remove(self._client, self.container_id)
+
+    def _wait_state(self) -> dict[str, Any] | None:
+        with contextlib.suppress(Exception):
+            self._client.api.wait(self.container_id, timeout=5)
+        with contextlib.suppress(Exception):
+            state: dict[str, Any] = (
+                self._client.api.inspect_container(self.container_id).get("State") or {}
+            )
+            if not state.get("Running"):
+                return state
+        return None
+
+    async def exit_reason(self) -> str:
+        """Classify the death from the container's state: out of memory, a signal, a status."""
+        if self._state is None and not self._killed:
+            self._state = await asyncio.to_thread(self._wait_state)
+        state = self._state
+        if state is None:
+            return "the kernel's connection closed; its container's exit status is unknown"
+        if state.get("OOMKilled"):
+            return f"the kernel ran out of memory (limit {self._memory_mb} MB) and was killed"
+        code = int(state.get("ExitCode") or 0)
+        if code > 128:
+            num = code - 128
+            name = _SIGNAL_NAMES.get(num, str(num))
+            if num == signal.SIGKILL:
+                return f"the kernel was killed by {name} (possibly out of memory)"
+            return f"the kernel died from signal {name}"
+        return f"the kernel process exited with status {code}"
