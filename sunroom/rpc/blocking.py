@@ -1,17 +1,24 @@
-"""The kernel end of a connection: a blocking msgpack-RPC peer with one reader thread.
+"""The kernel end of a connection: a blocking msgpack-RPC peer without a reader thread.
 
-Any thread may :meth:`BlockingChannel.call` (many at once) or :meth:`notify`. The reader
-thread routes responses to their waiting callers and hands incoming requests and
-notifications to callbacks (the kernel queues requests for its main thread). When the host
-goes away the channel closes, every waiting call raises ``ConnectionError`` and ``on_close``
-runs (the kernel exits). Standard library and msgpack only.
+Reading follows a leader/follower scheme: whichever thread needs something from the socket
+(the main thread waiting for its next request, or any thread waiting for the answer to its
+call) becomes the reader when nobody else is reading, routes every message it reads (answers to
+their callers, requests to the request queue) and hands the role on. A call made while no other
+thread reads therefore costs no thread switch at all.
+
+``SIGINT`` may interrupt a reader blocked in ``recv`` (that is how a timed-out cell stuck in a
+host call is stopped); routing itself runs with ``SIGINT`` blocked, so an interrupt never lands
+half-way through a frame. When the host goes away every waiter raises ``ConnectionError``.
+Standard library and msgpack only.
 """
 
 from __future__ import annotations
 
 import contextlib
+import signal
 import socket
 import threading
+from collections import deque
 from collections.abc import Callable
 from typing import Any
 
@@ -25,6 +32,8 @@ from sunroom.rpc.codec import (
 )
 from sunroom.rpc.messages import Notification, Request, Response, RpcError, parse_message
 
+_SIGINT = {signal.SIGINT}
+
 
 class CallFailed(Exception):
     """The peer answered a call with an error; ``error`` holds the map."""
@@ -34,15 +43,6 @@ class CallFailed(Exception):
         self.error = error
 
 
-class _Slot:
-    __slots__ = ("lock", "response")
-
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.lock.acquire()
-        self.response: Response | None = None
-
-
 class BlockingChannel:
     """Blocking msgpack-RPC endpoint over a connected stream socket it owns."""
 
@@ -50,34 +50,32 @@ class BlockingChannel:
         self,
         sock: socket.socket,
         *,
-        on_request: Callable[[Request], None],
         on_notification: Callable[[Notification], None] | None = None,
-        on_close: Callable[[BaseException | None], None] | None = None,
         max_frame: int = DEFAULT_MAX_FRAME,
         max_depth: int = DEFAULT_MAX_DEPTH,
     ) -> None:
         sock.setblocking(True)
         self._sock = sock
-        self._on_request = on_request
         self._on_notification = on_notification
-        self._on_close = on_close
         self._max_frame = max_frame
         self._max_depth = max_depth
         self._send_lock = threading.Lock()
-        self._id_lock = threading.Lock()
+        self._cond = threading.Condition(threading.Lock())
+        self._reading = False
+        self._buf = bytearray()
+        self._chunk = bytearray(65536)
+        self._view = memoryview(self._chunk)
         self._next_id = 0
-        self._pending: dict[int, _Slot] = {}
+        self._waiting: dict[int, Response | None] = {}
+        self._requests: deque[Request] = deque()
         self._closed: BaseException | None = None
-        self._reader = threading.Thread(target=self._read_loop, name="sunroom-rpc", daemon=True)
-
-    def start(self) -> None:
-        """Start the reader thread."""
-        self._reader.start()
 
     @property
     def closed(self) -> bool:
         """Whether the connection is gone."""
         return self._closed is not None
+
+    # -- sending ---------------------------------------------------------------------------
 
     def send(self, message: list[Any]) -> None:
         """Frame and send one message atomically; raises WireError or ConnectionError."""
@@ -98,67 +96,99 @@ class BlockingChannel:
         except WireError as exc:
             self.send(Response(req_id, RpcError("EncodeError", str(exc)), None).to_wire())
 
+    # -- receiving -------------------------------------------------------------------------
+
     def call(self, method: str, params: Any = None) -> Any:
-        """Call the peer and block until it answers.
+        """Call the peer and block until it answers (any thread; many at once).
 
         Returns the result; raises CallFailed for an error answer, ConnectionError when the
-        connection closes first, WireError when *params* cannot be sent.
+        connection closes first, WireError when *params* cannot be sent. An interrupted call
+        is forgotten; its late answer is dropped.
         """
-        slot = _Slot()
-        with self._id_lock:
+        with self._cond:
             self._next_id = req_id = (self._next_id + 1) & 0xFFFFFFFF
-            self._pending[req_id] = slot
+            self._waiting[req_id] = None
         try:
             self.send([0, req_id, method, params])
-            slot.lock.acquire()
+            self._pump(lambda: self._waiting[req_id] is not None)
+            resp = self._waiting[req_id]
         finally:
-            self._pending.pop(req_id, None)
-        resp = slot.response
-        if resp is None:
-            raise ConnectionError("the host connection closed during the call")
+            with self._cond:
+                self._waiting.pop(req_id, None)
+        assert resp is not None
         if resp.error is not None:
             raise CallFailed(resp.error)
         return resp.result
 
-    def close(self) -> None:
-        """Shut the socket down, let the reader thread finish, close the socket."""
-        with contextlib.suppress(OSError):
-            self._sock.shutdown(socket.SHUT_RDWR)
-        if self._reader.is_alive() and threading.current_thread() is not self._reader:
-            self._reader.join(timeout=5)
-        self._sock.close()
+    def next_request(self) -> Request:
+        """Block until the peer sends a request and return it; ConnectionError when closed."""
+        self._pump(lambda: bool(self._requests))
+        with self._cond:
+            return self._requests.popleft()
 
-    def _read_loop(self) -> None:
-        exc: BaseException | None = None
-        buf = bytearray()
+    def _pump(self, ready: Callable[[], bool]) -> None:
+        while True:
+            with self._cond:
+                while not ready():
+                    if self._closed is not None:
+                        raise ConnectionError("the host connection is closed")
+                    if not self._reading:
+                        self._reading = True
+                        break
+                    self._cond.wait()
+                else:
+                    return
+            self._read_once()
+
+    def _read_once(self) -> None:
+        """Read one chunk as the reader, route what it completes, give up the reader role."""
         try:
-            while True:
-                chunk = self._sock.recv(262144)
-                if not chunk:
-                    break
-                buf += chunk
-                for payload in take_frames(buf, self._max_frame):
-                    self._route(parse_message(decode(payload, max_depth=self._max_depth)))
-        except BaseException as err:  # the reader must never die silently
-            exc = err
-        with self._send_lock:
-            self._closed = exc or ConnectionError("closed")
-        for slot in list(self._pending.values()):
-            if slot.lock.locked():
-                slot.lock.release()
-        if self._on_close is not None:
-            self._on_close(exc)
+            size = self._sock.recv_into(self._chunk)
+        except BaseException as exc:  # KeyboardInterrupt from a timed-out cell included
+            with self._cond:
+                self._reading = False
+                if not isinstance(exc, KeyboardInterrupt | InterruptedError):
+                    self._closed = exc
+                self._cond.notify_all()
+            raise
+        masked = threading.current_thread() is threading.main_thread()
+        if masked:
+            signal.pthread_sigmask(signal.SIG_BLOCK, _SIGINT)
+        try:
+            with self._cond:
+                self._reading = False
+                if not size:
+                    self._closed = ConnectionError("closed")
+                else:
+                    self._buf += self._view[:size]
+                    try:
+                        for payload in take_frames(self._buf, self._max_frame):
+                            self._route(parse_message(decode(payload, max_depth=self._max_depth)))
+                    except WireError as exc:
+                        self._closed = exc
+                self._cond.notify_all()
+        finally:
+            if masked:
+                signal.pthread_sigmask(signal.SIG_UNBLOCK, _SIGINT)
 
     def _route(self, msg: Request | Response | Notification) -> None:
         if type(msg) is Response:
-            slot = self._pending.get(msg.id)
-            if slot is None:  # the caller gave up (interrupted); the host is trusted
-                return
-            slot.response = msg
-            slot.lock.release()
+            if msg.id in self._waiting:
+                self._waiting[msg.id] = msg
+            # else: the caller was interrupted and gave up; the host is trusted, drop it
         elif type(msg) is Request:
-            self._on_request(msg)
+            self._requests.append(msg)
         else:
             assert type(msg) is Notification
             if self._on_notification is not None:
                 self._on_notification(msg)
+
+    def close(self) -> None:
+        """Shut the socket down and close it; every waiter then raises ConnectionError."""
+        with contextlib.suppress(OSError):
+            self._sock.shutdown(socket.SHUT_RDWR)
+        with self._cond:
+            if self._closed is None:
+                self._closed = ConnectionError("closed")
+            self._cond.notify_all()
+        self._sock.close()
