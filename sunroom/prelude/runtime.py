@@ -12,7 +12,6 @@ import builtins
 import contextlib
 import linecache
 import os
-import queue
 import signal
 import socket
 import sys
@@ -28,22 +27,16 @@ from sunroom.rpc.blocking import BlockingChannel
 from sunroom.rpc.codec import DEFAULT_MAX_FRAME, PROTOCOL_VERSION
 from sunroom.rpc.messages import Request, RpcError
 
-_SHUTDOWN = object()
-
 
 class Runtime:
     """One kernel: a namespace, an executor, output capture and the channel to the host."""
 
     def __init__(self, sock: socket.socket, *, nonce: str, max_frame: int) -> None:
-        self._requests: queue.SimpleQueue[Any] = queue.SimpleQueue()
-        self.channel = BlockingChannel(
-            sock, on_request=self._requests.put, on_close=self._host_gone, max_frame=max_frame
-        )
+        self.channel = BlockingChannel(sock, max_frame=max_frame)
         self.namespace: dict[str, Any] = {"__name__": "__main__", "__builtins__": builtins}
         self.executor = Executor(self.namespace)
         self.installed: set[str] = set()
         self.executing = False
-        self.channel.start()
         self.out, self.err = capture.install(self._stream)
         hostcall.attach(self.channel)
         sys.stdin = open(os.devnull)  # noqa: SIM115 - input() must raise EOFError
@@ -62,9 +55,6 @@ class Runtime:
     def _stream(self, name: str, text: str) -> None:
         self.channel.notify("stream", {"name": name, "text": text})
 
-    def _host_gone(self, exc: BaseException | None) -> None:
-        self._requests.put(_SHUTDOWN)
-
     def _on_sigint(self, signum: int, frame: types.FrameType | None) -> None:
         if self.executing:
             raise KeyboardInterrupt
@@ -73,10 +63,10 @@ class Runtime:
         """Serve requests until shutdown or until the host goes away."""
         while True:
             try:
-                req = self._requests.get()
-                if req is _SHUTDOWN:
+                try:
+                    req = self.channel.next_request()
+                except ConnectionError:
                     return
-                assert isinstance(req, Request)
                 if req.method == "shutdown":
                     self.channel.respond(req.id, None, True)
                     return

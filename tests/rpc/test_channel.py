@@ -18,6 +18,22 @@ from sunroom.rpc.channel import Channel, RemoteError, RpcFailure
 from sunroom.rpc.messages import Request, RpcError
 
 
+def serve_forever(peer: BlockingChannel, serve: Any) -> threading.Thread:
+    """Answer the host's requests on a thread, as the kernel's main thread does."""
+
+    def loop() -> None:
+        while True:
+            try:
+                req = peer.next_request()
+            except ConnectionError:
+                return
+            serve(req)
+
+    t = threading.Thread(target=loop)
+    t.start()
+    return t
+
+
 async def echo_handler(method: str, params: Any) -> Any:
     if method == "fail":
         raise RpcFailure(RpcError("Nope", "refused", {"why": 1}))
@@ -30,13 +46,12 @@ async def echo_handler(method: str, params: Any) -> Any:
 
 async def test_calls_both_ways_with_many_in_flight() -> None:
     host_sock, peer_sock = socket.socketpair()
-    peer: BlockingChannel
+    peer = BlockingChannel(peer_sock)
 
     def serve(req: Request) -> None:
         peer.respond(req.id, None, {"echo": req.params})
 
-    peer = BlockingChannel(peer_sock, on_request=serve)
-    peer.start()
+    server = serve_forever(peer, serve)
     ch = await Channel.open(host_sock, handler=echo_handler)
     try:
         results = await asyncio.gather(*(ch.call("echo", i) for i in range(200)))
@@ -67,13 +82,14 @@ async def test_calls_both_ways_with_many_in_flight() -> None:
     finally:
         await ch.aclose()
         peer.close()
+        server.join()
     with pytest.raises(ClosedError):
         await ch.call("after", None)
 
 
 async def test_remote_error_and_abandoned_call() -> None:
     host_sock, peer_sock = socket.socketpair()
-    peer: BlockingChannel
+    peer = BlockingChannel(peer_sock)
     release = threading.Event()
 
     def serve(req: Request) -> None:
@@ -87,8 +103,7 @@ async def test_remote_error_and_abandoned_call() -> None:
         else:
             peer.respond(req.id, RpcError("Bad", "no"))
 
-    peer = BlockingChannel(peer_sock, on_request=serve)
-    peer.start()
+    server = serve_forever(peer, serve)
     ch = await Channel.open(host_sock)
     try:
         with pytest.raises(RemoteError, match="Bad: no"):
@@ -104,6 +119,7 @@ async def test_remote_error_and_abandoned_call() -> None:
     finally:
         await ch.aclose()
         peer.close()
+        server.join()
 
 
 def _random_garbage(rng: random.Random) -> bytes:
