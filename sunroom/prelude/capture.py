@@ -21,7 +21,10 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from typing import Final
+
+TYPE_CHECKING = False  # typing costs the kernel ~10 ms to import; annotations are lazy
+if TYPE_CHECKING:
+    from typing import Final
 
 F_SETPIPE_SZ: Final = 1031
 READ_SIZE: Final = 1 << 20

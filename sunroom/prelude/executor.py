@@ -8,12 +8,15 @@ trimmed to the user's own frames, with the failing source line (SyntaxError with
 
 from __future__ import annotations
 
-import ast
+import _ast
 import linecache
 import os
 import traceback
 import types
-from typing import Any, Final
+
+TYPE_CHECKING = False  # typing costs the kernel ~10 ms to import; annotations are lazy
+if TYPE_CHECKING:
+    from typing import Any, Final
 
 MAX_REPR: Final = 20_000
 CO_COROUTINE: Final = 0x80  # inspect.CO_COROUTINE, without importing inspect
@@ -60,14 +63,14 @@ class Executor:
         return CellOutcome(value=_safe_repr(result))
 
     def _compile(self, code: str, filename: str) -> tuple[types.CodeType, types.CodeType | None]:
-        flags = ast.PyCF_ALLOW_TOP_LEVEL_AWAIT
-        tree = compile(code, filename, "exec", flags | ast.PyCF_ONLY_AST, dont_inherit=True)
-        assert isinstance(tree, ast.Module)
+        flags = _ast.PyCF_ALLOW_TOP_LEVEL_AWAIT
+        tree = compile(code, filename, "exec", flags | _ast.PyCF_ONLY_AST, dont_inherit=True)
+        assert isinstance(tree, _ast.Module)
         last: types.CodeType | None = None
         tail = tree.body[-1] if tree.body else None
-        if isinstance(tail, ast.Expr):
+        if isinstance(tail, _ast.Expr):
             tree.body.pop()
-            expr = ast.Expression(tail.value)
+            expr = _ast.Expression(tail.value)
             last = compile(expr, filename, "eval", flags, dont_inherit=True)
         body = compile(tree, filename, "exec", flags, dont_inherit=True)
         return body, last

@@ -9,10 +9,13 @@ function raised (``ValueError``, ``KeyError``, ...), so ordinary ``except`` clau
 from __future__ import annotations
 
 import builtins
-from typing import Any
 
 from sunroom.prelude.wire import from_wire, to_wire
 from sunroom.rpc.blocking import BlockingChannel, CallFailed
+
+TYPE_CHECKING = False  # typing costs the kernel ~10 ms to import; annotations are lazy
+if TYPE_CHECKING:
+    from typing import Any
 
 
 class HostFunctionError(Exception):
@@ -76,8 +79,11 @@ def _exception_for(name: str, error_type: str, message: str) -> Exception:
     return HostFunctionError(f"{name}() raised {error_type}: {message}")
 
 
-def call(name: str, args: dict[str, Any], returns: Any = Any) -> Any:
-    """Call host function *name* with keyword *args*; return the result rebuilt as *returns*."""
+def call(name: str, args: dict[str, Any], returns: Any = None) -> Any:
+    """Call host function *name* with keyword *args*; return the result rebuilt as *returns*.
+
+    *returns* is the wrapper's return annotation; None returns the wire value as it is.
+    """
     if _channel is None:
         raise HostFunctionError("host functions are unavailable: the kernel is not connected")
     try:

@@ -18,7 +18,6 @@ import sys
 import threading
 import time
 import types
-from typing import Any
 
 from sunroom.prelude import capture, hostcall
 from sunroom.prelude.executor import Executor
@@ -26,6 +25,10 @@ from sunroom.prelude.wire import from_wire
 from sunroom.rpc.blocking import BlockingChannel
 from sunroom.rpc.codec import DEFAULT_MAX_FRAME, PROTOCOL_VERSION
 from sunroom.rpc.messages import Request, RpcError
+
+TYPE_CHECKING = False  # typing costs the kernel ~10 ms to import; annotations are lazy
+if TYPE_CHECKING:
+    from typing import Any
 
 
 class Runtime:
@@ -137,7 +140,7 @@ class Runtime:
         module = sys.modules.get("sunroom_functions")
         for name, value in values.items():
             type_name = types_by_name.get(name)
-            tp = getattr(module, type_name, Any) if module and type_name else Any
+            tp = getattr(module, type_name, None) if module and type_name else None
             self.namespace[name] = from_wire(tp, value)
         return list(values)
 

@@ -18,7 +18,10 @@ import resource
 import signal
 import sys
 import time
-from typing import Any
+
+TYPE_CHECKING = False  # typing costs the kernel ~10 ms to import; annotations are lazy
+if TYPE_CHECKING:
+    from typing import Any
 
 PR_SET_PDEATHSIG = 1
 PR_SET_DUMPABLE = 4

@@ -11,9 +11,11 @@ import datetime
 import enum
 import sys
 import types
-import typing
 from collections.abc import Callable
-from typing import Any
+
+TYPE_CHECKING = False  # typing costs the kernel ~10 ms to import; annotations are lazy
+if TYPE_CHECKING:
+    from typing import Any
 
 _SCALARS = (str, int, float, bool, bytes, type(None))
 
@@ -61,19 +63,30 @@ def _is_stringlike(value: Any) -> bool:
     return False
 
 
+def _typing_form(tp: Any, name: str) -> bool:
+    """Whether *tp* is ``typing.<name>`` (without importing typing if nobody has)."""
+    typing = sys.modules.get("typing")
+    return typing is not None and tp is getattr(typing, name, None)
+
+
 def from_wire(tp: Any, value: Any) -> Any:
-    """Rebuild *value* as annotation *tp* where the shape fits; otherwise return it unchanged."""
-    if value is None or tp is Any or tp is None:
+    """Rebuild *value* as annotation *tp* where the shape fits; otherwise return it unchanged.
+
+    *tp* None or ``typing.Any`` returns *value* as it is.
+    """
+    if value is None or tp is None or _typing_form(tp, "Any"):
         return value
-    origin = typing.get_origin(tp)
-    if origin is typing.Annotated:
-        return from_wire(typing.get_args(tp)[0], value)
-    if origin in (typing.Union, types.UnionType):
-        return _from_union(typing.get_args(tp), value)
+    if isinstance(tp, types.UnionType):
+        return _from_union(tp.__args__, value)
+    if hasattr(tp, "__metadata__"):  # Annotated[T, ...]
+        return from_wire(tp.__origin__, value)
+    origin = getattr(tp, "__origin__", None)
     if origin is not None:
-        args = typing.get_args(tp)
+        args: tuple[Any, ...] = getattr(tp, "__args__", ())
+        if _typing_form(origin, "Union"):
+            return _from_union(args, value)
         if origin in (list, set, frozenset) and isinstance(value, list):
-            inner = args[0] if args else Any
+            inner = args[0] if args else None
             return origin(from_wire(inner, v) for v in value)
         if origin is tuple and isinstance(value, list):
             if len(args) == 2 and args[1] is Ellipsis:
@@ -82,9 +95,9 @@ def from_wire(tp: Any, value: Any) -> Any:
                 return tuple(from_wire(a, v) for a, v in zip(args, value, strict=True))
             return tuple(value)
         if origin is dict and isinstance(value, dict):
-            kt, vt = args if len(args) == 2 else (Any, Any)
+            kt, vt = args if len(args) == 2 else (None, None)
             return {from_wire(kt, k): from_wire(vt, v) for k, v in value.items()}
-        return value
+        return value  # Literal, collections.abc generics, ...: as sent
     if isinstance(tp, type):
         return _from_class(tp, value)
     return value

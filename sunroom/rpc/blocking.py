@@ -20,7 +20,6 @@ import socket
 import threading
 from collections import deque
 from collections.abc import Callable
-from typing import Any
 
 from sunroom.rpc.codec import (
     DEFAULT_MAX_DEPTH,
@@ -31,6 +30,10 @@ from sunroom.rpc.codec import (
     take_frames,
 )
 from sunroom.rpc.messages import Notification, Request, Response, RpcError, parse_message
+
+TYPE_CHECKING = False  # typing costs the kernel ~10 ms to import; annotations are lazy
+if TYPE_CHECKING:
+    from typing import Any
 
 _SIGINT = {signal.SIGINT}
 

@@ -8,9 +8,12 @@ size cap and a nesting depth cap; any violation raises :class:`WireError`.
 from __future__ import annotations
 
 import struct
-from typing import Any, Final
 
 import msgpack
+
+TYPE_CHECKING = False  # typing costs the kernel ~10 ms to import; annotations are lazy
+if TYPE_CHECKING:
+    from typing import Any, Final
 
 PROTOCOL_VERSION: Final = 1
 """Bumped on any incompatible change to frames, message shapes or methods."""

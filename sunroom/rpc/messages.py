@@ -10,9 +10,11 @@
 
 from __future__ import annotations
 
-from typing import Any, Final
-
 from sunroom.rpc.codec import WireError
+
+TYPE_CHECKING = False  # typing costs the kernel ~10 ms to import; annotations are lazy
+if TYPE_CHECKING:
+    from typing import Any, Final
 
 REQUEST: Final = 0
 RESPONSE: Final = 1
