@@ -17,5 +17,7 @@ if [ ! -x .venv/bin/python ]; then
 fi
 .venv/bin/python -m pip install -q --upgrade pip 2>&1 | grep -v "^WARNING: Location" || true
 .venv/bin/python -m pip install -q -e '.[dev,providers]' 2>&1 | grep -v "^WARNING: Location" || true
+# precompile: isolated kernels mount the package read-only and cannot write .pyc files
+.venv/bin/python -m compileall -q sunroom >/dev/null
 .venv/bin/python -c 'import sunroom, msgpack, pydantic, psutil, pytest' \
   || { echo "setup: installation failed" >&2; exit 1; }

@@ -9,10 +9,10 @@ trimmed to the user's own frames, with the failing source line (SyntaxError with
 from __future__ import annotations
 
 import _ast
-import linecache
 import os
-import traceback
 import types
+
+from sunroom.prelude import sources
 
 TYPE_CHECKING = False  # typing costs the kernel ~10 ms to import; annotations are lazy
 if TYPE_CHECKING:
@@ -45,7 +45,7 @@ class Executor:
         """Run *code*; never raises for anything the cell does (BaseException included)."""
         self._count += 1
         filename = f"<cell-{self._count}>"
-        linecache.cache[filename] = (len(code), None, code.splitlines(True), filename)
+        sources.remember(filename, code)
         try:
             body, last = self._compile(code, filename)
         except BaseException as exc:  # SyntaxError, ValueError (null bytes), RecursionError
@@ -120,6 +120,9 @@ def _trim(tb: types.TracebackType | None) -> types.TracebackType | None:
 
 
 def _describe(exc: BaseException, *, syntax: bool = False) -> dict[str, str]:
+    import traceback  # only on the error path: it costs the kernel's start ~7 ms
+
+    sources.publish()
     if syntax and isinstance(exc, SyntaxError):
         tb_text = "".join(traceback.format_exception_only(type(exc), exc))
     else:

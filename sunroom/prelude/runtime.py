@@ -8,18 +8,17 @@ Python version, the nonce it was given), then serve ``execute``, ``bind``, ``ins
 
 from __future__ import annotations
 
+import _socket
 import builtins
 import contextlib
-import linecache
 import os
 import signal
-import socket
 import sys
 import threading
 import time
 import types
 
-from sunroom.prelude import capture, hostcall
+from sunroom.prelude import capture, hostcall, sources
 from sunroom.prelude.executor import Executor
 from sunroom.prelude.wire import from_wire
 from sunroom.rpc.blocking import BlockingChannel
@@ -34,7 +33,7 @@ if TYPE_CHECKING:
 class Runtime:
     """One kernel: a namespace, an executor, output capture and the channel to the host."""
 
-    def __init__(self, sock: socket.socket, *, nonce: str, max_frame: int) -> None:
+    def __init__(self, sock: _socket.socket, *, nonce: str, max_frame: int) -> None:
         self.channel = BlockingChannel(sock, max_frame=max_frame)
         self.namespace: dict[str, Any] = {"__name__": "__main__", "__builtins__": builtins}
         self.executor = Executor(self.namespace)
@@ -124,7 +123,7 @@ class Runtime:
     def _do_install(self, params: dict[str, Any]) -> list[str]:
         source: str = params["source"]
         filename = "<sunroom-functions>"
-        linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+        sources.remember(filename, source)
         module = types.ModuleType("sunroom_functions")
         sys.modules["sunroom_functions"] = module  # dataclasses look their module up
         exec(compile(source, filename, "exec", dont_inherit=True), module.__dict__)  # noqa: S102 - host-generated
@@ -163,7 +162,7 @@ class Runtime:
 
 def main(fd: int, nonce: str, max_frame: int = DEFAULT_MAX_FRAME) -> None:
     """Run a kernel on inherited socket *fd*; returns when the host says shutdown or leaves."""
-    sock = socket.socket(fileno=fd)
+    sock = _socket.socket(fileno=fd)
     runtime = Runtime(sock, nonce=nonce, max_frame=max_frame)
     threading.current_thread().name = "sunroom-kernel"
     runtime.serve()

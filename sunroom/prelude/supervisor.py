@@ -101,9 +101,9 @@ def _on_term(signum: int, frame: Any) -> None:
 
 def _connect(path: str) -> int:
     """Connect to the host's listening socket at *path* (docker); return the fd."""
-    import socket
+    import _socket
 
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
     deadline = time.monotonic() + 10
     while True:
         try:

@@ -14,9 +14,9 @@ Standard library and msgpack only.
 
 from __future__ import annotations
 
+import _socket
 import contextlib
 import signal
-import socket
 import threading
 from collections import deque
 from collections.abc import Callable
@@ -51,7 +51,7 @@ class BlockingChannel:
 
     def __init__(
         self,
-        sock: socket.socket,
+        sock: _socket.socket,
         *,
         on_notification: Callable[[Notification], None] | None = None,
         max_frame: int = DEFAULT_MAX_FRAME,
@@ -189,7 +189,7 @@ class BlockingChannel:
     def close(self) -> None:
         """Shut the socket down and close it; every waiter then raises ConnectionError."""
         with contextlib.suppress(OSError):
-            self._sock.shutdown(socket.SHUT_RDWR)
+            self._sock.shutdown(_socket.SHUT_RDWR)
         with self._cond:
             if self._closed is None:
                 self._closed = ConnectionError("closed")
