@@ -5,16 +5,17 @@
 #   2. starts dockerd in the background if no daemon answers (log: /tmp/dockerd.log), and waits
 #      up to 60 s for `docker info` to work, failing loudly otherwise;
 #   3. builds the offline kernel image (default tag sunroom-kernel:offline) with no registry:
-#      `docker import` of a tiny rootfs holding only /etc/passwd and /etc/group (the non-root
-#      kernel user `sunroom`, uid/gid 1000, and `nobody`; no root entry), /etc/nsswitch.conf, the empty mount points the backend binds
-#      into and the host's merged-/usr symlinks. It holds no Python: at run time the backend
-#      bind-mounts the host's /usr, the interpreter prefix and the kernel's code read-only
-#      (see docs/docker.md). Rebuilt only when its content changes (label sunroom.rootfs).
+#      `docker import` of a tiny rootfs holding only /etc/passwd and /etc/group (the kernel user
+#      `sunroom`, uid/gid 1000, and `nobody`; no root entry), /etc/nsswitch.conf, the empty
+#      mount points the backend binds into and the host's merged-/usr symlinks. It holds no
+#      Python: at run time the backend bind-mounts the host's /usr, the interpreter prefix and
+#      the kernel's code read-only (see docs/docker.md). Rebuilt only when its content changes
+#      (label sunroom.rootfs).
 #
-# Environment: SUNROOM_KERNEL_IMAGE overrides the tag; DOCKERD_FLAGS adds daemon flags.
+# Environment: SUNROOM_OFFLINE_IMAGE overrides the tag; DOCKERD_FLAGS adds daemon flags.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-TAG="${SUNROOM_KERNEL_IMAGE:-sunroom-kernel:offline}"
+TAG="${SUNROOM_OFFLINE_IMAGE:-sunroom-kernel:offline}"
 LOG=/tmp/dockerd.log
 
 say() { echo "docker-setup: $*" >&2; }
