@@ -1,9 +1,12 @@
 """Quickstart: a kernel with a typed host function, state across cells, timeout recovery.
 
-Runs on the ``subprocess`` backend (no isolation): it needs nothing but Python.
+Runs on the default ``bwrap`` backend (an isolated sandbox); ``--backend subprocess`` needs
+nothing but Python, ``--backend docker`` needs ``scripts/docker-setup.sh``.
 """
 
 from __future__ import annotations
+
+import argparse
 
 import pydantic
 
@@ -39,8 +42,12 @@ def show(title: str, r: sunroom.ExecutionResult) -> None:
 
 
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--backend", default="bwrap", choices=["bwrap", "docker", "subprocess"])
+    args = parser.parse_args()
+    print(f"backend: {args.backend}")
     with sunroom.Kernel(
-        backend="subprocess",
+        backend=args.backend,
         functions=[lookup],
         inputs={"tickers": ["AAPL", "MSFT"]},
         limits=sunroom.Limits(timeout_s=2, memory_mb=512),
@@ -56,6 +63,10 @@ def main() -> None:
             k.execute("import signal\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\nwhile True:\n    pass"),
         )
         show("fresh kernel, inputs rebound", k.execute("tickers, 'total' in globals()"))
+        show(
+            "the sandbox has no network",
+            k.execute("import socket\nsocket.create_connection(('127.0.0.1', 22), timeout=1)"),
+        )
     print("closed: every kernel process is gone")
 
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Set everything up, then run the quickstart: a kernel with a typed host function that keeps
+# Set everything up, then run the quickstart (default backend bwrap): a kernel with a typed host function that keeps
 # state across cells and recovers from a timeout.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
-exec .venv/bin/python examples/quickstart.py
+SUNROOM_SETUP_DOCKER=0 bash scripts/system-setup.sh   # bubblewrap + libseccomp for the default backend
+exec .venv/bin/python examples/quickstart.py "$@"

@@ -15,8 +15,9 @@ fi
 if [ ! -x .venv/bin/python ]; then
   "$PY" -m venv .venv
 fi
-.venv/bin/python -m pip install -q --upgrade pip 2>&1 | grep -v "^WARNING: Location" || true
-.venv/bin/python -m pip install -q -e '.[dev,providers]' 2>&1 | grep -v "^WARNING: Location" || true
+.venv/bin/python -m pip install -q --upgrade pip >.venv/pip.log 2>&1 || { cat .venv/pip.log; exit 1; }
+.venv/bin/python -m pip install -q -e '.[dev,providers]' >>.venv/pip.log 2>&1 \
+  || { cat .venv/pip.log >&2; echo "setup: pip install failed" >&2; exit 1; }
 # precompile: isolated kernels mount the package read-only and cannot write .pyc files
 .venv/bin/python -m compileall -q sunroom >/dev/null
 .venv/bin/python -c 'import sunroom, msgpack, pydantic, psutil, pytest' \

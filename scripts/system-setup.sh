@@ -2,6 +2,7 @@
 # Install the system packages the isolated backends need (bubblewrap, libseccomp) and, through
 # scripts/docker-setup.sh, Docker with a running daemon and the offline kernel image.
 # Needs root and apt-get; elsewhere it says what is missing and leaves the machine alone.
+# SUNROOM_SETUP_DOCKER=0 skips Docker.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 need=()
@@ -17,6 +18,6 @@ if [ "${#need[@]}" -gt 0 ]; then
     echo "system-setup: missing ${need[*]}; install them (e.g. apt-get install ${need[*]})" >&2
   fi
 fi
-if [ -f scripts/docker-setup.sh ]; then
+if [ "${SUNROOM_SETUP_DOCKER:-1}" != 0 ] && [ -f scripts/docker-setup.sh ]; then
   bash scripts/docker-setup.sh
 fi
