@@ -18,6 +18,7 @@ import stat
 import subprocess
 import sys
 import textwrap
+import time
 import warnings
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
@@ -288,6 +289,51 @@ def test_stale_containers_of_a_crashed_host_are_swept(client: docker.DockerClien
         for cid in (crashed, reused, alive, elsewhere):
             with contextlib.suppress(docker.errors.NotFound):
                 client.api.remove_container(cid, force=True)
+
+
+BUSY_HOST = textwrap.dedent(
+    """
+    import asyncio
+    from sunroom import AsyncKernel
+    from sunroom.sandbox.backends.docker import DockerBackend
+
+    async def main():
+        k = AsyncKernel(backend=DockerBackend())
+        await k.start()
+        print(k.process.container_id, k.process.pid, flush=True)
+        await k.execute("import time\\nwhile True:\\n    time.sleep(0.1)", timeout_s=1000)
+
+    asyncio.run(main())
+    """
+)
+
+
+def test_kill_9_of_a_host_with_a_busy_kernel_removes_its_container(
+    client: docker.DockerClient,
+) -> None:
+    host = subprocess.Popen([sys.executable, "-c", BUSY_HOST], stdout=subprocess.PIPE, text=True)
+    try:
+        assert host.stdout is not None
+        cid, pid = host.stdout.readline().split()
+        assert client.api.inspect_container(cid)["State"]["Running"]
+        host.kill()
+        host.wait()
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            try:
+                client.api.inspect_container(cid)
+            except docker.errors.NotFound:
+                break
+            time.sleep(0.1)
+        else:
+            pytest.fail("the container of a killed host outlived it by 10 s")
+        assert not psutil.pid_exists(int(pid)) or psutil.Process(int(pid)).uids().real != 1000
+    finally:
+        if host.poll() is None:
+            host.kill()
+            host.wait()
+        if host.stdout is not None:
+            host.stdout.close()
 
 
 async def test_runtime_passes_through(client: docker.DockerClient) -> None:

@@ -35,11 +35,11 @@ Two images:
   ``prelude``) and ``msgpack``; nothing of the host is mounted but the socket directory.
 
 Containers are labelled ``sunroom.kernel=1`` with their owner (pid, its start time, hostname)
-and are always removed: ``kill()`` force-removes the container, and the first launch in a
-process removes every labelled container of this host whose owner process is gone (what a
-crashed host leaves behind). If the host dies while a kernel runs, the kernel sees its socket
-close and exits, and the supervisor kills everything else, so the container stops at once; the
-next sweep removes it.
+and are always removed: ``kill()`` force-removes the container; a watchdog process started by
+the first launch in each host process removes that process's containers as soon as it dies
+(``kill -9`` included, even while a kernel is busy); and the first launch in a process removes
+every labelled container of this host whose owner process is gone (what a crashed host whose
+watchdog died too leaves behind).
 
 Fail closed: a missing ``docker`` package, an unreachable daemon, a missing image or an unknown
 runtime raise :class:`~sunroom.errors.SandboxUnavailableError` saying what to do. There is no
@@ -73,7 +73,7 @@ from typing import TYPE_CHECKING, Any, Final, final
 import psutil
 
 from sunroom.errors import KernelError, KernelStartError, SandboxUnavailableError, UsageError
-from sunroom.sandbox.backend import KernelProcess, LaunchSpec, kernel_env
+from sunroom.sandbox.backend import SAFE_PATH, KernelProcess, LaunchSpec, kernel_env
 from sunroom.sandbox.backends.subprocess import BOOT, kernel_sys_path, package_root
 from sunroom.sandbox.seccomp import AF_UNIX, DENIED, NAMESPACE_FLAGS, PER_LINUX, TIOCSTI
 
@@ -209,12 +209,71 @@ def seccomp_profile() -> str:
     return json.dumps(profile, separators=(",", ":"))
 
 
+WATCHDOG: Final = """# sunroom docker watchdog: removes its owner's kernel containers at its death
+import os, sys, docker
+os.read(0, 1)  # the owner holds the pipe's write end: EOF when it exits, crashes or is killed
+labels = ["sunroom.kernel=1"] + [f"{k}={v}" for k, v in zip(sys.argv[1::2], sys.argv[2::2])]
+client = docker.DockerClient.from_env()
+try:
+    for row in client.api.containers(all=True, filters={"label": labels}):
+        try:
+            client.api.remove_container(row["Id"], force=True, v=True)
+        except Exception:
+            pass
+finally:
+    client.close()
+"""
+"""Run by a detached helper per host process (see :func:`_start_watchdog`)."""
+
+_watchdog_for: int | None = None
+_watchdog_fd: int | None = None
+
+
+def _start_watchdog() -> None:
+    """Start (once per process) the helper that removes this process's containers at its death.
+
+    A host that dies while a kernel is busy in a long cell would otherwise leave the container
+    running until the next sweep: nothing in a container learns of its owner's death by itself.
+    The helper is a separate session blocked on a pipe whose write end only this process holds
+    (close-on-exec, so kernels and subprocesses do not inherit it); at EOF it force-removes the
+    containers labelled with this process's pid, start time and hostname, then exits. It uses
+    the ``DOCKER_*`` environment, like ``docker.from_env``.
+    """
+    global _watchdog_for, _watchdog_fd
+    me = os.getpid()
+    if _watchdog_for == me:
+        return
+    read_end, write_end = os.pipe()
+    env = {k: v for k, v in os.environ.items() if k.startswith("DOCKER_")}
+    env["PATH"] = SAFE_PATH
+    labels = [LABEL_OWNER_PID, str(me), LABEL_OWNER_STARTED, _started(me), LABEL_HOST, _hostname()]
+    try:
+        os.posix_spawn(
+            sys.executable,
+            [sys.executable, "-I", "-c", WATCHDOG, *labels],
+            env,
+            file_actions=[
+                (os.POSIX_SPAWN_DUP2, read_end, 0),
+                (os.POSIX_SPAWN_OPEN, 1, os.devnull, os.O_WRONLY, 0),
+                (os.POSIX_SPAWN_OPEN, 2, os.devnull, os.O_WRONLY, 0),
+            ],
+            setsid=True,
+        )
+    finally:
+        os.close(read_end)
+    if _watchdog_fd is not None:  # a forked child: the parent's pipe belongs to the parent
+        with contextlib.suppress(OSError):
+            os.close(_watchdog_fd)
+    _watchdog_for, _watchdog_fd = me, write_end
+
+
 def _sweep_once(client: docker.DockerClient) -> None:
     global _swept
     with _sweep_lock:
         if not _swept:
             sweep_stale(client)
             _swept = True
+        _start_watchdog()
 
 
 @dataclass(frozen=True, slots=True)
