@@ -23,7 +23,7 @@ import warnings
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
-import docker
+import docker  # type: ignore[import-untyped, unused-ignore]
 import psutil
 import pytest
 

@@ -113,13 +113,14 @@ _swept = False
 def _docker() -> ModuleType:
     """Import the Docker SDK lazily; fail closed with how to install it."""
     try:
-        import docker
+        import docker  # type: ignore[import-untyped, unused-ignore]
     except ImportError:
         raise SandboxUnavailableError(
             "the docker backend needs the Docker SDK for Python: pip install 'docker>=7' "
             "(in this checkout: .venv/bin/pip install docker)"
         ) from None
-    return docker
+    module: ModuleType = docker
+    return module
 
 
 def _hostname() -> str:
