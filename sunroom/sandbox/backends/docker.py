@@ -407,8 +407,8 @@ class DockerBackend:
         if host_mounts is None:
             host_mounts = os.environ.get("SUNROOM_DOCKER_HOST_MOUNTS", "1") not in ("0", "")
         self.host_mounts = host_mounts
-        self.user = user
         self._uid, self._gid = _parse_user(user)
+        self.user = f"{self._uid}:{self._gid}"
         self._client = client
         self._socket_dir = socket_dir or os.environ.get("SUNROOM_DOCKER_RUNDIR") or None
 
@@ -588,7 +588,10 @@ class DockerBackend:
         """
         client, owned = await asyncio.to_thread(self._connect)
         try:
-            parent, sockdir, listener = self._make_socket()
+            try:
+                parent, sockdir, listener = self._make_socket()
+            except OSError as exc:
+                raise KernelStartError(f"cannot make the kernel's socket: {exc}") from exc
             try:
                 cid, name = await asyncio.to_thread(self._create, client, spec, sockdir)
                 try:
