@@ -353,13 +353,19 @@ async def test_unknown_runtime_fails_closed() -> None:
 async def test_failed_start_is_reported_and_leaves_no_container(
     client: docker.DockerClient,
 ) -> None:
-    before = {c["Id"] for c in client.api.containers(all=True)}
+    def mine() -> set[str]:
+        found = client.api.containers(
+            all=True, filters={"label": f"{LABEL_OWNER_PID}={os.getpid()}"}
+        )
+        return {c["Id"] for c in found}
+
+    before = mine()
     # host_mounts=False expects a production image: the offline one has no Python of its own
     k = AsyncKernel(backend=DockerBackend(host_mounts=False))
     with pytest.raises(sunroom.KernelStartError, match="/usr/local/bin/python3"):
         await k.start()
     await k.aclose()
-    assert {c["Id"] for c in client.api.containers(all=True)} <= before
+    assert mine() <= before
 
 
 async def test_missing_image_fails_closed() -> None:
