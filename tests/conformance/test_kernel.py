@@ -302,3 +302,16 @@ def test_sync_kernel_matches_the_issue_example(backend: str) -> None:
         r = k.execute("total = sum(numbers)\ntotal")
         assert r.ok and r.value == "6"
     assert os.environ.get("SUNROOM_CANARY_SECRET") is None
+
+
+async def test_out_of_memory_kill_is_classified(backend: str) -> None:
+    """Resident memory past the cgroup limit (address space allowed) is an OOM kill, said so."""
+    limits = Limits(memory_mb=128, address_space_slack_mb=4096, timeout_s=20)
+    async with AsyncKernel(backend=backend, limits=limits, inputs={"given": 5}) as k:
+        if backend == "subprocess" and getattr(k.process, "cgroup", True) is None:
+            pytest.skip("subprocess kernels get a memory cgroup only where the tree is writable")
+        r = await k.execute("hog = b'x' * (1024 * 1024 * 1024)")
+        assert r.status == "died", r
+        assert r.state_lost
+        assert r.error is not None and "out of memory" in r.error.message
+        assert (await k.execute("given")).value == "5"
