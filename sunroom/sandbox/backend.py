@@ -58,6 +58,9 @@ class KernelProcess(Protocol):
         """After the tree has died: how (exit status, signal, out of memory), for humans."""
         ...
 
+    # Optional: ``async def log_tail(self) -> str`` — the kernel's early stderr, shown in a
+    # KernelStartError. Backends that have no such log may leave it out.
+
 
 class Backend(Protocol):
     """Launches kernels. Implementations are cheap to build and reusable."""

@@ -120,9 +120,20 @@ class AsyncKernel:
                 on_close=lambda exc: None,
                 max_frame=self.limits.max_frame_bytes,
             )
-            info = await asyncio.wait_for(
-                asyncio.shield(hello), timeout=self.limits.start_timeout_s
+            channel = self._channel
+            await asyncio.wait(
+                {hello, channel.closed},
+                timeout=self.limits.start_timeout_s,
+                return_when=asyncio.FIRST_COMPLETED,
             )
+            if not hello.done():
+                if channel.closed.done():
+                    why = await proc.exit_reason()
+                    raise KernelStartError(f"the kernel ended before saying hello: {why}")
+                raise KernelStartError(
+                    f"the kernel did not say hello within {self.limits.start_timeout_s:g} s"
+                )
+            info = hello.result()
             self._check_hello(info, nonce)
             proc.adopt(int(info["pid"]))
             self.kernel_info = dict(info)
@@ -136,17 +147,23 @@ class AsyncKernel:
         except BaseException as exc:
             detail = await self._start_failure_detail()
             await self._teardown()
-            if isinstance(exc, KernelError | asyncio.CancelledError):
+            if isinstance(exc, asyncio.CancelledError):
+                raise
+            if isinstance(exc, KernelStartError):
+                raise KernelStartError(f"{exc}{detail}") from exc.__cause__
+            if isinstance(exc, KernelError):
                 raise
             raise KernelStartError(f"the kernel did not start: {exc!r}{detail}") from exc
 
     async def _start_failure_detail(self) -> str:
-        from sunroom.sandbox.backends.subprocess import log_tail
-
-        if self._proc is None:
+        tail_of = getattr(self._proc, "log_tail", None)
+        if tail_of is None:
             return ""
-        tail = log_tail(self._proc)
-        return f"\n--- kernel log ---\n{tail}" if tail else ""
+        try:
+            tail = str(await tail_of())
+        except Exception as exc:  # diagnostics must never hide the real failure
+            tail = f"(log unavailable: {exc!r})"
+        return f"\n--- kernel log ---\n{tail.strip()}" if tail.strip() else ""
 
     @staticmethod
     def _check_hello(info: Any, nonce: str) -> None:

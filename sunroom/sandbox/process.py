@@ -133,6 +133,10 @@ class SupervisedProcess:
         except (BlockingIOError, OSError):
             self._status = None
 
+    async def log_tail(self, size: int = 4000) -> str:
+        """The end of the kernel's own stderr before its output capture began (start failures)."""
+        return await asyncio.to_thread(_tail, self._rundir / "kernel.log", size)
+
     async def exit_reason(self) -> str:
         """Classify the death: out of memory, a signal, or an exit status."""
         with contextlib.suppress(TimeoutError):
@@ -151,6 +155,16 @@ class SupervisedProcess:
         if status.startswith("exit:"):
             return f"the kernel process exited with status {status.split(':')[1]}"
         return f"the kernel's supervisor ended (return code {self._proc.returncode})"
+
+
+def _tail(path: Path, size: int) -> str:
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - size))
+            return f.read().decode("utf-8", "replace")
+    except OSError:
+        return ""
 
 
 def _innermost_pid(pid: int) -> int | None:

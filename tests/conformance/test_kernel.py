@@ -315,3 +315,12 @@ async def test_out_of_memory_kill_is_classified(backend: str) -> None:
         assert r.state_lost
         assert r.error is not None and "out of memory" in r.error.message
         assert (await k.execute("given")).value == "5"
+
+
+async def test_a_kernel_dying_before_hello_fails_fast(backend: str) -> None:
+    limits = Limits(memory_mb=8, address_space_slack_mb=0, start_timeout_s=60)
+    started = time.monotonic()
+    with pytest.raises(sunroom.KernelStartError, match="before saying hello|did not start"):
+        async with AsyncKernel(backend=backend, limits=limits):
+            pass
+    assert time.monotonic() - started < 30  # not the 60 s start timeout

@@ -140,15 +140,3 @@ class SubprocessBackend:
             memory_mb=limits.memory_mb,
         )
         return handle, host_sock
-
-
-def log_tail(handle: KernelProcess, size: int = 4000) -> str:
-    """The end of a local kernel's startup log (for start failures)."""
-    path = handle.workdir.parent / "kernel.log"
-    try:
-        with open(path, "rb") as f:
-            f.seek(0, os.SEEK_END)
-            f.seek(max(0, f.tell() - size))
-            return f.read().decode("utf-8", "replace")
-    except OSError:
-        return ""
