@@ -6,7 +6,7 @@ io_uring, bpf, perf, the kernel keyring, mounts, namespace changes, kexec, modul
 personality changes (only ``personality(0)`` passes) and a few more (see ``DENIED``).
 ``clone3`` answers ``ENOSYS`` so libc falls back to ``clone``, whose namespace flags are then
 checked. Syscalls of a foreign architecture
-(32-bit entry points) kill the process: libseccomp's default for a non-native arch.
+(32-bit entry points) kill the whole process.
 
 The program is compiled on the host and handed to bubblewrap (``--seccomp FD``), which installs
 it in the sandbox just before exec; nothing in the kernel can remove it.
@@ -114,6 +114,9 @@ def compile_bpf() -> bytes:
     """The policy as a BPF program (cached per process). Raises SandboxUnavailableError."""
     sc = _library()
     filt = sc.SyscallFilter(defaction=sc.ALLOW)
+    # a syscall through a foreign (32-bit) entry point kills the whole process, not just the
+    # thread: a half-dead kernel would only hang until its timeout
+    filt.set_attr(sc.Attr.ACT_BADARCH, sc.KILL_PROCESS)
     for name in DENIED:
         _deny(sc, filt, name)
     _deny(sc, filt, "socket", sc.Arg(0, sc.NE, AF_UNIX), code=errno.EAFNOSUPPORT)

@@ -382,3 +382,32 @@ async def test_host_stays_responsive_under_attack(isolated_backend: str, signum:
     watcher.cancel()
     assert all(s in ("timeout", "error", "died") for s in statuses)
     assert max(lag) < 0.5, f"host loop stalled {max(lag):.2f} s"
+
+
+async def test_foreign_architecture_syscalls_kill_the_kernel(
+    jail: AsyncKernel, isolated_backend: str
+) -> None:
+    """A 32-bit ``int 0x80`` entry point bypasses a 64-bit-only filter unless it is refused.
+
+    bwrap kills the whole process (SIGSYS). Under Docker the runtime's bad-architecture action
+    kills only the calling thread, so the cell hangs until its timeout and is killed: slower,
+    but the syscall still never runs.
+    """
+    if os.uname().machine != "x86_64":
+        pytest.skip("the int 0x80 stub is x86_64 machine code")
+    r = await jail.execute(
+        "import ctypes, mmap\n"
+        "buf = mmap.mmap(-1, 4096, prot=mmap.PROT_READ | mmap.PROT_WRITE | mmap.PROT_EXEC)\n"
+        "buf.write(bytes([0xb8, 20, 0, 0, 0, 0xcd, 0x80, 0xc3]))  # mov eax, 20 (getpid); int 0x80; ret\n"
+        "fn = ctypes.CFUNCTYPE(ctypes.c_int)(ctypes.addressof(ctypes.c_char.from_buffer(buf)))\n"
+        "fn()",
+        timeout_s=5,
+    )
+    if isolated_backend == "bwrap":
+        assert r.status == "died", r
+        assert r.error is not None and "SIGSYS" in r.error.message
+    else:
+        assert r.status in ("died", "timeout"), r
+        assert r.state_lost
+    # control: native syscalls still work in the restarted kernel
+    assert (await jail.execute("import os\nos.getpid() > 0")).value == "True"
