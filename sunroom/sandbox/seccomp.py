@@ -8,7 +8,8 @@ personality changes (only ``personality(0)`` passes) and a few more (see ``DENIE
 checked. Syscalls of a foreign architecture
 (32-bit entry points) kill the whole process.
 
-The program is compiled on the host and handed to bubblewrap (``--seccomp FD``), which installs
+:func:`docker_profile` renders the same rules as a Docker seccomp profile. The BPF program is
+compiled on the host and handed to bubblewrap (``--seccomp FD``), which installs
 it in the sandbox just before exec; nothing in the kernel can remove it.
 """
 
@@ -16,6 +17,8 @@ from __future__ import annotations
 
 import errno
 import functools
+import json
+import platform
 import tempfile
 from typing import Any, Final
 
@@ -136,3 +139,50 @@ def compile_bpf() -> bytes:
     if not program:
         raise SandboxUnavailableError("libseccomp produced an empty seccomp program")
     return program
+
+
+_SCMP_ARCH: Final = {"x86_64": "SCMP_ARCH_X86_64", "aarch64": "SCMP_ARCH_AARCH64"}
+
+
+def _rule(names: list[str], code: int, *args: tuple[int, str, int, int]) -> dict[str, Any]:
+    rule: dict[str, Any] = {"names": names, "action": "SCMP_ACT_ERRNO", "errnoRet": code}
+    if args:
+        rule["args"] = [
+            {"index": i, "op": op, "value": value, "valueTwo": two} for i, op, value, two in args
+        ]
+    return rule
+
+
+@functools.cache
+def docker_profile() -> str:
+    """The kernel's seccomp policy as a Docker profile (JSON), the same policy as ``bwrap``'s.
+
+    The same rules as :func:`compile_bpf`, compiled by the container runtime with libseccomp:
+    allow by default; refuse ``DENIED`` with EPERM, non-``AF_UNIX`` sockets with EAFNOSUPPORT,
+    namespace flags to ``clone`` with EPERM, ``clone3`` with ENOSYS, ``TIOCSTI`` and any
+    persona but ``PER_LINUX``. Only the native architecture is listed, so syscalls through a
+    foreign (32-bit) entry point hit libseccomp's bad-architecture action and are refused.
+    It replaces the daemon's default profile. Raises SandboxUnavailableError on an
+    architecture it does not know.
+    """
+    arch = _SCMP_ARCH.get(platform.machine())
+    if arch is None:
+        raise SandboxUnavailableError(
+            f"the docker backend has no seccomp profile for {platform.machine()!r}"
+        )
+    clone_flags = [0x00020000, 0x20000000, 0x40000000, 0x08000000, 0x04000000, 0x02000000]
+    rules = [
+        _rule(list(DENIED), errno.EPERM),
+        _rule(["socket"], errno.EAFNOSUPPORT, (0, "SCMP_CMP_NE", AF_UNIX, 0)),
+        _rule(["socketpair"], errno.EAFNOSUPPORT, (0, "SCMP_CMP_NE", AF_UNIX, 0)),
+        _rule(["clone"], errno.EPERM, (0, "SCMP_CMP_MASKED_EQ", NAMESPACE_FLAGS, 0x10000000)),
+        *(
+            _rule(["clone"], errno.EPERM, (0, "SCMP_CMP_MASKED_EQ", flag, flag))
+            for flag in clone_flags
+        ),
+        _rule(["clone3"], errno.ENOSYS),
+        _rule(["ioctl"], errno.EPERM, (1, "SCMP_CMP_MASKED_EQ", 0xFFFFFFFF, TIOCSTI)),
+        _rule(["personality"], errno.EPERM, (0, "SCMP_CMP_GT", PER_LINUX, 0)),
+    ]
+    profile = {"defaultAction": "SCMP_ACT_ALLOW", "architectures": [arch], "syscalls": rules}
+    return json.dumps(profile, separators=(",", ":"))

@@ -51,31 +51,34 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import errno
 import functools
 import json
 import os
-import platform
 import shutil
-import signal
 import site
 import socket
 import sys
 import sysconfig
 import tempfile
-import threading
-from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, Final, final
 
-import psutil
-
-from sunroom.errors import KernelError, KernelStartError, SandboxUnavailableError, UsageError
-from sunroom.sandbox.backend import SAFE_PATH, KernelProcess, LaunchSpec, kernel_env
+from sunroom.errors import KernelStartError, SandboxUnavailableError, UsageError
+from sunroom.sandbox.backend import KernelProcess, LaunchSpec, kernel_env
+from sunroom.sandbox.backends.docker_janitor import (
+    LABEL_HOST,
+    LABEL_KERNEL,
+    LABEL_OWNER_PID,
+    LABEL_OWNER_STARTED,
+    _hostname,
+    _started,
+    sweep_once,
+)
+from sunroom.sandbox.backends.docker_process import DockerKernelProcess, _logs, _remove
 from sunroom.sandbox.backends.subprocess import BOOT, kernel_sys_path, package_root
-from sunroom.sandbox.seccomp import AF_UNIX, DENIED, NAMESPACE_FLAGS, PER_LINUX, TIOCSTI
+from sunroom.sandbox.seccomp import docker_profile
 
 if TYPE_CHECKING:
     import docker  # type: ignore[import-untyped, unused-ignore]  # stubs: types-docker
@@ -91,23 +94,15 @@ IMAGE_PYTHON: Final = "/usr/local/bin/python3"
 TMP_MB: Final = 64
 SHM_MB: Final = 64
 
-LABEL_KERNEL: Final = "sunroom.kernel"
-LABEL_OWNER_PID: Final = "sunroom.owner_pid"
-LABEL_OWNER_STARTED: Final = "sunroom.owner_started"
-LABEL_HOST: Final = "sunroom.host"
-
 SETUP_HINT: Final = (
     "run `bash scripts/docker-setup.sh` (installs docker.io, starts dockerd, builds the offline "
     "kernel image)"
 )
 _POLL_S: Final = 0.25
-_SIGNAL_NAMES: Final = {s.value: s.name for s in signal.Signals}
 _TOP_DIRS: Final = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 _SYSTEM_EXTRAS: Final = ("/etc/ld.so.cache", "/etc/alternatives")
 
 _api_version: str | None = None
-_sweep_lock = threading.Lock()
-_swept = False
 
 
 def _docker() -> ModuleType:
@@ -121,160 +116,6 @@ def _docker() -> ModuleType:
         ) from None
     module: ModuleType = docker
     return module
-
-
-def _hostname() -> str:
-    return socket.gethostname()
-
-
-def _started(pid: int) -> str:
-    """A process's start time as recorded in labels (tells a live owner from a reused pid)."""
-    return f"{psutil.Process(pid).create_time():.2f}"
-
-
-def _owner_alive(labels: Mapping[str, str]) -> bool:
-    try:
-        pid = int(labels.get(LABEL_OWNER_PID, ""))
-        return _started(pid) == labels.get(LABEL_OWNER_STARTED)
-    except (ValueError, psutil.Error):
-        return False
-
-
-def sweep_stale(client: docker.DockerClient) -> list[str]:
-    """Remove this host's sunroom kernel containers whose owner process is gone.
-
-    A container is stale when it carries ``sunroom.kernel=1`` and this host's name, and the
-    process named by ``sunroom.owner_pid`` is not running with the recorded start time (a host
-    that crashed or was killed). Containers of other hosts sharing the daemon are left alone.
-    Returns the ids removed. Errors removing one container are ignored (it is retried at the
-    next sweep); an unreachable daemon raises the SDK's error.
-    """
-    errors = _docker().errors
-    removed: list[str] = []
-    found = client.api.containers(
-        all=True, filters={"label": [f"{LABEL_KERNEL}=1", f"{LABEL_HOST}={_hostname()}"]}
-    )
-    for row in found:
-        if _owner_alive(row.get("Labels") or {}):
-            continue
-        with contextlib.suppress(errors.APIError):
-            client.api.remove_container(row["Id"], force=True, v=True)
-            removed.append(row["Id"])
-    return removed
-
-
-_SCMP_ARCH: Final = {"x86_64": "SCMP_ARCH_X86_64", "aarch64": "SCMP_ARCH_AARCH64"}
-
-
-def _rule(names: list[str], code: int, *args: tuple[int, str, int, int]) -> dict[str, Any]:
-    rule: dict[str, Any] = {"names": names, "action": "SCMP_ACT_ERRNO", "errnoRet": code}
-    if args:
-        rule["args"] = [
-            {"index": i, "op": op, "value": value, "valueTwo": two} for i, op, value, two in args
-        ]
-    return rule
-
-
-@functools.cache
-def seccomp_profile() -> str:
-    """The kernel's seccomp policy as a Docker profile (JSON), the same policy as ``bwrap``'s.
-
-    Built from :mod:`sunroom.sandbox.seccomp` and compiled by the runtime with libseccomp:
-    allow by default; refuse ``DENIED`` with EPERM, non-``AF_UNIX`` sockets with EAFNOSUPPORT,
-    namespace flags to ``clone`` with EPERM, ``clone3`` with ENOSYS, ``TIOCSTI`` and any
-    persona but ``PER_LINUX``. Only the native architecture is listed, so syscalls through a
-    foreign (32-bit) entry point hit libseccomp's bad-architecture action and are refused.
-    It replaces the daemon's default profile. Raises SandboxUnavailableError on an
-    architecture it does not know.
-    """
-    arch = _SCMP_ARCH.get(platform.machine())
-    if arch is None:
-        raise SandboxUnavailableError(
-            f"the docker backend has no seccomp profile for {platform.machine()!r}"
-        )
-    clone_flags = [0x00020000, 0x20000000, 0x40000000, 0x08000000, 0x04000000, 0x02000000]
-    rules = [
-        _rule(list(DENIED), errno.EPERM),
-        _rule(["socket"], errno.EAFNOSUPPORT, (0, "SCMP_CMP_NE", AF_UNIX, 0)),
-        _rule(["socketpair"], errno.EAFNOSUPPORT, (0, "SCMP_CMP_NE", AF_UNIX, 0)),
-        _rule(["clone"], errno.EPERM, (0, "SCMP_CMP_MASKED_EQ", NAMESPACE_FLAGS, 0x10000000)),
-        *(
-            _rule(["clone"], errno.EPERM, (0, "SCMP_CMP_MASKED_EQ", flag, flag))
-            for flag in clone_flags
-        ),
-        _rule(["clone3"], errno.ENOSYS),
-        _rule(["ioctl"], errno.EPERM, (1, "SCMP_CMP_MASKED_EQ", 0xFFFFFFFF, TIOCSTI)),
-        _rule(["personality"], errno.EPERM, (0, "SCMP_CMP_GT", PER_LINUX, 0)),
-    ]
-    profile = {"defaultAction": "SCMP_ACT_ALLOW", "architectures": [arch], "syscalls": rules}
-    return json.dumps(profile, separators=(",", ":"))
-
-
-WATCHDOG: Final = """# sunroom docker watchdog: removes its owner's kernel containers at its death
-import os, sys, docker
-os.read(0, 1)  # the owner holds the pipe's write end: EOF when it exits, crashes or is killed
-labels = ["sunroom.kernel=1"] + [f"{k}={v}" for k, v in zip(sys.argv[1::2], sys.argv[2::2])]
-client = docker.DockerClient.from_env()
-try:
-    for row in client.api.containers(all=True, filters={"label": labels}):
-        try:
-            client.api.remove_container(row["Id"], force=True, v=True)
-        except Exception:
-            pass
-finally:
-    client.close()
-"""
-"""Run by a detached helper per host process (see :func:`_start_watchdog`)."""
-
-_watchdog_for: int | None = None
-_watchdog_fd: int | None = None
-
-
-def _start_watchdog() -> None:
-    """Start (once per process) the helper that removes this process's containers at its death.
-
-    A host that dies while a kernel is busy in a long cell would otherwise leave the container
-    running until the next sweep: nothing in a container learns of its owner's death by itself.
-    The helper is a separate session blocked on a pipe whose write end only this process holds
-    (close-on-exec, so kernels and subprocesses do not inherit it); at EOF it force-removes the
-    containers labelled with this process's pid, start time and hostname, then exits. It uses
-    the ``DOCKER_*`` environment, like ``docker.from_env``.
-    """
-    global _watchdog_for, _watchdog_fd
-    me = os.getpid()
-    if _watchdog_for == me:
-        return
-    read_end, write_end = os.pipe()
-    env = {k: v for k, v in os.environ.items() if k.startswith("DOCKER_")}
-    env["PATH"] = SAFE_PATH
-    labels = [LABEL_OWNER_PID, str(me), LABEL_OWNER_STARTED, _started(me), LABEL_HOST, _hostname()]
-    try:
-        os.posix_spawn(
-            sys.executable,
-            [sys.executable, "-I", "-c", WATCHDOG, *labels],
-            env,
-            file_actions=[
-                (os.POSIX_SPAWN_DUP2, read_end, 0),
-                (os.POSIX_SPAWN_OPEN, 1, os.devnull, os.O_WRONLY, 0),
-                (os.POSIX_SPAWN_OPEN, 2, os.devnull, os.O_WRONLY, 0),
-            ],
-            setsid=True,
-        )
-    finally:
-        os.close(read_end)
-    if _watchdog_fd is not None:  # a forked child: the parent's pipe belongs to the parent
-        with contextlib.suppress(OSError):
-            os.close(_watchdog_fd)
-    _watchdog_for, _watchdog_fd = me, write_end
-
-
-def _sweep_once(client: docker.DockerClient) -> None:
-    global _swept
-    with _sweep_lock:
-        if not _swept:
-            sweep_stale(client)
-            _swept = True
-        _start_watchdog()
 
 
 @dataclass(frozen=True, slots=True)
@@ -432,7 +273,7 @@ class DockerBackend:
             ) from None
         try:
             _api_version = _api_version or client.api.api_version
-            _sweep_once(client)
+            sweep_once(client)
         except Exception as exc:
             if owned:
                 client.close()
@@ -516,7 +357,7 @@ class DockerBackend:
             network_mode="none",
             read_only=True,
             cap_drop=["ALL"],
-            security_opt=["no-new-privileges", f"seccomp={seccomp_profile()}"],
+            security_opt=["no-new-privileges", f"seccomp={docker_profile()}"],
             mem_limit=f"{limits.memory_mb}m",
             memswap_limit=f"{limits.memory_mb}m",
             pids_limit=limits.pids,
@@ -665,166 +506,3 @@ class DockerBackend:
                 await first
         pid = int((info.get("State") or {}).get("Pid") or 0)
         return conn, pid
-
-
-def _logs(client: docker.DockerClient, cid: str, tail: int = 40) -> str:
-    """The tail of a container's output, formatted for an error message ('' if none)."""
-    try:
-        raw = client.api.logs(cid, stdout=True, stderr=True, tail=tail)
-    except Exception:
-        return ""
-    text = raw.decode("utf-8", "replace").strip() if isinstance(raw, bytes) else ""
-    return f"\n--- container log ---\n{text}" if text else ""
-
-
-def _remove(client: docker.DockerClient, cid: str) -> None:
-    """Force-remove a container (SIGKILL, then remove); a container already gone is fine."""
-    errors = _docker().errors
-    try:
-        client.api.remove_container(cid, force=True, v=True)
-    except errors.NotFound:
-        return
-    except errors.APIError as exc:
-        if exc.status_code == 409:  # removal already in progress
-            return
-        raise
-
-
-@final
-class DockerKernelProcess:
-    """Handle on one kernel container; implements ``KernelProcess``.
-
-    ``kill()`` force-removes the container and closes the client when this handle owns it.
-    """
-
-    def __init__(
-        self,
-        *,
-        client: docker.DockerClient,
-        owns_client: bool,
-        container_id: str,
-        name: str,
-        pid: int,
-        workdir: Path,
-        memory_mb: int,
-    ) -> None:
-        self._client = client
-        self._owns_client = owns_client
-        self.container_id = container_id
-        self.name = name
-        self._pid = pid
-        self._workdir = workdir
-        self._memory_mb = memory_mb
-        self._kernel_pid: int | None = None
-        self._killed = False
-        self._state: dict[str, Any] | None = None
-        self._interrupts: list[threading.Thread] = []
-
-    @property
-    def pid(self) -> int:
-        """The host pid of the container's PID 1, the supervisor (0 if it had already exited)."""
-        return self._pid
-
-    @property
-    def workdir(self) -> Path:
-        """A placeholder host path that does not exist.
-
-        The kernel's workdir lives in the container's tmpfs at ``/work`` and is gone with the
-        container; the host cannot see it.
-        """
-        return self._workdir
-
-    @property
-    def kernel_pid(self) -> int | None:
-        """The runtime's pid inside the container, from its hello."""
-        return self._kernel_pid
-
-    def adopt(self, kernel_pid: int) -> None:
-        """Record the runtime's pid (container namespace); signals go through the daemon."""
-        self._kernel_pid = kernel_pid
-
-    def interrupt(self) -> None:
-        """SIGINT the container's supervisor, which relays it to the runtime. Does not block.
-
-        The request runs in a daemon thread; failures (a container already gone) are ignored.
-        """
-        if self._killed:
-            return
-        self._interrupts = [t for t in self._interrupts if t.is_alive()]
-        thread = threading.Thread(target=self._send_sigint, name="sunroom-docker-sigint")
-        thread.daemon = True
-        self._interrupts.append(thread)
-        thread.start()
-
-    def _send_sigint(self) -> None:
-        with contextlib.suppress(Exception):
-            self._client.api.kill(self.container_id, signal="SIGINT")
-
-    def alive(self) -> bool:
-        """Whether the container is still running (asks the daemon: blocks briefly)."""
-        if self._killed:
-            return False
-        try:
-            info = self._client.api.inspect_container(self.container_id)
-        except Exception:
-            return False
-        return bool((info.get("State") or {}).get("Running"))
-
-    async def kill(self) -> None:
-        """Force-remove the container (SIGKILL, then remove); close an owned client. Idempotent.
-
-        Raises KernelError only if the daemon refuses the removal (the container is then
-        removed by the next process's sweep).
-        """
-        if self._killed:
-            return
-        self._killed = True
-        try:
-            await asyncio.to_thread(self._kill_sync)
-        except Exception as exc:
-            raise KernelError(
-                f"could not remove kernel container {self.name}: {exc}; it will be removed by "
-                "the next sweep"
-            ) from exc
-        finally:
-            if self._owns_client:
-                self._client.close()
-
-    def _kill_sync(self) -> None:
-        for thread in self._interrupts:
-            thread.join(2.0)
-        if self._state is None:
-            with contextlib.suppress(Exception):
-                state = self._client.api.inspect_container(self.container_id).get("State") or {}
-                if not state.get("Running"):
-                    self._state = state
-        _remove(self._client, self.container_id)
-
-    def _wait_state(self) -> dict[str, Any] | None:
-        with contextlib.suppress(Exception):
-            self._client.api.wait(self.container_id, timeout=5)
-        with contextlib.suppress(Exception):
-            state: dict[str, Any] = (
-                self._client.api.inspect_container(self.container_id).get("State") or {}
-            )
-            if not state.get("Running"):
-                return state
-        return None
-
-    async def exit_reason(self) -> str:
-        """Classify the death from the container's state: out of memory, a signal, a status."""
-        if self._state is None and not self._killed:
-            self._state = await asyncio.to_thread(self._wait_state)
-        state = self._state
-        if state is None:
-            return "the kernel's connection closed; its container's exit status is unknown"
-        if state.get("OOMKilled"):
-            return f"the kernel ran out of memory (limit {self._memory_mb} MB) and was killed"
-        code = int(state.get("ExitCode") or 0)
-        if code > 128:
-            num = code - 128
-            name = _SIGNAL_NAMES.get(num, str(num))
-            if num == signal.SIGKILL:
-                return f"the kernel was killed by {name} (possibly out of memory)"
-            return f"the kernel died from signal {name}"
-        return f"the kernel process exited with status {code}"
