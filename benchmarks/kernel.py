@@ -25,6 +25,7 @@ import msgpack
 
 import sunroom
 from sunroom import AsyncKernel, Limits
+from sunroom.sandbox.pool import KernelPool
 
 ECHO_CLIENT = r"""
 import socket, struct, sys, time, msgpack
@@ -93,6 +94,19 @@ async def bench_start(backend: str, n: int) -> list[float]:
     return times
 
 
+async def bench_pooled_start(backend: str, n: int) -> list[float]:
+    """Start to first result when a warm kernel is waiting in a KernelPool."""
+    times = []
+    async with KernelPool(backend=backend, size=2) as pool:
+        for _ in range(n):
+            await pool.wait_ready()
+            t = time.perf_counter()
+            async with AsyncKernel(pool=pool) as k:
+                await k.execute("1")
+                times.append((time.perf_counter() - t) * 1000)
+    return times
+
+
 async def bench_execute(k: AsyncKernel, n: int) -> list[float]:
     await k.execute("x = 0")
     for _ in range(200):
@@ -138,6 +152,7 @@ async def main() -> None:
           f"python {sys.version.split()[0]}")
     echo50, echo90 = await raw_echo(args.n)
     starts = await bench_start(args.backend, args.starts)
+    pooled = await bench_pooled_start(args.backend, args.starts)
     async with AsyncKernel(
         backend=args.backend, functions=[ping, ping_sync], limits=Limits(timeout_s=120)
     ) as k:
@@ -147,6 +162,7 @@ async def main() -> None:
     rows = [
         ("raw msgpack echo (UDS)", echo50, echo90, "us", None),
         ("kernel start -> first result", statistics.median(starts), pct(starts, 0.9), "ms", 40),
+        ("  the same from a warm KernelPool", statistics.median(pooled), pct(pooled, 0.9), "ms", None),
         ("execute 'x += 1' round trip", statistics.median(execs), pct(execs, 0.9), "us", 150),
         ("host call (async fn)", statistics.median(calls), pct(calls, 0.9), "us", 100),
         ("host call (sync fn, thread)", statistics.median(sync_calls), pct(sync_calls, 0.9), "us", 100),
@@ -162,17 +178,24 @@ async def main() -> None:
 
 async def compare(names: list[str], starts: int, n: int) -> None:
     """Start and execute p50 per backend, as ratios to subprocess measured in this run."""
-    figures: dict[str, tuple[float, float]] = {}
+    figures: dict[str, tuple[float, float, float]] = {}
     for name in ["subprocess", *[b for b in names if b != "subprocess"]]:
         s = await bench_start(name, starts)
+        w = await bench_pooled_start(name, starts)
         async with AsyncKernel(backend=name, limits=Limits(timeout_s=120)) as k:
             e = await bench_execute(k, n)
-        figures[name] = (statistics.median(s), statistics.median(e))
-    base_start, base_exec = figures["subprocess"]
+        figures[name] = (statistics.median(s), statistics.median(w), statistics.median(e))
+    base_start, _, base_exec = figures["subprocess"]
     print()
-    print(f"{'backend':12} {'start p50':>11} {'x subproc':>10} {'execute p50':>12} {'x subproc':>10}")
-    for name, (st, ex) in figures.items():
-        print(f"{name:12} {st:9.1f}ms {st / base_start:9.2f}x {ex:10.1f}us {ex / base_exec:9.2f}x")
+    print(
+        f"{'backend':12} {'start p50':>11} {'x subproc':>10} {'pooled p50':>11} "
+        f"{'execute p50':>12} {'x subproc':>10}"
+    )
+    for name, (st, warm, ex) in figures.items():
+        print(
+            f"{name:12} {st:9.1f}ms {st / base_start:9.2f}x {warm:9.1f}ms "
+            f"{ex:10.1f}us {ex / base_exec:9.2f}x"
+        )
 
 
 if __name__ == "__main__":

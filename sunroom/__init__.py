@@ -17,6 +17,7 @@ __version__ = "0.1.0"
 _EXPORTS: dict[str, str] = {
     "AsyncKernel": "sunroom.sandbox.kernel",
     "Kernel": "sunroom.sandbox.sync",
+    "KernelPool": "sunroom.sandbox.pool",
     "Limits": "sunroom.sandbox.limits",
     "ExecutionResult": "sunroom.sandbox.result",
     "ExecutionError": "sunroom.sandbox.result",
@@ -61,6 +62,7 @@ __all__ = [
     "Kernel",
     "KernelDiedError",
     "KernelError",
+    "KernelPool",
     "KernelStartError",
     "Limits",
     "Model",
@@ -116,6 +118,7 @@ if TYPE_CHECKING:
     from sunroom.sandbox.functions import HostFunction, host_function
     from sunroom.sandbox.kernel import AsyncKernel
     from sunroom.sandbox.limits import Limits
+    from sunroom.sandbox.pool import KernelPool
     from sunroom.sandbox.result import ExecutionError, ExecutionResult, Variable
     from sunroom.sandbox.sync import Kernel
 

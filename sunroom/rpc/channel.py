@@ -86,6 +86,10 @@ class Channel(asyncio.Protocol):
         self._close_exc: BaseException | None = None
         self.closed: asyncio.Future[None] = self._loop.create_future()
 
+    def serve_with(self, handler: RequestHandler) -> None:
+        """Serve the peer's requests with *handler* from now on (requests before it: refused)."""
+        self._handler = handler
+
     @classmethod
     async def open(cls, sock: socket.socket, **options: Any) -> Channel:
         """Wrap a connected Unix stream socket; the channel owns it from now on."""

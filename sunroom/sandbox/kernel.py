@@ -11,20 +11,20 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import secrets
 import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Self, final
 
 from sunroom.errors import ClosedError, KernelError, KernelStartError, ProtocolError, UsageError
 from sunroom.rpc.channel import Channel, RemoteError, RpcFailure
-from sunroom.rpc.codec import PROTOCOL_VERSION
 from sunroom.rpc.messages import RpcError
 from sunroom.sandbox import backends
-from sunroom.sandbox.backend import Backend, KernelProcess, LaunchSpec
+from sunroom.sandbox.backend import Backend, KernelProcess
 from sunroom.sandbox.codegen import generate
 from sunroom.sandbox.functions import CallRejected, FunctionRegistry, HostFunction, to_wire
+from sunroom.sandbox.launch import failure_detail, launch
 from sunroom.sandbox.limits import Limits
+from sunroom.sandbox.pool import KernelPool
 from sunroom.sandbox.result import ExecutionError, ExecutionResult, Variable
 
 OutputCallback = Callable[[str, str], None]
@@ -43,6 +43,8 @@ class AsyncKernel:
         limits: resource limits; see :class:`Limits`.
         env: extra environment variables for the kernel (the host's own are never passed).
         on_output: called with (stream, text) while a cell runs.
+        pool: take started kernels from this :class:`KernelPool` (its backend, limits and env
+            apply) instead of starting them cold, at start and at every restart.
     """
 
     def __init__(
@@ -54,7 +56,15 @@ class AsyncKernel:
         limits: Limits | None = None,
         env: Mapping[str, str] | None = None,
         on_output: OutputCallback | None = None,
+        pool: KernelPool | None = None,
     ) -> None:
+        self._pool = pool
+        if pool is not None:
+            if limits is not None and limits != pool.limits:
+                raise UsageError("a pooled kernel runs with its pool's limits; omit limits=")
+            if env is not None and dict(env) != pool.env:
+                raise UsageError("a pooled kernel runs with its pool's env; omit env=")
+            limits, env, backend = pool.limits, pool.env, pool.backend
         self._backend_arg = backend
         self.limits = limits or Limits()
         if not isinstance(self.limits, Limits):
@@ -97,46 +107,15 @@ class AsyncKernel:
 
     async def _boot(self) -> None:
         assert self._backend is not None
-        nonce = secrets.token_hex(16)
-        spec = LaunchSpec(limits=self.limits, nonce=nonce, env=self._env)
-        proc, sock = await self._backend.launch(spec)
-        self._proc = proc
-        hello: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-
-        def on_notification(method: str, params: Any) -> None:
-            if method == "stream":
-                if self._on_output is not None and isinstance(params, dict):
-                    name, text = params.get("name"), params.get("text")
-                    if isinstance(name, str) and isinstance(text, str):
-                        self._on_output(name, text)
-            elif method == "hello" and not hello.done():
-                hello.set_result(params)
-
+        if self._pool is not None:
+            ready = await self._pool.acquire()
+        else:
+            ready = await launch(self._backend, limits=self.limits, env=self._env)
+        self._proc, self._channel = ready.proc, ready.channel
+        ready.router.on_output = self._on_output
+        ready.channel.serve_with(self._serve)
+        self.kernel_info = ready.info
         try:
-            self._channel = await Channel.open(
-                sock,
-                handler=self._serve,
-                on_notification=on_notification,
-                on_close=lambda exc: None,
-                max_frame=self.limits.max_frame_bytes,
-            )
-            channel = self._channel
-            await asyncio.wait(
-                {hello, channel.closed},
-                timeout=self.limits.start_timeout_s,
-                return_when=asyncio.FIRST_COMPLETED,
-            )
-            if not hello.done():
-                if channel.closed.done():
-                    why = await proc.exit_reason()
-                    raise KernelStartError(f"the kernel ended before saying hello: {why}")
-                raise KernelStartError(
-                    f"the kernel did not say hello within {self.limits.start_timeout_s:g} s"
-                )
-            info = hello.result()
-            self._check_hello(info, nonce)
-            proc.adopt(int(info["pid"]))
-            self.kernel_info = dict(info)
             if self.registry.functions:
                 await self._channel.call(
                     "install",
@@ -145,36 +124,11 @@ class AsyncKernel:
             if self._inputs:
                 await self._send_bind(self._inputs)
         except BaseException as exc:
-            detail = await self._start_failure_detail()
+            detail = await failure_detail(ready.proc)
             await self._teardown()
-            if isinstance(exc, asyncio.CancelledError):
+            if isinstance(exc, asyncio.CancelledError | KernelError | UsageError):
                 raise
-            if isinstance(exc, KernelStartError):
-                raise KernelStartError(f"{exc}{detail}") from exc.__cause__
-            if isinstance(exc, KernelError):
-                raise
-            raise KernelStartError(f"the kernel did not start: {exc!r}{detail}") from exc
-
-    async def _start_failure_detail(self) -> str:
-        tail_of = getattr(self._proc, "log_tail", None)
-        if tail_of is None:
-            return ""
-        try:
-            tail = str(await tail_of())
-        except Exception as exc:  # diagnostics must never hide the real failure
-            tail = f"(log unavailable: {exc!r})"
-        return f"\n--- kernel log ---\n{tail.strip()}" if tail.strip() else ""
-
-    @staticmethod
-    def _check_hello(info: Any, nonce: str) -> None:
-        if not isinstance(info, dict) or not secrets.compare_digest(
-            str(info.get("nonce", "")), nonce
-        ):
-            raise KernelStartError("the kernel's hello did not carry the expected nonce")
-        if info.get("protocol") != PROTOCOL_VERSION:
-            raise KernelStartError(
-                f"kernel speaks protocol {info.get('protocol')}, host speaks {PROTOCOL_VERSION}"
-            )
+            raise KernelStartError(f"the kernel did not take its setup: {exc!r}{detail}") from exc
 
     async def _teardown(self) -> None:
         channel, proc = self._channel, self._proc
