@@ -18,15 +18,17 @@ caller can catch by *who must act*::
     │   ├── HostFunctionTimeout     the function ran past its timeout
     │   ├── HostFunctionBusy        the concurrency limit was reached and the wait timed out
     │   └── HostFunctionBudgetExceeded  the per-kernel call budget is spent
-    └── ProviderError               a model provider failed (the operator or vendor must act)
-        ├── AuthenticationError     bad or missing API key (401/403)
-        ├── RateLimitedError        429; ``retry_after`` seconds when the vendor said so
-        ├── OverloadedError         529/503; the vendor is overloaded (retryable)
-        ├── BadRequestError         400/404/422; the request is wrong (not retryable)
-        │   └── ContextTooLongError the prompt does not fit the model's context window
-        ├── ProviderTimeoutError    no reply within the deadline
-        ├── ProviderConnectionError the endpoint could not be reached / stream cut off
-        └── CircuitOpenError        the model's circuit breaker is open; failing fast
+    ├── ProviderError               a model provider failed (the operator or vendor must act)
+    │   ├── AuthenticationError     bad or missing API key (401/403)
+    │   ├── RateLimitedError        429; ``retry_after`` seconds when the vendor said so
+    │   ├── OverloadedError         529/503; the vendor is overloaded (retryable)
+    │   ├── BadRequestError         400/404/422; the request is wrong (not retryable)
+    │   │   └── ContextTooLongError the prompt does not fit the model's context window
+    │   ├── ProviderTimeoutError    no reply within the deadline
+    │   ├── ProviderConnectionError the endpoint could not be reached / stream cut off
+    │   └── CircuitOpenError        the model's circuit breaker is open; failing fast
+    └── AgentError                  an agent session could not go on as asked
+        └── BudgetExceededError     the session's budget (calls, tokens, cost, wall) is spent
 
 User code that fails *inside* a kernel never raises on the host: it comes back as data in an
 ``ExecutionResult``.
@@ -37,8 +39,10 @@ from __future__ import annotations
 from typing import Any
 
 __all__ = [
+    "AgentError",
     "AuthenticationError",
     "BadRequestError",
+    "BudgetExceededError",
     "CircuitOpenError",
     "ClosedError",
     "ContextTooLongError",
@@ -214,3 +218,22 @@ class ProviderConnectionError(ProviderError):
 
 class CircuitOpenError(ProviderError):
     """The model's circuit breaker is open after repeated failures; the call failed fast."""
+
+
+# --- agent sessions ------------------------------------------------------------------------
+
+
+class AgentError(SunroomError):
+    """An agent session could not go on as asked."""
+
+
+class BudgetExceededError(AgentError):
+    """A session budget is spent; ``limit`` names it (model_calls, tokens, cost, wall_time).
+
+    Raised on the host before a model call that the budget no longer allows; inside the kernel
+    ``predict``/``predict_many`` raise an exception of the same name.
+    """
+
+    def __init__(self, message: str, *, limit: str = "") -> None:
+        super().__init__(message)
+        self.limit = limit

@@ -1,0 +1,30 @@
+"""Agent sessions: an LLM that acts by writing Python in an isolated kernel.
+
+``AsyncSession`` (async core) and ``Session`` (sync twin) run a model against a kernel with
+``predict``/``predict_many``/``submit`` host functions, under a shared :class:`Budget`,
+publishing typed events. See ``docs/agent.md``.
+"""
+
+from __future__ import annotations
+
+from sunroom.agent import events
+from sunroom.agent.budget import Budget, BudgetTracker
+from sunroom.agent.bus import Subscription
+from sunroom.agent.events import Event
+from sunroom.agent.hooks import Hooks, Veto
+from sunroom.agent.result import RunResult, Status
+from sunroom.agent.session import AsyncSession, Session
+
+__all__ = [
+    "AsyncSession",
+    "Budget",
+    "BudgetTracker",
+    "Event",
+    "Hooks",
+    "RunResult",
+    "Session",
+    "Status",
+    "Subscription",
+    "Veto",
+    "events",
+]

@@ -1,0 +1,165 @@
+"""Where a session's calls pass: :class:`ModelGate` (every model call) and :func:`instrument`.
+
+``ModelGate.complete`` reserves the call against the shared budget, bounds it by the wall-time
+budget, records its usage and cost and publishes a ``UsageUpdated`` event. ``instrument`` wraps
+a host function so that each call from the kernel is offered to the ``before_host_call`` hook,
+reported as ``HostCallStarted``/``HostCallFinished`` (with the model cost it incurred), and
+never hands a registered secret to the kernel in an error message.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import builtins
+import contextvars
+import dataclasses
+import functools
+import itertools
+import time
+from collections.abc import Callable
+from typing import Any, Protocol, final
+
+from sunroom.agent import events as ev
+from sunroom.agent.budget import BudgetTracker
+from sunroom.agent.hooks import Hooks, ask
+from sunroom.errors import BudgetExceededError
+from sunroom.providers import Model, Request, Response
+from sunroom.sandbox.functions import HostFunction
+
+__all__ = ["CURRENT_CALL", "ModelGate", "Publish", "Redact", "instrument"]
+
+
+class Publish(Protocol):
+    """``publish(EventType, **fields)``: the session's redacting event publisher."""
+
+    def __call__(self, cls: type[ev.Event], /, **fields: Any) -> object:
+        """Publish one event."""
+
+
+Redact = Callable[[str], str]
+"""Returns text with every registered secret replaced."""
+
+CURRENT_CALL: contextvars.ContextVar[int] = contextvars.ContextVar("sunroom_call", default=0)
+"""The id of the host call being served (0 outside one), for progress events."""
+
+_COSTS: contextvars.ContextVar[list[int | None] | None] = contextvars.ContextVar(
+    "sunroom_costs", default=None
+)
+
+
+@final
+class ModelGate:
+    """Makes model calls under a shared :class:`BudgetTracker` and reports their usage."""
+
+    def __init__(self, tracker: BudgetTracker, publish: Publish) -> None:
+        self.tracker = tracker
+        self._publish = publish
+
+    async def complete(self, model: Model, request: Request, *, sub_call: bool) -> Response:
+        """Call *model*; raise BudgetExceededError when a limit forbids it or wall time runs out.
+
+        Provider errors propagate unchanged.
+        """
+        tracker = self.tracker
+        try:
+            tracker.reserve()
+        except BudgetExceededError as exc:
+            self._publish(ev.BudgetWarning, limit=exc.limit, message=str(exc))
+            raise
+        try:
+            async with asyncio.timeout(tracker.remaining_wall()) as scope:
+                response = await model.complete(request)
+        except TimeoutError:
+            tracker.release()
+            if not scope.expired():
+                raise
+            spent = BudgetExceededError(
+                f"the session's wall-time budget of {tracker.budget.max_wall_s:g} s ran out "
+                "during a model call",
+                limit="wall_time",
+            )
+            tracker.exceeded = tracker.exceeded or spent
+            self._publish(ev.BudgetWarning, limit=spent.limit, message=str(spent))
+            raise spent from None
+        except BaseException:
+            tracker.release()
+            raise
+        spend = tracker.record(response, sub_call=sub_call)
+        costs = _COSTS.get()
+        if costs is not None:
+            costs.append(response.cost_micro_usd)
+        self._publish(
+            ev.UsageUpdated,
+            usage=spend.usage,
+            model_calls=spend.model_calls,
+            cost_micro_usd=spend.cost_micro_usd if spend.cost_known else None,
+            sub_call=sub_call,
+        )
+        return response
+
+
+_ids = itertools.count(1)
+
+
+def _redacted_exception(exc: Exception, redact: Redact) -> Exception:
+    """*exc* again with a redacted message, keeping its type name for the kernel."""
+    message = redact(str(exc.args[0]) if isinstance(exc, KeyError) and exc.args else str(exc))
+    cls = type(exc)
+    if getattr(builtins, cls.__name__, None) is cls:
+        try:
+            same: Exception = cls(message)
+            return same
+        except Exception:  # a builtin with an unusual constructor (UnicodeDecodeError, ...)
+            return RuntimeError(message)
+    renamed: Exception = type(cls.__name__, (Exception,), {})(message)  # no host class leaks
+    return renamed
+
+
+def instrument(
+    hf: HostFunction, *, hooks: Hooks | None, publish: Publish, redact: Redact
+) -> HostFunction:
+    """A copy of *hf* whose calls are vetted by hooks and reported as events."""
+    fn = hf.fn
+    is_async = hf.is_async
+    name = hf.name
+
+    @functools.wraps(fn)
+    async def wrapper(**kwargs: Any) -> Any:
+        call_id = next(_ids)
+        veto = await ask(hooks.before_host_call if hooks else None, name, dict(kwargs))
+        if veto is not None:
+            reason = redact(veto.reason)
+            publish(ev.Vetoed, what=name, reason=reason)
+            raise PermissionError(f"{name}() was vetoed: {reason}")
+        publish(ev.HostCallStarted, call_id=call_id, name=name)
+        costs: list[int | None] = []
+        token_call = CURRENT_CALL.set(call_id)
+        token_costs = _COSTS.set(costs)
+        started = time.perf_counter()
+        error: str | None = None
+        try:
+            if is_async:
+                return await fn(**kwargs)
+            loop = asyncio.get_running_loop()
+            ctx = contextvars.copy_context()
+            return await loop.run_in_executor(None, lambda: ctx.run(fn, **kwargs))
+        except Exception as exc:
+            clean = _redacted_exception(exc, redact)
+            error = f"{type(exc).__name__}: {clean}"
+            raise clean from None
+        finally:
+            CURRENT_CALL.reset(token_call)
+            _COSTS.reset(token_costs)
+            cost: int | None = 0 if None not in costs else None
+            if cost is not None:
+                cost = sum(c for c in costs if c is not None)
+            publish(
+                ev.HostCallFinished,
+                call_id=call_id,
+                name=name,
+                duration_s=time.perf_counter() - started,
+                cost_micro_usd=cost,
+                error=error,
+            )
+
+    return dataclasses.replace(hf, fn=wrapper)

@@ -1,0 +1,252 @@
+"""What a session reports while it runs: a closed union of frozen event types, :data:`Event`.
+
+Every event has ``seq`` (1, 2, 3 ... per session, in publication order) and ``ts`` (wall clock,
+``time.time()``). Events are either *routine* (text, code, output, usage, progress: a slow
+subscriber may lose some, and is told how many) or *control* (a turn ended, a submit was
+accepted or rejected, an error, a budget or context notice, the end of a run: never dropped).
+Text fields are already redacted: no registered secret appears in any event.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal, TypeAlias, final
+
+from sunroom.providers import Usage
+
+if TYPE_CHECKING:
+    from sunroom.agent.result import RunResult
+
+__all__ = [
+    "CONTROL_EVENTS",
+    "AssistantText",
+    "BudgetWarning",
+    "CodeSubmitted",
+    "ContextCompacted",
+    "ContextWarning",
+    "Event",
+    "ExecutionFinished",
+    "HostCallFinished",
+    "HostCallStarted",
+    "PredictProgress",
+    "SessionEnded",
+    "SessionError",
+    "SubmitAccepted",
+    "SubmitRejected",
+    "Thinking",
+    "TurnEnded",
+    "UsageUpdated",
+    "Vetoed",
+]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Base:
+    seq: int
+    ts: float
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AssistantText(_Base):
+    """Text the root model wrote in a turn."""
+
+    turn: int
+    text: str
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Thinking(_Base):
+    """Readable reasoning the root model returned (empty when the vendor hides it)."""
+
+    turn: int
+    text: str
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CodeSubmitted(_Base):
+    """The model asked to run a cell; ``via`` says how (the tool, or a fenced block)."""
+
+    turn: int
+    code: str
+    via: Literal["tool", "fenced"]
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ExecutionFinished(_Base):
+    """A cell finished. ``output`` is what the model was shown (truncated head and tail).
+
+    ``status`` is the kernel's (``ok``, ``error``, ``timeout``, ``died``) or ``vetoed``;
+    ``truncated_chars`` counts characters cut for the model, ``truncated_bytes`` bytes the
+    kernel dropped at the source.
+    """
+
+    turn: int
+    status: str
+    output: str
+    truncated_chars: int
+    truncated_bytes: int
+    duration_s: float
+    state_lost: bool
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HostCallStarted(_Base):
+    """Code in the kernel called a host function (``call_id`` pairs it with its finish)."""
+
+    call_id: int
+    name: str
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HostCallFinished(_Base):
+    """A host function returned or raised.
+
+    ``cost_micro_usd`` is the model cost it incurred (``predict``), 0 for plain functions and
+    None when a price is unknown; ``error`` is the redacted error text, or None.
+    """
+
+    call_id: int
+    name: str
+    duration_s: float
+    cost_micro_usd: int | None
+    error: str | None
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PredictProgress(_Base):
+    """``predict_many`` progress: ``done`` of ``total`` items finished, ``failed`` failed."""
+
+    call_id: int
+    done: int
+    total: int
+    failed: int
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SubmitAccepted(_Base):
+    """``submit`` accepted a value; the run ends with it when the current cell finishes."""
+
+    output: object
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SubmitRejected(_Base):
+    """``submit`` refused a value; ``reason`` is the per-field diff the kernel saw."""
+
+    reason: str
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Vetoed(_Base):
+    """A hook vetoed a code execution (``what="execute"``) or a host call (its name)."""
+
+    what: str
+    reason: str
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class UsageUpdated(_Base):
+    """A model call finished; totals of the session so far (sub-calls included)."""
+
+    usage: Usage
+    model_calls: int
+    cost_micro_usd: int | None
+    sub_call: bool
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BudgetWarning(_Base):
+    """A budget limit was hit (``limit``); the run ends with ``budget_exceeded``/``timeout``."""
+
+    limit: str
+    message: str
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ContextWarning(_Base):
+    """The next request is past the context policy's warning watermark."""
+
+    tokens: int
+    context_window: int
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ContextCompacted(_Base):
+    """The transcript was compacted: ``removed`` messages replaced by a summary."""
+
+    tokens_before: int
+    tokens_after: int
+    removed: int
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SessionError(_Base):
+    """Something failed that the run reports (a model error, a kernel that would not start)."""
+
+    message: str
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TurnEnded(_Base):
+    """One model turn (a reply and the cells it asked for) is over."""
+
+    turn: int
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SessionEnded(_Base):
+    """A run reached its terminal result (a session may run again after :meth:`send`)."""
+
+    result: RunResult
+
+
+Event: TypeAlias = (
+    AssistantText
+    | Thinking
+    | CodeSubmitted
+    | ExecutionFinished
+    | HostCallStarted
+    | HostCallFinished
+    | PredictProgress
+    | SubmitAccepted
+    | SubmitRejected
+    | Vetoed
+    | UsageUpdated
+    | BudgetWarning
+    | ContextWarning
+    | ContextCompacted
+    | SessionError
+    | TurnEnded
+    | SessionEnded
+)
+"""Every event a session publishes (a closed union)."""
+
+CONTROL_EVENTS: tuple[type[Event], ...] = (
+    TurnEnded,
+    SubmitAccepted,
+    SubmitRejected,
+    Vetoed,
+    SessionError,
+    BudgetWarning,
+    ContextWarning,
+    ContextCompacted,
+    SessionEnded,
+)
+"""Event types a subscriber never loses, however slow it is."""

@@ -1,0 +1,150 @@
+"""System prompts: what the model is told about its kernel, functions, variables and answer.
+
+The prompt lists the host functions as the kernel sees them (signatures with real types,
+docstrings and the dataclass mirrors they use, taken from the generated wrapper source) and the
+names and types of bound variables, with sizes, but never their values.
+"""
+
+from __future__ import annotations
+
+import ast
+import copy
+from collections.abc import Iterable, Mapping
+from typing import Any, Final
+
+from sunroom.sandbox.codegen import generate
+from sunroom.sandbox.functions import HostFunction
+
+__all__ = ["describe_functions", "describe_variables", "system_prompt"]
+
+_ACT_TOOL: Final = (
+    "You act by writing Python. Call the `execute_code` tool with a cell of code; it runs in a "
+    "persistent Python kernel (variables, imports and definitions survive between cells) and "
+    "you get back its stdout, stderr, the value of a trailing expression, and any traceback."
+)
+_ACT_FENCED: Final = (
+    "You act by writing Python. Put a cell of code in one ```python fenced block; it runs in a "
+    "persistent Python kernel (variables, imports and definitions survive between cells) and "
+    "the next message shows its stdout, stderr, the value of a trailing expression, and any "
+    "traceback."
+)
+_INTRO: Final = {
+    "codeact": "You are an agent that solves the user's task by running Python code.",
+    "rlm": (
+        "You are an agent that solves the user's task over inputs that are too large to read "
+        "at once. The inputs are bound as Python variables in your kernel and are NOT in this "
+        "prompt: inspect them with code (len, slicing, regex, splitting into chunks), and use "
+        "predict/predict_many to ask a sub-model about pieces of them. Print only small "
+        "excerpts and summaries."
+    ),
+    "typed": (
+        "You are an agent that turns a typed input into a typed output by running Python code. "
+        "The input's fields are bound as variables in your kernel."
+    ),
+}
+_PREDICT_DOC: Final = """\
+def predict(instructions: str, input: Any = None, *, output: type | None = None,
+            recursive: bool = False) -> Any:
+    \"\"\"Ask a sub-model (fresh context) to follow `instructions` on `input` (text or data).
+    Returns its reply as str, or, with output= a dataclass or type (int, list[str], Literal[...]),
+    a validated value of that type.\"\"\"
+
+def predict_many(instructions: str, inputs: list, *, output: type | None = None,
+                 recursive: bool = False) -> list:
+    \"\"\"predict() over every input, concurrently. Results are in input order; a failed item is a
+    PredictError instance in its slot (check with isinstance(r, PredictError)).\"\"\""""
+
+
+def _signature_only(node: ast.FunctionDef) -> str:
+    doc = ast.get_docstring(node)
+    body: list[ast.stmt] = [ast.Expr(ast.Constant(doc))] if doc else [ast.Expr(ast.Constant(...))]
+    stub = copy.copy(node)
+    stub.body = body
+    stub.decorator_list = []
+    text = ast.unparse(stub)
+    text = text.replace("_t.", "").replace("_datetime.", "datetime.").replace("_DEFAULT", "...")
+    return text.replace(" | Any)", ")") if node.name == "submit" else text
+
+
+def describe_functions(functions: Iterable[HostFunction]) -> str:
+    """The kernel-side source of *functions*: dataclass mirrors, then signatures + docstrings."""
+    hfs = list(functions)
+    if not hfs:
+        return ""
+    tree = ast.parse(generate(hfs).source)
+    names = {hf.name for hf in hfs}
+    parts: list[str] = []
+    for node in tree.body:
+        if isinstance(node, ast.ClassDef) and not node.name.startswith("_"):
+            text = ast.unparse(node).replace("@_dc.dataclass", "@dataclass")
+            parts.append(text.replace("_dc.field", "field").replace("_t.", ""))
+        elif isinstance(node, ast.FunctionDef) and node.name in names:
+            parts.append(_signature_only(node))
+    return "\n\n".join(parts)
+
+
+def _size(value: Any) -> str:
+    if isinstance(value, str | bytes):
+        return (
+            f", {len(value):,} characters" if isinstance(value, str) else f", {len(value):,} bytes"
+        )
+    if isinstance(value, list | tuple | dict | set):
+        return f", {len(value):,} items"
+    return ""
+
+
+def describe_variables(values: Mapping[str, Any], types: Mapping[str, str] | None = None) -> str:
+    """One line per variable: name, type and size; never the value."""
+    lines = []
+    for name, value in values.items():
+        shown = (types or {}).get(name) or type(value).__name__
+        lines.append(f"- {name}: {shown}{_size(value)}")
+    return "\n".join(lines)
+
+
+def system_prompt(
+    *,
+    preset: str,
+    tool: bool,
+    functions: Iterable[HostFunction],
+    variables: Mapping[str, Any],
+    variable_types: Mapping[str, str] | None,
+    submit_source: str,
+    output_name: str | None,
+    max_output_chars: int,
+    extra: str | None,
+) -> str:
+    """The whole system prompt of a session."""
+    parts = [_INTRO[preset], _ACT_TOOL if tool else _ACT_FENCED]
+    parts.append(
+        f"Output longer than {max_output_chars:,} characters is shown to you cut in the middle; "
+        "print summaries and slices rather than whole large values."
+    )
+    user_functions = describe_functions(functions)
+    helpers = f"{_PREDICT_DOC}\n\n{submit_source}"
+    parts.append(
+        "These functions are defined in the kernel (call them from your code):\n"
+        f"```python\n{helpers}\n```"
+    )
+    if user_functions:
+        parts.append(f"Host functions available in the kernel:\n```python\n{user_functions}\n```")
+    if variables:
+        parts.append(
+            "Variables bound in the kernel (values not shown; inspect them with code):\n"
+            + describe_variables(variables, variable_types)
+        )
+    if output_name is not None:
+        parts.append(
+            f"When you have the answer, call submit(...) with a value of type {output_name} from "
+            "your code; if "
+            "it does not match, submit raises ValueError listing each wrong field: fix it and "
+            "call again. The run ends when a cell with an accepted submit finishes."
+        )
+    else:
+        parts.append(
+            "When you are done, reply with your final answer as plain text (no code), or call "
+            "submit(value) from your code to hand back a value."
+        )
+    if extra:
+        parts.append(extra)
+    return "\n\n".join(parts)

@@ -1,0 +1,458 @@
+"""Agent sessions: :class:`AsyncSession` (the core) and :class:`Session` (its sync twin).
+
+A session owns one kernel, a transcript, an event bus and a budget tracker. Each run (``run``,
+or ``send`` when idle) loops: model turn → cells the reply asked for → output back to the
+model, until a terminal :class:`~sunroom.agent.result.RunResult`. The loop itself is in
+:mod:`sunroom.agent.loop`; this module wires the parts together and holds the public surface.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import uuid
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import Any, Self, final
+
+from sunroom.agent import events as ev
+from sunroom.agent.budget import Budget, BudgetTracker
+from sunroom.agent.bus import EventBus, Subscription
+from sunroom.agent.calls import ModelGate, instrument
+from sunroom.agent.guard import Guard, context_guard
+from sunroom.agent.hooks import Hooks
+from sunroom.agent.loop import Loop, LoopConfig
+from sunroom.agent.predict import Predictor
+from sunroom.agent.presets import PRESETS, bind_inputs
+from sunroom.agent.prompts import describe_functions, system_prompt
+from sunroom.agent.redaction import Secrets
+from sunroom.agent.result import RunResult
+from sunroom.agent.shim import SHIM_SOURCE
+from sunroom.agent.submit import Submission, type_name
+from sunroom.errors import ClosedError, KernelError, UsageError
+from sunroom.providers import Model
+from sunroom.providers import model as build_model
+from sunroom.sandbox import backends
+from sunroom.sandbox.backend import Backend
+from sunroom.sandbox.functions import HostFunction, as_host_function
+from sunroom.sandbox.kernel import AsyncKernel
+from sunroom.sandbox.limits import Limits
+from sunroom.sandbox.portal import Portal
+
+__all__ = ["AsyncSession", "Session"]
+
+
+@final
+class AsyncSession:
+    """An agent that acts by writing Python in an isolated kernel.
+
+    Use ``async with AsyncSession(model=..., ...) as s: result = await s.run("task")``.
+    Entering starts the kernel; leaving (or :meth:`aclose`) cancels a running run (its result
+    is ``cancelled``), kills the kernel, closes models built from strings, and ends every
+    event subscription.
+
+    Args:
+        model: the root model, a :class:`~sunroom.providers.Model` or a ``"provider:name"``
+            string (then the session builds, owns and closes it).
+        preset: ``"codeact"``, ``"rlm"`` or ``"typed"`` (see :mod:`sunroom.agent.presets`).
+        sub_model: the model ``predict``/``predict_many`` use (default: ``model``).
+        backend / limits: passed to :class:`~sunroom.sandbox.kernel.AsyncKernel`.
+        functions: extra host functions for the kernel.
+        inputs: variables to bind (a mapping; for ``typed`` also a model/dataclass instance).
+        output: the type ``submit`` must satisfy (a pydantic model, dataclass or type).
+        budget: limits on model calls, tokens, cost and wall time, shared with sub-calls.
+        max_turns: root model turns per run.
+        max_output_chars: characters of a cell's output shown to the model (head and tail).
+        secrets: values never shown to a model, an event or a log (redacted): a
+            ``Secrets`` registry, a name → value mapping or plain values.
+        hooks: callbacks that may veto a cell or a host call.
+        context: a ``ContextPolicy`` (warnings and compaction); None for the default policy.
+        system_prompt: extra instructions appended to the generated system prompt.
+        max_depth: nesting of sessions allowed (1: ``predict(recursive=True)`` is refused).
+        predict_concurrency: ``predict_many`` items in flight at once.
+        code_tool: offer the ``execute_code`` tool (False: fenced code blocks only).
+        event_buffer: routine events buffered per subscriber before dropping.
+
+    Raises UsageError for invalid options (before any kernel starts).
+    """
+
+    def __init__(
+        self,
+        *,
+        model: Model | str,
+        preset: str = "codeact",
+        sub_model: Model | str | None = None,
+        backend: str | Backend = backends.DEFAULT_BACKEND,
+        limits: Limits | None = None,
+        functions: Iterable[Callable[..., Any] | HostFunction] = (),
+        inputs: Any = None,
+        output: Any = None,
+        budget: Budget | None = None,
+        max_turns: int = 20,
+        max_output_chars: int = 5000,
+        secrets: Secrets | Mapping[str, str] | Iterable[str] = (),
+        hooks: Hooks | None = None,
+        context: Any = None,
+        system_prompt: str | None = None,
+        max_depth: int = 1,
+        predict_concurrency: int = 8,
+        code_tool: bool = True,
+        event_buffer: int = 1000,
+        _tracker: BudgetTracker | None = None,
+        _depth: int = 0,
+    ) -> None:
+        if preset not in PRESETS:
+            raise UsageError(f"preset must be one of {', '.join(PRESETS)}, got {preset!r}")
+        for name, value in (("max_turns", max_turns), ("max_output_chars", max_output_chars)):
+            if not isinstance(value, int) or value <= 0:
+                raise UsageError(f"{name} must be a positive int, got {value!r}")
+        if not isinstance(max_depth, int) or max_depth < 1:
+            raise UsageError(f"max_depth must be an int >= 1, got {max_depth!r}")
+        if hooks is not None and not isinstance(hooks, Hooks):
+            raise UsageError("hooks must be a sunroom.agent.Hooks")
+        self.session_id = uuid.uuid4().hex
+        self.preset = preset
+        self._owned: list[Model] = []
+        self._model = self._resolve(model)
+        self._sub_model = self._model if sub_model is None else self._resolve(sub_model)
+        self._bus = EventBus(maxsize=event_buffer)
+        self._secrets = secrets if isinstance(secrets, Secrets) else Secrets(secrets)
+        self._guard: Guard = context_guard(self._secrets, context)
+        self.tracker = _tracker or BudgetTracker(budget)
+        self._gate = ModelGate(self.tracker, self._publish)
+        self._depth = depth = _depth
+        self._options: dict[str, Any] = {
+            "backend": backend,
+            "limits": limits,
+            "max_turns": max_turns,
+            "max_output_chars": max_output_chars,
+            "hooks": hooks,
+            "context": context,
+            "max_depth": max_depth,
+            "predict_concurrency": predict_concurrency,
+            "code_tool": code_tool,
+        }
+        self._submission = Submission(output=output, publish=self._publish, redact=self._redact)
+        self._predictor = Predictor(
+            model=self._sub_model,
+            gate=self._gate,
+            publish=self._publish,
+            redact=self._redact,
+            concurrency=predict_concurrency,
+            nested=self._nested if depth + 1 < max_depth else None,
+        )
+        values, types = bind_inputs(preset, inputs)
+        user_functions = [as_host_function(f) for f in functions]
+        submit_fn = self._submission.function()
+        every = [*user_functions, *self._predictor.functions(), submit_fn]
+        self._kernel = AsyncKernel(
+            backend=backend,
+            functions=[
+                instrument(hf, hooks=hooks, publish=self._publish, redact=self._redact)
+                for hf in every
+            ],
+            inputs=values,
+            limits=limits,
+        )
+        self.limits = self._kernel.limits
+        prompt = self._redact(
+            system_prompt_for(
+                preset=preset,
+                tool=code_tool,
+                functions=user_functions,
+                variables=values,
+                variable_types=types,
+                submit_source=describe_functions([submit_fn]),
+                output=output,
+                max_output_chars=max_output_chars,
+                extra=system_prompt,
+            )
+        )
+        self._loop = Loop(
+            LoopConfig(
+                model=self._model,
+                kernel=self._kernel,
+                gate=self._gate,
+                publish=self._publish,
+                guard=self._guard,
+                submission=self._submission,
+                hooks=hooks,
+                max_turns=max_turns,
+                max_output_chars=max_output_chars,
+                tool=code_tool,
+                needs_submit=output is not None or preset != "codeact",
+                sub_session=depth > 0,
+                reinstall=self._install_shim,
+            ),
+            system=prompt,
+        )
+        self._task: asyncio.Task[RunResult] | None = None
+        self._started = False
+        self._closed = False
+
+    def _resolve(self, spec: Model | str) -> Model:
+        if isinstance(spec, Model):
+            return spec
+        if isinstance(spec, str):
+            built = build_model(spec)
+            self._owned.append(built)
+            return built
+        raise UsageError(f"model must be a sunroom Model or a 'provider:name' string, got {spec!r}")
+
+    def _redact(self, text: str) -> str:
+        return self._guard.redact(text)
+
+    def _publish(self, cls: type[ev.Event], /, **fields: Any) -> ev.Event:
+        clean = {k: self._guard.redact_value(v) for k, v in fields.items()}
+        return self._bus.publish(cls, **clean)
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    async def __aenter__(self) -> Self:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def start(self) -> None:
+        """Start the kernel and install predict/submit helpers (idempotent).
+
+        Raises KernelStartError / SandboxUnavailableError when the kernel cannot start.
+        """
+        if self._closed:
+            raise ClosedError("the session is closed")
+        if self._started:
+            return
+        try:
+            await self._kernel.start()
+            await self._install_shim()
+        except BaseException:
+            await self._kernel.aclose()
+            raise
+        self._started = True
+
+    async def _install_shim(self) -> None:
+        result = await self._kernel.execute(SHIM_SOURCE)
+        if not result.ok:
+            message = result.error.message if result.error else result.status
+            raise KernelError(f"installing predict/submit in the kernel failed: {message}")
+
+    async def aclose(self) -> None:
+        """Cancel a running run, kill the kernel, close owned models, end subscriptions.
+
+        Idempotent.
+        """
+        if self._closed:
+            return
+        self._closed = True
+        if self._task is not None and not self._task.done():
+            self._task.cancel()
+            with contextlib.suppress(BaseException):
+                await self._task
+        try:
+            await self._kernel.aclose()
+        finally:
+            for owned in self._owned:
+                with contextlib.suppress(Exception):
+                    await owned.aclose()
+            self._bus.close()
+
+    # -- runs ------------------------------------------------------------------------------
+
+    @property
+    def running(self) -> bool:
+        """Whether a run is in progress."""
+        return self._task is not None and not self._task.done()
+
+    async def send(self, message: str) -> None:
+        """Send a user message: it starts a run when idle, or joins the running one.
+
+        A message for a running run is added to the transcript before its next model call.
+
+        Raises ClosedError after close, UsageError for a non-str message.
+        """
+        if not isinstance(message, str):
+            raise UsageError("message must be a str")
+        if self._closed:
+            raise ClosedError("the session is closed")
+        await self.start()
+        if self.running:
+            self._loop.steer(message, interrupt=False)
+            return
+        self._submission.reset()
+        self._loop.steer(message, interrupt=False)
+        self._task = asyncio.get_running_loop().create_task(
+            self._loop.run(self.session_id), name=f"sunroom-session-{self.session_id[:8]}"
+        )
+
+    async def result(self) -> RunResult:
+        """Wait for the current (or last) run to end and return its result.
+
+        Cancelling this wait does not cancel the run. Raises UsageError if nothing was sent.
+        """
+        if self._task is None:
+            raise UsageError("no run has started: call send() or run() first")
+        return await asyncio.shield(self._task)
+
+    async def run(self, task: str) -> RunResult:
+        """Run *task* to its terminal result (one-shot use).
+
+        Cancelling this call cancels the run. Raises UsageError if a run is in progress.
+        """
+        if self.running:
+            raise UsageError("a run is already in progress; use send() to add a message")
+        await self.send(task)
+        try:
+            return await self.result()
+        except asyncio.CancelledError:
+            self.cancel()
+            raise
+
+    def interrupt(self, reason: str) -> None:
+        """Steer the running run: *reason* reaches the model before its next call."""
+        if self.running:
+            self._loop.steer(self._redact(reason), interrupt=True)
+
+    def cancel(self) -> None:
+        """Cancel the running run (its result becomes ``cancelled``); no-op when idle."""
+        if self._task is not None and not self._task.done():
+            self._task.cancel()
+
+    def events(self, *, maxsize: int | None = None) -> Subscription:
+        """Subscribe to every event published from now on (``async for e in s.events()``).
+
+        The iteration ends when the session closes. A subscriber more than *maxsize* routine
+        events behind loses routine ones (counted in ``dropped``), never control events.
+        """
+        return self._bus.subscribe(maxsize=maxsize)
+
+    @property
+    def messages(self) -> tuple[Any, ...]:
+        """The transcript as the model sees it (redacted)."""
+        return tuple(self._loop.messages)
+
+    async def _nested(self, instructions: str, value: Any, output: Any) -> Any:
+        o = self._options
+        async with AsyncSession(
+            model=self._sub_model,
+            preset="rlm",
+            backend=o["backend"],
+            limits=o["limits"],
+            inputs={"input": value},
+            output=output,
+            max_turns=o["max_turns"],
+            max_output_chars=o["max_output_chars"],
+            secrets=self._secrets,
+            hooks=o["hooks"],
+            context=o["context"],
+            max_depth=o["max_depth"],
+            predict_concurrency=o["predict_concurrency"],
+            code_tool=o["code_tool"],
+            _tracker=self.tracker,
+            _depth=self._depth + 1,
+        ) as sub:
+            result = await sub.run(instructions)
+        if not result.ok:
+            raise RuntimeError(f"the nested session ended with {result.status}: {result.error}")
+        return result.output
+
+
+def system_prompt_for(
+    *,
+    preset: str,
+    tool: bool,
+    functions: list[HostFunction],
+    variables: Mapping[str, Any],
+    variable_types: Mapping[str, str],
+    submit_source: str,
+    output: Any,
+    max_output_chars: int,
+    extra: str | None,
+) -> str:
+    """The generated system prompt of a session (see :mod:`sunroom.agent.prompts`)."""
+    return system_prompt(
+        preset=preset,
+        tool=tool,
+        functions=functions,
+        variables=variables,
+        variable_types=variable_types,
+        submit_source=submit_source,
+        output_name=None if output is None else type_name(output),
+        max_output_chars=max_output_chars,
+        extra=extra,
+    )
+
+
+@final
+class Session:
+    """The blocking twin of :class:`AsyncSession` (same arguments), for scripts and notebooks.
+
+    Use ``with Session(...) as s: s.run("task")``. It runs the async core on a private loop
+    thread; models built outside must be usable from that loop (prefer ``"provider:name"``
+    strings or fakes). :meth:`close` cancels a running run, kills the kernel and stops the
+    thread.
+    """
+
+    def __init__(self, **options: Any) -> None:
+        self._portal = Portal("sunroom-session-loop")
+        try:
+            self._core: AsyncSession = self._portal.call(_build(options))
+        except BaseException:
+            self._portal.close()
+            raise
+
+    @property
+    def core(self) -> AsyncSession:
+        """The async session underneath."""
+        return self._core
+
+    def __enter__(self) -> Self:
+        self._portal.call(self._core.start())
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def run(self, task: str) -> RunResult:
+        """Run *task* to its terminal result."""
+        return self._portal.call(self._core.run(task))
+
+    def send(self, message: str) -> None:
+        """Send a user message (starts a run when idle)."""
+        self._portal.call(self._core.send(message))
+
+    def result(self) -> RunResult:
+        """Block until the current run ends and return its result."""
+        return self._portal.call(self._core.result())
+
+    def interrupt(self, reason: str) -> None:
+        """Steer the running run (safe from any thread)."""
+        self._portal.call_soon(self._core.interrupt, reason)
+
+    def events(self, *, maxsize: int | None = None) -> Iterator[ev.Event]:
+        """A blocking iterator of events from now on; it ends when the session closes."""
+        sub = self._portal.call(_subscribe(self._core, maxsize))
+        while True:
+            try:
+                yield self._portal.call(_next(sub))
+            except StopAsyncIteration:
+                return
+
+    def close(self) -> None:
+        """Close the session and stop the loop thread. Idempotent."""
+        try:
+            self._portal.call(self._core.aclose())
+        finally:
+            self._portal.close()
+
+
+async def _build(options: dict[str, Any]) -> AsyncSession:
+    return AsyncSession(**options)
+
+
+async def _subscribe(core: AsyncSession, maxsize: int | None) -> Subscription:
+    return core.events(maxsize=maxsize)
+
+
+async def _next(sub: Subscription) -> ev.Event:
+    return await sub.__anext__()
