@@ -96,7 +96,8 @@ class Runtime:
         cap = int(params.get("max_output_bytes", 1_000_000))
         self.out.begin(cap)
         self.err.begin(cap)
-        signal.signal(signal.SIGINT, self._on_sigint)
+        if signal.getsignal(signal.SIGINT) != self._on_sigint:  # a cell may have replaced it
+            signal.signal(signal.SIGINT, self._on_sigint)
         started = time.perf_counter()
         self.executing = True
         try:
