@@ -12,21 +12,17 @@ from typing import Any, final
 
 from sunroom.agent import events as ev
 from sunroom.agent.calls import ModelGate, Publish
+from sunroom.agent.context import ContextPolicy, compact, estimate_request_tokens
 from sunroom.agent.redaction import Redactor, Secrets
 from sunroom.errors import UsageError
 from sunroom.providers import Message, Model, Request, ToolSpec
-
-try:  # built alongside; until it lands, sessions run without a context policy
-    from sunroom.agent.context import ContextPolicy, compact, estimate_request_tokens
-except ImportError:  # pragma: no cover - transitional
-    ContextPolicy = compact = estimate_request_tokens = None
 
 
 @final
 class Guard:
     """Redacts text and values, and keeps a transcript within the context policy."""
 
-    def __init__(self, redactor: Redactor, policy: Any) -> None:
+    def __init__(self, redactor: Redactor, policy: ContextPolicy) -> None:
         self._redactor = redactor
         self.policy = policy
         self._warned = False
@@ -54,27 +50,33 @@ class Guard:
         the budget forbids it).
         """
         policy = self.policy
-        window = None if policy is None else policy.context_window
-        if policy is None or not policy.enabled or window is None:
+        status = policy.assess(Request(messages, tools=tools), model_name=model.name)
+        if status.window is None or status.level == "ok" or status.level == "inactive":
             return
-        tokens = estimate_request_tokens(Request(messages, tools=tools))
-        if tokens >= policy.compact_at * window:
-            gate.tracker.reserve()
-            try:
-                done = await compact(messages, model, policy=policy)
-            except BaseException:
-                gate.tracker.release()
-                raise
-            gate.tracker.record_usage(done.usage, None, sub_call=False)
-            messages[:] = list(done.messages)
-            after = estimate_request_tokens(Request(messages, tools=tools))
-            self._warned = False
-            publish(
-                ev.ContextCompacted, tokens_before=tokens, tokens_after=after, removed=done.removed
-            )
-        elif tokens >= policy.warn_at * window and not self._warned:
-            self._warned = True
-            publish(ev.ContextWarning, tokens=tokens, context_window=window)
+        if status.level == "warn":
+            if not self._warned:
+                self._warned = True
+                publish(ev.ContextWarning, tokens=status.tokens, context_window=status.window)
+            return
+        gate.tracker.reserve()
+        try:
+            done = await compact(messages, model, policy=policy)
+        except BaseException:
+            gate.tracker.release()
+            raise
+        if done.removed == 0:
+            gate.tracker.release()
+            return
+        gate.tracker.record_usage(done.usage, done.cost_micro_usd, sub_call=False)
+        messages[:] = list(done.messages)
+        self._warned = False
+        after = estimate_request_tokens(Request(messages, tools=tools))
+        publish(
+            ev.ContextCompacted,
+            tokens_before=status.tokens,
+            tokens_after=after,
+            removed=done.removed,
+        )
 
 
 def context_guard(secrets: Secrets | Mapping[str, str] | Iterable[str], context: Any) -> Guard:
@@ -82,10 +84,9 @@ def context_guard(secrets: Secrets | Mapping[str, str] | Iterable[str], context:
 
     Raises UsageError when *context* is not a ContextPolicy.
     """
-    if ContextPolicy is not None:
-        if context is None:
-            context = ContextPolicy()
-        if not isinstance(context, ContextPolicy):
-            raise UsageError("context must be a sunroom.agent.context.ContextPolicy")
+    if context is None:
+        context = ContextPolicy()
+    if not isinstance(context, ContextPolicy):
+        raise UsageError("context must be a sunroom.agent.context.ContextPolicy")
     registry = secrets if isinstance(secrets, Secrets) else Secrets(secrets)
     return Guard(Redactor(registry), context)

@@ -276,3 +276,31 @@ async def test_full_run_on_the_default_bwrap_backend(bwrap: str) -> None:
     ) as s:
         result = await s.run("sum of squares, and try the network")
     assert result.ok and result.output == "Sum of squares: 14"
+
+
+async def test_context_policy_warns_then_compacts_counting_the_summary_call() -> None:
+    from sunroom.agent.context import SUMMARY_HEADER, ContextPolicy
+
+    turns = []
+
+    def agent(request: Request) -> object:
+        if not request.tools:
+            return "summary: printed blocks of x"
+        turns.append(1)
+        return code("print('x' * 1500)") if len(turns) < 7 else "finished"
+
+    model = FunctionModel(agent)
+    policy = ContextPolicy(
+        context_window=2400, warn_at=0.5, compact_at=0.8, keep_head_messages=2, keep_tail_messages=2
+    )
+    async with AsyncSession(model=model, backend=FAST, context=policy) as s:
+        sub = s.events()
+        result = await s.run("print things")
+        events = await collect(sub)
+    assert result.ok
+    kinds = [type(e) for e in events]
+    assert ev.ContextWarning in kinds and ev.ContextCompacted in kinds
+    assert kinds.index(ev.ContextWarning) < kinds.index(ev.ContextCompacted)
+    assert any(SUMMARY_HEADER in repr(m) for m in s.messages)
+    summaries = [r for r in model.requests if not r.tools]
+    assert summaries and result.model_calls == result.turns + len(summaries)
