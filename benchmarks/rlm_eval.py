@@ -1,0 +1,644 @@
+"""Long-context evaluation: a plain long-prompt baseline beside an RLM session, per length.
+
+Tasks are generated locally and seeded, so a run is reproducible and needs no data set:
+
+* ``niah``: single-needle retrieval in the style of RULER's S-NIAH. An essay-like haystack
+  of generated filler holds one needle, "The special magic number for <key> is <7 digits>.",
+  at a random depth; the question asks for the number. Scored by string match (RULER).
+* ``oolong-count`` / ``oolong-common``: OOLONG-style aggregation over generated labelled
+  records ("Record 000123 | date: ... | user: ... | label: billing | note: ..."): how many
+  records have label L (exact integer), which label is most common (exactly that label).
+
+For every task and length two methods run against the configured model:
+
+* ``baseline``: one ``Model.complete`` with the whole context in the prompt;
+* ``rlm``: an ``AsyncSession(preset="rlm")`` with the context bound as the kernel variable
+  ``context`` (never in the prompt); the model reads it with code, may fan out to the
+  sub-model with ``predict``/``predict_many``, and hands the answer to ``submit``.
+
+It prints one row per length and method: accuracy, mean input/output tokens, total cost in
+micro-USD ("unknown" when a price is unknown), mean sub-calls and mean latency.
+
+    python benchmarks/rlm_eval.py --model anthropic:claude-haiku-4-5
+    python benchmarks/rlm_eval.py --model openai-compatible:qwen3 --base-url http://127.0.0.1:8000/v1 \\
+        --lengths 8k,32k,128k --tasks niah,oolong-count --samples 3
+    SUNROOM_MODEL=gemini:gemini-2.5-flash python benchmarks/rlm_eval.py --sub-model gemini:gemini-2.5-flash-lite
+    python benchmarks/rlm_eval.py --fake --backend subprocess      # offline, deterministic
+
+``--fake`` runs both methods against deterministic ``FunctionModel``s that really solve the
+tasks: the root writes Python that reads ``context``, calls ``predict``/``predict_many`` and
+``submit``; the sub-model answers by reading its input. It exercises the harness, the session
+and the kernel end to end without a network.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import re
+import sys
+import time
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from sunroom.agent import AsyncSession, Budget  # noqa: E402
+from sunroom.providers import (  # noqa: E402
+    AssistantMessage,
+    FunctionModel,
+    Model,
+    Request,
+    Settings,
+    SystemMessage,
+    ToolCall,
+    UserMessage,
+)
+from sunroom.providers import model as build_model  # noqa: E402
+
+TASKS = ("niah", "oolong-count", "oolong-common")
+METHODS = ("baseline", "rlm")
+DEFAULT_LENGTHS = "8k,32k,128k,1m"
+
+# --- generated data -------------------------------------------------------------------------
+
+_SUBJECTS = (
+    "The committee", "A young engineer", "Most founders", "The old librarian", "Every gardener",
+    "The visiting scholar", "A quiet neighbour", "The night editor", "Our first investor",
+    "The river guide", "A patient teacher", "The village baker", "Each apprentice",
+    "The museum curator", "A tired traveller", "The orchestra", "Her older brother",
+)  # fmt: skip
+_VERBS = (
+    "considered", "rebuilt", "questioned", "described", "ignored", "rewrote", "admired",
+    "carried", "measured", "postponed", "explained", "borrowed", "painted", "defended",
+    "forgot", "studied", "sketched", "repaired",
+)  # fmt: skip
+_OBJECTS = (
+    "the quarterly plan", "an unfinished essay", "the wooden bridge", "a stubborn theory",
+    "the long letter", "an old map of the harbour", "the broken clock", "a list of questions",
+    "the garden wall", "a forgotten recipe", "the spring schedule", "an argument about taste",
+    "the narrow staircase", "a box of photographs", "the evening lecture", "the lighthouse",
+)  # fmt: skip
+_ENDINGS = (
+    "before the winter ended", "with surprising patience", "for reasons nobody wrote down",
+    "while the town slept", "after a long debate", "without asking anyone", "in the usual way",
+    "as the rain kept falling", "because it seemed important", "during the short holiday",
+    "with more care than before", "at the edge of the market", "until the work felt right",
+    "when the light changed", "as if nothing had happened", "over several quiet weeks",
+)  # fmt: skip
+_KEY_WORDS = (
+    "amber", "falcon", "copper", "meadow", "silver", "harbor", "violet", "canyon", "ember",
+    "willow", "granite", "lantern", "cobalt", "orchid", "tundra", "saffron", "maple", "quartz",
+)  # fmt: skip
+_LABELS = (
+    "billing",
+    "shipping",
+    "returns",
+    "technical",
+    "account",
+    "feedback",
+    "security",
+    "pricing",
+)
+
+NIAH_QUESTION = "What is the special magic number for {key} mentioned in the provided text?"
+COUNT_QUESTION = "How many records in the provided data have the label '{label}'?"
+COMMON_QUESTION = "Which label appears on the most records in the provided data?"
+_NUMBER_FORMAT = "Answer with the number only."
+_LABEL_FORMAT = "Answer with the label only."
+
+
+@dataclass(frozen=True, slots=True)
+class Task:
+    """One generated task: its context, question and expected answer."""
+
+    name: str  # one of TASKS
+    length: int  # nominal context length in characters
+    sample: int
+    context: str
+    question: str
+    answer_format: str
+    expected: str
+
+
+def _sentence(rng: random.Random) -> str:
+    return (
+        f"{rng.choice(_SUBJECTS)} {rng.choice(_VERBS)} {rng.choice(_OBJECTS)} "
+        f"{rng.choice(_ENDINGS)}."
+    )
+
+
+def _filler(rng: random.Random, length: int) -> list[str]:
+    """Paragraphs of essay-like filler (no digits, no needle words) of about ``length`` chars."""
+    paragraphs: list[str] = []
+    size = 0
+    while size < length:
+        paragraph = " ".join(_sentence(rng) for _ in range(rng.randint(3, 7)))
+        paragraphs.append(paragraph)
+        size += len(paragraph) + 2
+    return paragraphs
+
+
+def make_niah(rng: random.Random, length: int, sample: int) -> Task:
+    """A haystack of ``length`` characters with one needle at a random depth."""
+    key = f"{rng.choice(_KEY_WORDS)}-{rng.choice(_KEY_WORDS)}"
+    number = str(rng.randint(1_000_000, 9_999_999))
+    needle = f"The special magic number for {key} is {number}."
+    paragraphs = _filler(rng, max(length - len(needle) - 2, 0))
+    at = rng.randint(0, len(paragraphs))
+    paragraphs.insert(at, needle)
+    return Task(
+        "niah",
+        length,
+        sample,
+        "\n\n".join(paragraphs),
+        NIAH_QUESTION.format(key=key),
+        _NUMBER_FORMAT,
+        number,
+    )
+
+
+def _records(rng: random.Random, length: int) -> tuple[str, Counter[str]]:
+    weights = [rng.uniform(1, 8) for _ in _LABELS]
+    lines: list[str] = []
+    counts: Counter[str] = Counter()
+    size = 0
+    index = 0
+    while size < length or not lines:
+        label = rng.choices(_LABELS, weights)[0]
+        line = (
+            f"Record {index:06d} | date: 2024-{rng.randint(1, 12):02d}-{rng.randint(1, 28):02d} "
+            f"| user: u{rng.randint(0, 9999):04d} | label: {label} | note: {_sentence(rng)}"
+        )
+        lines.append(line)
+        counts[label] += 1
+        size += len(line) + 1
+        index += 1
+    (top, top_n), *rest = counts.most_common() + [("", 0)]
+    if rest[0][1] == top_n:  # a tie: one more record makes the most common label unique
+        lines.append(
+            f"Record {index:06d} | date: 2024-01-01 | user: u0000 | label: {top} | note: "
+            f"{_sentence(rng)}"
+        )
+        counts[top] += 1
+    return "\n".join(lines), counts
+
+
+def make_oolong(rng: random.Random, length: int, sample: int, name: str) -> Task:
+    """Labelled records of about ``length`` characters and a counting or aggregation question."""
+    context, counts = _records(rng, length)
+    if name == "oolong-count":
+        label = rng.choice(sorted(counts))
+        return Task(
+            name,
+            length,
+            sample,
+            context,
+            COUNT_QUESTION.format(label=label),
+            _NUMBER_FORMAT,
+            str(counts[label]),
+        )
+    return Task(
+        name,
+        length,
+        sample,
+        context,
+        COMMON_QUESTION,
+        _LABEL_FORMAT,
+        counts.most_common(1)[0][0],
+    )
+
+
+def make_tasks(
+    names: Sequence[str], lengths: Sequence[int], *, samples: int, seed: int
+) -> list[Task]:
+    """Every (task, length, sample), each from its own seeded generator."""
+    tasks = []
+    for length in lengths:
+        for name in names:
+            for sample in range(samples):
+                rng = random.Random(f"{seed}:{name}:{length}:{sample}")
+                tasks.append(
+                    make_niah(rng, length, sample)
+                    if name == "niah"
+                    else make_oolong(rng, length, sample, name)
+                )
+    return tasks
+
+
+def score(task: Task, answer: Any) -> bool:
+    """Whether ``answer`` is right: the number appears (niah), the integer is equal (count),
+    exactly the right label is named (common)."""
+    text = str(answer if answer is not None else "").strip()
+    if task.name == "niah":
+        return task.expected in text
+    if task.name == "oolong-count":
+        found = re.search(r"-?\d[\d,]*", text)
+        return found is not None and found.group().replace(",", "") == task.expected
+    named = [label for label in _LABELS if re.search(rf"\b{label}\b", text.lower())]
+    return named == [task.expected]
+
+
+# --- running the methods ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Outcome:
+    """One method on one task."""
+
+    task: str
+    length: int
+    sample: int
+    method: str
+    correct: bool
+    expected: str
+    answer: str = ""
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cost_micro_usd: int | None = None
+    sub_calls: int = 0
+    latency_s: float = 0.0
+    error: str | None = None
+
+    @classmethod
+    def of(cls, task: Task, method: str, **fields: Any) -> Outcome:
+        return cls(
+            task=task.name,
+            length=task.length,
+            sample=task.sample,
+            method=method,
+            expected=task.expected,
+            **{"correct": False, **fields},
+        )
+
+
+def baseline_prompt(task: Task) -> str:
+    intro = (
+        "A special magic number is hidden within the following text. Make sure to memorize it. "
+        "I will quiz you about the number afterwards."
+        if task.name == "niah"
+        else "Below is a list of records. Read all of them; you will be asked about them."
+    )
+    return f"{intro}\n\n{task.context}\n\n{task.question} {task.answer_format}"
+
+
+def rlm_task(task: Task) -> str:
+    what = "text" if task.name == "niah" else "records (one per line)"
+    return (
+        f"The variable `context` holds the {what}. {task.question} "
+        f"{task.answer_format} Call submit() with the answer."
+    )
+
+
+async def run_baseline(task: Task, model: Model, *, timeout_s: float | None) -> Outcome:
+    request = Request(
+        [UserMessage(baseline_prompt(task))],
+        settings=Settings(timeout=timeout_s),
+    )
+    start = time.perf_counter()
+    try:
+        response = await model.complete(request)
+    except Exception as exc:
+        latency = time.perf_counter() - start
+        return Outcome.of(task, "baseline", latency_s=latency, error=f"{type(exc).__name__}: {exc}")
+    return Outcome.of(
+        task,
+        "baseline",
+        correct=score(task, response.text),
+        answer=response.text.strip()[:200],
+        input_tokens=response.usage.input_tokens,
+        output_tokens=response.usage.output_tokens,
+        cost_micro_usd=response.cost_micro_usd,
+        latency_s=time.perf_counter() - start,
+        error=None if response.finish_reason in ("stop", "tool_use") else response.finish_reason,
+    )
+
+
+async def run_rlm(
+    task: Task,
+    model: Model,
+    sub_model: Model,
+    *,
+    backend: str,
+    budget: Budget,
+    max_turns: int,
+) -> Outcome:
+    start = time.perf_counter()
+    try:
+        async with AsyncSession(
+            model=model,
+            preset="rlm",
+            sub_model=sub_model,
+            backend=backend,
+            inputs={"context": task.context},
+            output=None,
+            budget=budget,
+            max_turns=max_turns,
+        ) as session:
+            start = time.perf_counter()  # the run itself, not the kernel's start
+            result = await session.run(rlm_task(task))
+    except Exception as exc:
+        latency = time.perf_counter() - start
+        return Outcome.of(task, "rlm", latency_s=latency, error=f"{type(exc).__name__}: {exc}")
+    return Outcome.of(
+        task,
+        "rlm",
+        correct=result.ok and score(task, result.output),
+        answer="" if result.output is None else str(result.output)[:200],
+        input_tokens=result.usage.input_tokens,
+        output_tokens=result.usage.output_tokens,
+        cost_micro_usd=result.cost_micro_usd,
+        sub_calls=result.sub_calls,
+        latency_s=time.perf_counter() - start,
+        error=None if result.ok else f"{result.status}: {result.error}",
+    )
+
+
+# --- the fake models (--fake) -----------------------------------------------------------------
+
+_NIAH_KEY = re.compile(r"special magic number for ([a-z]+-[a-z]+)")
+_COUNT_LABEL = re.compile(r"have the label '([a-z]+)'")
+_RECORD_LABEL = re.compile(r"\| label: ([a-z]+) \|")
+
+_NIAH_CODE = """\
+import re
+key = __KEY__
+step = 4000
+chunks = [context[i:i + step + 200] for i in range(0, len(context), step)]
+hits = [chunk for chunk in chunks if "magic number for " + key in chunk]
+print(len(context), "characters,", len(chunks), "chunks,", len(hits), "with the needle")
+reply = predict("What is the special magic number for " + key + "? Reply with the number only.",
+                hits[0])
+submit(int(re.search(r"[0-9]+", reply).group()))
+"""
+_COUNT_CODE = """\
+label = __LABEL__
+lines = context.splitlines()
+chunks = ["\\n".join(lines[i:i + 200]) for i in range(0, len(lines), 200)]
+counts = predict_many("Count the records in this text whose label is " + repr(label)
+                      + ". Reply with the count.", chunks, output=int)
+print(len(lines), "records in", len(chunks), "chunks; counts per chunk:", counts[:10])
+submit(sum(counts))
+"""
+_COMMON_CODE = """\
+lines = context.splitlines()
+chunks = ["\\n".join(lines[i:i + 200]) for i in range(0, len(lines), 200)]
+parts = predict_many("Count the records in this text by label. Reply with a JSON object that "
+                     "maps each label to its count.", chunks, output=dict[str, int])
+totals = {}
+for part in parts:
+    for name, n in part.items():
+        totals[name] = totals.get(name, 0) + n
+print(totals)
+submit(max(totals, key=totals.get))
+"""
+# Second attempts (after an error) solve the task in the kernel, without sub-calls.
+_FALLBACK_CODE = {
+    "niah": (
+        "import re\n"
+        "found = re.search('magic number for ' + re.escape(__KEY__) + ' is ([0-9]+)', context)\n"
+        "submit(int(found.group(1)))"
+    ),
+    "oolong-count": "submit(context.count('| label: ' + __LABEL__ + ' |'))",
+    "oolong-common": (
+        "import collections, re\n"
+        "labels = re.findall(r'\\| label: ([a-z]+) \\|', context)\n"
+        "submit(collections.Counter(labels).most_common(1)[0][0])"
+    ),
+}
+
+
+def _which(question: str) -> tuple[str, dict[str, str]]:
+    if (m := _NIAH_KEY.search(question)) is not None:
+        return "niah", {"key": m.group(1)}
+    if (m := _COUNT_LABEL.search(question)) is not None:
+        return "oolong-count", {"label": m.group(1)}
+    return "oolong-common", {}
+
+
+def _solve(kind: str, params: dict[str, str], text: str) -> str:
+    """What the fake reads off a text it was given whole."""
+    if kind == "niah":
+        found = re.search(rf"magic number for {params['key']} is (\d+)", text)
+        return found.group(1) if found else "I could not find it."
+    labels = Counter(_RECORD_LABEL.findall(text))
+    if kind == "oolong-count":
+        return str(labels[params["label"]])
+    return labels.most_common(1)[0][0] if labels else "none"
+
+
+def fake_root(request: Request) -> str | AssistantMessage:
+    """The fake root model: answers a long prompt directly, or acts through code in a session."""
+    users = [m for m in request.messages if isinstance(m, UserMessage)]
+    if not any(tool.name == "execute_code" for tool in request.tools):
+        kind, params = _which(users[-1].text[-400:])  # baseline: the question ends the prompt
+        return _solve(kind, params, users[-1].text)
+    kind, params = _which(users[0].text)
+    attempts = sum(1 for m in request.messages if isinstance(m, AssistantMessage))
+    if attempts >= 2:
+        return "I could not solve it."
+    template = {"niah": _NIAH_CODE, "oolong-count": _COUNT_CODE, "oolong-common": _COMMON_CODE}
+    code = template[kind] if attempts == 0 else _FALLBACK_CODE[kind]
+    for name, value in params.items():
+        code = code.replace(f"__{name.upper()}__", repr(value))
+    return AssistantMessage([ToolCall(f"call_{attempts + 1}", "execute_code", {"code": code})])
+
+
+def fake_sub(request: Request) -> str:
+    """The fake sub-model: reads the instructions and its input, and answers from the input."""
+    system = next(m.text for m in request.messages if isinstance(m, SystemMessage))
+    text = request.messages[-1].text if isinstance(request.messages[-1], UserMessage) else ""
+    if (m := _NIAH_KEY.search(system)) is not None:
+        return _solve("niah", {"key": m.group(1)}, text)
+    labels = Counter(_RECORD_LABEL.findall(text))
+    if (m := re.search(r"whose label is '([a-z]+)'", system)) is not None:
+        value: Any = labels[m.group(1)]
+    else:
+        value = dict(labels)
+    return json.dumps({"value": value}) if request.output_schema is not None else str(value)
+
+
+# --- the table --------------------------------------------------------------------------------
+
+
+def _size(text: str) -> int:
+    text = text.strip().lower().replace("_", "")
+    scale = {"k": 1_000, "m": 1_000_000}.get(text[-1:], 1)
+    number = text[:-1] if text[-1:] in "km" else text
+    value = int(float(number) * scale)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"a length must be positive: {text!r}")
+    return value
+
+
+def _label(length: int) -> str:
+    if length >= 1_000_000 and length % 1_000_000 == 0:
+        return f"{length // 1_000_000}M"
+    if length >= 1_000 and length % 1_000 == 0:
+        return f"{length // 1_000}K"
+    return str(length)
+
+
+def format_cost(costs: Sequence[int | None]) -> str:
+    """Total micro-USD, or "unknown" when any cost is unknown."""
+    if not costs or any(c is None for c in costs):
+        return "unknown"
+    return f"{sum(c for c in costs if c is not None):,}"
+
+
+def table(outcomes: Sequence[Outcome]) -> str:
+    """One row per (length, method): accuracy, tokens, cost, sub-calls, latency."""
+    header = ("length", "method", "n", "accuracy", "in_tokens", "out_tokens", "cost_uUSD",
+              "sub_calls", "latency_s")  # fmt: skip
+    rows = [header]
+    keys = sorted(
+        {(o.length, o.method) for o in outcomes}, key=lambda k: (k[0], METHODS.index(k[1]))
+    )
+    for length, method in keys:
+        group = [o for o in outcomes if o.length == length and o.method == method]
+        n = len(group)
+        rows.append((
+            _label(length), method, str(n),
+            f"{sum(o.correct for o in group) / n:.2f}",
+            f"{sum(o.input_tokens for o in group) // n:,}",
+            f"{sum(o.output_tokens for o in group) // n:,}",
+            format_cost([o.cost_micro_usd for o in group]),
+            f"{sum(o.sub_calls for o in group) / n:.1f}",
+            f"{sum(o.latency_s for o in group) / n:.2f}",
+        ))  # fmt: skip
+    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
+    lines = []
+    for row in rows:
+        cells = [
+            cell.ljust(width) if i < 2 else cell.rjust(width)
+            for i, (cell, width) in enumerate(zip(row, widths, strict=True))
+        ]
+        lines.append("  ".join(cells).rstrip())
+    return "\n".join(lines)
+
+
+# --- main -------------------------------------------------------------------------------------
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        description="Long-context eval: long-prompt baseline vs an RLM session, per length."
+    )
+    p.add_argument(
+        "--model",
+        default=os.environ.get("SUNROOM_MODEL"),
+        help="root model 'provider:name' (default: $SUNROOM_MODEL)",
+    )
+    p.add_argument(
+        "--base-url",
+        default=os.environ.get("SUNROOM_BASE_URL"),
+        help="endpoint for the models (default: $SUNROOM_BASE_URL)",
+    )
+    p.add_argument("--sub-model", help="model for predict/predict_many (default: --model)")
+    p.add_argument(
+        "--fake",
+        action="store_true",
+        help="deterministic offline models that solve the tasks by writing code",
+    )
+    p.add_argument("--tasks", default=",".join(TASKS), help=f"comma list of {', '.join(TASKS)}")
+    p.add_argument("--methods", default=",".join(METHODS), help="comma list of baseline, rlm")
+    p.add_argument(
+        "--lengths",
+        default=DEFAULT_LENGTHS,
+        help=f"context lengths in characters, e.g. 8k,32k,1m (default {DEFAULT_LENGTHS})",
+    )
+    p.add_argument("--samples", type=int, default=1, help="tasks per (task, length)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--backend", default="bwrap", help="kernel backend for the RLM runs")
+    p.add_argument("--max-turns", type=int, default=20)
+    p.add_argument("--max-model-calls", type=int, default=200, help="per RLM run")
+    p.add_argument("--max-tokens", type=int, default=None, help="per RLM run")
+    p.add_argument("--max-cost-micro-usd", type=int, default=None, help="per RLM run")
+    p.add_argument(
+        "--timeout", type=float, default=600.0, help="seconds per baseline call and per RLM run"
+    )
+    p.add_argument("--json", type=Path, help="also write every outcome to this JSON file")
+    return p  # fmt: skip
+
+
+def _models(args: argparse.Namespace) -> tuple[Model, Model]:
+    if args.fake:
+        return FunctionModel(fake_root, name="fake-root"), FunctionModel(fake_sub, name="fake-sub")
+    root = build_model(args.model, base_url=args.base_url)
+    sub = root if not args.sub_model else build_model(args.sub_model, base_url=args.base_url)
+    return root, sub
+
+
+async def evaluate(args: argparse.Namespace) -> list[Outcome]:
+    """Run every task with every method; the caller prints the table."""
+    names = [t.strip() for t in args.tasks.split(",") if t.strip()]
+    methods = [m.strip() for m in args.methods.split(",") if m.strip()]
+    lengths = [_size(x) for x in args.lengths.split(",") if x.strip()]
+    tasks = make_tasks(names, lengths, samples=args.samples, seed=args.seed)
+    budget = Budget(
+        max_model_calls=args.max_model_calls,
+        max_tokens=args.max_tokens,
+        max_cost_micro_usd=args.max_cost_micro_usd,
+        max_wall_s=args.timeout,
+    )
+    root, sub = _models(args)
+    outcomes: list[Outcome] = []
+    try:
+        for task in tasks:
+            if "baseline" in methods:
+                outcomes.append(await run_baseline(task, root, timeout_s=args.timeout))
+            if "rlm" in methods:
+                outcomes.append(
+                    await run_rlm(
+                        task, root, sub, backend=args.backend, budget=budget,
+                        max_turns=args.max_turns,
+                    )
+                )  # fmt: skip
+    finally:
+        await root.aclose()
+        if sub is not root:
+            await sub.aclose()
+    return outcomes
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Parse ``argv``, run the evaluation, print the table; 0 on success, 2 on bad usage."""
+    parser = _parser()
+    args = parser.parse_args(argv)
+    bad = [t for t in args.tasks.split(",") if t.strip() and t.strip() not in TASKS]
+    bad += [m for m in args.methods.split(",") if m.strip() and m.strip() not in METHODS]
+    if bad:
+        parser.error(f"unknown task or method: {', '.join(bad)}")
+    if not args.fake and not args.model:
+        parser.error("give --model provider:name (or set SUNROOM_MODEL), or --fake")
+    if args.samples <= 0:
+        parser.error("--samples must be positive")
+    outcomes = asyncio.run(evaluate(args))
+    if args.fake:
+        models = "fake-root (sub: fake-sub)"
+    else:
+        models = f"{args.model} (sub: {args.sub_model or args.model})"
+    print(f"rlm_eval  model: {models}  tasks: {args.tasks}  samples: {args.samples}  "
+          f"seed: {args.seed}  backend: {args.backend}")  # fmt: skip
+    print(table(outcomes))
+    failures = [o for o in outcomes if not o.correct]
+    if failures:
+        print("\nwrong or failed:")
+        for o in failures:
+            print(f"  {o.task} {_label(o.length)} #{o.sample} {o.method}: expected "
+                  f"{o.expected!r}, got {o.answer[:60]!r}" + (f" ({o.error[:200]})" if o.error else ""))  # fmt: skip
+    if args.json is not None:
+        args.json.write_text(json.dumps([asdict(o) for o in outcomes], indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
