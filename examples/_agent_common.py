@@ -1,0 +1,31 @@
+"""Shared bits of the agent examples: pick a model from the environment, print events."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from sunroom.agent import events as ev
+from sunroom.providers import Model, model
+
+
+def configured_model() -> Model:
+    """The model named by SUNROOM_MODEL (e.g. ``anthropic:claude-haiku-4-5``)."""
+    spec = os.environ.get("SUNROOM_MODEL")
+    if not spec:
+        sys.exit("set SUNROOM_MODEL (and SUNROOM_BASE_URL for a local server), or pass --fake")
+    return model(spec, base_url=os.environ.get("SUNROOM_BASE_URL") or None)
+
+
+def show(event: ev.Event) -> None:
+    """Print one event as a short line."""
+    if isinstance(event, ev.CodeSubmitted):
+        print(f"--- turn {event.turn}: code\n{event.code}")
+    elif isinstance(event, ev.ExecutionFinished):
+        print(f"--- {event.status} ({event.duration_s * 1000:.0f} ms)\n{event.output}")
+    elif isinstance(event, ev.AssistantText):
+        print(f"--- model: {event.text[:400]}")
+    elif isinstance(event, ev.HostCallFinished):
+        print(f"    {event.name}() {event.duration_s * 1000:.0f} ms")
+    elif isinstance(event, ev.SubmitRejected | ev.Vetoed | ev.SessionError | ev.BudgetWarning):
+        print(f"!!! {type(event).__name__}: {event}")
