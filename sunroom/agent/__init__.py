@@ -13,7 +13,8 @@ from sunroom.agent.bus import Subscription
 from sunroom.agent.events import Event
 from sunroom.agent.hooks import Hooks, Veto
 from sunroom.agent.result import RunResult, Status
-from sunroom.agent.session import AsyncSession, Session
+from sunroom.agent.session import AsyncSession
+from sunroom.agent.sync import Session
 
 __all__ = [
     "AsyncSession",

@@ -1,4 +1,4 @@
-"""Agent sessions: :class:`AsyncSession` (the core) and :class:`Session` (its sync twin).
+"""Agent sessions: :class:`AsyncSession`, the async core (``Session`` is its sync twin).
 
 A session owns one kernel, a transcript, an event bus and a budget tracker. Each run (``run``,
 or ``send`` when idle) loops: model turn → cells the reply asked for → output back to the
@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import uuid
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Self, final
 
 from sunroom.agent import events as ev
@@ -36,9 +36,8 @@ from sunroom.sandbox.backend import Backend
 from sunroom.sandbox.functions import HostFunction, as_host_function
 from sunroom.sandbox.kernel import AsyncKernel
 from sunroom.sandbox.limits import Limits
-from sunroom.sandbox.portal import Portal
 
-__all__ = ["AsyncSession", "Session"]
+__all__ = ["AsyncSession", "system_prompt_for"]
 
 
 @final
@@ -381,78 +380,3 @@ def system_prompt_for(
         max_output_chars=max_output_chars,
         extra=extra,
     )
-
-
-@final
-class Session:
-    """The blocking twin of :class:`AsyncSession` (same arguments), for scripts and notebooks.
-
-    Use ``with Session(...) as s: s.run("task")``. It runs the async core on a private loop
-    thread; models built outside must be usable from that loop (prefer ``"provider:name"``
-    strings or fakes). :meth:`close` cancels a running run, kills the kernel and stops the
-    thread.
-    """
-
-    def __init__(self, **options: Any) -> None:
-        self._portal = Portal("sunroom-session-loop")
-        try:
-            self._core: AsyncSession = self._portal.call(_build(options))
-        except BaseException:
-            self._portal.close()
-            raise
-
-    @property
-    def core(self) -> AsyncSession:
-        """The async session underneath."""
-        return self._core
-
-    def __enter__(self) -> Self:
-        self._portal.call(self._core.start())
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def run(self, task: str) -> RunResult:
-        """Run *task* to its terminal result."""
-        return self._portal.call(self._core.run(task))
-
-    def send(self, message: str) -> None:
-        """Send a user message (starts a run when idle)."""
-        self._portal.call(self._core.send(message))
-
-    def result(self) -> RunResult:
-        """Block until the current run ends and return its result."""
-        return self._portal.call(self._core.result())
-
-    def interrupt(self, reason: str) -> None:
-        """Steer the running run (safe from any thread)."""
-        self._portal.call_soon(self._core.interrupt, reason)
-
-    def events(self, *, maxsize: int | None = None) -> Iterator[ev.Event]:
-        """A blocking iterator of events from now on; it ends when the session closes."""
-        sub = self._portal.call(_subscribe(self._core, maxsize))
-        while True:
-            try:
-                yield self._portal.call(_next(sub))
-            except StopAsyncIteration:
-                return
-
-    def close(self) -> None:
-        """Close the session and stop the loop thread. Idempotent."""
-        try:
-            self._portal.call(self._core.aclose())
-        finally:
-            self._portal.close()
-
-
-async def _build(options: dict[str, Any]) -> AsyncSession:
-    return AsyncSession(**options)
-
-
-async def _subscribe(core: AsyncSession, maxsize: int | None) -> Subscription:
-    return core.events(maxsize=maxsize)
-
-
-async def _next(sub: Subscription) -> ev.Event:
-    return await sub.__anext__()
