@@ -246,8 +246,7 @@ class AsyncSession:
         self._closed = True
         if self._task is not None and not self._task.done():
             self._task.cancel()
-            with contextlib.suppress(BaseException):
-                await self._task
+            await asyncio.wait([self._task])  # the run never raises; our own cancel propagates
         try:
             await self._kernel.aclose()
         finally:
