@@ -69,8 +69,13 @@ async def raw_echo(n: int) -> tuple[float, float]:
     loop = asyncio.get_running_loop()
     transport, _ = await loop.create_unix_connection(_Echo, sock=mine)
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-c", ECHO_CLIENT, str(theirs.fileno()), str(n),
-        pass_fds=(theirs.fileno(),), stdout=subprocess.PIPE,
+        sys.executable,
+        "-c",
+        ECHO_CLIENT,
+        str(theirs.fileno()),
+        str(n),
+        pass_fds=(theirs.fileno(),),
+        stdout=subprocess.PIPE,
     )
     theirs.close()
     out, _ = await proc.communicate()
@@ -148,8 +153,10 @@ async def main() -> None:
     def ping_sync(x: int) -> int:
         return x
 
-    print(f"sunroom {sunroom.__version__} kernel benchmarks, backend={args.backend}, "
-          f"python {sys.version.split()[0]}")
+    print(
+        f"sunroom {sunroom.__version__} kernel benchmarks, backend={args.backend}, "
+        f"python {sys.version.split()[0]}"
+    )
     echo50, echo90 = await raw_echo(args.n)
     starts = await bench_start(args.backend, args.starts)
     pooled = await bench_pooled_start(args.backend, args.starts)
@@ -162,10 +169,22 @@ async def main() -> None:
     rows = [
         ("raw msgpack echo (UDS)", echo50, echo90, "us", None),
         ("kernel start -> first result", statistics.median(starts), pct(starts, 0.9), "ms", 40),
-        ("  the same from a warm KernelPool", statistics.median(pooled), pct(pooled, 0.9), "ms", None),
+        (
+            "  the same from a warm KernelPool",
+            statistics.median(pooled),
+            pct(pooled, 0.9),
+            "ms",
+            None,
+        ),
         ("execute 'x += 1' round trip", statistics.median(execs), pct(execs, 0.9), "us", 150),
         ("host call (async fn)", statistics.median(calls), pct(calls, 0.9), "us", 100),
-        ("host call (sync fn, thread)", statistics.median(sync_calls), pct(sync_calls, 0.9), "us", 100),
+        (
+            "host call (sync fn, thread)",
+            statistics.median(sync_calls),
+            pct(sync_calls, 0.9),
+            "us",
+            100,
+        ),
     ]
     print(f"{'measure':34} {'p50':>10} {'p90':>10}  {'target':>8}  {'x echo':>7}")
     for name, p50, p90, unit, target in rows:

@@ -32,7 +32,9 @@ def lookup(ticker: str, *, currency: str = "USD") -> Quote:
 
 
 def show(title: str, r: sunroom.ExecutionResult) -> None:
-    print(f"--- {title}: status={r.status} state_lost={r.state_lost} ({r.duration_s * 1000:.1f} ms)")
+    print(
+        f"--- {title}: status={r.status} state_lost={r.state_lost} ({r.duration_s * 1000:.1f} ms)"
+    )
     if r.stdout:
         print(r.stdout, end="")
     if r.value is not None:
@@ -53,14 +55,19 @@ def main() -> None:
         limits=sunroom.Limits(timeout_s=2, memory_mb=512),
     ) as k:
         show("typed host call", k.execute("quotes = [lookup(t) for t in tickers]\nquotes[0]"))
-        show("state kept", k.execute("total = sum(q.price for q in quotes)\nprint(f'{total=}')\ntotal"))
+        show(
+            "state kept",
+            k.execute("total = sum(q.price for q in quotes)\nprint(f'{total=}')\ntotal"),
+        )
         show("error as data", k.execute("lookup('NOPE')"))
         show("validation", k.execute("lookup(42)"))
         show("busy loop hits the timeout", k.execute("while True:\n    pass"))
         show("state survives an interrupt", k.execute("total"))
         show(
             "a loop that ignores SIGINT is killed",
-            k.execute("import signal\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\nwhile True:\n    pass"),
+            k.execute(
+                "import signal\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\nwhile True:\n    pass"
+            ),
         )
         show("fresh kernel, inputs rebound", k.execute("tickers, 'total' in globals()"))
         show(

@@ -34,6 +34,12 @@ _EXPORTS: dict[str, str] = {
     "HostFunctionError": "sunroom.errors",
     "ProviderError": "sunroom.errors",
     "ClosedError": "sunroom.errors",
+    "BudgetExceededError": "sunroom.errors",
+    "AsyncSession": "sunroom.agent",
+    "Session": "sunroom.agent",
+    "Budget": "sunroom.agent",
+    "RunResult": "sunroom.agent",
+    "Hooks": "sunroom.agent",
     "model": "sunroom.providers",
     "Model": "sunroom.providers",
     "Request": "sunroom.providers",
@@ -53,10 +59,14 @@ _EXPORTS: dict[str, str] = {
 __all__ = [
     "AssistantMessage",
     "AsyncKernel",
+    "AsyncSession",
+    "Budget",
+    "BudgetExceededError",
     "ClosedError",
     "ExecutionError",
     "ExecutionResult",
     "FunctionModel",
+    "Hooks",
     "HostFunction",
     "HostFunctionError",
     "Kernel",
@@ -71,8 +81,10 @@ __all__ = [
     "ProviderError",
     "Request",
     "Response",
+    "RunResult",
     "SandboxUnavailableError",
     "ScriptedModel",
+    "Session",
     "Settings",
     "SunroomError",
     "SystemMessage",
@@ -87,7 +99,9 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
+    from sunroom.agent import AsyncSession, Budget, Hooks, RunResult, Session
     from sunroom.errors import (
+        BudgetExceededError,
         ClosedError,
         HostFunctionError,
         KernelDiedError,
