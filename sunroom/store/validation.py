@@ -1,0 +1,48 @@
+"""Argument checks for the store's public methods: each raises UsageError with the reason.
+
+They run on the caller's side, before any database work, so a bad argument never reaches SQL.
+"""
+
+from __future__ import annotations
+
+import math
+
+from sunroom.errors import UsageError
+from sunroom.store.records import JSONObject, NewEvent
+
+__all__ = ["count", "event_row", "positive", "text"]
+
+
+def text(value: object, label: str) -> str:
+    """*value* if it is a non-empty str."""
+    if not isinstance(value, str) or not value:
+        raise UsageError(f"{label} must be a non-empty str, got {value!r}")
+    return value
+
+
+def positive(value: object, label: str) -> float:
+    """*value* as a float if it is a finite number > 0."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+        raise UsageError(f"{label} must be a positive number, got {value!r}")
+    if not math.isfinite(value):
+        raise UsageError(f"{label} must be finite, got {value!r}")
+    return float(value)
+
+
+def count(value: object, label: str, *, minimum: int) -> int:
+    """*value* if it is an int >= *minimum*."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise UsageError(f"{label} must be an int >= {minimum}, got {value!r}")
+    return value
+
+
+def event_row(event: object) -> tuple[int, str, JSONObject, float]:
+    """A :class:`NewEvent`'s seq, kind, payload and ts, each checked (not the payload's JSON)."""
+    if not isinstance(event, NewEvent):
+        raise UsageError(f"events must be NewEvent instances, got {type(event).__name__}")
+    seq = count(event.seq, "event seq", minimum=1)
+    kind = text(event.kind, "event kind")
+    ts = event.ts
+    if isinstance(ts, bool) or not isinstance(ts, int | float) or not math.isfinite(ts):
+        raise UsageError(f"event ts must be a finite number, got {ts!r}")
+    return seq, kind, event.payload, float(ts)
