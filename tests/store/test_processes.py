@@ -1,0 +1,126 @@
+"""Correctness across real processes: the claim race, and ``kill -9`` at awkward moments."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from pathlib import Path
+from typing import IO
+
+from sunroom.store import SQLiteStore
+from tests.store.conftest import FakeClock
+
+CHILD = Path(__file__).with_name("child.py")
+
+
+@contextmanager
+def child(*args: str) -> Iterator[subprocess.Popen[str]]:
+    """A child process running ``child.py ARGS``, killed and reaped on exit."""
+    proc = subprocess.Popen(
+        [sys.executable, str(CHILD), *args],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert readline(proc) == "ready"
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+        for stream in (proc.stdin, proc.stdout):
+            if stream is not None:
+                stream.close()
+
+
+def readline(proc: subprocess.Popen[str]) -> str:
+    out: IO[str] | None = proc.stdout
+    assert out is not None
+    line = out.readline()
+    assert line, f"the child exited early (code {proc.poll()})"
+    return line.strip()
+
+
+def kill9(proc: subprocess.Popen[str]) -> None:
+    proc.send_signal(signal.SIGKILL)
+    assert proc.wait() == -signal.SIGKILL
+
+
+async def test_racing_processes_exactly_one_claims(tmp_path: Path) -> None:
+    """Three processes race to claim (or take over after a dead owner) 60 sessions."""
+    path = tmp_path / "s.db"
+    past = FakeClock(time.time() - 3600)  # leases it grants have long expired
+    rounds = 60
+    async with SQLiteStore(path) as setup, SQLiteStore(path, clock=past) as dead_owner:
+        for i in range(rounds):
+            await setup.create_session(f"s{i}", config={})
+            if i % 2:  # a crashed owner's session, lease expired: the resume race
+                assert await dead_owner.claim(f"s{i}", owner="dead", lease_s=60)
+        with ExitStack() as stack:
+            procs = {n: stack.enter_context(child("claim", str(path), n)) for n in "ABC"}
+            tally = dict.fromkeys(procs, 0)
+            for i in range(rounds):
+                for proc in procs.values():
+                    assert proc.stdin is not None
+                    proc.stdin.write(f"s{i}\n")
+                    proc.stdin.flush()
+                won = {name: readline(proc) == "1" for name, proc in procs.items()}
+                winners = [name for name, w in won.items() if w]
+                assert len(winners) == 1, (i, won)
+                tally[winners[0]] += 1
+                record = await setup.get_session(f"s{i}")
+                assert record is not None and record.owner == winners[0]
+            print(f"\nclaim race winners over {rounds} rounds: {tally}")
+
+
+async def test_kill_9_right_after_append_loses_nothing(tmp_path: Path) -> None:
+    path = tmp_path / "s.db"
+    later = FakeClock(time.time() + 3600)  # the killed owner's lease has expired by then
+    async with SQLiteStore(path) as store:
+        await store.create_session("s1", config={}, owner="child-1", lease_s=60)
+    acked = 0
+    for round_, acks in enumerate((1, 40, 150)):
+        with child("append", str(path), "s1", "child-1") as proc:
+            for _ in range(acks):
+                acked = int(readline(proc))
+            kill9(proc)  # it kept appending meanwhile: the kill lands anywhere
+        async with SQLiteStore(path) as store:
+            last = await store.last_seq("s1")
+            assert last >= acked, f"round {round_}: acknowledged {acked}, stored {last}"
+            events = await store.events("s1")
+            assert [e.seq for e in events] == list(range(1, last + 1))
+            assert all(e.payload == {"n": e.seq} for e in events)
+            assert last % 3 == 0, "appends are atomic: whole batches only"
+    async with SQLiteStore(path, clock=later) as resumer:
+        assert await resumer.claim("s1", owner="resumer", lease_s=60)
+
+
+async def test_a_call_cut_short_by_kill_9_is_unfinished_then_unknown(tmp_path: Path) -> None:
+    path = tmp_path / "s.db"
+    async with SQLiteStore(path) as store:
+        await store.create_session("s1", config={}, owner="child-1", lease_s=60)
+        await store.record_call_started(
+            "s1", "c0", name="lookup", args={}, side_effect=False, owner="child-1"
+        )
+        await store.record_call_finished("s1", "c0", outcome="ok", result={}, owner="child-1")
+    with child("call", str(path), "s1", "child-1", "c1") as proc:
+        assert readline(proc) == "started"
+        kill9(proc)
+    async with SQLiteStore(path, clock=FakeClock(time.time() + 3600)) as store:
+        assert await store.claim("s1", owner="resumer", lease_s=60)
+        (unfinished,) = await store.unfinished_calls("s1")
+        assert unfinished.call_id == "c1" and unfinished.side_effect
+        assert unfinished.name == "charge" and unfinished.args == {"amount": 5}
+        assert unfinished.started_by == "child-1"
+        marked = await store.mark_unknown("s1", "c1", owner="resumer")
+        assert marked.outcome == "unknown"
+        assert await store.unfinished_calls("s1") == []
+        assert [(c.call_id, c.outcome) for c in await store.calls("s1")] == [
+            ("c0", "ok"),
+            ("c1", "unknown"),
+        ]
