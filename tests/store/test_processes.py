@@ -124,3 +124,27 @@ async def test_a_call_cut_short_by_kill_9_is_unfinished_then_unknown(tmp_path: P
             ("c0", "ok"),
             ("c1", "unknown"),
         ]
+
+
+def test_processes_opening_a_fresh_file_at_once_all_succeed(tmp_path: Path) -> None:
+    """Creation and migration of a new file are serialised: every opener gets a working store."""
+    for attempt in range(3):
+        path = tmp_path / f"s{attempt}.db"
+        procs = [
+            subprocess.Popen(
+                [sys.executable, str(CHILD), "claim", str(path), f"o{n}"],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                text=True,
+            )
+            for n in range(4)
+        ]
+        try:
+            outputs = [proc.communicate(timeout=60)[0] for proc in procs]
+        finally:
+            for proc in procs:
+                if proc.poll() is None:  # pragma: no cover - only on a timeout
+                    proc.kill()
+                    proc.wait()
+        assert [proc.returncode for proc in procs] == [0] * 4, outputs
+        assert outputs == ["ready\n"] * 4

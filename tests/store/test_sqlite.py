@@ -34,7 +34,8 @@ async def test_opening_creates_and_migrates_a_fresh_file(tmp_path: Path) -> None
     path = tmp_path / "deep" / "dir" / "store.db"
     async with SQLiteStore(path) as store:
         await store.create_session("s1", config={})
-    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+        for companion in (path, path.with_name("store.db-wal"), path.with_name("store.db-shm")):
+            assert stat.S_IMODE(companion.stat().st_mode) == 0o600, companion
     assert _versions(path) == [v for v, _ in MIGRATIONS] == list(range(1, SCHEMA_VERSION + 1))
     assert {"sessions", "events", "calls", "schema_version"} <= _tables(path)
     with closing(sqlite3.connect(path)) as conn:
