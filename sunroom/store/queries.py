@@ -61,7 +61,7 @@ def encode(value: object, what: str) -> str:
     if not isinstance(value, dict):
         raise UsageError(f"{what} must be a JSON object (a dict), got {type(value).__name__}")
     try:
-        return json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+        return json.dumps(value, allow_nan=False, separators=(",", ":"))
     except (TypeError, ValueError) as exc:
         raise UsageError(f"{what} is not JSON-serialisable: {exc}") from exc
 

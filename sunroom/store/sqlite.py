@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from types import TracebackType
-from typing import Literal, Self, TypeVar, final
+from typing import TYPE_CHECKING, Literal, Self, TypeVar, final
 
 from sunroom.errors import ClosedError, UsageError
 from sunroom.store import callrecords, queries
@@ -37,6 +37,9 @@ from sunroom.store.records import (
     StoredEvent,
 )
 from sunroom.store.validation import count, event_row, positive, text
+
+if TYPE_CHECKING:
+    from sunroom.store.seam import EventStore
 
 __all__ = ["SQLiteStore"]
 
@@ -70,10 +73,10 @@ class SQLiteStore:
         clock: Callable[[], float] = time.time,
         busy_timeout_s: float = 10.0,
     ) -> None:
-        self.path = Path(path)
+        self.path = Path(path).expanduser()
         self.clock = clock
         self._busy_timeout_s = positive(busy_timeout_s, "busy_timeout_s")
-        self._state: Literal["new", "open", "closed"] = "new"
+        self._state: Literal["new", "opening", "open", "closed"] = "new"
         self._executor: ThreadPoolExecutor | None = None
         self._conn: sqlite3.Connection | None = None
 
@@ -110,6 +113,9 @@ class SQLiteStore:
             raise ClosedError("the store is closed")
         if self._state == "open":
             return
+        if self._state == "opening":
+            raise UsageError("the store is already being opened by another task")
+        self._state = "opening"
         executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sunroom-store")
         try:
             await asyncio.get_running_loop().run_in_executor(executor, self._connect)
@@ -163,7 +169,7 @@ class SQLiteStore:
 
     async def _run(self, job: Job[T]) -> T:
         if self._state != "open" or self._executor is None:
-            if self._state == "new":
+            if self._state in ("new", "opening"):
                 raise UsageError("the store is not open: use `async with` or SQLiteStore.open")
             raise ClosedError("the store is closed")
         return await asyncio.get_running_loop().run_in_executor(self._executor, self._guard, job)
@@ -380,6 +386,15 @@ class SQLiteStore:
         if not older_than_s >= 0 or not math.isfinite(older_than_s):
             raise UsageError(f"older_than_s must be finite and >= 0, got {older_than_s!r}")
         age = float(older_than_s)
+        if now is not None:
+            positive(now, "now")
         return await self._run(
             lambda c: queries.purge(c, age, self.clock() if now is None else now)
         )
+
+
+if TYPE_CHECKING:
+
+    def _conforms(store: SQLiteStore) -> EventStore:
+        """A type check (for mypy): SQLiteStore provides the whole EventStore seam."""
+        return store

@@ -14,9 +14,13 @@ __all__ = ["count", "event_row", "positive", "text"]
 
 
 def text(value: object, label: str) -> str:
-    """*value* if it is a non-empty str."""
+    """*value* if it is a non-empty str that UTF-8 can encode (no lone surrogates)."""
     if not isinstance(value, str) or not value:
         raise UsageError(f"{label} must be a non-empty str, got {value!r}")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise UsageError(f"{label} is not valid Unicode: {exc}") from exc
     return value
 
 

@@ -37,6 +37,7 @@ async def test_payloads_round_trip(owned: EventStore) -> None:
         "text": "héllo \u2603 \x00 line\nbreak",
         "nested": {"list": [1, 2.5, None, True, "x"], "empty": {}},
         "big": 2**62,
+        "surrogate": "\ud800 lone",
     }
     await owned.append("s1", [NewEvent(seq=1, kind="k", payload=payload, ts=1.5)], owner="me")
     (event,) = await owned.events("s1")
@@ -97,6 +98,7 @@ async def test_bad_events_are_refused_and_nothing_written(owned: EventStore) -> 
         (NewEvent(seq=2, kind="k", payload={"x": {1, 2}}, ts=0.0), "payload of event 2"),
         (NewEvent(seq=2, kind="k", payload=[1], ts=0.0), "JSON object"),  # type: ignore[arg-type]
         (NewEvent(seq=2, kind="", payload={}, ts=0.0), "kind"),
+        (NewEvent(seq=2, kind="\udcff", payload={}, ts=0.0), "kind is not valid Unicode"),
         (NewEvent(seq=2, kind="k", payload={}, ts=float("nan")), "ts"),
         (NewEvent(seq=0, kind="k", payload={}, ts=0.0), "seq"),
         ({"seq": 2}, "NewEvent"),
