@@ -34,6 +34,8 @@ _EXPORTS: dict[str, str] = {
     "HostFunctionError": "sunroom.errors",
     "ProviderError": "sunroom.errors",
     "ClosedError": "sunroom.errors",
+    "StoreError": "sunroom.errors",
+    "SQLiteStore": "sunroom.store",
     "BudgetExceededError": "sunroom.errors",
     "AsyncSession": "sunroom.agent",
     "Session": "sunroom.agent",
@@ -82,10 +84,12 @@ __all__ = [
     "Request",
     "Response",
     "RunResult",
+    "SQLiteStore",
     "SandboxUnavailableError",
     "ScriptedModel",
     "Session",
     "Settings",
+    "StoreError",
     "SunroomError",
     "SystemMessage",
     "ToolCall",
@@ -110,6 +114,7 @@ if TYPE_CHECKING:
         ProtocolError,
         ProviderError,
         SandboxUnavailableError,
+        StoreError,
         SunroomError,
         UsageError,
     )
@@ -135,6 +140,7 @@ if TYPE_CHECKING:
     from sunroom.sandbox.pool import KernelPool
     from sunroom.sandbox.result import ExecutionError, ExecutionResult, Variable
     from sunroom.sandbox.sync import Kernel
+    from sunroom.store import SQLiteStore
 
 
 def __getattr__(name: str) -> Any:

@@ -27,8 +27,12 @@ caller can catch by *who must act*::
     │   ├── ProviderTimeoutError    no reply within the deadline
     │   ├── ProviderConnectionError the endpoint could not be reached / stream cut off
     │   └── CircuitOpenError        the model's circuit breaker is open; failing fast
-    └── AgentError                  an agent session could not go on as asked
-        └── BudgetExceededError     the session's budget (calls, tokens, cost, wall) is spent
+    ├── AgentError                  an agent session could not go on as asked
+    │   └── BudgetExceededError     the session's budget (calls, tokens, cost, wall) is spent
+    └── StoreError                  the durable store failed (I/O, a locked or corrupt file)
+        ├── StoreConflictError      a write lost a race or broke an invariant; nothing written
+        ├── StoreNotFoundError      no session (or call) with that id
+        └── StoreVersionError       the database file was written by a newer sunroom
 
 User code that fails *inside* a kernel never raises on the host: it comes back as data in an
 ``ExecutionResult``.
@@ -36,7 +40,7 @@ User code that fails *inside* a kernel never raises on the host: it comes back a
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, final
 
 __all__ = [
     "AgentError",
@@ -62,6 +66,10 @@ __all__ = [
     "ProviderTimeoutError",
     "RateLimitedError",
     "SandboxUnavailableError",
+    "StoreConflictError",
+    "StoreError",
+    "StoreNotFoundError",
+    "StoreVersionError",
     "SunroomError",
     "UsageError",
 ]
@@ -237,3 +245,44 @@ class BudgetExceededError(AgentError):
     def __init__(self, message: str, *, limit: str = "") -> None:
         super().__init__(message)
         self.limit = limit
+
+
+# --- the durable store --------------------------------------------------------------------
+
+
+class StoreError(SunroomError):
+    """The store failed: the database file could not be read or written (the operator acts)."""
+
+
+@final
+class StoreConflictError(StoreError):
+    """A write was refused and nothing was written.
+
+    ``reason`` says why, as a short token the caller can branch on:
+
+    - ``"not_owner"``: the caller does not own the session (another owner claimed it);
+    - ``"seq"``: the events do not continue exactly from the last stored seq (a gap or a
+      duplicate); ``last_seq`` is the stored one, so the caller can resynchronise;
+    - ``"exists"``: the session, or the call's start, is already recorded;
+    - ``"finished"``: the call already has its one outcome, or the session's run already
+      ended;
+    - ``"not_started"``: a call was finished that was never recorded as started.
+    """
+
+    def __init__(
+        self, message: str, *, reason: str, session_id: str, last_seq: int | None = None
+    ) -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.session_id = session_id
+        self.last_seq = last_seq
+
+
+@final
+class StoreNotFoundError(StoreError):
+    """No session, or no call record, has that id (it never existed or was purged)."""
+
+
+@final
+class StoreVersionError(StoreError):
+    """The database's schema is newer than this sunroom knows; upgrade sunroom to open it."""

@@ -7,7 +7,7 @@ The guide is ``docs/store.md``.
 
 from __future__ import annotations
 
-from sunroom.store.errors import (
+from sunroom.errors import (
     StoreConflictError,
     StoreError,
     StoreNotFoundError,

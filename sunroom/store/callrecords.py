@@ -10,7 +10,7 @@ import sqlite3
 from collections.abc import Sequence
 from typing import Any, Final
 
-from sunroom.store.errors import StoreConflictError, StoreNotFoundError
+from sunroom.errors import StoreConflictError, StoreNotFoundError
 from sunroom.store.queries import Clock, decode, require_owner, transaction
 from sunroom.store.records import CallOutcome, CallRecord
 

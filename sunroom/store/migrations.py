@@ -5,7 +5,7 @@ applies, inside one ``BEGIN IMMEDIATE`` transaction, every migration newer than 
 version recorded in its ``schema_version`` table, and records each one. Two processes opening a
 fresh file at once are serialised by that transaction: the second finds the work done. A
 database whose recorded version is newer than the newest migration here was written by a newer
-sunroom and is refused (:class:`~sunroom.store.errors.StoreVersionError`), never modified.
+sunroom and is refused (:class:`~sunroom.errors.StoreVersionError`), never modified.
 
 Rules for adding a migration: append, never edit a released one; keep it to statements SQLite
 can run inside a transaction (no ``VACUUM``, no ``PRAGMA journal_mode``).
@@ -18,7 +18,7 @@ import time
 from collections.abc import Iterator, Sequence
 from typing import Final
 
-from sunroom.store.errors import StoreVersionError
+from sunroom.errors import StoreVersionError
 
 __all__ = ["MIGRATIONS", "SCHEMA_VERSION", "migrate", "split_statements"]
 

@@ -14,8 +14,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, Final, cast
 
-from sunroom.errors import UsageError
-from sunroom.store.errors import StoreConflictError, StoreNotFoundError
+from sunroom.errors import StoreConflictError, StoreNotFoundError, UsageError
 from sunroom.store.records import (
     JSONObject,
     SessionRecord,

@@ -21,9 +21,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Literal, Self, TypeVar, final
 
-from sunroom.errors import ClosedError, UsageError
+from sunroom.errors import ClosedError, StoreError, UsageError
 from sunroom.store import callrecords, queries
-from sunroom.store.errors import StoreError
 from sunroom.store.migrations import migrate
 from sunroom.store.records import (
     CALL_OUTCOMES,
