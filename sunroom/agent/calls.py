@@ -116,9 +116,18 @@ def _redacted_exception(exc: Exception, redact: Redact) -> Exception:
 
 
 def instrument(
-    hf: HostFunction, *, hooks: Hooks | None, publish: Publish, redact: Redact
+    hf: HostFunction,
+    *,
+    hooks: Hooks | None,
+    publish: Publish,
+    redact: Redact,
+    redact_value: Callable[[Any], Any] | None = None,
 ) -> HostFunction:
-    """A copy of *hf* whose calls are vetted by hooks and reported as events."""
+    """A copy of *hf* whose calls are vetted by hooks and reported as events.
+
+    With *redact_value*, the function's result is redacted before it reaches the kernel, so a
+    registered secret never enters it (errors are always redacted).
+    """
     fn = hf.fn
     is_async = hf.is_async
     name = hf.name
@@ -139,10 +148,12 @@ def instrument(
         error: str | None = None
         try:
             if is_async:
-                return await fn(**kwargs)
-            loop = asyncio.get_running_loop()
-            ctx = contextvars.copy_context()
-            return await loop.run_in_executor(None, lambda: ctx.run(fn, **kwargs))
+                result = await fn(**kwargs)
+            else:
+                loop = asyncio.get_running_loop()
+                ctx = contextvars.copy_context()
+                result = await loop.run_in_executor(None, lambda: ctx.run(fn, **kwargs))
+            return result if redact_value is None else redact_value(result)
         except Exception as exc:
             clean = _redacted_exception(exc, redact)
             error = f"{type(exc).__name__}: {clean}"

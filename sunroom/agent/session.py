@@ -140,13 +140,20 @@ class AsyncSession:
             nested=self._nested if depth + 1 < max_depth else None,
         )
         values, types = bind_inputs(preset, inputs)
+        values = self._guard.redact_value(values)  # secrets never enter the kernel
         user_functions = [as_host_function(f) for f in functions]
         submit_fn = self._submission.function()
         every = [*user_functions, *self._predictor.functions(), submit_fn]
         self._kernel = AsyncKernel(
             backend=backend,
             functions=[
-                instrument(hf, hooks=hooks, publish=self._publish, redact=self._redact)
+                instrument(
+                    hf,
+                    hooks=hooks,
+                    publish=self._publish,
+                    redact=self._redact,
+                    redact_value=self._guard.redact_value,
+                )
                 for hf in every
             ],
             inputs=values,

@@ -8,7 +8,7 @@ from sunroom.agent import AsyncSession
 from sunroom.agent import events as ev
 from sunroom.agent.bus import EventBus
 from sunroom.providers import FunctionModel, Request, ScriptedModel, Usage
-from tests.agent.conftest import code, collect, transcript_text
+from tests.agent.conftest import code, collect, last_output, transcript_text
 
 FAST = "subprocess"
 SECRET = "sk-live-4f9a8b7c6d5e4f3a2b1c"
@@ -110,3 +110,28 @@ fail_loudly()
 
     assert base64.b64encode(SECRET.encode()).decode()[:16] not in seen
     assert SECRET not in repr(events) and SECRET not in repr(result)
+
+
+async def test_secrets_never_enter_the_kernel() -> None:
+    def fetch_token() -> str:
+        """Returns a token (a registered secret)."""
+        return f"token={SECRET}"
+
+    probe = (
+        "import gc\n"
+        "blob = repr(globals()) + repr([o for o in gc.get_objects() if isinstance(o, str)])\n"
+        f"print('LEAK' if {SECRET[:20]!r} in blob else 'clean', fetch_token(), doc)"
+    )
+    model = ScriptedModel([code(probe), "done"])
+    async with AsyncSession(
+        model=model,
+        backend=FAST,
+        functions=[fetch_token],
+        inputs={"doc": f"the key is {SECRET}"},
+        secrets={"api_key": SECRET},
+    ) as s:
+        result = await s.run("check")
+    assert result.ok
+    shown = last_output(model.requests[1])
+    assert "clean" in shown and "LEAK" not in shown
+    assert "token=[REDACTED:api_key]" in shown and "the key is [REDACTED:api_key]" in shown
