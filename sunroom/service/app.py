@@ -1,0 +1,261 @@
+"""The ASGI application: :func:`create_app` (Starlette), served by uvicorn.
+
+Routes (all but ``/healthz`` need ``Authorization: Bearer <token>``):
+
+- ``GET /healthz``: ``{"ok": true, "sessions": n, "kernels": n}``
+- ``POST /sessions``: :class:`~.schemas.CreateSession` → 201 ``{"session_id"}``
+- ``GET /sessions``: the newest session records; ``GET /sessions/{id}``: one record
+- ``POST /sessions/{id}/messages``: :class:`~.schemas.MessageIn` → 202
+- ``GET /sessions/{id}/events``: SSE from the log (``Last-Event-ID`` or ``?after=``)
+- ``GET /sessions/{id}/result?timeout=``: 200 with the result, or 202 while running
+- ``DELETE /sessions/{id}``: cancel and close it → 200
+- ``POST /kernels``: :class:`~.schemas.CreateKernel` → 201 ``{"kernel_id"}``
+- ``POST /kernels/{id}/execute``: :class:`~.schemas.Execute` → ``ExecutionResult.to_dict()``
+- ``DELETE /kernels/{id}``: kill it → 200
+
+Errors are ``{"error": {"type", "message"}}`` with the status of
+:func:`~sunroom.service.problems.status_for`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import json
+import logging
+from collections.abc import AsyncIterator, Callable, Sequence
+from typing import Any, TypeVar
+
+import pydantic
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from sunroom.errors import SunroomError, UsageError
+from sunroom.sandbox.functions import HostFunction, as_host_function
+from sunroom.service.auth import BearerAuth
+from sunroom.service.config import ServiceConfig
+from sunroom.service.kernels import KernelManager
+from sunroom.service.limits import BodyLimit, BodyTooLarge
+from sunroom.service.models import resolve_model
+from sunroom.service.problems import error_body, status_for
+from sunroom.service.schemas import CreateKernel, CreateSession, Execute, MessageIn
+from sunroom.service.sessions import ModelResolver, SessionManager
+from sunroom.service.sse import EventStream
+from sunroom.store import SessionRecord, SQLiteStore
+
+__all__ = ["create_app", "load_functions"]
+
+log = logging.getLogger("sunroom.service")
+
+M = TypeVar("M", bound=pydantic.BaseModel)
+
+
+def load_functions(paths: Sequence[str]) -> list[HostFunction]:
+    """Import ``module:attribute`` host functions. Raises UsageError."""
+    out = []
+    for path in paths:
+        module, _, attr = path.partition(":")
+        try:
+            obj = getattr(importlib.import_module(module), attr)
+        except (ImportError, AttributeError, ValueError) as exc:
+            raise UsageError(f"cannot load host function {path!r}: {exc}") from exc
+        out.append(as_host_function(obj))
+    return out
+
+
+def _record_json(record: SessionRecord) -> dict[str, Any]:
+    return {
+        "session_id": record.session_id,
+        "status": record.status,
+        "created_at": record.created_at,
+        "updated_at": record.updated_at,
+        "finished_at": record.finished_at,
+        "config": record.config,
+        "result": record.result,
+        "owner": record.owner,
+    }
+
+
+async def _body(request: Request, model: type[M]) -> M:
+    raw = await request.body()
+    try:
+        data = json.loads(raw or b"{}")
+    except ValueError as exc:
+        raise UsageError(f"the body is not JSON: {exc}") from None
+    return model.model_validate(data)
+
+
+def create_app(
+    config: ServiceConfig,
+    *,
+    resolve: ModelResolver = resolve_model,
+    functions: Sequence[Callable[..., Any] | HostFunction] = (),
+) -> Starlette:
+    """The service as an ASGI app. Its lifespan opens the store and starts the managers.
+
+    Args:
+        config: must carry a token (see :meth:`ServiceConfig.with_token`).
+        resolve: builds sessions' models (tests inject fakes here).
+        functions: host functions for every session and kernel, besides ``config.functions``.
+
+    Raises UsageError when the config has no token or a function cannot be loaded.
+    """
+    if not config.token:
+        raise UsageError("the service needs a token (ServiceConfig.with_token())")
+    every = [as_host_function(f) for f in functions] + load_functions(config.functions)
+    state: dict[str, Any] = {}
+
+    def sessions() -> SessionManager:
+        manager: SessionManager = state["sessions"]
+        return manager
+
+    def kernels() -> KernelManager:
+        manager: KernelManager = state["kernels"]
+        return manager
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        async with SQLiteStore(config.db_path) as store:
+            state["store"] = store
+            state["sessions"] = SessionManager(
+                store, config=config, resolve_model=resolve, functions=every
+            )
+            state["kernels"] = KernelManager(config=config, functions=every)
+            await sessions().start()
+            try:
+                yield
+            finally:
+                await kernels().aclose()
+                await sessions().aclose()
+
+    async def healthz(request: Request) -> Response:
+        ok = "sessions" in state
+        return JSONResponse(
+            {
+                "ok": ok,
+                "sessions": sessions().live if ok else 0,
+                "kernels": kernels().live if ok else 0,
+            }
+        )
+
+    async def create_session(request: Request) -> Response:
+        sid = await sessions().create(await _body(request, CreateSession))
+        return JSONResponse({"session_id": sid}, status_code=201)
+
+    async def list_sessions(request: Request) -> Response:
+        limit = int(request.query_params.get("limit", "100"))
+        records = await state["store"].list_sessions(limit=max(1, min(limit, 1000)))
+        return JSONResponse({"sessions": [_record_json(r) for r in records]})
+
+    async def get_session(request: Request) -> Response:
+        return JSONResponse(_record_json(await sessions().get(request.path_params["sid"])))
+
+    async def post_message(request: Request) -> Response:
+        body = await _body(request, MessageIn)
+        await sessions().send(request.path_params["sid"], body.text)
+        return JSONResponse({"accepted": True}, status_code=202)
+
+    async def events(request: Request) -> Response:
+        sid = request.path_params["sid"]
+        await sessions().get(sid)  # 404 before the stream starts
+        raw = request.headers.get("last-event-id") or request.query_params.get("after") or "0"
+        try:
+            after = int(raw)
+        except ValueError:
+            raise UsageError(f"Last-Event-ID must be an event seq, got {raw!r}") from None
+        stream = EventStream(
+            store=state["store"], signals=sessions().signals, config=config, sid=sid, after=after
+        )
+        return _Raw(stream)
+
+    async def result(request: Request) -> Response:
+        sid = request.path_params["sid"]
+        try:
+            timeout = float(request.query_params.get("timeout", "0"))
+        except ValueError:
+            raise UsageError("timeout must be a number of seconds") from None
+        status, value = await sessions().result(sid, timeout_s=max(0.0, min(timeout, 3600.0)))
+        body = {"session_id": sid, "status": status, "result": value}
+        return JSONResponse(body, status_code=202 if status == "running" else 200)
+
+    async def delete_session(request: Request) -> Response:
+        sid = request.path_params["sid"]
+        await sessions().delete(sid)
+        return JSONResponse({"session_id": sid, "deleted": True})
+
+    async def create_kernel(request: Request) -> Response:
+        kid = await kernels().create(await _body(request, CreateKernel))
+        return JSONResponse({"kernel_id": kid}, status_code=201)
+
+    async def execute(request: Request) -> Response:
+        body = await _body(request, Execute)
+        out = await kernels().execute(
+            request.path_params["kid"], body.code, timeout_s=body.timeout_s
+        )
+        return JSONResponse(out.to_dict())
+
+    async def delete_kernel(request: Request) -> Response:
+        kid = request.path_params["kid"]
+        await kernels().delete(kid)
+        return JSONResponse({"kernel_id": kid, "deleted": True})
+
+    async def on_error(request: Request, exc: Exception) -> Response:
+        if isinstance(exc, BodyTooLarge):
+            return JSONResponse(error_body("BodyTooLarge", str(exc)), status_code=413)
+        if isinstance(exc, HTTPException):
+            body = error_body("HTTPException", str(exc.detail))
+            return JSONResponse(body, status_code=exc.status_code, headers=exc.headers)
+        if isinstance(exc, pydantic.ValidationError):
+            message = "; ".join(
+                f"{'.'.join(str(p) for p in e['loc']) or '(body)'}: {e['msg']}"
+                for e in exc.errors(include_url=False)
+            )
+            return JSONResponse(error_body("ValidationError", message), status_code=422)
+        status = status_for(exc)
+        if status >= 500:
+            log.error("%s %s failed: %r", request.method, request.url.path, exc)
+        return JSONResponse(error_body(type(exc).__name__, str(exc)), status_code=status)
+
+    routes = [
+        Route("/healthz", healthz, methods=["GET"]),
+        Route("/sessions", create_session, methods=["POST"]),
+        Route("/sessions", list_sessions, methods=["GET"]),
+        Route("/sessions/{sid}", get_session, methods=["GET"]),
+        Route("/sessions/{sid}", delete_session, methods=["DELETE"]),
+        Route("/sessions/{sid}/messages", post_message, methods=["POST"]),
+        Route("/sessions/{sid}/events", events, methods=["GET"]),
+        Route("/sessions/{sid}/result", result, methods=["GET"]),
+        Route("/kernels", create_kernel, methods=["POST"]),
+        Route("/kernels/{kid}/execute", execute, methods=["POST"]),
+        Route("/kernels/{kid}", delete_kernel, methods=["DELETE"]),
+    ]
+    handlers: dict[Any, Callable[..., Any]] = {
+        HTTPException: on_error,
+        pydantic.ValidationError: on_error,
+        SunroomError: on_error,
+        Exception: on_error,
+    }
+    return Starlette(
+        routes=routes,
+        middleware=[
+            Middleware(BearerAuth, token=config.token),
+            Middleware(BodyLimit, max_bytes=config.max_body_bytes),
+        ],
+        exception_handlers=handlers,
+        lifespan=lifespan,
+    )
+
+
+class _Raw(Response):
+    """A response that hands the connection to a raw ASGI callable (the SSE stream)."""
+
+    def __init__(self, inner: EventStream) -> None:
+        super().__init__()
+        self._inner = inner
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        await self._inner(scope, receive, send)

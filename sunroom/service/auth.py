@@ -1,0 +1,76 @@
+"""Bearer-token authentication: :class:`BearerAuth`, an ASGI middleware.
+
+Every HTTP request but the open paths (``/healthz``) must carry ``Authorization: Bearer
+<token>``; the comparison is constant-time (:func:`hmac.compare_digest`). A token in the query
+string is never looked at. A request without the right token gets 401 with a JSON error and
+``WWW-Authenticate: Bearer``.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+from collections.abc import Collection
+from typing import final
+
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from sunroom.service.problems import error_body
+
+__all__ = ["BearerAuth", "send_json"]
+
+
+async def send_json(
+    send: Send, status: int, body: object, *, headers: Collection[tuple[bytes, bytes]] = ()
+) -> None:
+    """Send a whole JSON response through raw ASGI."""
+    data = json.dumps(body).encode()
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(data)).encode()),
+                *headers,
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": data})
+
+
+@final
+class BearerAuth:
+    """Refuses HTTP requests without the bearer *token*, except on *open_paths*."""
+
+    def __init__(
+        self, app: ASGIApp, *, token: str, open_paths: Collection[str] = ("/healthz",)
+    ) -> None:
+        if not token:
+            raise ValueError("BearerAuth needs a token")
+        self.app = app
+        self._expected = f"Bearer {token}".encode()
+        self._open = frozenset(open_paths)
+
+    def allowed(self, scope: Scope) -> bool:
+        """Whether the request carries the token (constant-time compare)."""
+        given = b""
+        for name, value in scope.get("headers", ()):
+            if name == b"authorization":
+                given = value
+                break
+        return hmac.compare_digest(given, self._expected)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Pass authorised (and open) requests on; answer the others 401."""
+        if scope["type"] != "http" or scope["path"] in self._open or self.allowed(scope):
+            await self.app(scope, receive, send)
+            return
+        await send_json(
+            send,
+            401,
+            error_body(
+                "Unauthorized", "a valid 'Authorization: Bearer <token>' header is required"
+            ),
+            headers=[(b"www-authenticate", b"Bearer")],
+        )

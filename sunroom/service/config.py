@@ -1,0 +1,115 @@
+"""The service's settings: :class:`ServiceConfig` (pydantic), from arguments and ``SUNROOM_*``.
+
+Every setting has a default that is safe on a developer machine: loopback only, a generated
+bearer token, a 1 MiB body limit, bounded sessions, kernels and SSE buffers.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from pathlib import Path
+from typing import Any, Final
+
+import pydantic
+
+from sunroom.sandbox.backends import DEFAULT_BACKEND
+
+__all__ = ["LOOPBACK", "ServiceConfig", "default_db_path"]
+
+LOOPBACK: Final = frozenset({"127.0.0.1", "::1", "localhost"})
+"""Hosts that need no ``expose`` flag."""
+
+
+def default_db_path() -> Path:
+    """``$SUNROOM_DB``, else ``$XDG_STATE_HOME/sunroom/sunroom.db`` (``~/.local/state``)."""
+    explicit = os.environ.get("SUNROOM_DB")
+    if explicit:
+        return Path(explicit)
+    state = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(state) / "sunroom" / "sunroom.db"
+
+
+class ServiceConfig(pydantic.BaseModel):
+    """How the service runs. Immutable; build with :meth:`from_env` to read ``SUNROOM_*``.
+
+    Attributes:
+        host / port: where uvicorn listens (port 0: any free port).
+        expose: required to bind anything but loopback.
+        token: the bearer token every route but ``/healthz`` needs (generated when empty).
+        db_path: the SQLite store.
+        backend: the kernel backend of sessions and of kernels that do not name one.
+        model / base_url: the default model of sessions that do not name one.
+        max_body_bytes: largest request body (413 beyond), checked while reading.
+        max_sessions / max_kernels: live sessions / raw kernels per server (429 beyond).
+        sse_batch: events one SSE read takes from the store at a time (the bounded buffer).
+        sse_send_timeout_s: a client that does not take an event within this is disconnected.
+        sse_keepalive_s: a comment line is sent after this much silence.
+        lease_s: how long a session's ownership lasts without renewal (a crashed server's
+            sessions are resumed by another process after it).
+        resume_orphans: resume sessions a dead server left running (checked every
+            ``lease_s / 2``).
+        functions: ``module:attribute`` host functions offered to every session and kernel.
+    """
+
+    model_config = pydantic.ConfigDict(frozen=True, extra="forbid")
+
+    host: str = "127.0.0.1"
+    port: int = pydantic.Field(default=8765, ge=0, le=65535)
+    expose: bool = False
+    token: str = ""
+    db_path: Path = pydantic.Field(default_factory=default_db_path)
+    backend: str = DEFAULT_BACKEND
+    model: str | None = None
+    base_url: str | None = None
+    max_body_bytes: int = pydantic.Field(default=1024 * 1024, gt=0)
+    max_sessions: int = pydantic.Field(default=64, gt=0)
+    max_kernels: int = pydantic.Field(default=128, gt=0)
+    sse_batch: int = pydantic.Field(default=256, gt=0)
+    sse_send_timeout_s: float = pydantic.Field(default=10.0, gt=0)
+    sse_keepalive_s: float = pydantic.Field(default=15.0, gt=0)
+    lease_s: float = pydantic.Field(default=15.0, gt=0)
+    resume_orphans: bool = True
+    functions: tuple[str, ...] = ()
+
+    @pydantic.model_validator(mode="after")
+    def _check(self) -> ServiceConfig:
+        if self.host not in LOOPBACK and not self.expose:
+            raise ValueError(
+                f"host {self.host!r} is not loopback: pass expose=True (--expose) to serve on it"
+            )
+        if self.token and len(self.token) < 16:
+            raise ValueError("the token must be at least 16 characters")
+        return self
+
+    def with_token(self) -> ServiceConfig:
+        """The same config, with a freshly generated token when it has none."""
+        if self.token:
+            return self
+        return self.model_copy(update={"token": secrets.token_urlsafe(32)})
+
+    @classmethod
+    def from_env(cls, **overrides: Any) -> ServiceConfig:
+        """Settings from the environment, then *overrides* (None values are ignored).
+
+        Reads ``SUNROOM_TOKEN``, ``SUNROOM_MODEL``, ``SUNROOM_BASE_URL``, ``SUNROOM_DB``,
+        ``SUNROOM_BACKEND`` and ``SUNROOM_FUNCTIONS`` (comma-separated). Raises
+        pydantic.ValidationError.
+        """
+        env = os.environ
+        values: dict[str, Any] = {}
+        for field, var in (
+            ("token", "SUNROOM_TOKEN"),
+            ("model", "SUNROOM_MODEL"),
+            ("base_url", "SUNROOM_BASE_URL"),
+            ("db_path", "SUNROOM_DB"),
+            ("backend", "SUNROOM_BACKEND"),
+        ):
+            if env.get(var):
+                values[field] = env[var]
+        if env.get("SUNROOM_FUNCTIONS"):
+            values["functions"] = tuple(
+                f.strip() for f in env["SUNROOM_FUNCTIONS"].split(",") if f.strip()
+            )
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        return cls(**values)

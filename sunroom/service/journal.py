@@ -1,0 +1,254 @@
+"""Durability for one live session: :class:`Journal` (its event log) and :class:`CallLedger`.
+
+The journal subscribes to the session's events and appends them to the store in publication
+order, in batches, each batch in one transaction; only then does it wake SSE readers, which
+read from the store: an event is durable before any client sees it. With each batch it
+appends a ``Transcript`` event when the model transcript grew (the new messages) or was
+compacted (all of it), so a resumed session gets the exact transcript back.
+:meth:`Journal.flush` makes everything published so far durable; the service runs it before
+every cell (``Hooks.before_execute``) so that the model reply asking for a cell is on disk
+before the cell runs.
+
+The ledger wraps host functions: each call is recorded in the store before it runs and gets
+exactly one outcome; a function with an ``idempotency_key`` parameter receives the key of
+(session id, call id), and the kernel never sees that parameter.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import contextvars
+import dataclasses
+import inspect
+import itertools
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any, final
+
+from sunroom.agent import events as ev
+from sunroom.agent.bus import Subscription
+from sunroom.agent.session import AsyncSession
+from sunroom.providers import Message
+from sunroom.sandbox.functions import HostFunction
+from sunroom.service.codec import event_to_json, jsonable, message_to_json
+from sunroom.store import EventStore, NewEvent, idempotency_key
+
+__all__ = ["KEY_PARAMETER", "TRANSCRIPT", "CallLedger", "Journal"]
+
+log = logging.getLogger("sunroom.service")
+
+TRANSCRIPT = "Transcript"
+"""Kind of the events that carry the model transcript (never sent to SSE clients)."""
+
+KEY_PARAMETER = "idempotency_key"
+"""A host function parameter of this name receives the call's idempotency key."""
+
+_PUMP_BUFFER = 1_000_000
+
+
+@final
+class Journal:
+    """Appends one session's events to the store, in order, then wakes readers.
+
+    Args:
+        store: the store; the caller owns the session there (*owner*).
+        session_id: the service's session id.
+        owner: this process's owner string.
+        next_seq: the seq the next event gets (the store's last seq + 1).
+        notify: called after every durable append (wakes SSE readers).
+        on_ended: awaited with the run result's JSON after a ``SessionEnded`` is durable
+            (with the journal's lock held: it must not append or flush).
+        on_failed: called once when a write fails (lost ownership, I/O): the session must stop.
+    """
+
+    def __init__(
+        self,
+        store: EventStore,
+        session_id: str,
+        *,
+        owner: str,
+        next_seq: int,
+        notify: Callable[[], None],
+        on_ended: Callable[[dict[str, Any]], Awaitable[None]],
+        on_failed: Callable[[BaseException], None],
+    ) -> None:
+        self.store = store
+        self.session_id = session_id
+        self.owner = owner
+        self._seq = next_seq
+        self._notify = notify
+        self._on_ended = on_ended
+        self._on_failed = on_failed
+        self._lock = asyncio.Lock()
+        self._pending: list[ev.Event] = []
+        self._sub: Subscription | None = None
+        self._session: AsyncSession | None = None
+        self._recorded: list[Message] = []
+        self._ended: list[dict[str, Any]] = []
+        self._task: asyncio.Task[None] | None = None
+        self.failed: BaseException | None = None
+
+    @property
+    def last_seq(self) -> int:
+        """The seq of the last event appended."""
+        return self._seq - 1
+
+    def attach(self, session: AsyncSession, *, transcript: list[Message]) -> None:
+        """Start persisting *session*'s events; *transcript* is what the store already holds."""
+        self._session = session
+        self._recorded = list(transcript)
+        self._sub = session.events(maxsize=_PUMP_BUFFER)
+        self._task = asyncio.get_running_loop().create_task(
+            self._pump(), name=f"sunroom-journal-{self.session_id[:8]}"
+        )
+
+    async def append(self, kind: str, payload: dict[str, Any]) -> int:
+        """Append one service event (after everything the session published before it)."""
+        async with self._lock:
+            batch = self._collect()
+            seq = self._seq + len(batch)
+            batch.append(NewEvent(seq=seq, kind=kind, payload=payload, ts=time.time()))
+            await self._write(batch)
+            return seq
+
+    async def flush(self) -> None:
+        """Make every event published so far (and the transcript) durable."""
+        async with self._lock:
+            await self._write(self._collect())
+
+    async def _pump(self) -> None:
+        assert self._sub is not None
+        async for event in self._sub:
+            self._pending.append(event)  # no await between taking it and queueing it: order
+            async with self._lock:
+                await self._write(self._collect())
+
+    def _collect(self) -> list[NewEvent]:
+        """Everything published and not yet written, as numbered events (lock held)."""
+        taken = self._pending
+        self._pending = []
+        if self._sub is not None:
+            while (e := self._sub.get_nowait()) is not None:
+                taken.append(e)
+        out: list[NewEvent] = []
+        seq = self._seq
+        for e in taken:
+            kind, payload = event_to_json(e, session_id=self.session_id)
+            if isinstance(e, ev.SessionEnded):
+                self._ended.append(payload["result"])
+            out.append(NewEvent(seq=seq, kind=kind, payload=payload, ts=e.ts))
+            seq += 1
+        delta = self._transcript_delta()
+        if delta is not None:
+            out.append(NewEvent(seq=seq, kind=TRANSCRIPT, payload=delta, ts=time.time()))
+        return out
+
+    def _transcript_delta(self) -> dict[str, Any] | None:
+        if self._session is None:
+            return None
+        current = self._session.messages
+        old = self._recorded
+        n = len(old)
+        if len(current) >= n and all(a is b or a == b for a, b in zip(current, old, strict=False)):
+            start = n
+        else:
+            start = 0  # compacted: record it whole
+        if start == len(current) and start == n:
+            return None
+        self._recorded = list(current)
+        return {"start": start, "messages": [message_to_json(m) for m in current[start:]]}
+
+    async def _write(self, batch: list[NewEvent]) -> None:
+        if not batch or self.failed is not None:
+            self._ended.clear()
+            return
+        try:
+            await self.store.append(self.session_id, batch, owner=self.owner)
+        except Exception as exc:
+            self.failed = exc
+            log.error("session %s: the store refused its events: %s", self.session_id, exc)
+            self._on_failed(exc)
+            return
+        self._seq += len(batch)
+        self._notify()
+        ended, self._ended = self._ended, []
+        for result in ended:
+            await self._on_ended(result)
+
+    async def aclose(self) -> None:
+        """Write what is left, then stop the pump (the session must be closed first)."""
+        if self._task is not None:
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.wait_for(asyncio.shield(self._task), timeout=5.0)
+            self._task.cancel()
+        if self._sub is not None:
+            self._sub.close()
+        with contextlib.suppress(Exception):
+            await self.flush()
+
+
+@final
+class CallLedger:
+    """Wraps host functions so that every call is recorded before it runs (see the module).
+
+    *first_call* is the number the next call id gets (call ids are ``"1"``, ``"2"`` ... per
+    session, continuing across resumes).
+    """
+
+    def __init__(self, store: EventStore, session_id: str, *, owner: str, first_call: int) -> None:
+        self.store = store
+        self.session_id = session_id
+        self.owner = owner
+        self._ids = itertools.count(first_call)
+
+    def wrap(self, hf: HostFunction) -> HostFunction:
+        """A copy of *hf* whose calls are recorded; ``idempotency_key`` is filled in, hidden."""
+        sig = hf.signature
+        takes_key = KEY_PARAMETER in sig.parameters
+        visible = sig.replace(
+            parameters=[p for p in sig.parameters.values() if p.name != KEY_PARAMETER]
+        )
+        fn, is_async, name, side_effect = hf.fn, hf.is_async, hf.name, not hf.idempotent
+        store, sid = self.store, self.session_id
+
+        async def recorded(**kwargs: Any) -> Any:
+            call_id = str(next(self._ids))
+            await store.record_call_started(
+                sid, call_id, name=name, args=jsonable(kwargs), side_effect=side_effect,
+                owner=self.owner,
+            )  # fmt: skip
+            if takes_key:
+                kwargs[KEY_PARAMETER] = idempotency_key(sid, call_id)
+            try:
+                if is_async:
+                    value = await fn(**kwargs)
+                else:
+                    ctx = contextvars.copy_context()
+                    loop = asyncio.get_running_loop()
+                    value = await loop.run_in_executor(None, lambda: ctx.run(fn, **kwargs))
+            except asyncio.CancelledError:
+                with contextlib.suppress(BaseException):
+                    await asyncio.shield(store.mark_unknown(sid, call_id, owner=self.owner))
+                raise
+            except Exception as exc:
+                error = {"error": f"{type(exc).__name__}: {exc}"}
+                await store.record_call_finished(
+                    sid, call_id, outcome="error", result=error, owner=self.owner
+                )
+                raise
+            await store.record_call_finished(
+                sid, call_id, outcome="ok", result={"value": jsonable(value)}, owner=self.owner
+            )
+            return value
+
+        recorded.__name__ = name
+        recorded.__qualname__ = name
+        recorded.__doc__ = hf.description
+        recorded.__signature__ = visible  # type: ignore[attr-defined]
+        hints = {p.name: p.annotation for p in visible.parameters.values()}
+        hints["return"] = sig.return_annotation
+        recorded.__annotations__ = hints
+        assert inspect.iscoroutinefunction(recorded)
+        return dataclasses.replace(hf, fn=recorded)

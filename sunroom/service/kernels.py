@@ -1,0 +1,84 @@
+"""Raw kernels for other frameworks: :class:`KernelManager`.
+
+A raw kernel is an :class:`~sunroom.sandbox.kernel.AsyncKernel` the client drives itself, one
+cell at a time; it is not persisted (a server restart loses it). Cells of one kernel run one
+after another, in arrival order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Sequence
+from typing import final
+
+from sunroom.sandbox.functions import HostFunction
+from sunroom.sandbox.kernel import AsyncKernel
+from sunroom.sandbox.result import ExecutionResult
+from sunroom.service.config import ServiceConfig
+from sunroom.service.problems import CapacityError, NotFoundError
+from sunroom.service.schemas import CreateKernel
+
+__all__ = ["KernelManager"]
+
+
+@final
+class KernelManager:
+    """Starts, runs and closes raw kernels, at most ``config.max_kernels`` at once.
+
+    *functions* are the host functions every kernel gets. :meth:`aclose` kills them all.
+    """
+
+    def __init__(self, *, config: ServiceConfig, functions: Sequence[HostFunction] = ()) -> None:
+        self.config = config
+        self._functions = tuple(functions)
+        self._kernels: dict[str, AsyncKernel] = {}
+        self._starting = 0
+
+    @property
+    def live(self) -> int:
+        """Kernels running (or starting) now."""
+        return len(self._kernels) + self._starting
+
+    async def create(self, request: CreateKernel) -> str:
+        """Start a kernel and return its id.
+
+        Raises CapacityError, UsageError, KernelStartError, SandboxUnavailableError.
+        """
+        if self.live >= self.config.max_kernels:
+            raise CapacityError(f"this server runs its limit of {self.config.max_kernels} kernels")
+        self._starting += 1
+        try:
+            kernel = AsyncKernel(
+                backend=request.backend or self.config.backend,
+                functions=self._functions,
+                inputs=request.inputs or None,
+                limits=request.limits.build() if request.limits else None,
+            )
+            await kernel.start()
+        finally:
+            self._starting -= 1
+        kid = uuid.uuid4().hex
+        self._kernels[kid] = kernel
+        return kid
+
+    def _get(self, kid: str) -> AsyncKernel:
+        kernel = self._kernels.get(kid)
+        if kernel is None:
+            raise NotFoundError(f"no kernel {kid!r}")
+        return kernel
+
+    async def execute(self, kid: str, code: str, *, timeout_s: float | None) -> ExecutionResult:
+        """Run one cell. Raises NotFoundError, ClosedError (deleted meanwhile)."""
+        return await self._get(kid).execute(code, timeout_s=timeout_s)
+
+    async def delete(self, kid: str) -> None:
+        """Kill the kernel. Raises NotFoundError."""
+        kernel = self._get(kid)
+        del self._kernels[kid]
+        await kernel.aclose()
+
+    async def aclose(self) -> None:
+        """Kill every kernel."""
+        kernels, self._kernels = list(self._kernels.values()), {}
+        await asyncio.gather(*(k.aclose() for k in kernels), return_exceptions=True)

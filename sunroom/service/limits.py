@@ -1,0 +1,67 @@
+"""Request size limits: :class:`BodyLimit`, an ASGI middleware, and :class:`BodyTooLarge`.
+
+A declared ``Content-Length`` over the limit is refused (413) before the body is read; a body
+without one (chunked) is counted while it is read, and reading raises :class:`BodyTooLarge`
+(turned into 413 by the app) as soon as it passes the limit: it is never buffered whole first.
+"""
+
+from __future__ import annotations
+
+from typing import final
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from sunroom.errors import UsageError
+from sunroom.service.auth import send_json
+from sunroom.service.problems import error_body
+
+__all__ = ["BodyLimit", "BodyTooLarge"]
+
+
+@final
+class BodyTooLarge(UsageError):
+    """The request body is larger than the server accepts (413)."""
+
+
+@final
+class BodyLimit:
+    """Refuses request bodies over *max_bytes* (see the module docstring)."""
+
+    def __init__(self, app: ASGIApp, *, max_bytes: int) -> None:
+        self.app = app
+        self.max_bytes = max_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Refuse a declared oversize body; count an undeclared one while it is read."""
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        for name, value in scope.get("headers", ()):
+            if name == b"content-length":
+                try:
+                    declared = int(value)
+                except ValueError:
+                    declared = -1
+                if declared < 0 or declared > self.max_bytes:
+                    status = 413 if declared > self.max_bytes else 400
+                    message = (
+                        f"the request body is over the limit of {self.max_bytes} bytes"
+                        if status == 413
+                        else "invalid Content-Length"
+                    )
+                    kind = "BodyTooLarge" if status == 413 else "BadRequest"
+                    await send_json(send, status, error_body(kind, message))
+                    return
+        seen = 0
+        limit = self.max_bytes
+
+        async def counted() -> Message:
+            nonlocal seen
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > limit:
+                    raise BodyTooLarge(f"the request body is over the limit of {limit} bytes")
+            return message
+
+        await self.app(scope, counted, send)

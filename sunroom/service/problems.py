@@ -1,0 +1,76 @@
+"""HTTP errors: the service's own exceptions and how every sunroom error maps to a status.
+
+Every error response is JSON ``{"error": {"type": ..., "message": ...}}``; ``type`` is the
+exception's class name. :func:`status_for` walks the error tree: the most specific mapping wins.
+"""
+
+from __future__ import annotations
+
+from typing import Final, final
+
+import pydantic
+
+from sunroom.errors import (
+    AuthenticationError,
+    ClosedError,
+    HostFunctionError,
+    KernelError,
+    KernelStartError,
+    ProtocolError,
+    ProviderError,
+    SandboxUnavailableError,
+    SunroomError,
+    UsageError,
+)
+from sunroom.store import StoreConflictError, StoreError, StoreNotFoundError
+
+__all__ = ["CapacityError", "ConflictError", "NotFoundError", "error_body", "status_for"]
+
+
+@final
+class NotFoundError(UsageError):
+    """No such session or kernel (404)."""
+
+
+@final
+class ConflictError(UsageError):
+    """The resource is not in a state that allows the request (409)."""
+
+
+@final
+class CapacityError(SunroomError):
+    """The server runs as many sessions or kernels as it may (429)."""
+
+
+_STATUS: Final[tuple[tuple[type[BaseException], int], ...]] = (
+    (NotFoundError, 404),
+    (StoreNotFoundError, 404),
+    (ConflictError, 409),
+    (ClosedError, 409),
+    (StoreConflictError, 409),
+    (CapacityError, 429),
+    (pydantic.ValidationError, 422),
+    (UsageError, 422),
+    (SandboxUnavailableError, 503),
+    (KernelStartError, 503),
+    (KernelError, 500),
+    (ProtocolError, 500),
+    (HostFunctionError, 500),
+    (AuthenticationError, 502),
+    (ProviderError, 502),
+    (StoreError, 503),
+    (SunroomError, 500),
+)
+
+
+def status_for(exc: BaseException) -> int:
+    """The HTTP status of *exc* (500 for anything unknown)."""
+    for cls, status in _STATUS:
+        if isinstance(exc, cls):
+            return status
+    return 500
+
+
+def error_body(type_: str, message: str) -> dict[str, dict[str, str]]:
+    """The JSON error envelope."""
+    return {"error": {"type": type_, "message": message}}

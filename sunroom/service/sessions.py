@@ -1,0 +1,465 @@
+"""Agent sessions run by the service: :class:`SessionManager`.
+
+The manager runs :class:`~sunroom.agent.AsyncSession` objects whose every event goes to the
+store before any client sees it (:class:`~sunroom.service.journal.Journal`), records host
+calls before they run (:class:`~sunroom.service.journal.CallLedger`), owns each session by a
+renewed lease, and resumes sessions a dead process left ``running``: claim (exactly one process
+wins), rebuild the transcript from the log, start a fresh kernel, publish ``KernelRestarted``,
+mark unfinished calls ``unknown`` (never replayed) and carry on with the run. No cell is re-run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import socket
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, final
+
+from sunroom.agent.hooks import Hooks, Veto
+from sunroom.agent.session import AsyncSession
+from sunroom.errors import UsageError
+from sunroom.providers import Message, Model
+from sunroom.sandbox.functions import HostFunction
+from sunroom.service.config import ServiceConfig
+from sunroom.service.journal import CallLedger, Journal
+from sunroom.service.problems import CapacityError, ConflictError, NotFoundError
+from sunroom.service.recovery import (
+    MESSAGE_RECEIVED,
+    Replay,
+    answer_dangling,
+    replay,
+    restart_note,
+)
+from sunroom.service.schemas import CreateSession, output_type
+from sunroom.service.signals import Signals
+from sunroom.store import EventStore, SessionRecord, SessionStatus, StoredEvent
+
+__all__ = ["ModelResolver", "SessionManager", "new_owner"]
+
+log = logging.getLogger("sunroom.service")
+
+ModelResolver = Callable[[str, "str | None"], Model]
+"""``resolve(spec, base_url) -> Model``: builds a session's model (the caller closes it)."""
+
+_STATUS: dict[str, SessionStatus] = {"success": "finished", "cancelled": "cancelled"}
+
+
+def new_owner() -> str:
+    """A fresh owner string for this process incarnation (host, pid, random)."""
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:12]}"
+
+
+@dataclass(slots=True, eq=False)
+class _Live:
+    sid: str
+    session: AsyncSession
+    journal: Journal
+    model: Model
+    idle: asyncio.Event = field(default_factory=asyncio.Event)
+    preamble: str | None = None
+
+
+@final
+class SessionManager:
+    """Runs, persists and resumes sessions for one service process.
+
+    Args:
+        store: an open store (the caller closes it after :meth:`aclose`).
+        config: limits, defaults, lease length.
+        resolve_model: builds a model from a session's ``model``/``base_url``.
+        functions: host functions offered to every session (their calls are recorded).
+        owner: this process's owner string (default: :func:`new_owner`).
+    """
+
+    def __init__(
+        self,
+        store: EventStore,
+        *,
+        config: ServiceConfig,
+        resolve_model: ModelResolver,
+        functions: Sequence[HostFunction] = (),
+        owner: str | None = None,
+    ) -> None:
+        self.store = store
+        self.config = config
+        self.owner = owner or new_owner()
+        self.signals = Signals()
+        self._resolve = resolve_model
+        self._functions = tuple(functions)
+        self._live: dict[str, _Live] = {}
+        self._lock = asyncio.Lock()
+        self._tasks: list[asyncio.Task[None]] = []
+        self._closed = False
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Start lease renewal and, when configured, the resumption of orphaned sessions."""
+        loop = asyncio.get_running_loop()
+        self._tasks.append(loop.create_task(self._renew_loop(), name="sunroom-renew"))
+        if self.config.resume_orphans:
+            self._tasks.append(loop.create_task(self._orphan_loop(), name="sunroom-orphans"))
+
+    async def aclose(self) -> None:
+        """Stop every live session and the background tasks.
+
+        A stopped session's record stays ``running``: another process (or this one, started
+        again) resumes it once the lease runs out.
+        """
+        self._closed = True
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        for live in list(self._live.values()):
+            await self._shutdown(live, finish=False)
+
+    @property
+    def live(self) -> int:
+        """Sessions this process runs now."""
+        return len(self._live)
+
+    def is_live(self, sid: str) -> bool:
+        """Whether this process runs session *sid*."""
+        return sid in self._live
+
+    # -- the API ---------------------------------------------------------------------------
+
+    async def create(self, request: CreateSession) -> str:
+        """Start a new session (and its first run when the request has a task); its id.
+
+        Raises CapacityError, UsageError (bad options, no model), KernelStartError /
+        SandboxUnavailableError (the kernel did not start; the session is recorded failed).
+        """
+        if request.model is None:
+            request = request.model_copy(update={"model": self.config.model})
+        if request.model is None:
+            raise UsageError("no model: name one in the request or start the server with one")
+        if request.base_url is None and self.config.base_url is not None:
+            request = request.model_copy(update={"base_url": self.config.base_url})
+        output_type(request.output_schema)  # fail before anything is recorded
+        sid = uuid.uuid4().hex
+        async with self._lock:
+            self._check_capacity()
+            await self.store.create_session(
+                sid,
+                config=request.model_dump(mode="json"),
+                owner=self.owner,
+                lease_s=self.config.lease_s,
+            )
+            try:
+                live = await self._open(sid, request, next_seq=1, first_call=1, transcript=None)
+            except BaseException as exc:
+                with contextlib.suppress(Exception):
+                    await self.store.finish_session(
+                        sid, status="failed", result={"error": str(exc)}, owner=self.owner
+                    )
+                    await self.store.release(sid, owner=self.owner)
+                raise
+        if request.task is not None:
+            await self._send(live, request.task)
+        return sid
+
+    async def send(self, sid: str, text: str) -> None:
+        """Send a user message; it starts a run when the session is idle.
+
+        A session known to the store but not live here is resumed first. Raises
+        NotFoundError, ConflictError (another process owns it).
+        """
+        live = self._live.get(sid) or await self.resume(sid)
+        await self._send(live, text)
+
+    async def result(self, sid: str, *, timeout_s: float) -> tuple[SessionStatus, Any]:
+        """Wait up to *timeout_s* for the session's run to end: (status, result JSON).
+
+        Returns ``("running", None)`` when it has not ended in time. Raises NotFoundError.
+        """
+        live = self._live.get(sid)
+        if live is not None:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(live.idle.wait(), timeout_s)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        while True:
+            record = await self._record(sid)
+            if record.status != "running" or loop.time() >= deadline:
+                return record.status, record.result
+            await asyncio.sleep(min(0.2, max(0.0, deadline - loop.time())))
+
+    async def delete(self, sid: str) -> None:
+        """Stop the session: cancel its run, kill its kernel, record it ``cancelled``.
+
+        Raises NotFoundError. A session another process runs is only marked cancelled.
+        """
+        live = self._live.get(sid)
+        if live is not None:
+            await self._shutdown(live, finish=True)
+            return
+        record = await self._record(sid)
+        if record.status == "running":
+            await self.store.finish_session(
+                sid, status="cancelled", result={"error": "deleted"}, owner=None
+            )
+        self.signals.fire(sid)
+
+    async def get(self, sid: str) -> SessionRecord:
+        """The session's record. Raises NotFoundError."""
+        return await self._record(sid)
+
+    # -- resume ----------------------------------------------------------------------------
+
+    async def resume(self, sid: str) -> _Live:
+        """Take over session *sid* from the store and run it here (see the module docstring).
+
+        Raises NotFoundError, ConflictError (another live process owns it), CapacityError.
+        """
+        async with self._lock:
+            if sid in self._live:
+                return self._live[sid]
+            self._check_capacity()
+            record = await self._record(sid)
+            if not await self.store.claim(sid, owner=self.owner, lease_s=self.config.lease_s):
+                raise ConflictError(f"session {sid} is owned by another live process")
+            try:
+                return await self._take_over(record)
+            except BaseException:
+                with contextlib.suppress(Exception):
+                    await self.store.release(sid, owner=self.owner)
+                raise
+
+    async def _take_over(self, record: SessionRecord) -> _Live:
+        sid = record.session_id
+        request = CreateSession.model_validate(record.config)
+        state = replay(await self._all_events(sid))
+        calls = await self.store.calls(sid)
+        unknown = [c for c in calls if c.outcome is None]
+        for c in unknown:
+            await self.store.mark_unknown(sid, c.call_id, owner=self.owner)
+        note = restart_note(unknown)
+        was_running = record.status == "running"
+        transcript = answer_dangling(state.transcript, note) if was_running else state.transcript
+        live = await self._open(
+            sid,
+            request,
+            next_seq=state.last_seq + 1,
+            first_call=len(calls) + 1,
+            transcript=transcript or None,
+        )
+        for c in unknown:
+            await live.journal.append(
+                "CallOutcomeUnknown",
+                {"call_id": c.call_id, "name": c.name, "args": c.args,
+                 "idempotency_key": c.idempotency_key},
+            )  # fmt: skip
+        await live.journal.append(
+            "KernelRestarted",
+            {"reason": "the session was resumed in a new service process; cells were not re-run",
+             "state_lost": True, "unknown_calls": [c.call_id for c in unknown]},
+        )  # fmt: skip
+        log.info("session %s resumed (%d unknown calls)", sid, len(unknown))
+        if was_running and not state.run_open:  # the run ended; only its record was not written
+            await self._ended(live, state.last_result or {"status": "cancelled"})
+        elif was_running:
+            await self._continue(live, state, note)
+        else:
+            live.preamble = note
+        return live
+
+    async def _continue(self, live: _Live, state: Replay, note: str) -> None:
+        messages = [*state.pending]
+        first = f"{note}\n\n{messages.pop(0)}" if messages else note
+        await live.journal.append(MESSAGE_RECEIVED, {"text": first, "resumed": True})
+        live.idle.clear()
+        await live.session.send(first)
+        for text in messages:
+            await live.journal.append(MESSAGE_RECEIVED, {"text": text, "resumed": True})
+            await live.session.send(text)
+
+    async def resume_orphans(self) -> list[str]:
+        """Resume every session whose owner's lease ran out; the ids this process took."""
+        taken: list[str] = []
+        for record in await self.store.orphaned_sessions(limit=self.config.max_sessions):
+            if self._closed or len(self._live) >= self.config.max_sessions:
+                break
+            try:
+                await self.resume(record.session_id)
+                taken.append(record.session_id)
+            except ConflictError:
+                continue  # another process won the claim
+            except Exception as exc:
+                log.error("resuming session %s failed: %s", record.session_id, exc)
+                with contextlib.suppress(Exception):
+                    await self.store.finish_session(
+                        record.session_id,
+                        status="interrupted",
+                        result={"error": f"resume failed: {exc}"},
+                        owner=None,
+                    )
+        return taken
+
+    # -- internals -------------------------------------------------------------------------
+
+    def _check_capacity(self) -> None:
+        if len(self._live) >= self.config.max_sessions:
+            raise CapacityError(
+                f"this server runs its limit of {self.config.max_sessions} sessions"
+            )
+
+    async def _record(self, sid: str) -> SessionRecord:
+        record = await self.store.get_session(sid)
+        if record is None:
+            raise NotFoundError(f"no session {sid!r}")
+        return record
+
+    async def _all_events(self, sid: str) -> list[StoredEvent]:
+        out: list[StoredEvent] = []
+        while batch := await self.store.events(
+            sid, after_seq=out[-1].seq if out else 0, limit=1000
+        ):
+            out.extend(batch)
+        return out
+
+    async def _open(
+        self,
+        sid: str,
+        request: CreateSession,
+        *,
+        next_seq: int,
+        first_call: int,
+        transcript: list[Message] | None,
+    ) -> _Live:
+        assert request.model is not None
+        holder: list[_Live] = []
+        journal = Journal(
+            self.store,
+            sid,
+            owner=self.owner,
+            next_seq=next_seq,
+            notify=lambda: self.signals.fire(sid),
+            on_ended=lambda result: self._ended(holder[0], result),
+            on_failed=lambda exc: self._lost(sid, exc),
+        )
+
+        async def checkpoint(code: str) -> Veto | None:
+            await journal.flush()  # the reply asking for this cell is durable before it runs
+            return None
+
+        ledger = CallLedger(self.store, sid, owner=self.owner, first_call=first_call)
+        model = self._resolve(request.model, request.base_url)
+        try:
+            session = AsyncSession(
+                model=model,
+                preset=request.preset,
+                backend=request.backend or self.config.backend,
+                limits=request.limits.build() if request.limits else None,
+                functions=[ledger.wrap(f) for f in self._functions],
+                inputs=request.inputs or None,
+                output=output_type(request.output_schema),
+                budget=request.budget.build() if request.budget else None,
+                max_turns=request.max_turns,
+                system_prompt=request.system_prompt,
+                hooks=Hooks(before_execute=checkpoint),
+            )
+            session.session_id = sid
+            await session.start()
+        except BaseException:
+            with contextlib.suppress(Exception):
+                await model.aclose()
+            raise
+        if transcript is not None:
+            _restore_transcript(session, transcript)
+        live = _Live(sid=sid, session=session, journal=journal, model=model)
+        live.idle.set()
+        holder.append(live)
+        journal.attach(session, transcript=list(session.messages))
+        self._live[sid] = live
+        return live
+
+    async def _send(self, live: _Live, text: str) -> None:
+        if live.preamble is not None and not live.session.running:
+            text, live.preamble = f"{live.preamble}\n\n{text}", None
+        record = await self._record(live.sid)
+        if record.status != "running":
+            await self.store.reopen_session(live.sid, owner=self.owner)
+        await live.journal.append(MESSAGE_RECEIVED, {"text": text})
+        live.idle.clear()
+        await live.session.send(text)
+
+    async def _ended(self, live: _Live, result: dict[str, Any]) -> None:
+        status = _STATUS.get(str(result.get("status")), "failed")
+        with contextlib.suppress(Exception):
+            await self.store.finish_session(
+                live.sid, status=status, result=result, owner=self.owner
+            )
+        if not live.session.running or result.get("status") == "cancelled":
+            live.idle.set()
+        self.signals.fire(live.sid)
+
+    def _lost(self, sid: str, exc: BaseException) -> None:
+        live = self._live.pop(sid, None)
+        if live is not None:
+            log.error("session %s stopped: %s", sid, exc)
+            asyncio.get_running_loop().create_task(self._close_quietly(live))
+
+    async def _close_quietly(self, live: _Live) -> None:
+        with contextlib.suppress(Exception):
+            await live.session.aclose()
+        with contextlib.suppress(Exception):
+            await live.model.aclose()
+        live.idle.set()
+        self.signals.fire(live.sid)
+
+    async def _shutdown(self, live: _Live, *, finish: bool) -> None:
+        self._live.pop(live.sid, None)
+        if not finish:
+            live.journal.failed = ConflictError("the server is shutting down")  # write nothing more
+        await live.session.aclose()
+        await live.journal.aclose()
+        with contextlib.suppress(Exception):
+            await live.model.aclose()
+        if finish:
+            record = await self.store.get_session(live.sid)
+            if record is not None and record.status == "running":
+                with contextlib.suppress(Exception):
+                    await self.store.finish_session(
+                        live.sid, status="cancelled", result={"error": "deleted"}, owner=self.owner
+                    )
+        with contextlib.suppress(Exception):
+            await self.store.release(live.sid, owner=self.owner)
+        live.idle.set()
+        self.signals.fire(live.sid)
+
+    async def _renew_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.config.lease_s / 3)
+            for sid in list(self._live):
+                try:
+                    ok = await self.store.renew(sid, owner=self.owner, lease_s=self.config.lease_s)
+                except Exception as exc:
+                    ok, exc_ = False, exc
+                    log.error("renewing session %s failed: %s", sid, exc_)
+                if not ok:
+                    self._lost(sid, ConflictError("the session's lease was lost"))
+
+    async def _orphan_loop(self) -> None:
+        while True:
+            try:
+                await self.resume_orphans()
+            except Exception as exc:
+                log.error("looking for orphaned sessions failed: %s", exc)
+            await asyncio.sleep(max(0.2, self.config.lease_s / 2))
+
+
+def _restore_transcript(session: AsyncSession, transcript: list[Message]) -> None:
+    """Put a recorded transcript into a fresh session (before its first run).
+
+    ``AsyncSession`` has no public way to start from a transcript yet, so this reaches into
+    its loop; it is the one place the service does so.
+    """
+    session._loop.messages[:] = transcript

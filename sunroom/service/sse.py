@@ -1,0 +1,126 @@
+"""Server-sent events of a session, read from the store: :class:`EventStream`.
+
+The stream replays the session's log after ``Last-Event-ID`` (or ``?after=``) and then follows
+it live: every event comes from the store, so a client that reconnects with the last id it saw
+loses nothing and gets nothing twice. Each SSE ``id`` is the event's seq in the log
+(``Transcript`` events, internal, are skipped, so ids may jump). The server reads at most
+``sse_batch`` events at a time (the bounded buffer) and gives a client ``sse_send_timeout_s``
+to take each chunk: a stalled client is disconnected and resumes from the log. The stream ends
+(``event: end``) when the session has no run in progress and everything was sent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from typing import final
+
+from starlette.types import Message, Receive, Scope, Send
+
+from sunroom.service.config import ServiceConfig
+from sunroom.service.journal import TRANSCRIPT
+from sunroom.service.signals import Signals
+from sunroom.store import EventStore, StoredEvent
+
+__all__ = ["EventStream", "format_event"]
+
+
+def format_event(event: StoredEvent) -> bytes:
+    """One SSE message: ``id`` (seq), ``event`` (kind), ``data`` (JSON with seq, ts, type)."""
+    data = {"seq": event.seq, "ts": event.ts, "type": event.kind, **event.payload}
+    text = json.dumps(data, separators=(",", ":"))
+    return f"id: {event.seq}\nevent: {event.kind}\ndata: {text}\n\n".encode()
+
+
+class _Stalled(Exception):
+    pass
+
+
+@final
+class EventStream:
+    """An ASGI response streaming session *sid* from seq *after* on (see the module)."""
+
+    def __init__(
+        self, *, store: EventStore, signals: Signals, config: ServiceConfig, sid: str, after: int
+    ) -> None:
+        self._store = store
+        self._signals = signals
+        self._config = config
+        self._sid = sid
+        self._after = after
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Stream until the session has nothing more, the client leaves or stalls."""
+        stream = asyncio.current_task()
+        assert stream is not None
+
+        async def watch() -> None:
+            while True:
+                message: Message = await receive()
+                if message["type"] == "http.disconnect":
+                    stream.cancel()
+                    return
+
+        watcher = asyncio.get_running_loop().create_task(watch())
+        try:
+            await self._stream(send)
+        except (_Stalled, OSError):
+            return  # the connection is dropped; the client resumes with Last-Event-ID
+        except asyncio.CancelledError:
+            if watcher.done():
+                return  # the client went away
+            raise
+        finally:
+            watcher.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await watcher
+
+    async def _send(self, send: Send, body: bytes, *, more: bool = True) -> None:
+        try:
+            await asyncio.wait_for(
+                send({"type": "http.response.body", "body": body, "more_body": more}),
+                self._config.sse_send_timeout_s,
+            )
+        except TimeoutError:
+            raise _Stalled from None
+
+    async def _stream(self, send: Send) -> None:
+        cfg, sid = self._config, self._sid
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 200,
+                "headers": [
+                    (b"content-type", b"text/event-stream; charset=utf-8"),
+                    (b"cache-control", b"no-store"),
+                    (b"x-accel-buffering", b"no"),
+                ],
+            }
+        )
+        after = self._after
+        quiet = 0.0
+        while True:
+            token = self._signals.token(sid)  # before reading: a later append wakes us
+            events = await self._store.events(sid, after_seq=after, limit=cfg.sse_batch)
+            if events:
+                quiet = 0.0
+                chunk = b"".join(format_event(e) for e in events if e.kind != TRANSCRIPT)
+                if chunk:
+                    await self._send(send, chunk)
+                after = events[-1].seq
+                continue
+            record = await self._store.get_session(sid)
+            if record is None or record.status != "running":
+                if not await self._store.events(sid, after_seq=after, limit=1):
+                    status = record.status if record else "deleted"
+                    end = json.dumps({"status": status, "last_seq": after})
+                    await self._send(send, f"event: end\ndata: {end}\n\n".encode(), more=False)
+                    return
+                continue
+            poll = min(cfg.sse_keepalive_s, 1.0)  # other processes' appends are polled for
+            if not await Signals.wait(token, poll):
+                quiet += poll
+                if quiet >= cfg.sse_keepalive_s:
+                    quiet = 0.0
+                    await self._send(send, b": keepalive\n\n")
