@@ -4,12 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import json
-import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 
 from sunroom.providers import ScriptedModel
@@ -263,15 +261,13 @@ def test_sse_resume_with_last_event_id_loses_and_duplicates_nothing(
     seen: list[dict[str, Any]] = []
     last = None
     while True:  # read a few events per connection, then drop it and resume
-        got = 0
         ended = False
-        for event in sse(server, sid, after=last):
+        for got, event in enumerate(sse(server, sid, after=last), start=1):
             if event.get("event") == "end":
                 ended = True
                 break
             seen.append(event)
             last = int(event["id"])
-            got += 1
             if got == 3:
                 break
         if ended:
@@ -354,6 +350,3 @@ def test_bind_refuses_non_loopback_without_expose(tmp_path: Path) -> None:
     assert ServiceConfig(host="0.0.0.0", expose=True, token=TOKEN, db_path=tmp_path / "x.db").expose
     assert ServiceConfig(db_path=tmp_path / "x.db").host == "127.0.0.1"
     assert len(ServiceConfig(db_path=tmp_path / "x.db").with_token().token) >= 32
-
-
-_ = (threading, httpx)
