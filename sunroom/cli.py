@@ -1,18 +1,31 @@
 """The ``sunroom`` command.
 
-``sunroom exec [--backend NAME] [--timeout S] [--json] PATH|-`` runs a file (or stdin) in a
-fresh kernel and prints its output, or the whole result as JSON. Exit status: 0 ok, 1 the code
-raised, 124 timeout, 125 the kernel died, 2 usage or setup error (message on stderr).
+- ``sunroom exec [--backend NAME] [--timeout S] [--json] PATH|-`` runs a file (or stdin) in a
+  fresh kernel and prints its output, or the whole result as JSON. Exit status: 0 ok, 1 the
+  code raised, 124 timeout, 125 the kernel died, 2 usage or setup error (message on stderr).
+- ``sunroom serve [--host H] [--port P] [--db PATH] [--expose]`` runs the HTTP/SSE service.
+- ``sunroom run TASK [--model M] [--base-url URL] [--input NAME=FILE ...] [--output-schema
+  FILE] [--backend B] [--json]`` runs an agent session here, rendered live (or one JSON object
+  with ``--json``). Exit status: 0 success, 1 the run did not succeed, 2 usage or setup error.
+- ``sunroom sessions list|show|resume|purge`` looks after the sessions in the store.
+
+The model comes from ``--model``/``SUNROOM_MODEL`` and ``--base-url``/``SUNROOM_BASE_URL``;
+the store from ``--db``/``SUNROOM_DB``. See ``docs/cli.md``.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import sys
+from collections.abc import Awaitable, Callable, Coroutine
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any, TypeVar
 
+import pydantic
 import typer
+from rich.console import Console
+from rich.table import Column, Table
 
 from sunroom.errors import SunroomError
 from sunroom.sandbox.backends import DEFAULT_BACKEND, NAMES
@@ -21,17 +34,42 @@ from sunroom.sandbox.sync import Kernel
 
 EXIT_CODES = {"ok": 0, "error": 1, "timeout": 124, "died": 125}
 
+T = TypeVar("T")
+
 app = typer.Typer(
     name="sunroom",
     help="A fast, typed, isolated runtime for agents that act by writing Python.",
     no_args_is_help=True,
     add_completion=False,
 )
+sessions_app = typer.Typer(
+    help="List, show, resume and purge stored sessions.", no_args_is_help=True
+)
+app.add_typer(sessions_app, name="sessions")
+
+DbOption = Annotated[
+    Path | None,
+    typer.Option("--db", help="The SQLite store (default: $SUNROOM_DB or ~/.local/state)."),
+]
+JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON.")]
 
 
 @app.callback()
 def _root() -> None:
     """A fast, typed, isolated runtime for agents that act by writing Python."""
+
+
+def _fail(message: str) -> typer.Exit:
+    typer.echo(f"sunroom: {message}", err=True)
+    return typer.Exit(2)
+
+
+def _guarded(work: Callable[[], Coroutine[Any, Any, T]]) -> T:
+    """Run *work* on a fresh loop; sunroom and config errors exit 2 with the message."""
+    try:
+        return asyncio.run(work())
+    except (SunroomError, pydantic.ValidationError, OSError) as exc:
+        raise _fail(str(exc)) from None
 
 
 @app.command("exec")
@@ -68,6 +106,306 @@ def exec_(
             text = err.traceback or f"{err.type}: {err.message}"
             sys.stderr.write(text if text.endswith("\n") else text + "\n")
     raise typer.Exit(EXIT_CODES[result.status])
+
+
+@app.command()
+def serve(
+    host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port (0: any free port).")] = 8765,
+    db: DbOption = None,
+    expose: Annotated[
+        bool, typer.Option("--expose", help="Allow listening on a non-loopback address.")
+    ] = False,
+    backend: Annotated[str | None, typer.Option(help="Default kernel backend.")] = None,
+    model: Annotated[str | None, typer.Option(help="Default model of sessions.")] = None,
+    base_url: Annotated[str | None, typer.Option(help="Base URL of that model.")] = None,
+    functions: Annotated[
+        str | None, typer.Option(help="Host functions, comma-separated module:attribute.")
+    ] = None,
+    lease_s: Annotated[float | None, typer.Option(help="Session lease in seconds.")] = None,
+) -> None:
+    """Run the HTTP/SSE service (token from SUNROOM_TOKEN, or generated and printed)."""
+    from sunroom.service import ServiceConfig, bind
+    from sunroom.service import serve as run_server
+
+    fns = tuple(f.strip() for f in functions.split(",") if f.strip()) if functions else None
+    try:
+        base = ServiceConfig.from_env(
+            host=host, port=port, db_path=db, expose=expose or None, backend=backend,
+            model=model, base_url=base_url, functions=fns, lease_s=lease_s,
+        )  # fmt: skip
+        sock = bind(base)
+    except (pydantic.ValidationError, OSError) as exc:
+        raise _fail(str(exc)) from None
+    config = base.with_token()
+    bound_port = sock.getsockname()[1]
+    shown = f"[{config.host}]" if ":" in config.host else config.host
+    typer.echo(f"sunroom service listening on http://{shown}:{bound_port}")
+    if base.token:
+        typer.echo("token: from SUNROOM_TOKEN")
+    else:
+        typer.echo(f"token: {config.token}")
+    typer.echo(f"store: {config.db_path}")
+    sys.stdout.flush()
+    _guarded(lambda: run_server(config, sock=sock, log_level="warning"))
+
+
+def _inputs(pairs: list[str]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for pair in pairs:
+        name, sep, file = pair.partition("=")
+        if not sep or not name.isidentifier():
+            raise _fail(f"--input takes NAME=FILE, got {pair!r}")
+        try:
+            out[name] = Path(file).read_text()
+        except OSError as exc:
+            raise _fail(f"cannot read {file}: {exc.strerror}") from None
+    return out
+
+
+def _summary(sid: str, result: dict[str, Any] | None) -> dict[str, Any]:
+    r = result or {}
+    return {
+        "status": r.get("status", "cancelled"),
+        "output": r.get("output"),
+        "usage": r.get("usage"),
+        "cost_micro_usd": r.get("cost_micro_usd"),
+        "session_id": sid,
+    }
+
+
+@app.command()
+def run(
+    task: Annotated[str, typer.Argument(help="What the agent should do.")],
+    model: Annotated[str | None, typer.Option(help="provider:name (or SUNROOM_MODEL).")] = None,
+    base_url: Annotated[
+        str | None, typer.Option(help="Model endpoint (or SUNROOM_BASE_URL).")
+    ] = None,
+    inputs: Annotated[
+        list[str] | None, typer.Option("--input", help="NAME=FILE bound as a variable.")
+    ] = None,
+    output_schema: Annotated[
+        Path | None, typer.Option(help="A JSON schema file the answer must satisfy.")
+    ] = None,
+    backend: Annotated[
+        str | None, typer.Option(help=f"Kernel backend: {', '.join(NAMES)}.")
+    ] = None,
+    preset: Annotated[str, typer.Option(help="codeact, rlm or typed.")] = "codeact",
+    max_turns: Annotated[int, typer.Option(help="Model turns allowed.")] = 20,
+    db: DbOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Run an agent session here and show it live (it is stored like a service session)."""
+    from sunroom.service.models import FAKE_MODEL_ENV
+    from sunroom.service.schemas import CreateSession
+
+    bound = _inputs(inputs or [])
+    schema = None
+    if output_schema is not None:
+        try:
+            schema = json.loads(output_schema.read_text())
+        except (OSError, ValueError) as exc:
+            raise _fail(f"cannot read the output schema {output_schema}: {exc}") from None
+    import os
+
+    if model is None and not os.environ.get("SUNROOM_MODEL") and os.environ.get(FAKE_MODEL_ENV):
+        model = "fake:script"
+    try:
+        request = CreateSession(
+            task=task, model=model, base_url=base_url, inputs=bound, output_schema=schema,
+            preset=preset, backend=backend, max_turns=max_turns,  # type: ignore[arg-type]
+        )  # fmt: skip
+    except pydantic.ValidationError as exc:
+        raise _fail(str(exc)) from None
+    console = Console(stderr=as_json)
+
+    async def work() -> tuple[str, dict[str, Any] | None]:
+        from sunroom.service.console import Renderer, follow
+
+        async with _manager(db) as manager:
+            sid = await manager.create(request)
+            renderer = Renderer(console)
+            try:
+                await follow(
+                    manager.store,
+                    manager.signals,
+                    sid,
+                    lambda e: None if as_json else renderer.show(e),
+                )
+            finally:
+                renderer.close()
+            _, result = await manager.result(sid, timeout_s=0)
+            return sid, result
+
+    sid, result = _guarded(work)
+    summary = _summary(sid, result)
+    if as_json:
+        typer.echo(json.dumps(summary))
+    raise typer.Exit(0 if summary["status"] == "success" else 1)
+
+
+class _manager:
+    """``async with _manager(db) as m``: a store and a session manager for this command."""
+
+    def __init__(self, db: Path | None) -> None:
+        self._db = db
+
+    async def __aenter__(self) -> Any:
+        from sunroom.service import ServiceConfig, SessionManager, load_functions, resolve_model
+        from sunroom.store import SQLiteStore
+
+        config = ServiceConfig.from_env(db_path=self._db, resume_orphans=False)
+        self._store = await SQLiteStore.open(config.db_path)
+        try:
+            self._m = SessionManager(
+                self._store, config=config, resolve_model=resolve_model,
+                functions=load_functions(config.functions),
+            )  # fmt: skip
+            await self._m.start()
+        except BaseException:
+            await self._store.aclose()
+            raise
+        return self._m
+
+    async def __aexit__(self, *exc: object) -> None:
+        try:
+            await self._m.aclose()
+        finally:
+            await self._store.aclose()
+
+
+async def _store_do(db: Path | None, job: Callable[[Any], Awaitable[T]]) -> T:
+    from sunroom.service import ServiceConfig
+    from sunroom.store import SQLiteStore
+
+    config = ServiceConfig.from_env(db_path=db)
+    async with SQLiteStore(config.db_path) as store:
+        return await job(store)
+
+
+@sessions_app.command("list")
+def sessions_list(
+    status: Annotated[str | None, typer.Option(help="Only sessions with this status.")] = None,
+    limit: Annotated[int, typer.Option(help="At most this many.")] = 50,
+    db: DbOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """List stored sessions, newest first."""
+    records = _guarded(lambda: _store_do(db, lambda s: s.list_sessions(status=status, limit=limit)))
+    if as_json:
+        typer.echo(json.dumps([_record(r) for r in records]))
+        return
+    table = Table("status", "model", "created", "result")
+    table.columns.insert(0, Column("session", no_wrap=True, min_width=32))
+    import datetime
+
+    for r in records:
+        created = datetime.datetime.fromtimestamp(r.created_at).strftime("%Y-%m-%d %H:%M:%S")
+        outcome = (r.result or {}).get("status", "")
+        table.add_row(r.session_id, r.status, str(r.config.get("model")), created, str(outcome))
+    Console().print(table)
+
+
+def _record(r: Any) -> dict[str, Any]:
+    return {
+        "session_id": r.session_id, "status": r.status, "config": r.config, "result": r.result,
+        "created_at": r.created_at, "finished_at": r.finished_at, "owner": r.owner,
+    }  # fmt: skip
+
+
+@sessions_app.command("show")
+def sessions_show(
+    session_id: Annotated[str, typer.Argument(help="The session id.")],
+    db: DbOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Show a session's record and its events."""
+    from sunroom.service.console import Renderer
+    from sunroom.service.journal import TRANSCRIPT
+
+    async def job(store: Any) -> tuple[Any, list[Any]]:
+        record = await store.get_session(session_id)
+        events = [] if record is None else await store.events(session_id)
+        return record, events
+
+    record, events = _guarded(lambda: _store_do(db, job))
+    if record is None:
+        raise _fail(f"no session {session_id!r}")
+    if as_json:
+        shown = [
+            {"seq": e.seq, "ts": e.ts, "type": e.kind, **e.payload}
+            for e in events
+            if e.kind != TRANSCRIPT
+        ]
+        typer.echo(json.dumps({**_record(record), "events": shown}))
+        return
+    console = Console()
+    console.print(f"session {record.session_id} · {record.status}")
+    renderer = Renderer(console)
+    for e in events:
+        renderer.show(e)
+    renderer.close()
+
+
+@sessions_app.command("resume")
+def sessions_resume(
+    session_id: Annotated[str, typer.Argument(help="The session id.")],
+    message: Annotated[str | None, typer.Option(help="A message to send once resumed.")] = None,
+    db: DbOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Take over a session (e.g. one a crashed service left running) and run it here."""
+    console = Console(stderr=as_json)
+
+    async def work() -> dict[str, Any] | None:
+        from sunroom.service.console import Renderer, follow
+
+        async with _manager(db) as manager:
+            before = (
+                await manager.store.last_seq(session_id)
+                if await manager.store.get_session(session_id)
+                else 0
+            )
+            await manager.resume(session_id)
+            if message is not None:
+                await manager.send(session_id, message)
+            renderer = Renderer(console)
+            try:
+                show = (lambda e: None) if as_json else renderer.show
+                await follow(manager.store, manager.signals, session_id, show, after=before)
+            finally:
+                renderer.close()
+            _, result = await manager.result(session_id, timeout_s=0)
+            out: dict[str, Any] | None = result
+            return out
+
+    result = _guarded(work)
+    summary = _summary(session_id, result)
+    if as_json:
+        typer.echo(json.dumps(summary))
+    raise typer.Exit(0 if summary["status"] == "success" else 1)
+
+
+def _age(text: str) -> float:
+    units = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+    try:
+        if text[-1:] in units:
+            return float(text[:-1]) * units[text[-1]]
+        return float(text)
+    except ValueError:
+        raise _fail(f"--older-than takes seconds or a number with s/m/h/d, got {text!r}") from None
+
+
+@sessions_app.command("purge")
+def sessions_purge(
+    older_than: Annotated[str, typer.Option(help="Age: seconds, or 30d, 12h, 15m.")] = "30d",
+    db: DbOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Delete finished sessions older than the given age (running ones are kept)."""
+    seconds = _age(older_than)
+    count = _guarded(lambda: _store_do(db, lambda s: s.purge(older_than_s=seconds)))
+    typer.echo(json.dumps({"purged": count}) if as_json else f"purged {count} sessions")
 
 
 def main() -> None:
