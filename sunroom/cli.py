@@ -196,7 +196,6 @@ def run(
     as_json: JsonOption = False,
 ) -> None:
     """Run an agent session here and show it live (it is stored like a service session)."""
-    from sunroom.service.models import FAKE_MODEL_ENV
     from sunroom.service.schemas import CreateSession
 
     bound = _inputs(inputs or [])
@@ -206,10 +205,6 @@ def run(
             schema = json.loads(output_schema.read_text())
         except (OSError, ValueError) as exc:
             raise _fail(f"cannot read the output schema {output_schema}: {exc}") from None
-    import os
-
-    if model is None and not os.environ.get("SUNROOM_MODEL") and os.environ.get(FAKE_MODEL_ENV):
-        model = "fake:script"
     try:
         request = CreateSession(
             task=task, model=model, base_url=base_url, inputs=bound, output_schema=schema,

@@ -93,7 +93,8 @@ class ServiceConfig(pydantic.BaseModel):
         """Settings from the environment, then *overrides* (None values are ignored).
 
         Reads ``SUNROOM_TOKEN``, ``SUNROOM_MODEL``, ``SUNROOM_BASE_URL``, ``SUNROOM_DB``,
-        ``SUNROOM_BACKEND`` and ``SUNROOM_FUNCTIONS`` (comma-separated). Raises
+        ``SUNROOM_BACKEND`` and ``SUNROOM_FUNCTIONS`` (comma-separated); with the test hook
+        ``SUNROOM_FAKE_MODEL`` set and no model named, the model is ``fake:script``. Raises
         pydantic.ValidationError.
         """
         env = os.environ
@@ -112,4 +113,6 @@ class ServiceConfig(pydantic.BaseModel):
                 f.strip() for f in env["SUNROOM_FUNCTIONS"].split(",") if f.strip()
             )
         values.update({k: v for k, v in overrides.items() if v is not None})
+        if values.get("model") is None and env.get("SUNROOM_FAKE_MODEL"):
+            values["model"] = "fake:script"  # the test hook of sunroom.service.models
         return cls(**values)

@@ -9,11 +9,13 @@ production). The script is JSON: a list of replies, or ``{"replies": [...], "sub
 ``execute_code`` tool call with optional text). A root call gets the reply whose index is the
 number of assistant messages already in its transcript, so a resumed session continues the
 script where its transcript left off; a ``predict`` sub-call (no tools offered) gets
-``sub_reply`` (default ``"ok"``); past the end the last reply repeats.
+``sub_reply`` (default ``"ok"``); past the end the last reply repeats. ``"delay_s"`` makes
+every call take that long (a model's latency).
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 from pathlib import Path
@@ -56,11 +58,14 @@ def fake_model(path: Path) -> Model:
         raise UsageError(f"cannot read the fake model script {str(path)!r}: {exc}") from None
     items = data.get("replies") if isinstance(data, dict) else data
     sub = data.get("sub_reply", "ok") if isinstance(data, dict) else "ok"
+    delay = float(data.get("delay_s", 0)) if isinstance(data, dict) else 0.0
     if not isinstance(items, list) or not items:
         raise UsageError("a fake model script needs a non-empty list of replies")
     replies = [_reply(item, i) for i, item in enumerate(items)]
 
-    def answer(request: Request) -> AssistantMessage | str:
+    async def answer(request: Request) -> AssistantMessage | str:
+        if delay > 0:
+            await asyncio.sleep(delay)
         if not request.tools:
             return str(sub)
         turn = sum(isinstance(m, AssistantMessage) for m in request.messages)

@@ -1,0 +1,18 @@
+"""Host functions the crash tests load into a service subprocess (``--functions``)."""
+
+from __future__ import annotations
+
+import os
+import time
+
+
+def charge(amount: int, idempotency_key: str) -> str:
+    """Charge *amount* (a side effect: a line in the ledger file), then take a moment."""
+    fd = os.open(os.environ["SUNROOM_TEST_LEDGER"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    try:
+        os.write(fd, f"{idempotency_key} {amount}\n".encode())
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    time.sleep(0.1)  # a window in which the call has happened but not finished
+    return f"charged {amount}"
