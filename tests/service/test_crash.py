@@ -170,3 +170,28 @@ def test_kill_9_at_ten_points_then_resume(tmp_path: Path) -> None:
         if e.kind == "Transcript" and "[The service restarted]" in json.dumps(e.payload)
     ]
     assert told, "the model was never told that the kernel restarted"
+
+
+def test_cli_resumes_a_session_a_killed_service_left_running(tmp_path: Path) -> None:
+    replies = [{"code": f"print(charge({i}))"} for i in range(6)]
+    (tmp_path / "script.json").write_text(
+        json.dumps({"replies": [*replies, "done"], "delay_s": 0.2})
+    )
+    env = {**os.environ, "SUNROOM_TOKEN": TOKEN, "SUNROOM_FAKE_MODEL": str(tmp_path / "script.json"),
+           "SUNROOM_TEST_LEDGER": str(tmp_path / "ledger.txt"), "SUNROOM_DB": str(tmp_path / "s.db"),
+           "SUNROOM_FUNCTIONS": "tests.service.hostfns:charge"}  # fmt: skip
+    service = Service(tmp_path, env)
+    sid = service.client.post("/sessions", json={"task": "charge"}).json()["session_id"]
+    wait_for(lambda: any(e.kind == "HostCallFinished" for e in read(tmp_path / "s.db", sid)[0]))
+    service.kill()
+    time.sleep(1.2)  # the dead server's lease (1 s) runs out
+    proc = subprocess.run(
+        [sys.executable, "-m", "sunroom.cli", "sessions", "resume", sid, "--json"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert out["status"] == "success" and out["output"] == "done" and out["session_id"] == sid
+    events, calls = read(tmp_path / "s.db", sid)
+    assert [e.kind for e in events].count("KernelRestarted") == 1
+    assert all(c.outcome in ("ok", "unknown") for c in calls)
