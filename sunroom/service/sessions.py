@@ -13,20 +13,19 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
-import socket
 import uuid
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
 from typing import Any, final
 
 from sunroom.agent.hooks import Hooks, Veto
 from sunroom.agent.session import AsyncSession
 from sunroom.errors import UsageError
-from sunroom.providers import Message, Model
+from sunroom.providers import Message
 from sunroom.sandbox.functions import HostFunction
+from sunroom.service import leases
 from sunroom.service.config import ServiceConfig
 from sunroom.service.journal import CallLedger, Journal
+from sunroom.service.live import Live, ModelResolver, new_owner, restore_transcript
 from sunroom.service.problems import CapacityError, ConflictError, NotFoundError
 from sunroom.service.recovery import (
     MESSAGE_RECEIVED,
@@ -43,25 +42,7 @@ __all__ = ["ModelResolver", "SessionManager", "new_owner"]
 
 log = logging.getLogger("sunroom.service")
 
-ModelResolver = Callable[[str, "str | None"], Model]
-"""``resolve(spec, base_url) -> Model``: builds a session's model (the caller closes it)."""
-
 _STATUS: dict[str, SessionStatus] = {"success": "finished", "cancelled": "cancelled"}
-
-
-def new_owner() -> str:
-    """A fresh owner string for this process incarnation (host, pid, random)."""
-    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:12]}"
-
-
-@dataclass(slots=True, eq=False)
-class _Live:
-    sid: str
-    session: AsyncSession
-    journal: Journal
-    model: Model
-    idle: asyncio.Event = field(default_factory=asyncio.Event)
-    preamble: str | None = None
 
 
 @final
@@ -91,7 +72,7 @@ class SessionManager:
         self.signals = Signals()
         self._resolve = resolve_model
         self._functions = tuple(functions)
-        self._live: dict[str, _Live] = {}
+        self._live: dict[str, Live] = {}
         self._lock = asyncio.Lock()
         self._tasks: list[asyncio.Task[None]] = []
         self._closed = False
@@ -101,9 +82,10 @@ class SessionManager:
     async def start(self) -> None:
         """Start lease renewal and, when configured, the resumption of orphaned sessions."""
         loop = asyncio.get_running_loop()
-        self._tasks.append(loop.create_task(self._renew_loop(), name="sunroom-renew"))
+        self._tasks.append(loop.create_task(leases.renew_forever(self), name="sunroom-renew"))
         if self.config.resume_orphans:
-            self._tasks.append(loop.create_task(self._orphan_loop(), name="sunroom-orphans"))
+            task = loop.create_task(leases.resume_forever(self), name="sunroom-orphans")
+            self._tasks.append(task)
 
     async def aclose(self) -> None:
         """Stop every live session and the background tasks.
@@ -124,6 +106,15 @@ class SessionManager:
     def live(self) -> int:
         """Sessions this process runs now."""
         return len(self._live)
+
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`aclose` was called."""
+        return self._closed
+
+    def live_ids(self) -> list[str]:
+        """Ids of the sessions this process runs now."""
+        return list(self._live)
 
     def is_live(self, sid: str) -> bool:
         """Whether this process runs session *sid*."""
@@ -214,7 +205,7 @@ class SessionManager:
 
     # -- resume ----------------------------------------------------------------------------
 
-    async def resume(self, sid: str) -> _Live:
+    async def resume(self, sid: str) -> Live:
         """Take over session *sid* from the store and run it here (see the module docstring).
 
         Raises NotFoundError, ConflictError (another live process owns it), CapacityError.
@@ -233,7 +224,7 @@ class SessionManager:
                     await self.store.release(sid, owner=self.owner)
                 raise
 
-    async def _take_over(self, record: SessionRecord) -> _Live:
+    async def _take_over(self, record: SessionRecord) -> Live:
         sid = record.session_id
         request = CreateSession.model_validate(record.config)
         state = replay(await self._all_events(sid))
@@ -271,7 +262,7 @@ class SessionManager:
             live.preamble = note
         return live
 
-    async def _continue(self, live: _Live, state: Replay, note: str) -> None:
+    async def _continue(self, live: Live, state: Replay, note: str) -> None:
         messages = [*state.pending]
         first = f"{note}\n\n{messages.pop(0)}" if messages else note
         await live.journal.append(MESSAGE_RECEIVED, {"text": first, "resumed": True})
@@ -283,25 +274,7 @@ class SessionManager:
 
     async def resume_orphans(self) -> list[str]:
         """Resume every session whose owner's lease ran out; the ids this process took."""
-        taken: list[str] = []
-        for record in await self.store.orphaned_sessions(limit=self.config.max_sessions):
-            if self._closed or len(self._live) >= self.config.max_sessions:
-                break
-            try:
-                await self.resume(record.session_id)
-                taken.append(record.session_id)
-            except ConflictError:
-                continue  # another process won the claim
-            except Exception as exc:
-                log.error("resuming session %s failed: %s", record.session_id, exc)
-                with contextlib.suppress(Exception):
-                    await self.store.finish_session(
-                        record.session_id,
-                        status="interrupted",
-                        result={"error": f"resume failed: {exc}"},
-                        owner=None,
-                    )
-        return taken
+        return await leases.resume_orphans(self)
 
     # -- internals -------------------------------------------------------------------------
 
@@ -333,9 +306,9 @@ class SessionManager:
         next_seq: int,
         first_call: int,
         transcript: list[Message] | None,
-    ) -> _Live:
+    ) -> Live:
         assert request.model is not None
-        holder: list[_Live] = []
+        holder: list[Live] = []
         journal = Journal(
             self.store,
             sid,
@@ -343,7 +316,7 @@ class SessionManager:
             next_seq=next_seq,
             notify=lambda: self.signals.fire(sid),
             on_ended=lambda result: self._ended(holder[0], result),
-            on_failed=lambda exc: self._lost(sid, exc),
+            on_failed=lambda exc: self.drop(sid, exc),
         )
 
         async def checkpoint(code: str) -> Veto | None:
@@ -373,15 +346,15 @@ class SessionManager:
                 await model.aclose()
             raise
         if transcript is not None:
-            _restore_transcript(session, transcript)
-        live = _Live(sid=sid, session=session, journal=journal, model=model)
+            restore_transcript(session, transcript)
+        live = Live(sid=sid, session=session, journal=journal, model=model)
         live.idle.set()
         holder.append(live)
         journal.attach(session, transcript=list(session.messages))
         self._live[sid] = live
         return live
 
-    async def _send(self, live: _Live, text: str) -> None:
+    async def _send(self, live: Live, text: str) -> None:
         if live.preamble is not None and not live.session.running:
             text, live.preamble = f"{live.preamble}\n\n{text}", None
         record = await self._record(live.sid)
@@ -391,7 +364,7 @@ class SessionManager:
         live.idle.clear()
         await live.session.send(text)
 
-    async def _ended(self, live: _Live, result: dict[str, Any]) -> None:
+    async def _ended(self, live: Live, result: dict[str, Any]) -> None:
         status = _STATUS.get(str(result.get("status")), "failed")
         with contextlib.suppress(Exception):
             await self.store.finish_session(
@@ -401,13 +374,14 @@ class SessionManager:
             live.idle.set()
         self.signals.fire(live.sid)
 
-    def _lost(self, sid: str, exc: BaseException) -> None:
+    def drop(self, sid: str, exc: BaseException) -> None:
+        """Stop running session *sid* here (its ownership was lost); its record is left as is."""
         live = self._live.pop(sid, None)
         if live is not None:
             log.error("session %s stopped: %s", sid, exc)
             asyncio.get_running_loop().create_task(self._close_quietly(live))
 
-    async def _close_quietly(self, live: _Live) -> None:
+    async def _close_quietly(self, live: Live) -> None:
         with contextlib.suppress(Exception):
             await live.session.aclose()
         with contextlib.suppress(Exception):
@@ -415,7 +389,7 @@ class SessionManager:
         live.idle.set()
         self.signals.fire(live.sid)
 
-    async def _shutdown(self, live: _Live, *, finish: bool) -> None:
+    async def _shutdown(self, live: Live, *, finish: bool) -> None:
         self._live.pop(live.sid, None)
         if not finish:
             live.journal.failed = ConflictError("the server is shutting down")  # write nothing more
@@ -434,32 +408,3 @@ class SessionManager:
             await self.store.release(live.sid, owner=self.owner)
         live.idle.set()
         self.signals.fire(live.sid)
-
-    async def _renew_loop(self) -> None:
-        while True:
-            await asyncio.sleep(self.config.lease_s / 3)
-            for sid in list(self._live):
-                try:
-                    ok = await self.store.renew(sid, owner=self.owner, lease_s=self.config.lease_s)
-                except Exception as exc:
-                    ok, exc_ = False, exc
-                    log.error("renewing session %s failed: %s", sid, exc_)
-                if not ok:
-                    self._lost(sid, ConflictError("the session's lease was lost"))
-
-    async def _orphan_loop(self) -> None:
-        while True:
-            try:
-                await self.resume_orphans()
-            except Exception as exc:
-                log.error("looking for orphaned sessions failed: %s", exc)
-            await asyncio.sleep(max(0.2, self.config.lease_s / 2))
-
-
-def _restore_transcript(session: AsyncSession, transcript: list[Message]) -> None:
-    """Put a recorded transcript into a fresh session (before its first run).
-
-    ``AsyncSession`` has no public way to start from a transcript yet, so this reaches into
-    its loop; it is the one place the service does so.
-    """
-    session._loop.messages[:] = transcript

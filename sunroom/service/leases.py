@@ -1,0 +1,76 @@
+"""Keeping sessions owned and taking over orphans: the session manager's background work.
+
+:func:`renew_forever` renews this process's lease on each live session every third of
+``lease_s`` and stops a session whose lease was lost. :func:`resume_forever` looks for
+sessions whose owner's lease ran out (a crashed or stopped server) every ``lease_s / 2`` and
+resumes them here; of several processes racing for one, exactly one wins the claim.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import TYPE_CHECKING
+
+from sunroom.service.problems import ConflictError
+
+if TYPE_CHECKING:
+    from sunroom.service.sessions import SessionManager
+
+__all__ = ["renew_forever", "resume_forever", "resume_orphans"]
+
+log = logging.getLogger("sunroom.service")
+
+
+async def resume_orphans(manager: SessionManager) -> list[str]:
+    """Resume every orphaned session the manager has room for; the ids it took.
+
+    A session that cannot be resumed (its config no longer builds, its kernel cannot start) is
+    recorded ``interrupted`` with the reason, so it is not tried forever.
+    """
+    taken: list[str] = []
+    limit = manager.config.max_sessions
+    for record in await manager.store.orphaned_sessions(limit=limit):
+        if manager.closed or manager.live >= limit:
+            break
+        try:
+            await manager.resume(record.session_id)
+            taken.append(record.session_id)
+        except ConflictError:
+            continue  # another process won the claim
+        except Exception as exc:
+            log.error("resuming session %s failed: %s", record.session_id, exc)
+            with contextlib.suppress(Exception):
+                await manager.store.finish_session(
+                    record.session_id,
+                    status="interrupted",
+                    result={"error": f"resume failed: {exc}"},
+                    owner=None,
+                )
+    return taken
+
+
+async def renew_forever(manager: SessionManager) -> None:
+    """Renew the lease of every live session, every ``lease_s / 3``, until cancelled."""
+    lease_s = manager.config.lease_s
+    while True:
+        await asyncio.sleep(lease_s / 3)
+        for sid in manager.live_ids():
+            try:
+                ok = await manager.store.renew(sid, owner=manager.owner, lease_s=lease_s)
+            except Exception as exc:
+                log.error("renewing session %s failed: %s", sid, exc)
+                ok = False
+            if not ok:
+                manager.drop(sid, ConflictError("the session's lease was lost"))
+
+
+async def resume_forever(manager: SessionManager) -> None:
+    """Resume orphaned sessions every ``lease_s / 2`` (at least 0.2 s), until cancelled."""
+    while True:
+        try:
+            await resume_orphans(manager)
+        except Exception as exc:
+            log.error("looking for orphaned sessions failed: %s", exc)
+        await asyncio.sleep(max(0.2, manager.config.lease_s / 2))
