@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import uuid
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Self, final
 
 from sunroom.agent import events as ev
@@ -29,7 +29,7 @@ from sunroom.agent.result import RunResult
 from sunroom.agent.shim import SHIM_SOURCE
 from sunroom.agent.submit import Submission, type_name
 from sunroom.errors import ClosedError, KernelError, UsageError
-from sunroom.providers import Model
+from sunroom.providers import Message, Model
 from sunroom.providers import model as build_model
 from sunroom.sandbox import backends
 from sunroom.sandbox.backend import Backend
@@ -70,6 +70,10 @@ class AsyncSession:
         predict_concurrency: ``predict_many`` items in flight at once.
         code_tool: offer the ``execute_code`` tool (False: fenced code blocks only).
         event_buffer: routine events buffered per subscriber before dropping.
+        session_id: the id events and results carry (default: a fresh uuid); a service resuming
+            a stored session passes its own.
+        transcript: a recorded transcript to continue (e.g. rebuilt from the event log after a
+            crash); the kernel is fresh, nothing in it is re-run.
 
     Raises UsageError for invalid options (before any kernel starts).
     """
@@ -96,6 +100,8 @@ class AsyncSession:
         predict_concurrency: int = 8,
         code_tool: bool = True,
         event_buffer: int = 1000,
+        session_id: str | None = None,
+        transcript: Sequence[Message] = (),
         _tracker: BudgetTracker | None = None,
         _depth: int = 0,
     ) -> None:
@@ -108,7 +114,9 @@ class AsyncSession:
             raise UsageError(f"max_depth must be an int >= 1, got {max_depth!r}")
         if hooks is not None and not isinstance(hooks, Hooks):
             raise UsageError("hooks must be a sunroom.agent.Hooks")
-        self.session_id = uuid.uuid4().hex
+        if session_id is not None and (not isinstance(session_id, str) or not session_id):
+            raise UsageError("session_id must be a non-empty str")
+        self.session_id = session_id or uuid.uuid4().hex
         self.preset = preset
         self._owned: list[Model] = []
         self._model = self._resolve(model)
@@ -191,6 +199,9 @@ class AsyncSession:
             ),
             system=prompt,
         )
+        if transcript:
+            # a resumed session continues a recorded (already redacted) transcript
+            self._loop.messages[:] = [self._guard.redact_value(m) for m in transcript]
         self._task: asyncio.Task[RunResult] | None = None
         self._started = False
         self._closed = False

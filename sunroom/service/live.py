@@ -15,10 +15,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from sunroom.agent.session import AsyncSession
-from sunroom.providers import Message, Model
+from sunroom.providers import Model
 from sunroom.service.journal import Journal
 
-__all__ = ["Live", "ModelResolver", "new_owner", "restore_transcript"]
+__all__ = ["Live", "ModelResolver", "new_owner"]
 
 ModelResolver = Callable[[str, "str | None"], Model]
 """``resolve(spec, base_url) -> Model``: builds a session's model (the caller closes it)."""
@@ -39,12 +39,3 @@ class Live:
     model: Model
     idle: asyncio.Event = field(default_factory=asyncio.Event)
     preamble: str | None = None
-
-
-def restore_transcript(session: AsyncSession, transcript: list[Message]) -> None:
-    """Put a recorded transcript into a fresh session (before its first run).
-
-    ``AsyncSession`` has no public way to start from a transcript yet, so this reaches into
-    its loop; it is the one place the service does so.
-    """
-    session._loop.messages[:] = transcript

@@ -25,7 +25,7 @@ from sunroom.sandbox.functions import HostFunction
 from sunroom.service import leases
 from sunroom.service.config import ServiceConfig
 from sunroom.service.journal import CallLedger, Journal
-from sunroom.service.live import Live, ModelResolver, new_owner, restore_transcript
+from sunroom.service.live import Live, ModelResolver, new_owner
 from sunroom.service.problems import CapacityError, ConflictError, NotFoundError
 from sunroom.service.recovery import (
     MESSAGE_RECEIVED,
@@ -338,15 +338,14 @@ class SessionManager:
                 max_turns=request.max_turns,
                 system_prompt=request.system_prompt,
                 hooks=Hooks(before_execute=checkpoint),
+                session_id=sid,
+                transcript=transcript or (),
             )
-            session.session_id = sid
             await session.start()
         except BaseException:
             with contextlib.suppress(Exception):
                 await model.aclose()
             raise
-        if transcript is not None:
-            restore_transcript(session, transcript)
         live = Live(sid=sid, session=session, journal=journal, model=model)
         live.idle.set()
         holder.append(live)

@@ -304,3 +304,18 @@ async def test_context_policy_warns_then_compacts_counting_the_summary_call() ->
     assert any(SUMMARY_HEADER in repr(m) for m in s.messages)
     summaries = [r for r in model.requests if not r.tools]
     assert summaries and result.model_calls == result.turns + len(summaries)
+
+
+async def test_a_session_continues_a_recorded_transcript() -> None:
+    from sunroom.providers import AssistantMessage, UserMessage
+
+    recorded = [UserMessage("remember the number 41"), AssistantMessage("noted: 41")]
+    model = ScriptedModel(["the number was 41"])
+    async with AsyncSession(
+        model=model, backend=FAST, session_id="resumed-1", transcript=recorded
+    ) as s:
+        assert s.session_id == "resumed-1"
+        result = await s.run("what was the number?")
+    assert result.ok and result.session_id == "resumed-1"
+    texts = [getattr(m, "text", "") for m in model.requests[0].messages]
+    assert any("remember the number 41" in t for t in texts)
