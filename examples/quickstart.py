@@ -71,7 +71,7 @@ def main() -> None:
         )
         show("fresh kernel, inputs rebound", k.execute("tickers, 'total' in globals()"))
         show(
-            "the sandbox has no network",
+            f"a network connection from the {args.backend} kernel",
             k.execute("import socket\nsocket.create_connection(('127.0.0.1', 22), timeout=1)"),
         )
     print("closed: every kernel process is gone")
