@@ -12,12 +12,12 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any, Unpack, final
 
-from sunroom.errors import AuthenticationError, ProviderError, UsageError
+from sunroom.errors import ProviderError
 
 from . import _errors
 from ._base import VendorModel
 from .assembly import ResponseBuilder
-from .config import ModelOptions, api_key_from_env
+from .config import ModelOptions, missing_key, sdk_and_key
 from .events import Done, StreamEvent, UsageUpdate
 from .messages import (
     AssistantMessage,
@@ -216,13 +216,15 @@ class AnthropicModel(VendorModel["AsyncAnthropic"]):
         base_url: str | None = None,
         **options: Unpack[ModelOptions],
     ) -> None:
-        try:
-            import anthropic  # noqa: F401
-        except ImportError as exc:  # pragma: no cover - depends on the install
-            raise UsageError("anthropic models need: pip install 'sunroom[providers]'") from exc
-        key = api_key or api_key_from_env("ANTHROPIC_API_KEY")
+        key = sdk_and_key(
+            sdk="anthropic",
+            family="anthropic",
+            provider=PROVIDER,
+            api_key=api_key,
+            env=("ANTHROPIC_API_KEY",),
+        )
         if not key:
-            raise AuthenticationError("set ANTHROPIC_API_KEY or pass api_key=", provider=PROVIDER)
+            raise missing_key("ANTHROPIC_API_KEY", provider=PROVIDER)
         super().__init__(
             name, api_key=key, base_url=base_url, price_family=PROVIDER, options=options
         )

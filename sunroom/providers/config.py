@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import importlib
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TypedDict, final
 
+from sunroom.errors import AuthenticationError, UsageError
+
 from .pricing import Price, PriceTable
 from .retry import CircuitBreaker, Clock, RetryPolicy
 from .settings import Settings
 
-__all__ = ["ClientConfig", "ModelOptions", "api_key_from_env"]
+__all__ = ["ClientConfig", "ModelOptions", "api_key_from_env", "missing_key", "sdk_and_key"]
 
 _HIDDEN = "<hidden>"
 
@@ -51,6 +54,26 @@ def api_key_from_env(*names: str) -> str | None:
         if value:
             return value
     return None
+
+
+def sdk_and_key(
+    *, sdk: str, family: str, provider: str, api_key: str | None, env: tuple[str, ...]
+) -> str | None:
+    """Check the vendor SDK *sdk* is installed and find the API key (argument, then *env*).
+
+    Raises UsageError naming the install command when the SDK is missing. Returns None when no
+    key was found; adapters that need one raise :func:`missing_key`.
+    """
+    try:
+        importlib.import_module(sdk)
+    except ImportError as exc:  # pragma: no cover - depends on the install
+        raise UsageError(f"{family} models need: pip install 'sunroom[providers]'") from exc
+    return api_key or api_key_from_env(*env)
+
+
+def missing_key(env: str, *, provider: str) -> AuthenticationError:
+    """The error for an adapter built without a key: raised at build time, not first call."""
+    return AuthenticationError(f"set {env} or pass api_key=", provider=provider)
 
 
 class ModelOptions(TypedDict, total=False):

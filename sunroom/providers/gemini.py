@@ -19,12 +19,12 @@ import sys
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any, Unpack, final
 
-from sunroom.errors import AuthenticationError, ProviderError, UsageError
+from sunroom.errors import AuthenticationError, ProviderError
 
 from . import _errors
 from ._base import VendorModel
 from .assembly import ResponseBuilder
-from .config import ModelOptions, api_key_from_env
+from .config import ModelOptions, missing_key, sdk_and_key
 from .events import Done, StreamEvent, UsageUpdate
 from .messages import (
     AssistantMessage,
@@ -286,13 +286,15 @@ class GeminiModel(VendorModel["Client"]):
         api_version: str = "v1beta",
         **options: Unpack[ModelOptions],
     ) -> None:
-        try:
-            import google.genai  # noqa: F401
-        except ImportError as exc:  # pragma: no cover - depends on the install
-            raise UsageError("gemini models need: pip install 'sunroom[providers]'") from exc
-        key = api_key or api_key_from_env("GEMINI_API_KEY", "GOOGLE_API_KEY")
+        key = sdk_and_key(
+            sdk="google.genai",
+            family="gemini",
+            provider=PROVIDER,
+            api_key=api_key,
+            env=("GEMINI_API_KEY", "GOOGLE_API_KEY"),
+        )
         if not key:
-            raise AuthenticationError("set GEMINI_API_KEY or pass api_key=", provider=PROVIDER)
+            raise missing_key("GEMINI_API_KEY", provider=PROVIDER)
         self.api_version = api_version
         super().__init__(
             name, api_key=key, base_url=base_url, price_family=PROVIDER, options=options

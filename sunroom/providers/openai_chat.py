@@ -17,11 +17,11 @@ import json
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any, Unpack, final
 
-from sunroom.errors import ProviderError, UsageError
+from sunroom.errors import ProviderError
 
 from ._base import VendorModel
 from .assembly import ResponseBuilder, parse_arguments
-from .config import ModelOptions, api_key_from_env
+from .config import ModelOptions, sdk_and_key
 from .events import Done, StreamEvent, UsageUpdate
 from .messages import (
     AssistantMessage,
@@ -218,11 +218,14 @@ class OpenAIChatModel(VendorModel["AsyncOpenAI"]):
         base_url: str | None = None,
         **options: Unpack[ModelOptions],
     ) -> None:
-        try:
-            import openai  # noqa: F401
-        except ImportError as exc:  # pragma: no cover - depends on the install
-            raise UsageError("openai-compatible models need: pip install openai") from exc
-        key = api_key or api_key_from_env("OPENAI_API_KEY") or "no-key"
+        found = sdk_and_key(
+            sdk="openai",
+            family="openai-compatible",
+            provider=PROVIDER,
+            api_key=api_key,
+            env=("OPENAI_API_KEY",),
+        )
+        key = found or "no-key"  # local servers (llama.cpp, Ollama, vLLM) need none
         family = "openai" if base_url is None else "openai-compatible"
         super().__init__(name, api_key=key, base_url=base_url, price_family=family, options=options)
 
