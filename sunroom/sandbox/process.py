@@ -13,14 +13,18 @@ import contextlib
 import os
 import shutil
 import signal
+import socket
 import stat
 import sys
+import tempfile
 from pathlib import Path
-from typing import final
+from typing import Any, final
 
 import psutil
 
+from sunroom.errors import KernelStartError
 from sunroom.sandbox.cgroup import Cgroup
+from sunroom.sandbox.limits import Limits
 
 _SIGNAL_NAMES = {s.value: s.name for s in signal.Signals}
 
@@ -196,3 +200,99 @@ def _remove_tree(path: Path) -> None:
         shutil.rmtree(path, onexc=lambda f, p, e: fix(p))
     else:
         shutil.rmtree(path, onerror=lambda f, p, e: fix(p))
+
+
+@final
+class LocalLaunch:
+    """The host resources of one local supervised kernel, from preparation to spawn.
+
+    :meth:`prepare` makes a private run directory, the socketpair, the status pipe and (when
+    asked and possible) the cgroup; :meth:`spawn` starts the supervisor with the kernel's ends
+    of them and returns the process handle and the host's end of the socket. If the spawn
+    fails, every resource is released and KernelStartError is raised.
+    """
+
+    def __init__(self, rundir: Path, cgroup: Cgroup | None) -> None:
+        self.rundir = rundir
+        self.cgroup = cgroup
+        self.host_sock, self.kernel_sock = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.status_r, self.status_w = os.pipe()
+
+    @classmethod
+    async def prepare(
+        cls, *, prefix: str, nonce: str, limits: Limits, cgroups: bool
+    ) -> LocalLaunch:
+        """Create the run directory and, if *cgroups*, try to create the kernel's cgroup."""
+        cgroup = None
+        if cgroups:
+            cgroup = await asyncio.to_thread(
+                Cgroup.create,
+                f"sunroom-{nonce[:16]}",
+                memory_mb=limits.memory_mb,
+                pids=limits.pids,
+                cpu_quota=limits.cpu_quota,
+            )
+        return cls(Path(tempfile.mkdtemp(prefix=prefix)), cgroup)
+
+    def supervisor_config(self, *, nonce: str, limits: Limits) -> dict[str, Any]:
+        """The supervisor's config for these resources (callers add backend-specific keys)."""
+        return {
+            "fd": self.kernel_sock.fileno(),
+            "status_fd": self.status_w,
+            "nonce": nonce,
+            "max_frame": limits.max_frame_bytes,
+            "rlimits": limits.rlimits(),
+            "cgroup_procs": [],
+        }
+
+    def abandon(self) -> None:
+        """Release everything without spawning (a launch that failed before the spawn)."""
+        for sock in (self.host_sock, self.kernel_sock):
+            sock.close()
+        for fd in (self.status_r, self.status_w):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        if self.cgroup is not None:
+            self.cgroup.remove()
+        _remove_tree(self.rundir)
+
+    async def spawn(
+        self,
+        argv: list[str],
+        *,
+        cwd: Path,
+        env: dict[str, str],
+        workdir: Path,
+        memory_mb: int,
+        extra_fds: tuple[int, ...] = (),
+        stop_signal: signal.Signals = signal.SIGTERM,
+    ) -> tuple[SupervisedProcess, socket.socket]:
+        """Start *argv* in a new session with the kernel's fds; raises KernelStartError."""
+        try:
+            with open(self.rundir / "kernel.log", "wb") as log:  # noqa: ASYNC230 - local create
+                proc = await asyncio.create_subprocess_exec(
+                    *argv,
+                    stdin=asyncio.subprocess.DEVNULL,
+                    stdout=asyncio.subprocess.DEVNULL,
+                    stderr=log,
+                    pass_fds=(self.kernel_sock.fileno(), self.status_w, *extra_fds),
+                    cwd=cwd,
+                    env=env,
+                    start_new_session=True,
+                )
+        except OSError as exc:
+            self.abandon()
+            raise KernelStartError(f"cannot start {argv[0]}: {exc}") from exc
+        self.kernel_sock.close()
+        with contextlib.suppress(OSError):
+            os.close(self.status_w)
+        handle = SupervisedProcess(
+            proc,
+            status_fd=self.status_r,
+            rundir=self.rundir,
+            workdir=workdir,
+            cgroup=self.cgroup,
+            memory_mb=memory_mb,
+            stop_signal=stop_signal,
+        )
+        return handle, self.host_sock

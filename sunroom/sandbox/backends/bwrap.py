@@ -16,7 +16,6 @@ fallback to a weaker backend.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import json
 import os
@@ -26,15 +25,13 @@ import signal
 import socket
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
-from typing import Any, Final, final
+from typing import Final, final
 
-from sunroom.errors import KernelStartError, SandboxUnavailableError
+from sunroom.errors import SandboxUnavailableError
 from sunroom.sandbox.backend import SAFE_PATH, KernelProcess, LaunchSpec, kernel_env
 from sunroom.sandbox.backends.subprocess import BOOT, kernel_sys_path, package_root
-from sunroom.sandbox.cgroup import Cgroup
-from sunroom.sandbox.process import SupervisedProcess, _remove_tree
+from sunroom.sandbox.process import LocalLaunch
 from sunroom.sandbox.seccomp import compile_bpf
 
 SANDBOX_UID: Final = 1000
@@ -149,34 +146,22 @@ class BwrapBackend:
         limits = spec.limits
         prefix, python_inside = self._python_layout()
         code_binds, sys_path = self._code_binds()
-        cgroup = await asyncio.to_thread(
-            Cgroup.create,
-            f"sunroom-{spec.nonce[:16]}",
-            memory_mb=limits.memory_mb,
-            pids=limits.pids,
-            cpu_quota=limits.cpu_quota,
+        local = await LocalLaunch.prepare(
+            prefix="sunroom-bwrap-", nonce=spec.nonce, limits=limits, cgroups=True
         )
+        cgroup = local.cgroup
         if cgroup is None and self._require_cgroups:
+            local.abandon()
             raise SandboxUnavailableError(
                 "the bwrap backend needs a writable cgroup tree (v1 or v2) for its memory and "
                 "process limits; run as root or delegate a cgroup v2 subtree to this user "
                 "(systemd-run --user --scope -p Delegate=yes ...), or pass "
                 "BwrapBackend(require_cgroups=False) to accept weaker limits"
             )
-        rundir = Path(tempfile.mkdtemp(prefix="sunroom-bwrap-"))
-        host_sock, kernel_sock = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        status_r, status_w = os.pipe()
         seccomp_fd = os.memfd_create("sunroom-seccomp", 0)
         os.write(seccomp_fd, program)
         os.lseek(seccomp_fd, 0, os.SEEK_SET)
-        config: dict[str, Any] = {
-            "fd": kernel_sock.fileno(),
-            "status_fd": status_w,
-            "nonce": spec.nonce,
-            "max_frame": limits.max_frame_bytes,
-            "rlimits": limits.rlimits(),
-            "cgroup_procs": [],
-        }
+        config = local.supervisor_config(nonce=spec.nonce, limits=limits)
         env = kernel_env(Path(WORKDIR), spec.env)
         argv = [
             self._bwrap,
@@ -226,37 +211,14 @@ class BwrapBackend:
             joins = " && ".join(f"echo $$ > {shlex.quote(p)}" for p in cgroup.procs_files)
             argv = ["/bin/sh", "-c", f'{joins} && exec "$@"', "sunroom-shim", *argv]
         try:
-            with open(rundir / "kernel.log", "wb") as log:  # noqa: ASYNC230 - a local create
-                proc = await asyncio.create_subprocess_exec(
-                    *argv,
-                    stdin=asyncio.subprocess.DEVNULL,
-                    stdout=asyncio.subprocess.DEVNULL,
-                    stderr=log,
-                    pass_fds=(kernel_sock.fileno(), status_w, seccomp_fd),
-                    cwd=rundir,
-                    env={"PATH": SAFE_PATH, "LANG": "C.UTF-8"},
-                    start_new_session=True,
-                )
-        except OSError as exc:
-            host_sock.close()
-            os.close(status_r)
-            if cgroup is not None:
-                cgroup.remove()
-            _remove_tree(rundir)
-            raise KernelStartError(f"cannot start bubblewrap: {exc}") from exc
+            return await local.spawn(
+                argv,
+                cwd=local.rundir,
+                env={"PATH": SAFE_PATH, "LANG": "C.UTF-8"},
+                workdir=local.rundir / "work",  # the real one is a tmpfs inside the sandbox
+                memory_mb=limits.memory_mb,
+                extra_fds=(seccomp_fd,),
+                stop_signal=signal.SIGKILL,
+            )
         finally:
-            kernel_sock.close()
-            for fd in (status_w, seccomp_fd):
-                with contextlib.suppress(OSError):
-                    os.close(fd)
-        (rundir / "work").mkdir(exist_ok=True)
-        handle = SupervisedProcess(
-            proc,
-            status_fd=status_r,
-            rundir=rundir,
-            workdir=rundir / "work",
-            cgroup=cgroup,
-            memory_mb=limits.memory_mb,
-            stop_signal=signal.SIGKILL,
-        )
-        return handle, host_sock
+            os.close(seccomp_fd)

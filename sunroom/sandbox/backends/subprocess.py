@@ -9,23 +9,18 @@ isolation. Use it for trusted code and development; ask for it by name.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import functools
 import json
 import os
 import site
 import socket
 import sys
-import tempfile
 from pathlib import Path
-from typing import Any, final
+from typing import final
 
 import sunroom
-from sunroom.errors import KernelStartError
 from sunroom.sandbox.backend import KernelProcess, LaunchSpec, kernel_env
-from sunroom.sandbox.cgroup import Cgroup
-from sunroom.sandbox.process import SupervisedProcess, _remove_tree
+from sunroom.sandbox.process import LocalLaunch
 
 BOOT = (
     "import sys, json; sys.path[0:0] = json.loads(sys.argv[1]); "
@@ -79,64 +74,20 @@ class SubprocessBackend:
     async def launch(self, spec: LaunchSpec) -> tuple[KernelProcess, socket.socket]:
         """Start the supervisor and kernel; see ``Backend.launch``."""
         limits = spec.limits
-        rundir = Path(tempfile.mkdtemp(prefix="sunroom-"))
-        workdir = rundir / "work"
+        local = await LocalLaunch.prepare(
+            prefix="sunroom-", nonce=spec.nonce, limits=limits, cgroups=self._use_cgroups
+        )
+        workdir = local.rundir / "work"
         workdir.mkdir(mode=0o700)
-        host_sock, kernel_sock = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        status_r, status_w = os.pipe()
-        cgroup = None
-        if self._use_cgroups:
-            cgroup = await asyncio.to_thread(
-                Cgroup.create,
-                f"sunroom-{spec.nonce[:16]}",
-                memory_mb=limits.memory_mb,
-                pids=limits.pids,
-                cpu_quota=limits.cpu_quota,
-            )
-        config: dict[str, Any] = {
-            "fd": kernel_sock.fileno(),
-            "status_fd": status_w,
-            "nonce": spec.nonce,
-            "parent_pid": os.getpid(),
-            "max_frame": limits.max_frame_bytes,
-            "rlimits": limits.rlimits(),
-            "cgroup_procs": cgroup.procs_files if cgroup else [],
-        }
-        try:
-            with open(rundir / "kernel.log", "wb") as log:  # noqa: ASYNC230 - a local create
-                proc = await asyncio.create_subprocess_exec(
-                    self._python,
-                    "-I",
-                    "-S",
-                    "-c",
-                    BOOT,
-                    json.dumps(kernel_sys_path()),
-                    json.dumps(config),
-                    stdin=asyncio.subprocess.DEVNULL,
-                    stdout=asyncio.subprocess.DEVNULL,
-                    stderr=log,
-                    pass_fds=(kernel_sock.fileno(), status_w),
-                    cwd=workdir,
-                    env=kernel_env(workdir, spec.env),
-                    start_new_session=True,
-                )
-        except OSError as exc:
-            host_sock.close()
-            os.close(status_r)
-            if cgroup is not None:
-                cgroup.remove()
-            _remove_tree(rundir)
-            raise KernelStartError(f"cannot start {self._python}: {exc}") from exc
-        finally:
-            kernel_sock.close()
-            with contextlib.suppress(OSError):
-                os.close(status_w)
-        handle = SupervisedProcess(
-            proc,
-            status_fd=status_r,
-            rundir=rundir,
+        config = local.supervisor_config(nonce=spec.nonce, limits=limits)
+        config["parent_pid"] = os.getpid()
+        config["cgroup_procs"] = local.cgroup.procs_files if local.cgroup else []
+        argv = [self._python, "-I", "-S", "-c", BOOT]
+        argv += [json.dumps(kernel_sys_path()), json.dumps(config)]
+        return await local.spawn(
+            argv,
+            cwd=workdir,
+            env=kernel_env(workdir, spec.env),
             workdir=workdir,
-            cgroup=cgroup,
             memory_mb=limits.memory_mb,
         )
-        return handle, host_sock
