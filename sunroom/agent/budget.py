@@ -84,11 +84,12 @@ class BudgetTracker:
     Single event loop only (it is not thread-safe). ``exceeded`` holds the first limit hit.
     """
 
-    def __init__(self, budget: Budget | None = None) -> None:
+    def __init__(self, budget: Budget | None = None, *, spent: Spend | None = None) -> None:
+        """Track *budget*; *spent* is what a resumed session had already spent (it counts)."""
         self.budget = budget or Budget()
         self.started = time.monotonic()
-        self._reserved = 0
-        self._spend = Spend()
+        self._spend = spent or Spend()
+        self._reserved = self._spend.model_calls
         self.exceeded: BudgetExceededError | None = None
 
     def snapshot(self) -> Spend:

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Self, final
 
 from sunroom.agent import events as ev
-from sunroom.agent.budget import Budget, BudgetTracker
+from sunroom.agent.budget import Budget, BudgetTracker, Spend
 from sunroom.agent.bus import EventBus, Subscription
 from sunroom.agent.calls import ModelGate, instrument
 from sunroom.agent.guard import Guard, context_guard
@@ -74,6 +74,8 @@ class AsyncSession:
             a stored session passes its own.
         transcript: a recorded transcript to continue (e.g. rebuilt from the event log after a
             crash); the kernel is fresh, nothing in it is re-run.
+        spent: what the session had already spent before a resume (model calls, tokens, cost);
+            it counts against ``budget`` (wall time restarts).
 
     Raises UsageError for invalid options (before any kernel starts).
     """
@@ -102,6 +104,7 @@ class AsyncSession:
         event_buffer: int = 1000,
         session_id: str | None = None,
         transcript: Sequence[Message] = (),
+        spent: Spend | None = None,
         _tracker: BudgetTracker | None = None,
         _depth: int = 0,
     ) -> None:
@@ -124,7 +127,7 @@ class AsyncSession:
         self._bus = EventBus(maxsize=event_buffer)
         self._secrets = secrets if isinstance(secrets, Secrets) else Secrets(secrets)
         self._guard: Guard = context_guard(self._secrets, context)
-        self.tracker = _tracker or BudgetTracker(budget)
+        self.tracker = _tracker or BudgetTracker(budget, spent=spent)
         self._gate = ModelGate(self.tracker, self._publish)
         self._depth = depth = _depth
         self._options: dict[str, Any] = {

@@ -7,11 +7,13 @@ messages the transcript had not taken in yet, and the tool calls the crash left 
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, final
 
-from sunroom.providers import AssistantMessage, Message, ToolResultMessage, UserMessage
+from sunroom.agent.budget import Spend
+from sunroom.providers import AssistantMessage, Message, ToolResultMessage, Usage, UserMessage
 from sunroom.service.codec import message_from_json
 from sunroom.service.journal import TRANSCRIPT
 from sunroom.store import CallRecord, StoredEvent
@@ -22,6 +24,7 @@ MESSAGE_RECEIVED = "MessageReceived"
 """Kind of the event recording a user message, appended before the session gets it."""
 
 RUN_ENDED = "SessionEnded"
+USAGE_UPDATED = "UsageUpdated"
 
 
 @final
@@ -35,6 +38,7 @@ class Replay:
         run_open: a run was in progress (a message after the last run end).
         last_result: the result of the last ``SessionEnded`` (None when none).
         last_seq: the seq of the last event.
+        spent: the session's spend as its last ``UsageUpdated`` event recorded it.
     """
 
     transcript: list[Message]
@@ -42,6 +46,7 @@ class Replay:
     run_open: bool
     last_result: dict[str, Any] | None
     last_seq: int
+    spent: Spend = Spend()
 
 
 def replay(events: Sequence[StoredEvent]) -> Replay:
@@ -50,6 +55,7 @@ def replay(events: Sequence[StoredEvent]) -> Replay:
     texts: list[str] = []
     run_open = False
     last_result: dict[str, Any] | None = None
+    spent = Spend()
     for e in events:
         if e.kind == TRANSCRIPT:
             start = int(e.payload["start"])
@@ -60,12 +66,28 @@ def replay(events: Sequence[StoredEvent]) -> Replay:
         elif e.kind == RUN_ENDED:
             run_open = False
             last_result = e.payload.get("result")
+        elif e.kind == USAGE_UPDATED:
+            spent = _spend_from(e.payload)
     return Replay(
         transcript=transcript,
         pending=_unmatched(transcript, texts),
         run_open=run_open,
         last_result=last_result,
         last_seq=events[-1].seq if events else 0,
+        spent=spent,
+    )
+
+
+def _spend_from(payload: dict[str, Any]) -> Spend:
+    """The session totals a ``UsageUpdated`` payload carries (unknown cost counts as unpriced)."""
+    fields = {f.name for f in dataclasses.fields(Usage)}
+    usage = Usage(**{k: int(v) for k, v in (payload.get("usage") or {}).items() if k in fields})
+    cost = payload.get("cost_micro_usd")
+    return Spend(
+        model_calls=int(payload.get("model_calls", 0)),
+        usage=usage,
+        cost_micro_usd=int(cost or 0),
+        unpriced_calls=0 if cost is not None else 1,
     )
 
 

@@ -17,6 +17,7 @@ import uuid
 from collections.abc import Sequence
 from typing import Any, final
 
+from sunroom.agent.budget import Spend
 from sunroom.agent.hooks import Hooks, Veto
 from sunroom.agent.session import AsyncSession
 from sunroom.errors import UsageError
@@ -241,6 +242,7 @@ class SessionManager:
             next_seq=state.last_seq + 1,
             first_call=len(calls) + 1,
             transcript=transcript or None,
+            spent=state.spent,
         )
         for c in unknown:
             await live.journal.append(
@@ -306,6 +308,7 @@ class SessionManager:
         next_seq: int,
         first_call: int,
         transcript: list[Message] | None,
+        spent: Spend | None = None,
     ) -> Live:
         assert request.model is not None
         holder: list[Live] = []
@@ -340,6 +343,7 @@ class SessionManager:
                 hooks=Hooks(before_execute=checkpoint),
                 session_id=sid,
                 transcript=transcript or (),
+                spent=spent,
             )
             await session.start()
         except BaseException:

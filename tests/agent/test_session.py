@@ -319,3 +319,19 @@ async def test_a_session_continues_a_recorded_transcript() -> None:
     assert result.ok and result.session_id == "resumed-1"
     texts = [getattr(m, "text", "") for m in model.requests[0].messages]
     assert any("remember the number 41" in t for t in texts)
+
+
+async def test_spend_before_a_resume_counts_against_the_budget() -> None:
+    from sunroom.agent import Budget
+    from sunroom.agent.budget import Spend
+
+    model = ScriptedModel(["never asked"])
+    async with AsyncSession(
+        model=model,
+        backend=FAST,
+        budget=Budget(max_model_calls=3),
+        spent=Spend(model_calls=3),
+    ) as s:
+        result = await s.run("go on")
+    assert result.status == "budget_exceeded"
+    assert model.requests == []
