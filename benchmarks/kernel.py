@@ -20,6 +20,7 @@ import statistics
 import subprocess
 import sys
 import time
+from typing import cast
 
 import msgpack
 
@@ -48,8 +49,7 @@ print(out[len(out) // 2], out[int(len(out) * 0.9)])
 
 class _Echo(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.t = transport
+        self.t = cast(asyncio.Transport, transport)  # uvloop's do not subclass asyncio's
         self.buf = bytearray()
 
     def data_received(self, data: bytes) -> None:
@@ -145,6 +145,7 @@ async def main() -> None:
     parser.add_argument("--n", type=int, default=2000)
     parser.add_argument("--starts", type=int, default=20)
     parser.add_argument("--compare", default="", help="comma-separated backends to compare")
+    parser.add_argument("--loop", choices=["asyncio", "uvloop"], default="asyncio")
     args = parser.parse_args()
 
     async def ping(x: int) -> int:
@@ -155,7 +156,7 @@ async def main() -> None:
 
     print(
         f"sunroom {sunroom.__version__} kernel benchmarks, backend={args.backend}, "
-        f"python {sys.version.split()[0]}"
+        f"loop={args.loop}, python {sys.version.split()[0]}"
     )
     echo50, echo90 = await raw_echo(args.n)
     starts = await bench_start(args.backend, args.starts)
@@ -218,4 +219,9 @@ async def compare(names: list[str], starts: int, n: int) -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    if "--loop" in sys.argv and "uvloop" in sys.argv:
+        import uvloop  # optional: pip install uvloop
+
+        uvloop.run(main())
+    else:
+        asyncio.run(main())

@@ -14,7 +14,7 @@ import asyncio
 import contextlib
 import socket
 from collections.abc import Awaitable, Callable
-from typing import Any, Final, final
+from typing import Any, Final, cast, final
 
 from sunroom.errors import ClosedError, ProtocolError
 from sunroom.rpc.codec import (
@@ -101,8 +101,8 @@ class Channel(asyncio.Protocol):
     # -- asyncio.Protocol ------------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:  # noqa: D102
-        assert isinstance(transport, asyncio.Transport)
-        self._transport = transport
+        # uvloop's transports do not subclass asyncio.Transport; they provide its methods
+        self._transport = cast(asyncio.Transport, transport)
 
     def data_received(self, data: bytes) -> None:  # noqa: D102
         self._buf += data
