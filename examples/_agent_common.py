@@ -2,11 +2,20 @@
 
 from __future__ import annotations
 
+import argparse
 import os
 import sys
 
 from sunroom.agent import events as ev
 from sunroom.providers import Model, model
+
+
+def example_parser(doc: str | None) -> argparse.ArgumentParser:
+    """The options every agent example takes: --fake (offline, scripted) and --backend."""
+    parser = argparse.ArgumentParser(description=doc)
+    parser.add_argument("--fake", action="store_true", help="use scripted models (offline)")
+    parser.add_argument("--backend", default="bwrap", choices=["bwrap", "docker", "subprocess"])
+    return parser
 
 
 def configured_model() -> Model:

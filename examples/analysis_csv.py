@@ -6,12 +6,11 @@ python examples/analysis_csv.py --fake            # offline, scripted model
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import random
 
 import pydantic
-from _agent_common import configured_model, show
+from _agent_common import configured_model, example_parser, show
 
 from sunroom.agent import AsyncSession, Budget
 from sunroom.agent import events as ev
@@ -62,9 +61,7 @@ def fake_model() -> Model:
 
 
 async def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--fake", action="store_true", help="use a scripted model (offline)")
-    parser.add_argument("--backend", default="bwrap", choices=["bwrap", "docker", "subprocess"])
+    parser = example_parser(__doc__)
     args = parser.parse_args()
     llm = fake_model() if args.fake else configured_model()
     async with (

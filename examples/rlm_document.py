@@ -7,14 +7,13 @@
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import random
 from pathlib import Path
 
 import pydantic
-from _agent_common import configured_model, show
+from _agent_common import configured_model, example_parser, show
 
 from sunroom.agent import AsyncSession, Budget
 from sunroom.agent import events as ev
@@ -99,10 +98,8 @@ def fake_models() -> tuple[Model, Model]:
 
 
 async def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
+    parser = example_parser(__doc__)
     parser.add_argument("path", nargs="?", help="a text file (default: a generated 1 MB log)")
-    parser.add_argument("--fake", action="store_true", help="use scripted models (offline)")
-    parser.add_argument("--backend", default="bwrap", choices=["bwrap", "docker", "subprocess"])
     args = parser.parse_args()
     document = await asyncio.to_thread(Path(args.path).read_text) if args.path else make_document()
     root, sub = fake_models() if args.fake else (configured_model(), None)

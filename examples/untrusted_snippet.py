@@ -8,11 +8,10 @@ the host holds is registered as a secret, so it never reaches the model or the e
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 
 import pydantic
-from _agent_common import configured_model, show
+from _agent_common import configured_model, example_parser, show
 
 from sunroom import Limits
 from sunroom.agent import AsyncSession, Budget, Hooks, Veto
@@ -75,9 +74,7 @@ async def review(code: str) -> Veto | None:
 
 
 async def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--fake", action="store_true", help="use a scripted model (offline)")
-    parser.add_argument("--backend", default="bwrap", choices=["bwrap", "docker", "subprocess"])
+    parser = example_parser(__doc__)
     args = parser.parse_args()
     llm = fake_model() if args.fake else configured_model()
     async with (
