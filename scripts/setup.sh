@@ -2,16 +2,32 @@
 # Create .venv (Python >= 3.11) and install sunroom with its test and provider extras.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# As root, every kernel runs as its own unprivileged uid and must be able to read the interpreter
+# (and this checkout): prefer an interpreter other users can reach (not one under /root).
+root=0; [ "$(id -u)" = 0 ] && root=1
+usable() {
+  command -v "$1" >/dev/null 2>&1 \
+    && "$1" -c 'import sys, venv; sys.exit(sys.version_info < (3, 11))' 2>/dev/null \
+    && { [ "$root" = 0 ] || "$1" scripts/reachable.py >/dev/null; }
+}
 PY="${PYTHON:-}"
 if [ -z "$PY" ]; then
-  for cand in python3.11 python3 python3.12 python3.13; do
-    if command -v "$cand" >/dev/null 2>&1 \
-      && "$cand" -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; then
-      PY="$cand"; break
-    fi
+  for cand in python3.11 /usr/bin/python3.11 /usr/local/bin/python3.11 python3 /usr/bin/python3 \
+      python3.12 python3.13; do
+    if usable "$cand"; then PY="$cand"; break; fi
   done
 fi
-[ -n "$PY" ] || { echo "setup: need Python >= 3.11 (set PYTHON=/path/to/python3.11)" >&2; exit 1; }
+[ -n "$PY" ] || { echo "setup: need Python >= 3.11 with venv$([ "$root" = 1 ] && echo ", \
+installed where other users can read it (sunroom runs kernels as unprivileged uids when root)") \
+(set PYTHON=/path/to/python3.11)" >&2; exit 1; }
+if [ -x .venv/bin/python ] && [ "$root" = 1 ] && ! .venv/bin/python scripts/reachable.py >/dev/null; then
+  echo "setup: recreating .venv: $(.venv/bin/python scripts/reachable.py) (kernels run as unprivileged uids)"
+  rm -rf .venv
+fi
+if [ "$root" = 1 ] && ! why=$("$PY" scripts/reachable.py "$PWD"); then
+  echo "setup: warning: $why; kernels (which run as unprivileged uids when sunroom runs as root)" \
+    "cannot read this checkout: move it elsewhere (e.g. /opt or /srv) or make its parents o+x" >&2
+fi
 if [ ! -x .venv/bin/python ]; then
   "$PY" -m venv .venv
 fi

@@ -1,11 +1,12 @@
 """The supervisor: the first process of every kernel, which reaps and kills all descendants.
 
-Started by the host as ``python -I -c ... supervisor.main(config_json)``. It makes itself a child
-subreaper (``PR_SET_CHILD_SUBREAPER``) so that every orphaned descendant, double-forked
+Started by the host as ``python -I -c ... supervisor.main(config_json)``. It makes itself a
+child subreaper (``PR_SET_CHILD_SUBREAPER``) so that every orphaned descendant, double-forked
 ``setsid`` daemons included, is re-parented to it; asks for ``SIGTERM`` when its parent dies
-(``PR_SET_PDEATHSIG``); joins the kernel's cgroups; applies rlimits; then forks the kernel
-runtime (no second interpreter start). When the kernel exits, or on ``SIGTERM``, it stops and
-kills every descendant, reaps them all, reports the kernel's exit on the status fd and exits.
+(``PR_SET_PDEATHSIG``); applies rlimits (the host has already put it in the kernel's cgroup);
+then forks the kernel runtime (no second interpreter start). When the kernel exits, or on
+``SIGTERM``, it stops and kills every descendant, reaps them all, reports the kernel's exit on
+the status fd and exits.
 """
 
 from __future__ import annotations
@@ -120,7 +121,7 @@ def main(config_json: str) -> None:
     """Supervise one kernel described by *config_json*; never returns.
 
     Config keys: ``fd`` (inherited socket) or ``connect`` (a socket path to connect to),
-    ``nonce``, ``max_frame``, ``rlimits``, ``cgroup_procs``; ``status_fd`` (a pipe for the
+    ``nonce``, ``max_frame``, ``rlimits``; ``status_fd`` (a pipe for the
     kernel's exit status) or none, in which case the exit status becomes this process's
     (``128 + signal`` for a signal); ``parent_pid`` (checked after asking for the parent-death
     signal) or none; ``forward_sigint`` (relay SIGINT to the kernel runtime, for backends that
@@ -137,9 +138,6 @@ def main(config_json: str) -> None:
         _prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
         if os.getppid() != parent:
             os._exit(70)  # the host died before we could ask to be told
-    for procs in config.get("cgroup_procs", []):
-        with open(procs, "w") as f:
-            f.write(str(os.getpid()))
     fd: int = config["fd"] if "fd" in config else _connect(config["connect"])
     from sunroom.prelude import runtime  # import before fork: the kernel starts warm
 

@@ -1,8 +1,9 @@
 """Per-kernel cgroups (v1 and v2): memory, pids and CPU limits, kill-all, OOM detection.
 
 A :class:`Cgroup` is created under the host process's own cgroup, before the kernel runs; the
-supervisor writes its pid into ``procs_files`` first thing, so every process of the kernel is
-inside from the start. Where the tree is not writable, :meth:`Cgroup.create` returns None and
+host moves the launched process into it (:meth:`Cgroup.add`) while that process still waits in
+a gate, before it runs any of the kernel, so every process of the kernel is inside from the
+start. Where the tree is not writable, :meth:`Cgroup.create` returns None and
 the caller decides whether that is acceptable (the isolated backends refuse).
 """
 
@@ -132,6 +133,12 @@ class Cgroup:
             d.rmdir()
             raise
         return cls(2, [d], d, [str(d / "cgroup.procs")])
+
+    def add(self, pid: int) -> None:
+        """Move process *pid* into the cgroup (every controller); raises OSError if refused."""
+        for procs in self.procs_files:
+            with open(procs, "w") as f:
+                f.write(str(pid))
 
     def pids(self) -> set[int]:
         """Every pid currently in the cgroup."""

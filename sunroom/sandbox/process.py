@@ -18,12 +18,13 @@ import stat
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any, final
+from typing import Any, Final, final
 
 import psutil
 
 from sunroom.errors import KernelStartError
 from sunroom.sandbox.cgroup import Cgroup
+from sunroom.sandbox.identity import Identity, IdentityLease
 from sunroom.sandbox.limits import Limits
 
 _SIGNAL_NAMES = {s.value: s.name for s in signal.Signals}
@@ -43,8 +44,10 @@ class SupervisedProcess:
         cgroup: Cgroup | None,
         memory_mb: int,
         stop_signal: signal.Signals = signal.SIGTERM,
+        lease: IdentityLease | None = None,
     ) -> None:
         self._proc = proc
+        self._lease = lease
         self._status_fd = status_fd
         self._rundir = rundir
         self._workdir = workdir
@@ -70,6 +73,11 @@ class SupervisedProcess:
     def cgroup(self) -> Cgroup | None:
         """The kernel's cgroup, when one could be created."""
         return self._cgroup
+
+    @property
+    def identity(self) -> Identity | None:
+        """The leased host uid/gid the kernel runs as (None: the host's own, unprivileged)."""
+        return self._lease.identity if self._lease is not None else None
 
     def adopt(self, kernel_pid: int) -> None:
         """Record the runtime's host pid, given its pid as the kernel sees it.
@@ -118,6 +126,9 @@ class SupervisedProcess:
         with contextlib.suppress(OSError):
             os.close(self._status_fd)
         await asyncio.to_thread(_remove_tree, self._rundir)
+        if self._lease is not None:
+            # every process is gone (a straggler would keep the uid out of use anyway)
+            self._lease.release()
 
     def _hard_kill(self) -> None:
         pids = self.descendants()
@@ -202,37 +213,87 @@ def _remove_tree(path: Path) -> None:
         shutil.rmtree(path, onerror=lambda f, p, e: fix(p))
 
 
+GATE: Final = 'read -r _ && exec "$@" </dev/null'
+"""The shell gate a launch waits in until the host has moved it into the kernel's cgroup."""
+
+
 @final
 class LocalLaunch:
     """The host resources of one local supervised kernel, from preparation to spawn.
 
-    :meth:`prepare` makes a private run directory, the socketpair, the status pipe and (when
-    asked and possible) the cgroup; :meth:`spawn` starts the supervisor with the kernel's ends
-    of them and returns the process handle and the host's end of the socket. If the spawn
-    fails, every resource is released and KernelStartError is raised.
+    :meth:`prepare` makes a private run directory, the socketpair, the status pipe, the
+    kernel's identity (a leased unprivileged uid when sunroom runs as root) and (when asked and
+    possible) the cgroup; :meth:`spawn` starts the supervisor with the kernel's ends of them
+    and returns the process handle and the host's end of the socket. If the spawn fails, every
+    resource is released and KernelStartError is raised.
+
+    With a leased identity the process is started as that uid/gid with no supplementary
+    groups; with a cgroup it first waits in a shell gate until the host (which may be root,
+    while the process no longer is) has written its pid into the cgroup, so every process of
+    the kernel is counted from its first instruction.
     """
 
-    def __init__(self, rundir: Path, cgroup: Cgroup | None) -> None:
+    def __init__(self, rundir: Path, cgroup: Cgroup | None, lease: IdentityLease | None) -> None:
         self.rundir = rundir
         self.cgroup = cgroup
+        self.lease = lease
         self.host_sock, self.kernel_sock = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         self.status_r, self.status_w = os.pipe()
 
+    @property
+    def identity(self) -> Identity | None:
+        """The uid/gid the kernel will run as (None: this process's own, unprivileged)."""
+        return self.lease.identity if self.lease is not None else None
+
     @classmethod
     async def prepare(
-        cls, *, prefix: str, nonce: str, limits: Limits, cgroups: bool
+        cls,
+        *,
+        prefix: str,
+        nonce: str,
+        limits: Limits,
+        cgroups: bool,
+        lease: IdentityLease | None = None,
     ) -> LocalLaunch:
-        """Create the run directory and, if *cgroups*, try to create the kernel's cgroup."""
+        """Create the run directory and, if *cgroups*, try to create the kernel's cgroup.
+
+        Takes ownership of *lease*: it is released with the kernel (or by :meth:`abandon`).
+        """
         cgroup = None
-        if cgroups:
-            cgroup = await asyncio.to_thread(
-                Cgroup.create,
-                f"sunroom-{nonce[:16]}",
-                memory_mb=limits.memory_mb,
-                pids=limits.pids,
-                cpu_quota=limits.cpu_quota,
-            )
-        return cls(Path(tempfile.mkdtemp(prefix=prefix)), cgroup)
+        try:
+            if cgroups:
+                cgroup = await asyncio.to_thread(
+                    Cgroup.create,
+                    f"sunroom-{nonce[:16]}",
+                    memory_mb=limits.memory_mb,
+                    pids=limits.pids,
+                    cpu_quota=limits.cpu_quota,
+                )
+            rundir = Path(tempfile.mkdtemp(prefix=prefix))
+            if lease is not None:
+                os.chmod(rundir, 0o711)  # the kernel's uid may pass through, never list
+        except BaseException:
+            if cgroup is not None:
+                cgroup.remove()
+            if lease is not None:
+                lease.release()
+            raise
+        return cls(rundir, cgroup, lease)
+
+    def make_workdir(self) -> Path:
+        """Create ``<rundir>/work``, private to the kernel's uid (mode 0700)."""
+        workdir = self.rundir / "work"
+        workdir.mkdir(mode=0o700)
+        if self.lease is not None:
+            os.chown(workdir, self.lease.identity.uid, self.lease.identity.gid)
+        return workdir
+
+    def private_file(self, name: str, content: bytes = b"") -> Path:
+        """A read-only file in the run directory that the kernel's uid may read."""
+        path = self.rundir / name
+        path.write_bytes(content)
+        os.chmod(path, 0o444)
+        return path
 
     def supervisor_config(self, *, nonce: str, limits: Limits) -> dict[str, Any]:
         """The supervisor's config for these resources (callers add backend-specific keys)."""
@@ -242,7 +303,6 @@ class LocalLaunch:
             "nonce": nonce,
             "max_frame": limits.max_frame_bytes,
             "rlimits": limits.rlimits(),
-            "cgroup_procs": [],
         }
 
     def abandon(self) -> None:
@@ -255,6 +315,8 @@ class LocalLaunch:
         if self.cgroup is not None:
             self.cgroup.remove()
         _remove_tree(self.rundir)
+        if self.lease is not None:
+            self.lease.release()
 
     async def spawn(
         self,
@@ -267,20 +329,36 @@ class LocalLaunch:
         extra_fds: tuple[int, ...] = (),
         stop_signal: signal.Signals = signal.SIGTERM,
     ) -> tuple[SupervisedProcess, socket.socket]:
-        """Start *argv* in a new session with the kernel's fds; raises KernelStartError."""
+        """Start *argv* in a new session with the kernel's fds; raises KernelStartError.
+
+        The process runs as :attr:`identity` when there is one; with a cgroup it is gated
+        until the host has put it in the cgroup (see the class docstring).
+        """
+        ident = self.identity
+        creds: dict[str, Any] = {}
+        if ident is not None:
+            creds = {"user": ident.uid, "group": ident.gid, "extra_groups": []}
+        gated = self.cgroup is not None
+        if gated:
+            argv = ["/bin/sh", "-c", GATE, "sunroom-gate", *argv]
+        gate_r, gate_w = os.pipe() if gated else (-1, -1)
         try:
             with open(self.rundir / "kernel.log", "wb") as log:  # noqa: ASYNC230 - local create
                 proc = await asyncio.create_subprocess_exec(
                     *argv,
-                    stdin=asyncio.subprocess.DEVNULL,
+                    stdin=gate_r if gated else asyncio.subprocess.DEVNULL,
                     stdout=asyncio.subprocess.DEVNULL,
                     stderr=log,
                     pass_fds=(self.kernel_sock.fileno(), self.status_w, *extra_fds),
                     cwd=cwd,
                     env=env,
                     start_new_session=True,
+                    **creds,
                 )
         except OSError as exc:
+            if gated:
+                os.close(gate_r)
+                os.close(gate_w)
             self.abandon()
             raise KernelStartError(f"cannot start {argv[0]}: {exc}") from exc
         self.kernel_sock.close()
@@ -294,5 +372,22 @@ class LocalLaunch:
             cgroup=self.cgroup,
             memory_mb=memory_mb,
             stop_signal=stop_signal,
+            lease=self.lease,
         )
+        if gated:
+            os.close(gate_r)
+            try:
+                assert self.cgroup is not None
+                await asyncio.to_thread(self.cgroup.add, proc.pid)
+                os.write(gate_w, b"go\n")
+            except BaseException as exc:
+                await handle.kill()
+                self.host_sock.close()
+                if isinstance(exc, OSError):
+                    raise KernelStartError(
+                        f"cannot move the kernel into its cgroup: {exc.strerror}"
+                    ) from exc
+                raise
+            finally:
+                os.close(gate_w)
         return handle, self.host_sock

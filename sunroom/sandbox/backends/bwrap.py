@@ -6,7 +6,13 @@ Each kernel runs in fresh user, pid, network, ipc, uts, cgroup and mount namespa
 the kernel needs (the ``sunroom`` package and site-packages, read-only), a private size-capped
 tmpfs workdir and ``/tmp``, no host home, no ``/etc`` secrets, and no network at all. The RPC
 socket is an inherited fd. cgroup memory, pids and CPU limits are applied before the sandbox
-starts (a shim joins the cgroup, then execs bubblewrap, so every process inside is counted).
+starts (the launch waits in a gate until the host has put it in the cgroup, then execs
+bubblewrap, so every process inside is counted). ``/proc/sys`` is read-only and the ``/proc``
+entries that expose host state (:data:`MASKED_PROC_FILES`, :data:`MASKED_PROC_DIRS`) are covered.
+
+When sunroom runs as root, bubblewrap itself is started as the kernel's own leased unprivileged
+uid (:mod:`sunroom.sandbox.identity`), so the user namespace it creates maps the sandbox user to
+that uid, never to host root; as an unprivileged user it maps to that user.
 
 Fail closed: if bubblewrap, user namespaces, libseccomp or a writable cgroup tree is missing,
 :class:`~sunroom.errors.SandboxUnavailableError` says what to install or enable. There is no
@@ -19,18 +25,18 @@ import asyncio
 import functools
 import json
 import os
-import shlex
 import shutil
 import signal
 import socket
 import subprocess
 import sys
 from pathlib import Path
-from typing import Final, final
+from typing import Any, Final, final
 
 from sunroom.errors import SandboxUnavailableError
 from sunroom.sandbox.backend import SAFE_PATH, KernelProcess, LaunchSpec, kernel_env
 from sunroom.sandbox.backends.subprocess import BOOT, kernel_sys_path, package_root
+from sunroom.sandbox.identity import lease_if_root, require_reachable
 from sunroom.sandbox.process import LocalLaunch
 from sunroom.sandbox.seccomp import compile_bpf
 
@@ -39,11 +45,34 @@ PYTHON_DIR: Final = "/opt/sunroom/python"
 LIB_DIR: Final = "/opt/sunroom/lib"
 WORKDIR: Final = "/work"
 TMP_MB: Final = 64
+MASKED_PROC_FILES: Final = (
+    "kcore",
+    "keys",
+    "key-users",
+    "timer_list",
+    "timer_stats",
+    "sched_debug",
+    "latency_stats",
+    "sysrq-trigger",
+    "cmdline",
+    "kallsyms",
+    "config.gz",
+    "sys/kernel/random/boot_id",
+)
+"""``/proc`` files covered with an empty file inside the sandbox (``/proc/sys`` is read-only)."""
+MASKED_PROC_DIRS: Final = ("acpi", "scsi", "asound", "irq", "bus", "fs", "driver")
+"""``/proc`` directories covered with an empty read-only tmpfs."""
 
 
 @functools.cache
-def _probe(bwrap: str) -> None:
-    """Check once per process that bubblewrap can build a user+pid+net namespace here."""
+def _probe(bwrap: str, uid: int | None) -> None:
+    """Check once per process (and identity) that bubblewrap can build its namespaces here.
+
+    *uid* is the unprivileged uid kernels run as when sunroom runs as root (None: our own).
+    """
+    creds: dict[str, Any] = {}
+    if uid is not None:
+        creds = {"user": uid, "group": uid, "extra_groups": []}
     try:
         proc = subprocess.run(
             [
@@ -60,17 +89,36 @@ def _probe(bwrap: str) -> None:
             text=True,
             timeout=20,
             env={"PATH": SAFE_PATH},
+            cwd="/",
+            **creds,
         )
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise SandboxUnavailableError(f"bubblewrap could not run: {exc}") from None
     if proc.returncode != 0:
         raise SandboxUnavailableError(
-            "bubblewrap cannot create namespaces here: "
-            f"{proc.stderr.strip() or proc.returncode}. Enable unprivileged user namespaces "
+            "bubblewrap cannot create namespaces here"
+            + (f" as the unprivileged kernel uid {uid}" if uid is not None else "")
+            + f": {proc.stderr.strip() or proc.returncode}. Enable unprivileged user namespaces "
             "(sysctl -w kernel.unprivileged_userns_clone=1 and user.max_user_namespaces > 0; "
             "on Ubuntu 24.04+ also kernel.apparmor_restrict_unprivileged_userns=0) or run "
             "where namespaces are allowed (in Docker: --security-opt seccomp=unconfined)."
         )
+
+
+def _proc_masks(empty: str) -> list[str]:
+    """Arguments for bubblewrap that make ``/proc/sys`` read-only and hide what leaks host state.
+
+    Files are covered with *empty* (a read-only empty regular file: device nodes cannot be
+    opened on the ``nodev`` proc mount), directories with an empty read-only tmpfs.
+    """
+    args = ["--ro-bind", "/proc/sys", "/proc/sys"]
+    for name in MASKED_PROC_FILES:
+        if os.path.exists(f"/proc/{name}"):
+            args += ["--ro-bind", empty, f"/proc/{name}"]
+    for name in MASKED_PROC_DIRS:
+        if os.path.isdir(f"/proc/{name}"):
+            args += ["--tmpfs", f"/proc/{name}", "--remount-ro", f"/proc/{name}"]
+    return args
 
 
 def _system_binds() -> list[str]:
@@ -141,13 +189,24 @@ class BwrapBackend:
 
     async def launch(self, spec: LaunchSpec) -> tuple[KernelProcess, socket.socket]:
         """Start a sandboxed kernel; see ``Backend.launch``."""
-        await asyncio.to_thread(_probe, self._bwrap)
         program = compile_bpf()
         limits = spec.limits
         prefix, python_inside = self._python_layout()
         code_binds, sys_path = self._code_binds()
+        lease = lease_if_root()
+        try:
+            if lease is not None:
+                sources = [prefix, *(code_binds[i + 1] for i in range(0, len(code_binds), 3))]
+                require_reachable(sources, self.name)
+            await asyncio.to_thread(
+                _probe, self._bwrap, lease.identity.uid if lease is not None else None
+            )
+        except BaseException:
+            if lease is not None:
+                lease.release()
+            raise
         local = await LocalLaunch.prepare(
-            prefix="sunroom-bwrap-", nonce=spec.nonce, limits=limits, cgroups=True
+            prefix="sunroom-bwrap-", nonce=spec.nonce, limits=limits, cgroups=True, lease=lease
         )
         cgroup = local.cgroup
         if cgroup is None and self._require_cgroups:
@@ -158,6 +217,7 @@ class BwrapBackend:
                 "(systemd-run --user --scope -p Delegate=yes ...), or pass "
                 "BwrapBackend(require_cgroups=False) to accept weaker limits"
             )
+        empty = local.private_file("empty")
         seccomp_fd = os.memfd_create("sunroom-seccomp", 0)
         os.write(seccomp_fd, program)
         os.lseek(seccomp_fd, 0, os.SEEK_SET)
@@ -185,6 +245,7 @@ class BwrapBackend:
             *code_binds,
             "--proc",
             "/proc",
+            *_proc_masks(str(empty)),
             "--dev",
             "/dev",
             "--size",
@@ -207,9 +268,6 @@ class BwrapBackend:
             argv += ["--setenv", key, value]
         argv += ["--seccomp", str(seccomp_fd), "--"]
         argv += [python_inside, "-I", "-S", "-c", BOOT, json.dumps(sys_path), json.dumps(config)]
-        if cgroup is not None:
-            joins = " && ".join(f"echo $$ > {shlex.quote(p)}" for p in cgroup.procs_files)
-            argv = ["/bin/sh", "-c", f'{joins} && exec "$@"', "sunroom-shim", *argv]
         try:
             return await local.spawn(
                 argv,

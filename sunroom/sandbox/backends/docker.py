@@ -3,10 +3,12 @@
 Each kernel runs in its own container with ``--network none``, a read-only root, a size-capped
 private tmpfs workdir (``/work``, mode 0700, owned by the kernel user) and ``/tmp``, no
 capabilities (``cap_drop=ALL``), ``no-new-privileges``, memory (no swap), pids and CPU limits,
-a non-root user (uid/gid 1000 by default), the daemon's default seccomp profile and no init: the
-sunroom supervisor is PID 1, reaps every orphan and sweeps all descendants before it exits. The
-environment is :func:`~sunroom.sandbox.backend.kernel_env` only, never the host's. An optional
-OCI runtime (gVisor's ``runsc``) is passed through per backend.
+its own unprivileged uid/gid leased from the range reserved for sunroom (never root, never a
+host user's: :mod:`sunroom.sandbox.identity`), an empty ``/etc/resolv.conf``, the daemon's
+default seccomp profile and no init: the sunroom supervisor is PID 1, reaps every orphan and
+sweeps all descendants before it exits. The environment is
+:func:`~sunroom.sandbox.backend.kernel_env` only, never the host's. An optional OCI runtime
+(gVisor's ``runsc``) is passed through per backend.
 
 The RPC socket: the host binds a listening Unix socket in a fresh directory inside a private
 (0700, root-only) temporary directory, bind-mounts only that inner directory read-only at
@@ -78,6 +80,7 @@ from sunroom.sandbox.backends.docker_janitor import (
 )
 from sunroom.sandbox.backends.docker_process import DockerKernelProcess, _logs, _remove
 from sunroom.sandbox.backends.subprocess import BOOT, kernel_sys_path, package_root
+from sunroom.sandbox.identity import Identity, IdentityLease, lease_identity
 from sunroom.sandbox.seccomp import docker_profile
 
 if TYPE_CHECKING:
@@ -87,6 +90,7 @@ DEFAULT_IMAGE: Final = "sunroom-kernel:offline"
 WORKDIR: Final = "/work"
 RUN_DIR: Final = "/run/sunroom"
 SOCKET_NAME: Final = "kernel.sock"
+RESOLV_NAME: Final = "resolv.conf"
 PYTHON_DIR: Final = "/opt/sunroom/python"
 LIB_DIR: Final = "/opt/sunroom/lib"
 SITE_DIR: Final = "/opt/sunroom/site"
@@ -219,9 +223,10 @@ class DockerBackend:
         host_mounts: True (default, ``$SUNROOM_DOCKER_HOST_MOUNTS`` may say 0) for the offline
             image, which runs the host's interpreter and code mounted read-only; False for a
             production image that carries Python, msgpack and ``sunroom`` itself.
-        user: numeric ``uid:gid`` of the kernel (never 0). Prefer one no host user has, or
-            run the daemon with user-namespace remapping: a host user with the same uid could
-            signal or trace the kernel's processes (it could not reach the socket).
+        user: numeric ``uid:gid`` every kernel runs as (never 0). Default: each kernel gets
+            its own uid/gid leased from the range reserved for sunroom
+            (:mod:`sunroom.sandbox.identity`), so kernels never share per-user limits and no
+            host user has their uid. A fixed ``user`` shares one uid between all kernels.
         socket_dir: where the private socket directories are made (default
             ``$SUNROOM_DOCKER_RUNDIR`` or the temp dir). The daemon resolves bind mounts on the
             host, so when sunroom itself runs in a container this must be a directory mounted
@@ -240,7 +245,7 @@ class DockerBackend:
         runtime: str | None = None,
         client: docker.DockerClient | None = None,
         host_mounts: bool | None = None,
-        user: str = "1000:1000",
+        user: str | None = None,
         socket_dir: str | os.PathLike[str] | None = None,
     ) -> None:
         self.image = image or os.environ.get("SUNROOM_DOCKER_IMAGE") or DEFAULT_IMAGE
@@ -248,8 +253,8 @@ class DockerBackend:
         if host_mounts is None:
             host_mounts = os.environ.get("SUNROOM_DOCKER_HOST_MOUNTS", "1") not in ("0", "")
         self.host_mounts = host_mounts
-        self._uid, self._gid = _parse_user(user)
-        self.user = f"{self._uid}:{self._gid}"
+        self._fixed = _parse_user(user) if user is not None else None
+        self.user = user
         self._client = client
         self._socket_dir = socket_dir or os.environ.get("SUNROOM_DOCKER_RUNDIR") or None
 
@@ -293,7 +298,6 @@ class DockerBackend:
             "nonce": spec.nonce,
             "max_frame": limits.max_frame_bytes,
             "rlimits": limits.rlimits(),
-            "cgroup_procs": [],
             "forward_sigint": True,
         }
         env = kernel_env(Path(WORKDIR), spec.env)
@@ -306,8 +310,12 @@ class DockerBackend:
         argv = [python, "-I", "-S", "-c", BOOT, json.dumps(sys_path), json.dumps(config)]
         return argv, mounts, env
 
-    def _make_socket(self) -> tuple[Path, Path, socket.socket]:
-        """The private parent dir, the mounted socket dir and the listening socket in it."""
+    def _make_socket(self, ident: Identity) -> tuple[Path, Path, socket.socket]:
+        """The private parent dir, the mounted socket dir and the listening socket in it.
+
+        The parent also holds ``resolv.conf``, an empty file mounted over the container's own
+        (which Docker would fill with the host's nameservers).
+        """
         parent = Path(tempfile.mkdtemp(prefix="sunroom-docker-", dir=self._socket_dir))
         try:
             sockdir = parent / "s"
@@ -318,8 +326,8 @@ class DockerBackend:
                 listener.bind(str(path))
                 if os.geteuid() == 0:
                     os.chmod(path, 0o600)
-                    os.chown(path, self._uid, self._gid)
-                    os.chown(sockdir, self._uid, self._gid)
+                    os.chown(path, ident.uid, ident.gid)
+                    os.chown(sockdir, ident.uid, ident.gid)
                 else:
                     # cannot chown: the 0700 parent still keeps every other host user out;
                     # inside the container only the mounted directory is visible
@@ -327,6 +335,9 @@ class DockerBackend:
                     os.chmod(sockdir, 0o711)
                 listener.listen(1)
                 listener.setblocking(False)
+                resolv = parent / RESOLV_NAME
+                resolv.write_bytes(b"")
+                os.chmod(resolv, 0o444)
             except BaseException:
                 listener.close()
                 raise
@@ -336,7 +347,7 @@ class DockerBackend:
         return parent, sockdir, listener
 
     def _create(
-        self, client: docker.DockerClient, spec: LaunchSpec, sockdir: Path
+        self, client: docker.DockerClient, spec: LaunchSpec, sockdir: Path, ident: Identity
     ) -> tuple[str, str]:
         """Create and start the container (blocking); return its id and name."""
         sdk = _docker()
@@ -346,6 +357,8 @@ class DockerBackend:
         argv, binds, env = self._command(spec)
         mounts = [sdk.types.Mount(t, s, type="bind", read_only=True) for s, t in binds]
         mounts.append(sdk.types.Mount(RUN_DIR, str(sockdir), type="bind", read_only=True))
+        resolv = str(sockdir.parent / RESOLV_NAME)
+        mounts.append(sdk.types.Mount("/etc/resolv.conf", resolv, type="bind", read_only=True))
         me = os.getpid()
         labels = {
             LABEL_KERNEL: "1",
@@ -368,7 +381,7 @@ class DockerBackend:
             shm_size=f"{SHM_MB}m",
             tmpfs={
                 WORKDIR: f"rw,exec,nosuid,nodev,size={limits.disk_mb}m,mode=0700,"
-                f"uid={self._uid},gid={self._gid}",
+                f"uid={ident.uid},gid={ident.gid}",
                 "/tmp": f"rw,exec,nosuid,nodev,size={TMP_MB}m,mode=1777",
             },
             mounts=mounts,
@@ -384,7 +397,7 @@ class DockerBackend:
                 argv,
                 name=name,
                 hostname="sunroom",
-                user=self.user,
+                user=f"{ident.uid}:{ident.gid}",
                 environment=env,
                 working_dir=WORKDIR,
                 labels=labels,
@@ -428,13 +441,19 @@ class DockerBackend:
         client this backend opened for it) and the accepted socket.
         """
         client, owned = await asyncio.to_thread(self._connect)
+        lease: IdentityLease | None = None
         try:
+            if self._fixed is not None:
+                ident = Identity(*self._fixed)
+            else:
+                lease = await asyncio.to_thread(lease_identity)
+                ident = lease.identity
             try:
-                parent, sockdir, listener = self._make_socket()
+                parent, sockdir, listener = self._make_socket(ident)
             except OSError as exc:
                 raise KernelStartError(f"cannot make the kernel's socket: {exc}") from exc
             try:
-                cid, name = await asyncio.to_thread(self._create, client, spec, sockdir)
+                cid, name = await asyncio.to_thread(self._create, client, spec, sockdir, ident)
                 try:
                     conn, pid = await self._accept(
                         client, cid, listener, spec.limits.start_timeout_s
@@ -449,6 +468,10 @@ class DockerBackend:
         except BaseException:
             if owned:
                 client.close()
+            if lease is not None:
+                # a container that failed to start may outlive its removal attempt: its
+                # processes keep the uid out of use (lease_identity skips live uids)
+                lease.release()
             raise
         handle = DockerKernelProcess(
             client=client,
@@ -458,6 +481,7 @@ class DockerBackend:
             pid=pid,
             workdir=parent / "work",
             memory_mb=spec.limits.memory_mb,
+            lease=lease,
         )
         return handle, conn
 

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, final
 
 from sunroom.errors import KernelError
+from sunroom.sandbox.identity import IdentityLease
 
 if TYPE_CHECKING:
     import docker
@@ -59,8 +60,10 @@ class DockerKernelProcess:
         pid: int,
         workdir: Path,
         memory_mb: int,
+        lease: IdentityLease | None = None,
     ) -> None:
         self._client = client
+        self._lease = lease
         self._owns_client = owns_client
         self.container_id = container_id
         self.name = name
@@ -138,6 +141,9 @@ class DockerKernelProcess:
                 f"could not remove kernel container {self.name}: {exc}; it will be removed by "
                 "the next sweep"
             ) from exc
+        else:
+            if self._lease is not None:
+                self._lease.release()  # the container and all its processes are gone
         finally:
             if self._owns_client:
                 self._client.close()

@@ -3,7 +3,9 @@
 What it does provide: a scrubbed environment, a private working directory removed at close,
 rlimits (address space, CPU, file size, open files), cgroup memory/pids/CPU limits when the
 cgroup tree is writable, a new session (terminal signals do not reach it) and a supervisor that
-reaps and kills every descendant. What it does not: any filesystem, network or process
+reaps and kills every descendant. When sunroom runs as root, each kernel runs as its own
+unprivileged uid (:mod:`sunroom.sandbox.identity`), never as root; the interpreter and the code
+must then be readable by other users. What it does not: any filesystem, network or process
 isolation. Use it for trusted code and development; ask for it by name.
 """
 
@@ -20,6 +22,7 @@ from typing import final
 
 import sunroom
 from sunroom.sandbox.backend import KernelProcess, LaunchSpec, kernel_env
+from sunroom.sandbox.identity import lease_if_root, require_reachable
 from sunroom.sandbox.process import LocalLaunch
 
 BOOT = (
@@ -74,14 +77,23 @@ class SubprocessBackend:
     async def launch(self, spec: LaunchSpec) -> tuple[KernelProcess, socket.socket]:
         """Start the supervisor and kernel; see ``Backend.launch``."""
         limits = spec.limits
+        lease = lease_if_root()
+        if lease is not None:
+            try:
+                require_reachable([self._python, sys.base_prefix, *kernel_sys_path()], self.name)
+            except BaseException:
+                lease.release()
+                raise
         local = await LocalLaunch.prepare(
-            prefix="sunroom-", nonce=spec.nonce, limits=limits, cgroups=self._use_cgroups
+            prefix="sunroom-",
+            nonce=spec.nonce,
+            limits=limits,
+            cgroups=self._use_cgroups,
+            lease=lease,
         )
-        workdir = local.rundir / "work"
-        workdir.mkdir(mode=0o700)
+        workdir = local.make_workdir()
         config = local.supervisor_config(nonce=spec.nonce, limits=limits)
         config["parent_pid"] = os.getpid()
-        config["cgroup_procs"] = local.cgroup.procs_files if local.cgroup else []
         argv = [self._python, "-I", "-S", "-c", BOOT]
         argv += [json.dumps(kernel_sys_path()), json.dumps(config)]
         return await local.spawn(

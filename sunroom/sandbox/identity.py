@@ -1,0 +1,221 @@
+"""Per-kernel host identities: one unprivileged host uid/gid, reserved for sunroom, per live kernel.
+
+A kernel process never runs as, or maps to, host uid 0. When sunroom runs as root, every kernel
+(subprocess, bwrap or docker) runs as its own uid from a range reserved for sunroom (default
+``2000000000``–``2000065535``; ``SUNROOM_UID_BASE`` / ``SUNROOM_UID_COUNT`` move it), with the
+same number as its gid and no supplementary groups. So kernels never share per-user kernel
+limits (inotify instances, message-queue bytes, queued signals, pipe buffers, keyrings) and cannot
+signal or trace each other. Started by an unprivileged user, the local backends run kernels as
+that user (the kernel still never maps to root); the docker backend always leases a uid.
+
+A lease is an exclusive ``flock`` on ``<lock dir>/<uid>`` held by the host for the kernel's
+lifetime, and a uid is only leased when no live process on the host has it as its real,
+effective, saved or filesystem uid (a kernel left behind by a crashed host keeps its uid out of
+use until it is gone). uids that name a user or group in the host's databases are skipped.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import grp
+import os
+import pwd
+import stat
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final, final
+
+from sunroom.errors import SandboxUnavailableError, UsageError
+
+DEFAULT_UID_BASE: Final = 2_000_000_000
+"""First uid of the reserved range (in 1879048192-2147483647, which no distribution allocates)."""
+
+DEFAULT_UID_COUNT: Final = 65_536
+"""How many uids the range holds: the most kernels one host can run at once."""
+
+ROOT_LOCK_DIR: Final = Path("/run/sunroom/uids")
+_MAX_UID: Final = 2**31 - 2
+
+
+@dataclass(frozen=True, slots=True)
+class Identity:
+    """A host uid/gid a kernel runs as (gid equals uid for leased identities)."""
+
+    uid: int
+    gid: int
+
+
+def uid_range() -> range:
+    """The reserved range, from ``SUNROOM_UID_BASE`` / ``SUNROOM_UID_COUNT`` or the defaults.
+
+    Raises UsageError when the variables are not integers or the range includes uid 0 or
+    leaves the positive 32-bit signed range that every tool handles.
+    """
+    try:
+        base = int(os.environ.get("SUNROOM_UID_BASE", DEFAULT_UID_BASE))
+        count = int(os.environ.get("SUNROOM_UID_COUNT", DEFAULT_UID_COUNT))
+    except ValueError:
+        raise UsageError("SUNROOM_UID_BASE and SUNROOM_UID_COUNT must be integers") from None
+    if base < 1000 or count < 1 or base + count - 1 > _MAX_UID:
+        raise UsageError(
+            f"the kernel uid range {base}+{count} must start at 1000 or above and end at or "
+            f"below {_MAX_UID}"
+        )
+    return range(base, base + count)
+
+
+def _lock_dir() -> Path:
+    """Where leases are held: a root-only directory under /run as root, else a per-user one."""
+    if os.geteuid() == 0:
+        path = ROOT_LOCK_DIR
+    else:
+        path = Path(tempfile.gettempdir()) / f"sunroom-uids-{os.geteuid()}"
+    try:
+        path.mkdir(mode=0o700, parents=True, exist_ok=True)
+        info = path.lstat()
+    except OSError as exc:
+        raise SandboxUnavailableError(
+            f"cannot make the kernel uid lock directory {path}: {exc.strerror}"
+        ) from None
+    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.geteuid() or info.st_mode & 0o077:
+        raise SandboxUnavailableError(
+            f"the kernel uid lock directory {path} must be a directory owned by uid "
+            f"{os.geteuid()} with mode 0700; remove it and retry"
+        )
+    return path
+
+
+def _known(uid: int) -> bool:
+    """Whether *uid* names a user or a group in the host's databases."""
+    for lookup in (pwd.getpwuid, grp.getgrgid):
+        try:
+            lookup(uid)
+        except KeyError:
+            continue
+        return True
+    return False
+
+
+def live_uids() -> set[int]:
+    """Every uid (real, effective, saved, filesystem) of a live process on this host.
+
+    Zombies are left out: they hold no resources and can do nothing.
+    """
+    found: set[int] = set()
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/status", "rb") as f:
+                for line in f:
+                    if line.startswith(b"State:") and line.split()[1:2] == [b"Z"]:
+                        break
+                    if line.startswith(b"Uid:"):
+                        found.update(int(x) for x in line.split()[1:])
+                        break
+        except (OSError, ValueError):
+            continue
+    return found
+
+
+@final
+class IdentityLease:
+    """One leased identity; :meth:`release` once every process of the kernel is gone."""
+
+    def __init__(self, identity: Identity, fd: int) -> None:
+        self.identity = identity
+        self._fd: int | None = fd
+
+    def release(self) -> None:
+        """Give the uid back. Idempotent."""
+        fd, self._fd = self._fd, None
+        if fd is not None:
+            os.close(fd)  # closing the only descriptor drops the flock
+
+    @property
+    def held(self) -> bool:
+        """Whether the lease is still held."""
+        return self._fd is not None
+
+
+def lease_identity() -> IdentityLease:
+    """Lease a uid from the reserved range that no other kernel or process holds.
+
+    Raises SandboxUnavailableError when every uid of the range is in use or the lock
+    directory cannot be used, and UsageError for a malformed range.
+    """
+    uids = uid_range()
+    lock_dir = _lock_dir()
+    busy: set[int] | None = None
+    for uid in uids:
+        if _known(uid):
+            continue
+        try:
+            fd = os.open(lock_dir / str(uid), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        except OSError as exc:
+            raise SandboxUnavailableError(
+                f"cannot lease a kernel uid in {lock_dir}: {exc.strerror}"
+            ) from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            os.close(fd)
+            if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
+                continue
+            raise SandboxUnavailableError(
+                f"cannot lease a kernel uid in {lock_dir}: {exc.strerror}"
+            ) from None
+        if busy is None:
+            busy = live_uids()
+        if uid in busy:
+            os.close(fd)
+            continue
+        return IdentityLease(Identity(uid, uid), fd)
+    raise SandboxUnavailableError(
+        f"all {len(uids)} kernel uids ({uids.start}-{uids.stop - 1}) are in use; close kernels "
+        "or widen the range with SUNROOM_UID_COUNT"
+    )
+
+
+def lease_if_root() -> IdentityLease | None:
+    """A lease when this process runs as root (kernels must drop to it), else None."""
+    return lease_identity() if os.geteuid() == 0 else None
+
+
+def unreachable(paths: list[str]) -> str | None:
+    """Why a process of another, unprivileged uid could not read *paths*, or None if it can.
+
+    Every ancestor directory must be searchable by others; each path itself readable (and a
+    directory also searchable) by others. Returns one sentence naming the first obstacle.
+    """
+    for raw in paths:
+        path = os.path.realpath(raw)
+        parts = Path(path).parts
+        for i in range(1, len(parts)):
+            parent = os.path.join(*parts[:i])
+            with contextlib.suppress(OSError):
+                if not os.stat(parent).st_mode & stat.S_IXOTH:
+                    return f"{parent} is not searchable by other users (needed for {path})"
+        try:
+            mode = os.stat(path).st_mode
+        except OSError as exc:
+            return f"{path} cannot be read: {exc.strerror}"
+        need = stat.S_IROTH | (stat.S_IXOTH if stat.S_ISDIR(mode) else 0)
+        if mode & need != need:
+            return f"{path} is not readable by other users"
+    return None
+
+
+def require_reachable(paths: list[str], backend: str) -> None:
+    """Fail closed when a kernel running as a leased uid could not read *paths*."""
+    reason = unreachable(paths)
+    if reason is not None:
+        raise SandboxUnavailableError(
+            f"sunroom runs as root, so each {backend} kernel runs as its own unprivileged uid, "
+            f"and {reason}; install Python and sunroom where other users can read them (e.g. a "
+            "virtualenv made from /usr/bin/python3 outside /root), or run sunroom as a "
+            "non-root user"
+        )
