@@ -40,6 +40,7 @@ from sunroom.sandbox.backends.docker import (
     DockerBackend,
     DockerKernelProcess,
 )
+from sunroom.sandbox.identity import Identity, uid_range
 
 
 def _names(var: str, default: str) -> list[str]:
@@ -128,7 +129,9 @@ async def test_container_flags_are_really_set(
     assert "size=48m" in host["Tmpfs"]["/work"] and "mode=0700" in host["Tmpfs"]["/work"]
     assert "size=64m" in host["Tmpfs"]["/tmp"]
     assert host["LogConfig"] == {"Type": "json-file", "Config": {"max-size": "1m", "max-file": "1"}}
-    assert info["Config"]["User"] == "1000:1000"
+    ident = _handle(kernel).identity
+    assert info["Config"]["User"] == f"{ident.uid}:{ident.gid}"
+    assert ident.uid in uid_range() and ident.uid == ident.gid
     assert info["Config"]["WorkingDir"] == "/work"
     assert all(m["RW"] is False for m in info["Mounts"])
     env = dict(e.split("=", 1) for e in info["Config"]["Env"])
@@ -156,8 +159,9 @@ async def test_inside_the_container(kernel: AsyncKernel) -> None:
         " os.path.exists('/opt/sunroom/lib/pyproject.toml'), os.path.exists('/work/main'))",
     )
     uid, gid, mode, owner, size_mb, nics, cap_eff, nnp, seccomp, denied, work, tmp, *rest = seen
-    assert (uid, gid) == (1000, 1000)
-    assert mode == "0o700" and owner == 1000
+    ident = _handle(kernel).identity
+    assert (uid, gid) == (ident.uid, ident.gid) and uid in uid_range()
+    assert mode == "0o700" and owner == uid
     assert size_mb == 48
     assert nics == ["lo"]
     assert cap_eff == "0000000000000000" and nnp == "1" and seccomp == "2"
@@ -188,12 +192,13 @@ async def test_labels_and_removal_after_close(client: docker.DockerClient) -> No
         assert labels[LABEL_OWNER_STARTED] == f"{psutil.Process().create_time():.2f}"
         assert labels[LABEL_HOST] == socket.gethostname()
         supervisor = psutil.Process(handle.pid)
-        assert supervisor.uids().real == 1000
+        assert supervisor.uids().real == handle.identity.uid != 0
         assert handle.alive()
     with pytest.raises(docker.errors.NotFound):
         client.api.inspect_container(handle.container_id)
     assert not handle.alive()
-    assert not psutil.pid_exists(handle.pid) or psutil.Process(handle.pid).uids().real != 1000
+    uid = handle.identity.uid
+    assert not psutil.pid_exists(handle.pid) or psutil.Process(handle.pid).uids().real != uid
     await handle.kill()  # idempotent, and fine for a container already gone
 
 
@@ -210,7 +215,7 @@ async def test_socket_is_unlinked_and_its_directory_private(kernel: AsyncKernel)
         "    c = type(e).__name__\n"
         f"(oct(st.st_mode & 0o777), st.st_uid, os.listdir({RUN_DIR!r}), c)",
     )
-    assert seen == ("0o700", 1000, [], "FileNotFoundError")
+    assert seen == ("0o700", _handle(kernel).identity.uid, [], "FileNotFoundError")
 
 
 async def test_host_side_socket_dir_is_root_only_until_removed(
@@ -221,13 +226,14 @@ async def test_host_side_socket_dir_is_root_only_until_removed(
     assert _gone(source)  # unlinked right after the one accepted connection
     assert _gone(os.path.dirname(source))
     backend = DockerBackend()
-    parent, sockdir, listener = backend._make_socket()
+    ident = Identity(2_000_000_123, 2_000_000_123)
+    parent, sockdir, listener = backend._make_socket(ident)
     try:
         p, d, s = os.stat(parent), os.stat(sockdir), os.stat(sockdir / "kernel.sock")
         assert stat.S_IMODE(p.st_mode) == 0o700 and p.st_uid == os.geteuid()
-        assert stat.S_IMODE(d.st_mode) == 0o700 and d.st_uid == 1000
+        assert stat.S_IMODE(d.st_mode) == 0o700 and d.st_uid == ident.uid
         assert stat.S_ISSOCK(s.st_mode) and stat.S_IMODE(s.st_mode) == 0o600
-        assert s.st_uid == 1000
+        assert s.st_uid == ident.uid
     finally:
         listener.close()
         shutil.rmtree(parent)
@@ -300,7 +306,7 @@ BUSY_HOST = textwrap.dedent(
     async def main():
         k = AsyncKernel(backend=DockerBackend())
         await k.start()
-        print(k.process.container_id, k.process.pid, flush=True)
+        print(k.process.container_id, k.process.pid, k.process.identity.uid, flush=True)
         await k.execute("import time\\nwhile True:\\n    time.sleep(0.1)", timeout_s=1000)
 
     asyncio.run(main())
@@ -314,7 +320,7 @@ def test_kill_9_of_a_host_with_a_busy_kernel_removes_its_container(
     host = subprocess.Popen([sys.executable, "-c", BUSY_HOST], stdout=subprocess.PIPE, text=True)
     try:
         assert host.stdout is not None
-        cid, pid = host.stdout.readline().split()
+        cid, pid, uid = host.stdout.readline().split()
         assert client.api.inspect_container(cid)["State"]["Running"]
         host.kill()
         host.wait()
@@ -327,7 +333,8 @@ def test_kill_9_of_a_host_with_a_busy_kernel_removes_its_container(
             time.sleep(0.1)
         else:
             pytest.fail("the container of a killed host outlived it by 10 s")
-        assert not psutil.pid_exists(int(pid)) or psutil.Process(int(pid)).uids().real != 1000
+        gone = not psutil.pid_exists(int(pid))
+        assert gone or psutil.Process(int(pid)).uids().real != int(uid)
     finally:
         if host.poll() is None:
             host.kill()

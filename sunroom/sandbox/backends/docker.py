@@ -481,6 +481,7 @@ class DockerBackend:
             pid=pid,
             workdir=parent / "work",
             memory_mb=spec.limits.memory_mb,
+            identity=ident,
             lease=lease,
         )
         return handle, conn

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, final
 
 from sunroom.errors import KernelError
-from sunroom.sandbox.identity import IdentityLease
+from sunroom.sandbox.identity import Identity, IdentityLease
 
 if TYPE_CHECKING:
     import docker
@@ -60,9 +60,12 @@ class DockerKernelProcess:
         pid: int,
         workdir: Path,
         memory_mb: int,
+        identity: Identity,
         lease: IdentityLease | None = None,
     ) -> None:
         self._client = client
+        self.identity = identity
+        """The host uid/gid the container's processes run as."""
         self._lease = lease
         self._owns_client = owns_client
         self.container_id = container_id
