@@ -16,8 +16,10 @@ the store from ``--db``/``SUNROOM_DB``. See ``docs/cli.md``.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import sys
+import time
 from collections.abc import Awaitable, Callable, Coroutine
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
@@ -29,8 +31,9 @@ from rich.table import Column, Table
 
 from sunroom.errors import SunroomError
 from sunroom.sandbox.backends import DEFAULT_BACKEND, NAMES
+from sunroom.sandbox.kernel import AsyncKernel
 from sunroom.sandbox.limits import Limits
-from sunroom.sandbox.sync import Kernel
+from sunroom.sandbox.result import ExecutionError, ExecutionResult
 
 EXIT_CODES = {"ok": 0, "error": 1, "timeout": 124, "died": 125}
 
@@ -41,6 +44,7 @@ app = typer.Typer(
     help="A fast, typed, isolated runtime for agents that act by writing Python.",
     no_args_is_help=True,
     add_completion=False,
+    pretty_exceptions_show_locals=False,  # a traceback of a bug must not print keys in locals
 )
 sessions_app = typer.Typer(
     help="List, show, resume and purge stored sessions.", no_args_is_help=True
@@ -60,16 +64,87 @@ def _root() -> None:
 
 
 def _fail(message: str) -> typer.Exit:
+    """Print ``sunroom: <message>`` (one line) on stderr; the Exit(2) to raise."""
     typer.echo(f"sunroom: {message}", err=True)
     return typer.Exit(2)
 
 
+def _message(exc: BaseException) -> str:
+    """One line for an error the user must act on: no traceback, no class name, no input value."""
+    if isinstance(exc, pydantic.ValidationError):
+        from sunroom.service.problems import validation_message
+
+        return validation_message(exc)
+    if isinstance(exc, OSError) and exc.strerror:
+        where = f" ({exc.filename})" if exc.filename else ""
+        return f"{exc.strerror[:1].lower()}{exc.strerror[1:]}{where}"
+    return str(exc)
+
+
 def _guarded(work: Callable[[], Coroutine[Any, Any, T]]) -> T:
-    """Run *work* on a fresh loop; sunroom and config errors exit 2 with the message."""
+    """Run *work* on a fresh loop; sunroom, config and OS errors exit 2 with one line."""
     try:
         return asyncio.run(work())
     except (SunroomError, pydantic.ValidationError, OSError) as exc:
-        raise _fail(str(exc)) from None
+        raise _fail(_message(exc)) from None
+
+
+def _read_code(path: str) -> str:
+    """The Python source at *path* (``-``: stdin); exits 2 with one line when it is not text."""
+    name = "stdin" if path == "-" else path
+    try:
+        data = sys.stdin.buffer.read() if path == "-" else Path(path).read_bytes()
+    except OSError as exc:
+        raise _fail(f"cannot read {name}: {exc.strerror or exc}") from None
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise _fail(
+            f"{name} is not UTF-8 text (byte {exc.start} is {data[exc.start]:#04x}): "
+            "exec runs Python source"
+        ) from None
+
+
+async def _execute_once(code: str, *, backend: str, limits: Limits) -> ExecutionResult:
+    """Run *code* in a fresh kernel that is closed afterwards: the one cell of ``exec``.
+
+    The deadline is kept here, not by the kernel: at ``limits.timeout_s`` the cell gets SIGINT
+    (it raises KeyboardInterrupt; the result is ``timeout``); if it is still running after
+    ``limits.interrupt_grace_s`` the kernel is killed and *not* restarted, as the kernel's own
+    timeout would do (nothing runs after this cell). Raises what ``AsyncKernel`` raises at start.
+    """
+    async with AsyncKernel(backend=backend, limits=limits) as kernel:
+        started = time.perf_counter()
+        # the kernel's own timeout is out of the way; the waits below enforce the limit
+        slack = limits.timeout_s + limits.interrupt_grace_s + 3600.0
+        cell = asyncio.ensure_future(kernel.execute(code, timeout_s=slack))
+        done, _ = await asyncio.wait({cell}, timeout=limits.timeout_s)
+        if done:
+            return cell.result()
+        kernel.interrupt()
+        done, _ = await asyncio.wait({cell}, timeout=limits.interrupt_grace_s)
+        if not done:
+            cell.cancel()
+            await asyncio.wait({cell})
+            message = (
+                f"the cell ran past its {limits.timeout_s:g} s limit and ignored the interrupt; "
+                "the kernel was killed"
+            )
+            return ExecutionResult(
+                status="timeout",
+                error=ExecutionError("TimeoutError", message, ""),
+                duration_s=time.perf_counter() - started,
+                state_lost=True,
+            )
+        result = cell.result()
+        if result.error is None or result.error.type != "KeyboardInterrupt":
+            return result  # it finished (or failed) on its own just as the limit fired
+        message = (
+            f"the cell ran past its {limits.timeout_s:g} s limit and was interrupted "
+            "(the kernel's state is kept)"
+        )
+        error = ExecutionError("TimeoutError", message, result.error.traceback)
+        return dataclasses.replace(result, status="timeout", error=error)
 
 
 @app.command("exec")
@@ -82,18 +157,17 @@ def exec_(
     memory_mb: Annotated[int, typer.Option(help="Memory limit in MB.")] = 2048,
     as_json: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
 ) -> None:
-    """Run a file in a fresh kernel and print its output."""
+    """Run a file in a fresh kernel and print its output.
+
+    Exit status: 0 ok, 1 the code raised, 124 timeout, 125 the kernel died, 2 usage or setup
+    error (one line on stderr).
+    """
+    code = _read_code(path)
     try:
-        code = sys.stdin.read() if path == "-" else Path(path).read_text()
-    except OSError as exc:
-        typer.echo(f"sunroom: cannot read {path}: {exc.strerror}", err=True)
-        raise typer.Exit(2) from None
-    try:
-        with Kernel(backend=backend, limits=Limits(timeout_s=timeout, memory_mb=memory_mb)) as k:
-            result = k.execute(code)
+        limits = Limits(timeout_s=timeout, memory_mb=memory_mb)
     except SunroomError as exc:
-        typer.echo(f"sunroom: {exc}", err=True)
-        raise typer.Exit(2) from None
+        raise _fail(_message(exc)) from None
+    result = _guarded(lambda: _execute_once(code, backend=backend, limits=limits))
     if as_json:
         typer.echo(json.dumps(result.to_dict()))
     else:
@@ -101,7 +175,10 @@ def exec_(
         sys.stderr.write(result.stderr)
         if result.value is not None:
             sys.stdout.write(result.value + "\n")
-        if result.error is not None:
+        if result.status == "timeout":
+            killed = "" if not result.state_lost else "; it ignored the interrupt and was killed"
+            sys.stderr.write(f"sunroom: timed out after {timeout:g} s{killed}\n")
+        elif result.error is not None:
             err = result.error
             text = err.traceback or f"{err.type}: {err.message}"
             sys.stderr.write(text if text.endswith("\n") else text + "\n")

@@ -1,10 +1,13 @@
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 
@@ -52,3 +55,58 @@ def test_exec_reports_setup_errors() -> None:
     assert "unknown backend" in proc.stderr
     proc = run("exec", "/no/such/file.py")
     assert proc.returncode == 2
+
+
+def test_exec_refuses_a_file_that_is_not_utf8_text(tmp_path: Path) -> None:
+    blob = tmp_path / "blob.bin"
+    blob.write_bytes(b"print(1)\n\xd0\xff\x00\x81 binary")
+    for path in (str(blob), "/bin/ls"):
+        proc = run("exec", "--backend", "subprocess", path)
+        assert proc.returncode == 2, proc.stderr
+        assert proc.stderr.startswith("sunroom: ") and proc.stderr.count("\n") == 1, proc.stderr
+        assert "UTF-8" in proc.stderr and path in proc.stderr
+    piped = subprocess.run(
+        [sys.executable, "-m", "sunroom.cli", "exec", "--backend", "subprocess", "-"],
+        input=b"\xff\xfe\x00", capture_output=True, timeout=60,
+    )  # fmt: skip
+    assert piped.returncode == 2 and piped.stderr.count(b"\n") == 1, piped.stderr
+    assert b"UTF-8" in piped.stderr
+
+
+def test_exec_timeout_says_timed_out_instead_of_a_traceback() -> None:
+    code = "print('started', flush=True)\nimport time\ntime.sleep(30)"
+    proc = run("exec", "--backend", "subprocess", "--timeout", "1", "-", stdin=code)
+    assert proc.returncode == 124
+    assert proc.stdout == "started\n"
+    assert proc.stderr == "sunroom: timed out after 1 s\n"
+
+
+def test_exec_timeout_of_a_cell_that_ignores_sigint_restarts_no_kernel() -> None:
+    """The kernel is killed and not restarted: a one-shot exec has no next cell."""
+    code = "import signal\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\nwhile True: pass"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "sunroom.cli", "exec", "--backend", "subprocess", "--timeout",
+         "0.5", "-"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert proc.stdin is not None
+    proc.stdin.write(code)
+    proc.stdin.close()
+    cli = psutil.Process(proc.pid)
+    kernels: set[int] = set()
+    deadline = time.monotonic() + 60
+    while proc.poll() is None:  # watch every kernel the command starts until it exits
+        assert time.monotonic() < deadline, "exec did not end"
+        with contextlib.suppress(psutil.Error):
+            for child in cli.children():
+                with contextlib.suppress(psutil.Error):
+                    if "sunroom.prelude.supervisor" in " ".join(child.cmdline()):
+                        kernels.add(child.pid)
+        time.sleep(0.005)
+    assert proc.stderr is not None and proc.stdout is not None
+    err = proc.stderr.read()
+    proc.stderr.close()
+    proc.stdout.close()
+    assert proc.returncode == 124, err
+    assert len(kernels) == 1, f"{len(kernels)} kernels were started"
+    assert err.startswith("sunroom: timed out after 0.5 s") and err.count("\n") == 1, err

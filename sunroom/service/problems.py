@@ -24,7 +24,14 @@ from sunroom.errors import (
 )
 from sunroom.store import StoreConflictError, StoreError, StoreNotFoundError
 
-__all__ = ["CapacityError", "ConflictError", "NotFoundError", "error_body", "status_for"]
+__all__ = [
+    "CapacityError",
+    "ConflictError",
+    "NotFoundError",
+    "error_body",
+    "status_for",
+    "validation_message",
+]
 
 
 @final
@@ -74,3 +81,21 @@ def status_for(exc: BaseException) -> int:
 def error_body(type_: str, message: str) -> dict[str, dict[str, str]]:
     """The JSON error envelope."""
     return {"error": {"type": type_, "message": message}}
+
+
+_OBJECT_TYPES: Final = frozenset({"model_type", "model_attributes_type", "dict_type"})
+
+
+def validation_message(exc: pydantic.ValidationError) -> str:
+    """*exc* as one line: each error's field and pydantic's message, ``;``-separated.
+
+    Never the input that failed (it may be a secret), never the name of the model class.
+    """
+    parts = []
+    for error in exc.errors(include_url=False, include_input=False, include_context=False):
+        message = str(error["msg"]).removeprefix("Value error, ").removeprefix("Assertion failed, ")
+        if error["type"] in _OBJECT_TYPES:
+            message = "Input should be an object"
+        where = ".".join(str(p) for p in error["loc"])
+        parts.append(f"{where}: {message}" if where else message)
+    return "; ".join(parts) or "invalid input"
