@@ -10,19 +10,23 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import types
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any, Self, final
+from typing import TYPE_CHECKING, Any, Self, TypeAlias, final
+
+import pydantic
 
 from sunroom.agent import events as ev
 from sunroom.agent.budget import Budget, BudgetTracker, Spend
 from sunroom.agent.bus import EventBus, Subscription
 from sunroom.agent.calls import ModelGate, instrument
+from sunroom.agent.context import ContextPolicy
 from sunroom.agent.guard import Guard, context_guard
 from sunroom.agent.hooks import Hooks
 from sunroom.agent.loop import Loop, LoopConfig
 from sunroom.agent.predict import Predictor
-from sunroom.agent.presets import PRESETS, bind_inputs
+from sunroom.agent.presets import PRESETS, Preset, bind_inputs
 from sunroom.agent.prompts import describe_functions, system_prompt
 from sunroom.agent.redaction import Secrets
 from sunroom.agent.result import RunResult
@@ -37,7 +41,16 @@ from sunroom.sandbox.functions import HostFunction, as_host_function
 from sunroom.sandbox.kernel import AsyncKernel
 from sunroom.sandbox.limits import Limits
 
-__all__ = ["AsyncSession", "system_prompt_for"]
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
+__all__ = ["AsyncSession", "Inputs", "OutputSpec", "system_prompt_for"]
+
+Inputs: TypeAlias = "Mapping[str, object] | pydantic.BaseModel | DataclassInstance | None"
+"""Variables to bind: a mapping of names to values (``typed``: also a model/dataclass instance)."""
+
+OutputSpec: TypeAlias = "type[object] | types.UnionType | types.GenericAlias | None"
+"""What ``submit`` must satisfy: a pydantic model, a dataclass, or any type pydantic validates."""
 
 
 @final
@@ -84,19 +97,19 @@ class AsyncSession:
         self,
         *,
         model: Model | str,
-        preset: str = "codeact",
+        preset: Preset = "codeact",
         sub_model: Model | str | None = None,
         backend: str | Backend = backends.DEFAULT_BACKEND,
         limits: Limits | None = None,
         functions: Iterable[Callable[..., Any] | HostFunction] = (),
-        inputs: Any = None,
-        output: Any = None,
+        inputs: Inputs = None,
+        output: OutputSpec = None,
         budget: Budget | None = None,
         max_turns: int = 20,
         max_output_chars: int = 5000,
         secrets: Secrets | Mapping[str, str] | Iterable[str] = (),
         hooks: Hooks | None = None,
-        context: Any = None,
+        context: ContextPolicy | None = None,
         system_prompt: str | None = None,
         max_depth: int = 1,
         predict_concurrency: int = 8,
@@ -105,8 +118,68 @@ class AsyncSession:
         session_id: str | None = None,
         transcript: Sequence[Message] = (),
         spent: Spend | None = None,
-        _tracker: BudgetTracker | None = None,
-        _depth: int = 0,
+    ) -> None:
+        self._setup(
+            model=model,
+            preset=preset,
+            sub_model=sub_model,
+            backend=backend,
+            limits=limits,
+            functions=functions,
+            inputs=inputs,
+            output=output,
+            budget=budget,
+            max_turns=max_turns,
+            max_output_chars=max_output_chars,
+            secrets=secrets,
+            hooks=hooks,
+            context=context,
+            system_prompt=system_prompt,
+            max_depth=max_depth,
+            predict_concurrency=predict_concurrency,
+            code_tool=code_tool,
+            event_buffer=event_buffer,
+            session_id=session_id,
+            transcript=transcript,
+            spent=spent,
+            tracker=None,
+            depth=0,
+        )
+
+    @classmethod
+    def _nested_session(cls, *, tracker: BudgetTracker, depth: int, **options: Any) -> Self:
+        """A sub-session for ``predict(recursive=True)``: shares *tracker*, one level deeper."""
+        self = cls.__new__(cls)
+        self._setup(**options, tracker=tracker, depth=depth)
+        return self
+
+    def _setup(
+        self,
+        *,
+        model: Model | str,
+        preset: Preset = "codeact",
+        sub_model: Model | str | None = None,
+        backend: str | Backend = backends.DEFAULT_BACKEND,
+        limits: Limits | None = None,
+        functions: Iterable[Callable[..., Any] | HostFunction] = (),
+        inputs: Inputs = None,
+        output: OutputSpec = None,
+        budget: Budget | None = None,
+        max_turns: int = 20,
+        max_output_chars: int = 5000,
+        secrets: Secrets | Mapping[str, str] | Iterable[str] = (),
+        hooks: Hooks | None = None,
+        context: ContextPolicy | None = None,
+        system_prompt: str | None = None,
+        max_depth: int = 1,
+        predict_concurrency: int = 8,
+        code_tool: bool = True,
+        event_buffer: int = 1000,
+        session_id: str | None = None,
+        transcript: Sequence[Message] = (),
+        spent: Spend | None = None,
+        tracker: BudgetTracker | None,
+        depth: int,
     ) -> None:
         if preset not in PRESETS:
             raise UsageError(f"preset must be one of {', '.join(PRESETS)}, got {preset!r}")
@@ -127,9 +200,9 @@ class AsyncSession:
         self._bus = EventBus(maxsize=event_buffer)
         self._secrets = secrets if isinstance(secrets, Secrets) else Secrets(secrets)
         self._guard: Guard = context_guard(self._secrets, context)
-        self.tracker = _tracker or BudgetTracker(budget, spent=spent)
+        self.tracker = tracker or BudgetTracker(budget, spent=spent)
         self._gate = ModelGate(self.tracker, self._publish)
-        self._depth = depth = _depth
+        self._depth = depth
         self._options: dict[str, Any] = {
             "backend": backend,
             "limits": limits,
@@ -352,7 +425,9 @@ class AsyncSession:
 
     async def _nested(self, instructions: str, value: Any, output: Any) -> Any:
         o = self._options
-        async with AsyncSession(
+        async with AsyncSession._nested_session(
+            tracker=self.tracker,
+            depth=self._depth + 1,
             model=self._sub_model,
             preset="rlm",
             backend=o["backend"],
@@ -367,8 +442,6 @@ class AsyncSession:
             max_depth=o["max_depth"],
             predict_concurrency=o["predict_concurrency"],
             code_tool=o["code_tool"],
-            _tracker=self.tracker,
-            _depth=self._depth + 1,
         ) as sub:
             result = await sub.run(instructions)
         if not result.ok:

@@ -2,33 +2,96 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
 from typing import Any, Self, final
 
 from sunroom.agent import events as ev
+from sunroom.agent.budget import Budget, BudgetTracker, Spend
 from sunroom.agent.bus import Subscription
+from sunroom.agent.context import ContextPolicy
+from sunroom.agent.hooks import Hooks
+from sunroom.agent.presets import Preset
+from sunroom.agent.redaction import Secrets
 from sunroom.agent.result import RunResult
-from sunroom.agent.session import AsyncSession
-from sunroom.sandbox.portal import Portal
+from sunroom.agent.session import AsyncSession, Inputs, OutputSpec
+from sunroom.providers import Message, Model
+from sunroom.sandbox import backends
+from sunroom.sandbox.backend import Backend
+from sunroom.sandbox.functions import HostFunction
+from sunroom.sandbox.limits import Limits
+from sunroom.sandbox.portal import Portal, TwinState
 
 __all__ = ["Session"]
 
 
 @final
 class Session:
-    """The blocking twin of :class:`AsyncSession` (same arguments), for scripts and notebooks.
+    """The blocking twin of :class:`AsyncSession`, for scripts and notebooks.
 
-    Use ``with Session(...) as s: s.run("task")``. It runs the async core on a private loop
-    thread; models built outside must be usable from that loop (prefer ``"provider:name"``
-    strings or fakes). :meth:`close` cancels a running run, kills the kernel and stops the
-    thread.
+    Same arguments, same methods (blocking). Use ``with Session(...) as s: s.run("task")``. It
+    runs the async core on a private loop thread; models built outside must be usable from
+    that loop (prefer ``"provider:name"`` strings or fakes). :attr:`state` says where the
+    session is in its life: after :meth:`close` (which cancels a running run, kills the kernel
+    and stops the thread) every call raises ClosedError, and closing again does nothing.
+
+    Raises UsageError for invalid options (before any kernel starts).
     """
 
-    def __init__(self, **options: Any) -> None:
-        self._portal = Portal("sunroom-session-loop")
-        self._closed = False
+    def __init__(
+        self,
+        *,
+        model: Model | str,
+        preset: Preset = "codeact",
+        sub_model: Model | str | None = None,
+        backend: str | Backend = backends.DEFAULT_BACKEND,
+        limits: Limits | None = None,
+        functions: Iterable[Callable[..., Any] | HostFunction] = (),
+        inputs: Inputs = None,
+        output: OutputSpec = None,
+        budget: Budget | None = None,
+        max_turns: int = 20,
+        max_output_chars: int = 5000,
+        secrets: Secrets | Mapping[str, str] | Iterable[str] = (),
+        hooks: Hooks | None = None,
+        context: ContextPolicy | None = None,
+        system_prompt: str | None = None,
+        max_depth: int = 1,
+        predict_concurrency: int = 8,
+        code_tool: bool = True,
+        event_buffer: int = 1000,
+        session_id: str | None = None,
+        transcript: Sequence[Message] = (),
+        spent: Spend | None = None,
+    ) -> None:
+        self._portal = Portal("sunroom-session-loop", what="the session")
+        self._state = TwinState.UNOPENED
         try:
-            self._core: AsyncSession = self._portal.call(_build(options))
+            self._core: AsyncSession = self._portal.call(
+                _build(
+                    model=model,
+                    preset=preset,
+                    sub_model=sub_model,
+                    backend=backend,
+                    limits=limits,
+                    functions=functions,
+                    inputs=inputs,
+                    output=output,
+                    budget=budget,
+                    max_turns=max_turns,
+                    max_output_chars=max_output_chars,
+                    secrets=secrets,
+                    hooks=hooks,
+                    context=context,
+                    system_prompt=system_prompt,
+                    max_depth=max_depth,
+                    predict_concurrency=predict_concurrency,
+                    code_tool=code_tool,
+                    event_buffer=event_buffer,
+                    session_id=session_id,
+                    transcript=transcript,
+                    spent=spent,
+                )
+            )
         except BaseException:
             self._portal.close()
             raise
@@ -38,50 +101,105 @@ class Session:
         """The async session underneath."""
         return self._core
 
+    @property
+    def state(self) -> TwinState:
+        """UNOPENED until started, OPENED while usable, CLOSED for good after close()."""
+        return self._state
+
+    @property
+    def session_id(self) -> str:
+        """The id events and results carry."""
+        return self._core.session_id
+
+    @property
+    def preset(self) -> Preset:
+        """The preset this session was built with."""
+        return self._core.preset
+
+    @property
+    def limits(self) -> Limits:
+        """The kernel's limits."""
+        return self._core.limits
+
+    @property
+    def tracker(self) -> BudgetTracker:
+        """The budget tracker (spend so far, shared with nested sessions)."""
+        return self._core.tracker
+
     def __enter__(self) -> Self:
-        self._portal.call(self._core.start())
+        self.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    def start(self) -> None:
+        """Start the kernel (idempotent); raises ClosedError after close()."""
+        self._portal.call(self._core.start())
+        self._state = TwinState.OPENED
+
     def run(self, task: str) -> RunResult:
-        """Run *task* to its terminal result."""
+        """Run *task* to its terminal result; see ``AsyncSession.run``."""
         return self._portal.call(self._core.run(task))
 
     def send(self, message: str) -> None:
-        """Send a user message (starts a run when idle)."""
+        """Send a user message (starts a run when idle); see ``AsyncSession.send``."""
         self._portal.call(self._core.send(message))
 
     def result(self) -> RunResult:
         """Block until the current run ends and return its result."""
         return self._portal.call(self._core.result())
 
+    @property
+    def running(self) -> bool:
+        """Whether a run is in progress."""
+        return self._core.running
+
+    @property
+    def messages(self) -> tuple[Any, ...]:
+        """The transcript as the model sees it (redacted)."""
+        return self._core.messages
+
     def interrupt(self, reason: str) -> None:
         """Steer the running run (safe from any thread)."""
         self._portal.call_soon(self._core.interrupt, reason)
 
-    def events(self, *, maxsize: int | None = None) -> Iterator[ev.Event]:
-        """A blocking iterator of events from now on; it ends when the session closes."""
+    def cancel(self) -> None:
+        """Cancel the running run (its result becomes ``cancelled``); no-op when idle."""
+        self._portal.call_soon(self._core.cancel)
+
+    def events(self, *, maxsize: int | None = None) -> Generator[ev.Event, None, None]:
+        """A blocking iterator of every event published from now on (subscribed at once).
+
+        It ends when the session closes. Stopping early (``break``, or closing the iterator)
+        unsubscribes at once.
+        """
         sub = self._portal.call(_subscribe(self._core, maxsize))
-        while True:
-            try:
-                yield self._portal.call(_next(sub))
-            except StopAsyncIteration:
-                return
+        return self._iterate(sub)
+
+    def _iterate(self, sub: Subscription) -> Generator[ev.Event, None, None]:
+        try:
+            while True:
+                try:
+                    yield self._portal.call(_next(sub))
+                except StopAsyncIteration:
+                    return
+        finally:
+            if not self._portal.closed:
+                self._portal.call_soon(sub.close)
 
     def close(self) -> None:
         """Close the session and stop the loop thread. Idempotent."""
-        if self._closed:
+        if self._state is TwinState.CLOSED:
             return
-        self._closed = True
+        self._state = TwinState.CLOSED
         try:
             self._portal.call(self._core.aclose())
         finally:
             self._portal.close()
 
 
-async def _build(options: dict[str, Any]) -> AsyncSession:
+async def _build(**options: Any) -> AsyncSession:
     return AsyncSession(**options)
 
 

@@ -6,11 +6,11 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Self, final
 
 from sunroom.sandbox import backends
-from sunroom.sandbox.backend import Backend
+from sunroom.sandbox.backend import Backend, KernelProcess
 from sunroom.sandbox.functions import HostFunction
 from sunroom.sandbox.kernel import AsyncKernel, OutputCallback
 from sunroom.sandbox.limits import Limits
-from sunroom.sandbox.portal import Portal
+from sunroom.sandbox.portal import Portal, TwinState
 from sunroom.sandbox.result import ExecutionResult, Variable
 
 
@@ -20,7 +20,9 @@ class Kernel:
 
     Same arguments as :class:`AsyncKernel`. Use ``with Kernel(...) as k``; leaving the block
     (or :meth:`close`) kills and awaits the whole process tree. Async host functions run on
-    the kernel's private event loop; sync ones on a worker thread.
+    the kernel's private event loop; sync ones on a worker thread. :attr:`state` says where
+    the kernel is in its life; after :meth:`close` every call raises ClosedError and closing
+    again does nothing.
     """
 
     def __init__(
@@ -33,7 +35,8 @@ class Kernel:
         env: Mapping[str, str] | None = None,
         on_output: OutputCallback | None = None,
     ) -> None:
-        self._portal = Portal("sunroom-kernel-loop")
+        self._portal = Portal("sunroom-kernel-loop", what="the kernel")
+        self._state = TwinState.UNOPENED
         try:
             self._core: AsyncKernel = self._portal.call(
                 _build(backend, functions, inputs, limits, env, on_output)
@@ -47,6 +50,21 @@ class Kernel:
         """The async kernel underneath."""
         return self._core
 
+    @property
+    def process(self) -> KernelProcess | None:
+        """The running process handle (for tests and diagnostics)."""
+        return self._core.process
+
+    @property
+    def limits(self) -> Limits:
+        """The kernel's limits."""
+        return self._core.limits
+
+    @property
+    def state(self) -> TwinState:
+        """UNOPENED until started, OPENED while usable, CLOSED for good after close()."""
+        return self._state
+
     def __enter__(self) -> Self:
         self.start()
         return self
@@ -55,8 +73,9 @@ class Kernel:
         self.close()
 
     def start(self) -> None:
-        """Start the kernel (idempotent)."""
+        """Start the kernel (idempotent); raises ClosedError after close()."""
         self._portal.call(self._core.start())
+        self._state = TwinState.OPENED
 
     def execute(self, code: str, *, timeout_s: float | None = None) -> ExecutionResult:
         """Run one cell; see ``AsyncKernel.execute``."""
@@ -80,6 +99,9 @@ class Kernel:
 
     def close(self) -> None:
         """Kill the whole process tree, wait for it and stop the loop thread. Idempotent."""
+        if self._state is TwinState.CLOSED:
+            return
+        self._state = TwinState.CLOSED
         try:
             self._portal.call(self._core.aclose())
         finally:
