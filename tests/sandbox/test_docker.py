@@ -397,6 +397,19 @@ async def test_unreachable_daemon_fails_closed(tmp_path: Any) -> None:
             gc.collect()
 
 
+async def test_no_daemon_fails_closed_without_leaking_a_socket(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/no-daemon.sock")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ResourceWarning)
+        k = AsyncKernel(backend=DockerBackend())
+        with pytest.raises(SandboxUnavailableError, match="no Docker daemon answers"):
+            await k.start()
+        await k.aclose()
+        gc.collect()  # a leaked socket would warn (an error here) when collected
+
+
 def test_missing_sdk_fails_closed(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "docker", None)  # what `import docker` sees when absent
     with pytest.raises(SandboxUnavailableError, match="pip install"):

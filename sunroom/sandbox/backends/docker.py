@@ -198,6 +198,26 @@ def host_layout() -> _Layout:
     return _Layout(python, tuple(sys_path), tuple(mounts), tuple(env))
 
 
+def _probe_daemon() -> None:
+    """Fail closed, without touching the SDK, when ``DOCKER_HOST``'s Unix socket does not answer.
+
+    Other schemes (tcp, ssh) are left to the SDK.
+    """
+    host = os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
+    if not host.startswith("unix://"):
+        return
+    path = host[len("unix://") :]
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+        probe.settimeout(5.0)
+        try:
+            probe.connect(path)
+        except OSError as exc:
+            raise SandboxUnavailableError(
+                f"no Docker daemon answers at {path} ({exc.strerror or exc}); start it "
+                f"(dockerd, or systemctl start docker), or {SETUP_HINT}"
+            ) from None
+
+
 def _parse_user(user: str) -> tuple[int, int]:
     try:
         uid_s, _, gid_s = user.partition(":")
@@ -261,10 +281,16 @@ class DockerBackend:
     # -- client ----------------------------------------------------------------------------
 
     def _connect(self) -> tuple[docker.DockerClient, bool]:
-        """A reachable client (and whether this backend owns it), after the one-time sweep."""
+        """A reachable client (and whether this backend owns it), after the one-time sweep.
+
+        Without a client of the caller's, the daemon's socket is probed first: the SDK leaks a
+        socket when it builds a client against a daemon that does not answer.
+        """
         global _api_version
         sdk = _docker()
         owned = self._client is None
+        if owned:
+            _probe_daemon()
         try:
             client: docker.DockerClient = (
                 self._client
