@@ -18,11 +18,14 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
+import os
+import shlex
 import sys
 import time
+import uuid
 from collections.abc import Awaitable, Callable, Coroutine
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import pydantic
 import typer
@@ -34,6 +37,9 @@ from sunroom.sandbox.backends import DEFAULT_BACKEND, NAMES
 from sunroom.sandbox.kernel import AsyncKernel
 from sunroom.sandbox.limits import Limits
 from sunroom.sandbox.result import ExecutionError, ExecutionResult
+
+if TYPE_CHECKING:
+    from sunroom.service import ServiceConfig
 
 EXIT_CODES = {"ok": 0, "error": 1, "timeout": 124, "died": 125}
 
@@ -209,11 +215,16 @@ def serve(
     try:
         base = ServiceConfig.from_env(
             host=host, port=port, db_path=db, expose=expose or None, backend=backend,
-            model=model, base_url=base_url, functions=fns, lease_s=lease_s,
+            model=_model_spec(model or os.environ.get("SUNROOM_MODEL")), base_url=base_url,
+            functions=fns, lease_s=lease_s,
         )  # fmt: skip
-        sock = bind(base)
-    except (pydantic.ValidationError, OSError) as exc:
+        _check_service(base)
+    except SunroomError as exc:
         raise _fail(str(exc)) from None
+    try:
+        sock = bind(base)
+    except OSError as exc:
+        raise _fail(f"cannot listen on {base.host}:{base.port}: {_message(exc)}") from None
     config = base.with_token()
     bound_port = sock.getsockname()[1]
     shown = f"[{config.host}]" if ":" in config.host else config.host
@@ -227,6 +238,28 @@ def serve(
     _guarded(lambda: run_server(config, sock=sock, log_level="warning"))
 
 
+def _model_spec(spec: str | None) -> str | None:
+    """*spec*, with the file of a ``scripted:`` model made absolute (a resume may run elsewhere)."""
+    if spec and spec.startswith("scripted:"):
+        return f"scripted:{Path(spec.removeprefix('scripted:')).resolve()}"
+    return spec
+
+
+def _check_service(config: ServiceConfig) -> None:
+    """Fail before serving when the default backend, model or host functions cannot work.
+
+    Raises UsageError, AuthenticationError (the default model has no API key).
+    """
+    from sunroom.errors import UsageError
+    from sunroom.service import load_functions, resolve_model
+
+    if config.backend not in NAMES:
+        raise UsageError(f"unknown backend {config.backend!r}; choose one of {', '.join(NAMES)}")
+    load_functions(config.functions)
+    if config.model is not None:
+        asyncio.run(resolve_model(config.model, config.base_url).aclose())
+
+
 def _inputs(pairs: list[str]) -> dict[str, str]:
     out: dict[str, str] = {}
     for pair in pairs:
@@ -238,6 +271,34 @@ def _inputs(pairs: list[str]) -> dict[str, str]:
         except OSError as exc:
             raise _fail(f"cannot read {file}: {exc.strerror}") from None
     return out
+
+
+def _flag(field: str) -> str:
+    """The ``sunroom run`` option that sets a session field (``max_turns`` → ``--max-turns``)."""
+    return {"inputs": "--input"}.get(field, f"--{field.replace('_', '-')}")
+
+
+def _interrupted(sid: str, db: Path | None) -> typer.Exit:
+    """Say what became of session *sid* after Ctrl-C, and how to resume it; Exit(130).
+
+    A run in progress stays ``running`` in the store (released: it can be resumed at once).
+    """
+    try:
+        record = _guarded(lambda: _store_do(db, lambda s: s.get_session(sid)))
+    except KeyboardInterrupt:
+        record = None
+    if record is None:
+        message = "interrupted before the session was recorded"
+    elif record.status == "running":
+        where = f" --db {shlex.quote(str(db))}" if db is not None else ""
+        message = (
+            f"interrupted; session {sid} is kept, resume it with: "
+            f"sunroom sessions resume {sid}{where}"
+        )
+    else:
+        message = f"interrupted; session {sid} ended {record.status}"
+    typer.echo(f"sunroom: {message}", err=True)
+    return typer.Exit(130)
 
 
 def _summary(sid: str, result: dict[str, Any] | None) -> dict[str, Any]:
@@ -272,30 +333,44 @@ def run(
     db: DbOption = None,
     as_json: JsonOption = False,
 ) -> None:
-    """Run an agent session here and show it live (it is stored like a service session)."""
+    """Run an agent session here and show it live (it is stored like a service session).
+
+    Everything the options can get wrong is checked before the session is recorded. Ctrl-C
+    stops the run and prints the command that resumes it (exit 130).
+    """
+    from sunroom.agent.presets import PRESETS
+    from sunroom.service.problems import validation_message
     from sunroom.service.schemas import CreateSession
 
+    if preset not in PRESETS:
+        raise _fail(f"--preset must be one of {', '.join(PRESETS)}, got {preset!r}")
+    model = _model_spec(model or os.environ.get("SUNROOM_MODEL"))
+    if not model:
+        raise _fail("no model: pass --model provider:name or set SUNROOM_MODEL")
     bound = _inputs(inputs or [])
     schema = None
     if output_schema is not None:
         try:
             schema = json.loads(output_schema.read_text())
-        except (OSError, ValueError) as exc:
-            raise _fail(f"cannot read the output schema {output_schema}: {exc}") from None
+        except OSError as exc:
+            raise _fail(f"cannot read the output schema: {_message(exc)}") from None
+        except ValueError as exc:
+            raise _fail(f"the output schema {output_schema} is not JSON: {exc}") from None
     try:
         request = CreateSession(
             task=task, model=model, base_url=base_url, inputs=bound, output_schema=schema,
             preset=preset, backend=backend, max_turns=max_turns,  # type: ignore[arg-type]
         )  # fmt: skip
     except pydantic.ValidationError as exc:
-        raise _fail(str(exc)) from None
+        raise _fail(validation_message(exc, field=_flag)) from None
     console = Console(stderr=as_json)
+    sid = uuid.uuid4().hex  # known before anything runs: Ctrl-C says what to resume
 
-    async def work() -> tuple[str, dict[str, Any] | None]:
+    async def work() -> dict[str, Any] | None:
         from sunroom.service.console import Renderer, follow
 
         async with _manager(db) as manager:
-            sid = await manager.create(request)
+            await manager.create(request, session_id=sid)
             renderer = Renderer(console)
             try:
                 await follow(
@@ -307,9 +382,13 @@ def run(
             finally:
                 renderer.close()
             _, result = await manager.result(sid, timeout_s=0)
-            return sid, result
+            out: dict[str, Any] | None = result
+            return out
 
-    sid, result = _guarded(work)
+    try:
+        result = _guarded(work)
+    except KeyboardInterrupt:
+        raise _interrupted(sid, db) from None
     summary = _summary(sid, result)
     if as_json:
         typer.echo(json.dumps(summary))

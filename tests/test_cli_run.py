@@ -1,10 +1,13 @@
-"""``sunroom run``, ``serve`` and ``sessions``, as subprocesses, with the scripted-model test hook."""
+"""``sunroom run``, ``serve`` and ``sessions``, as subprocesses, with ``scripted:`` models."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
+import re
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -13,6 +16,8 @@ from typing import Any
 
 import httpx
 import pytest
+
+from sunroom.store import SQLiteStore
 
 
 def cli(*args: str, env: dict[str, str], timeout: float = 60) -> subprocess.CompletedProcess[str]:
@@ -44,7 +49,7 @@ def env(tmp_path: Path) -> dict[str, str]:
         if k not in ("SUNROOM_MODEL", "SUNROOM_BASE_URL", "SUNROOM_TOKEN")
     }
     out.update(
-        SUNROOM_FAKE_MODEL=str(tmp_path / "script.json"),
+        SUNROOM_MODEL=f"scripted:{tmp_path / 'script.json'}",
         SUNROOM_DB=str(tmp_path / "s.db"),
         COLUMNS="100",
     )
@@ -101,7 +106,7 @@ def test_run_renders_cells_progress_and_cost(tmp_path: Path, env: dict[str, str]
 
 def test_run_failures_exit_1_and_usage_errors_exit_2(tmp_path: Path, env: dict[str, str]) -> None:
     (tmp_path / "bad.json").write_text(json.dumps(["I will not submit."]))
-    bad = {**env, "SUNROOM_FAKE_MODEL": str(tmp_path / "bad.json")}
+    bad = {**env, "SUNROOM_MODEL": f"scripted:{tmp_path / 'bad.json'}"}
     proc = cli(
         "run",
         "x",
@@ -116,7 +121,7 @@ def test_run_failures_exit_1_and_usage_errors_exit_2(tmp_path: Path, env: dict[s
     )
     assert proc.returncode == 1, proc.stderr
     assert json.loads(proc.stdout)["status"] == "max_turns"
-    no_model = {k: v for k, v in env.items() if k != "SUNROOM_FAKE_MODEL"}
+    no_model = {k: v for k, v in env.items() if k != "SUNROOM_MODEL"}
     proc = cli("run", "x", env=no_model)
     assert proc.returncode == 2 and "no model" in proc.stderr
     assert cli("run", "x", "--input", "not-a-pair", env=env).returncode == 2
@@ -161,3 +166,117 @@ def test_serve_prints_url_and_token_and_refuses_to_expose(
         0,
         -signal.SIGTERM,
     )  # uvicorn re-raises the signal after a clean shutdown
+
+
+INTERNALS = re.compile(
+    r"Traceback|ValidationError|validation error|ServiceConfig|CreateSession|pydantic|"
+    r"input_value|errors\.pydantic\.dev|\[type="
+)
+
+
+def one_line_error(proc: subprocess.CompletedProcess[str]) -> str:
+    """The usage error *proc* printed: exit 2, one ``sunroom: ...`` line, no internals."""
+    assert proc.returncode == 2, (proc.returncode, proc.stderr)
+    assert proc.stderr.startswith("sunroom: ") and proc.stderr.count("\n") == 1, proc.stderr
+    assert not INTERNALS.search(proc.stderr + proc.stdout), proc.stderr
+    return proc.stderr
+
+
+def test_config_errors_are_one_line_and_never_echo_the_token(
+    tmp_path: Path, env: dict[str, str]
+) -> None:
+    short = {**env, "SUNROOM_TOKEN": "hunter2"}
+    for args in (("serve", "--port", "0"), ("sessions", "list")):
+        proc = cli(*args, env=short)
+        err = one_line_error(proc)
+        assert "hunter2" not in proc.stdout + err and "SUNROOM_TOKEN" in err
+    secret = "a-long-and-secret-token-0123456789"
+    proc = cli("serve", "--host", "0.0.0.0", "--port", "0", env={**env, "SUNROOM_TOKEN": secret})
+    err = one_line_error(proc)
+    assert "--expose" in err and secret not in proc.stdout + err
+    err = one_line_error(cli("serve", "--port", "0", "--lease-s", "-1", env=env))
+    assert "lease" in err
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = str(taken.getsockname()[1])
+        err = one_line_error(cli("serve", "--port", port, env=env))
+    assert "address already in use" in err.lower() and port in err
+
+
+def test_option_errors_are_one_line(tmp_path: Path, env: dict[str, str]) -> None:
+    err = one_line_error(cli("run", "x", "--preset", "nope", env=env))
+    assert "--preset" in err and "codeact" in err and "'nope'" in err
+    err = one_line_error(cli("run", "x", "--max-turns", "0", env=env))
+    assert "--max-turns" in err
+    (tmp_path / "bad-schema.json").write_text('{"type": "frobnicate"}')
+    err = one_line_error(
+        cli("run", "x", "--output-schema", str(tmp_path / "bad-schema.json"), env=env)
+    )
+    assert "frobnicate" in err
+    err = one_line_error(cli("run", "x", "--backend", "nonsense", env=env))
+    assert "backend" in err
+    assert json.loads(cli("sessions", "list", "--json", env=env).stdout) == []
+
+
+def test_usage_errors_record_no_session(tmp_path: Path, env: dict[str, str]) -> None:
+    no_key = {k: v for k, v in env.items() if k != "OPENAI_API_KEY"}
+    for args, words in [
+        (("--model", "nope:x"), ["unknown provider"]),
+        (("--model", "gpt-5"), ["<provider>:<model>", "openai:"]),
+        (("--model", "openai:gpt-5-mini"), ["OPENAI_API_KEY"]),
+        (("--model", f"scripted:{tmp_path / 'missing.json'}"), ["cannot read", "missing.json"]),
+    ]:
+        err = one_line_error(cli("run", "x", "--backend", "subprocess", *args, env=no_key))
+        assert all(w in err for w in words), err
+    err = one_line_error(
+        cli("run", "x", env={k: v for k, v in env.items() if k != "SUNROOM_MODEL"})
+    )
+    assert "no model" in err and "--model" in err
+    assert json.loads(cli("sessions", "list", "--json", env=env).stdout) == []
+
+
+def stored_sessions(db: Path) -> list[Any]:
+    async def go() -> list[Any]:
+        async with SQLiteStore(db) as store:
+            return await store.list_sessions(limit=10)
+
+    return asyncio.run(go())
+
+
+def stored_events(db: Path) -> list[Any]:
+    async def go() -> list[Any]:
+        async with SQLiteStore(db) as store:
+            sessions = await store.list_sessions(limit=1)
+            return await store.events(sessions[0].session_id) if sessions else []
+
+    return asyncio.run(go())
+
+
+def test_ctrl_c_says_which_session_and_how_to_resume_it(
+    tmp_path: Path, env: dict[str, str]
+) -> None:
+    replies = [{"code": f"print('step {i}')"} for i in range(3)]
+    (tmp_path / "slow.json").write_text(json.dumps({"replies": [*replies, "done"], "delay_s": 0.3}))
+    slow = {**env, "SUNROOM_MODEL": f"scripted:{tmp_path / 'slow.json'}"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "sunroom.cli", "run", "count", "--backend", "subprocess"],
+        env=slow, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    db = Path(env["SUNROOM_DB"])
+    deadline = time.monotonic() + 30
+    while not (db.exists() and stored_events(db)):  # the run is in progress
+        assert time.monotonic() < deadline and proc.poll() is None, "no run started"
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 130, err
+    (record,) = stored_sessions(db)
+    sid = record.session_id
+    assert record.status == "running"
+    assert err.count("\n") == 1 and sid in err and "Traceback" not in err, err
+    command = err.split("resume it with: ", 1)[1].split()
+    assert command == ["sunroom", "sessions", "resume", sid]
+    resumed = cli(*command[1:], "--json", env=slow)
+    assert resumed.returncode == 0, resumed.stderr
+    assert json.loads(resumed.stdout)["output"] == "done"

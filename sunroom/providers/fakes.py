@@ -1,8 +1,9 @@
-"""Fake models for tests: :class:`ScriptedModel` and :class:`FunctionModel`.
+"""Fake models for tests and demos: scripted, computed, or read from a JSON file.
 
-Both are real :class:`~sunroom.providers.Model` implementations (no network), record every
-request they get in ``requests``, and stream by replaying their replies as events. A reply
-can be given as:
+:class:`ScriptedModel`, :class:`FunctionModel` and :class:`ScriptFileModel` (the
+``scripted:PATH`` provider spec) are real :class:`~sunroom.providers.Model` implementations
+(no network, no key), record every request they get in ``requests``, and stream by replaying
+their replies as events. A reply of the first two can be given as:
 
 * a ``str``: a text reply (finish reason ``stop``);
 * an :class:`~sunroom.providers.AssistantMessage`: finish reason ``tool_use`` when it has
@@ -18,23 +19,36 @@ reply), so budgets see non-zero counts; cost is computed when a ``price`` is giv
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
-from typing import TypeAlias, final
+from pathlib import Path
+from typing import Any, TypeAlias, Unpack, final
 
 from sunroom.errors import ClosedError, UsageError
 
 from .assembly import events_from_response, with_cost
+from .config import ModelOptions
 from .events import Done, StreamEvent
-from .messages import AssistantMessage, TextPart, ThinkingPart
+from .messages import AssistantMessage, SystemMessage, TextPart, ThinkingPart, ToolCall
 from .pricing import Price
 from .response import Response, Usage
 from .seam import Model
 from .settings import Request
 from .tokens import estimate_text_tokens, estimate_tokens
 
-__all__ = ["FunctionModel", "Reply", "ScriptExhaustedError", "ScriptedModel"]
+__all__ = [
+    "EXECUTE_CODE",
+    "FunctionModel",
+    "Reply",
+    "ScriptExhaustedError",
+    "ScriptFileModel",
+    "ScriptedModel",
+]
+
+EXECUTE_CODE = "execute_code"
+"""The agent's code tool; a script's ``{"code": ...}`` reply calls it when it is offered."""
 
 Reply: TypeAlias = str | AssistantMessage | Response | BaseException | Sequence[StreamEvent]
 """One scripted reply (see the module docstring)."""
@@ -181,3 +195,99 @@ class FunctionModel(_FakeBase):
         if inspect.isawaitable(reply):
             reply = await reply
         return self._response(request, reply)
+
+
+@final
+class ScriptFileModel(_FakeBase):
+    """A scripted model read from a JSON file: the ``scripted:PATH`` provider spec.
+
+    For demos and tests that need no key and no network, e.g. ``sunroom run --model
+    scripted:replies.json`` or ``{"model": "scripted:/srv/replies.json"}``. The file is a list
+    of replies, or ``{"replies": [...], "sub_reply": "ok", "delay_s": 0}``. A reply is a
+    string (a text answer) or ``{"code": "...", "text": "..."}``: a call of the
+    ``execute_code`` tool when the request offers it, else the text followed by a fenced
+    ```` ```python ```` block (``code_mode`` fenced).
+
+    The agent's turn *n* (the number of assistant messages already in its request) gets reply
+    *n*; past the end the last reply repeats, and a resumed session continues where its
+    transcript left off. The agent is whoever sent the first request: any request with another
+    system message (``predict``, ``predict_many``, a context summary) gets ``sub_reply``.
+    ``delay_s`` makes every call take that long (a model's latency).
+
+    *api_key* and *base_url* are accepted, as for every provider, and ignored; of the
+    :class:`~sunroom.providers.ModelOptions` only ``price`` is used.
+
+    Raises UsageError (one line) when the file cannot be read or is not a script.
+    """
+
+    def __init__(
+        self,
+        path: str | Path,
+        /,
+        *,
+        api_key: str | None = None,
+        base_url: str | None = None,
+        **options: Unpack[ModelOptions],
+    ) -> None:
+        super().__init__(name="scripted", price=options.get("price"), chunk_size=None)
+        self.path = Path(path)
+        data = _load_script(self.path)
+        items = data.get("replies") if isinstance(data, dict) else data
+        if not isinstance(items, list) or not items:
+            raise UsageError(f"the script {str(path)!r} needs a non-empty list of replies")
+        self.replies: list[str | tuple[str, str]] = [
+            _script_reply(item, i, path) for i, item in enumerate(items)
+        ]
+        extra: dict[str, Any] = data if isinstance(data, dict) else {}
+        self.sub_reply = str(extra.get("sub_reply", "ok"))
+        delay = extra.get("delay_s", 0)
+        if not isinstance(delay, int | float) or isinstance(delay, bool) or delay < 0:
+            raise UsageError(f"the script {str(path)!r}: delay_s must be a number of seconds")
+        self.delay_s = float(delay)
+        self._agent_system: str | None = None
+
+    def _is_agent(self, request: Request) -> bool:
+        system = next((m.text for m in request.messages if isinstance(m, SystemMessage)), "")
+        if self._agent_system is None:
+            self._agent_system = system
+        return any(t.name == EXECUTE_CODE for t in request.tools) or system == self._agent_system
+
+    async def _reply(self, request: Request) -> Response | Sequence[StreamEvent]:
+        self._record(request)
+        if self.delay_s > 0:
+            await asyncio.sleep(self.delay_s)
+        if not self._is_agent(request):
+            return self._response(request, self.sub_reply)
+        turn = sum(isinstance(m, AssistantMessage) for m in request.messages)
+        reply = self.replies[min(turn, len(self.replies) - 1)]
+        if isinstance(reply, str):
+            return self._response(request, reply)
+        text, code = reply
+        if any(t.name == EXECUTE_CODE for t in request.tools):
+            parts: list[str | ToolCall] = [text] if text else []
+            parts.append(ToolCall(f"call_{turn}", EXECUTE_CODE, {"code": code}))
+            return self._response(request, AssistantMessage(parts))
+        fenced = f"```python\n{code}\n```"
+        return self._response(request, f"{text}\n\n{fenced}" if text else fenced)
+
+
+def _load_script(path: Path) -> Any:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise UsageError(f"cannot read the script {str(path)!r}: {reason}") from None
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        raise UsageError(f"the script {str(path)!r} is not JSON: {exc}") from None
+
+
+def _script_reply(item: Any, index: int, path: str | Path) -> str | tuple[str, str]:
+    if isinstance(item, str):
+        return item
+    if isinstance(item, dict) and isinstance(item.get("code"), str):
+        return str(item.get("text") or ""), item["code"]
+    raise UsageError(
+        f'the script {str(path)!r}: reply {index} must be a string or {{"code": ..., "text": ...}}'
+    )

@@ -18,6 +18,7 @@ PROVIDERS: dict[str, tuple[str, str]] = {
     "openai": ("sunroom.providers.openai_responses", "OpenAIResponsesModel"),
     "openai-compatible": ("sunroom.providers.openai_chat", "OpenAIChatModel"),
     "gemini": ("sunroom.providers.gemini", "GeminiModel"),
+    "scripted": ("sunroom.providers.fakes", "ScriptFileModel"),
 }
 
 
@@ -33,20 +34,22 @@ def model(
 
     Prefixes: ``anthropic:`` (Messages API), ``openai:`` (Responses API),
     ``openai-compatible:`` (Chat Completions, for vLLM, llama.cpp, Ollama ... via
-    ``base_url``) and ``gemini:``. Everything after the first colon is the model name, so
-    ``"openai-compatible:llama3.2:3b"`` works. Keys default to the vendor's usual
-    environment variable. The caller owns the model and must ``aclose()`` it.
+    ``base_url``), ``gemini:``, and ``scripted:PATH``: replies read from a JSON file, for
+    demos and tests with no key and no network (see
+    :class:`~sunroom.providers.fakes.ScriptFileModel`). Everything after the first colon is
+    the model name, so ``"openai-compatible:llama3.2:3b"`` works. Keys default to the vendor's
+    usual environment variable. The caller owns the model and must ``aclose()`` it.
 
     Raises:
-        UsageError: the spec has no known prefix.
+        UsageError: the spec has no known prefix, or a scripted model's file is not a script.
         AuthenticationError: no API key was given or found (where one is required).
     """
     prefix, sep, name = spec.partition(":")
+    known = ", ".join(f"{p}:" for p in PROVIDERS)
     if not sep or not name:
-        raise UsageError(f"model spec {spec!r} must look like '<provider>:<model>'")
+        raise UsageError(f"model spec {spec!r} must look like '<provider>:<model>'; known: {known}")
     target = PROVIDERS.get(prefix)
     if target is None:
-        known = ", ".join(f"{p}:" for p in PROVIDERS)
         raise UsageError(f"unknown provider {prefix!r} in {spec!r}; known: {known}")
     module, cls_name = target
     cls: Any = getattr(importlib.import_module(module), cls_name)

@@ -41,7 +41,7 @@ from sunroom.service.config import ServiceConfig
 from sunroom.service.kernels import KernelManager
 from sunroom.service.limits import BodyLimit, BodyTooLarge
 from sunroom.service.models import resolve_model
-from sunroom.service.problems import error_body, status_for
+from sunroom.service.problems import error_body, status_for, validation_message
 from sunroom.service.schemas import CreateKernel, CreateSession, Execute, MessageIn
 from sunroom.service.sessions import ModelResolver, SessionManager
 from sunroom.service.sse import EventStream
@@ -143,11 +143,22 @@ def create_app(
         )
 
     async def create_session(request: Request) -> Response:
-        sid = await sessions().create(await _body(request, CreateSession))
+        body = await _body(request, CreateSession)
+        scripted = body.model is not None and body.model.startswith("scripted:")
+        if scripted and body.model != config.model:  # it names a file: clients must not pick
+            raise UsageError(
+                "a session may name a scripted: model only when the server was started "
+                "with that model (sunroom serve --model scripted:PATH)"
+            )
+        sid = await sessions().create(body)
         return JSONResponse({"session_id": sid}, status_code=201)
 
     async def list_sessions(request: Request) -> Response:
-        limit = int(request.query_params.get("limit", "100"))
+        raw = request.query_params.get("limit", "100")
+        try:
+            limit = int(raw)
+        except ValueError:
+            raise UsageError("limit must be a whole number of sessions") from None
         records = await state["store"].list_sessions(limit=max(1, min(limit, 1000)))
         return JSONResponse({"sessions": [_record_json(r) for r in records]})
 
@@ -210,14 +221,14 @@ def create_app(
             body = error_body("HTTPException", str(exc.detail))
             return JSONResponse(body, status_code=exc.status_code, headers=exc.headers)
         if isinstance(exc, pydantic.ValidationError):
-            message = "; ".join(
-                f"{'.'.join(str(p) for p in e['loc']) or '(body)'}: {e['msg']}"
-                for e in exc.errors(include_url=False)
-            )
-            return JSONResponse(error_body("ValidationError", message), status_code=422)
+            body = error_body("ValidationError", validation_message(exc))
+            return JSONResponse(body, status_code=422)
         status = status_for(exc)
         if status >= 500:
-            log.error("%s %s failed: %r", request.method, request.url.path, exc)
+            log.error("%s %s failed", request.method, request.url.path, exc_info=exc)
+        if not isinstance(exc, SunroomError):  # a bug: its text is for the log, not the client
+            body = error_body("InternalError", "the server failed unexpectedly; its log has why")
+            return JSONResponse(body, status_code=500)
         return JSONResponse(error_body(type(exc).__name__, str(exc)), status_code=status)
 
     routes = [

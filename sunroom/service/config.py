@@ -13,7 +13,9 @@ from typing import Any, Final
 
 import pydantic
 
+from sunroom.errors import UsageError
 from sunroom.sandbox.backends import DEFAULT_BACKEND
+from sunroom.service.problems import validation_message
 
 __all__ = ["LOOPBACK", "ServiceConfig", "default_db_path"]
 
@@ -36,7 +38,8 @@ class ServiceConfig(pydantic.BaseModel):
     Attributes:
         host / port: where uvicorn listens (port 0: any free port).
         expose: required to bind anything but loopback.
-        token: the bearer token every route but ``/healthz`` needs (generated when empty).
+        token: the bearer token every route but ``/healthz`` needs (generated when empty);
+            never shown by ``repr`` or in an error.
         db_path: the SQLite store.
         backend: the kernel backend of sessions and of kernels that do not name one.
         model / base_url: the default model of sessions that do not name one.
@@ -57,7 +60,7 @@ class ServiceConfig(pydantic.BaseModel):
     host: str = "127.0.0.1"
     port: int = pydantic.Field(default=8765, ge=0, le=65535)
     expose: bool = False
-    token: str = ""
+    token: str = pydantic.Field(default="", repr=False)
     db_path: Path = pydantic.Field(default_factory=default_db_path)
     backend: str = DEFAULT_BACKEND
     model: str | None = None
@@ -76,10 +79,11 @@ class ServiceConfig(pydantic.BaseModel):
     def _check(self) -> ServiceConfig:
         if self.host not in LOOPBACK and not self.expose:
             raise ValueError(
-                f"host {self.host!r} is not loopback: pass expose=True (--expose) to serve on it"
+                f"host {self.host!r} is not a loopback address: pass --expose (expose=True) to "
+                "serve on it"
             )
         if self.token and len(self.token) < 16:
-            raise ValueError("the token must be at least 16 characters")
+            raise ValueError("the token (SUNROOM_TOKEN) must be at least 16 characters")
         return self
 
     def with_token(self) -> ServiceConfig:
@@ -93,9 +97,8 @@ class ServiceConfig(pydantic.BaseModel):
         """Settings from the environment, then *overrides* (None values are ignored).
 
         Reads ``SUNROOM_TOKEN``, ``SUNROOM_MODEL``, ``SUNROOM_BASE_URL``, ``SUNROOM_DB``,
-        ``SUNROOM_BACKEND`` and ``SUNROOM_FUNCTIONS`` (comma-separated); with the test hook
-        ``SUNROOM_FAKE_MODEL`` set and no model named, the model is ``fake:script``. Raises
-        pydantic.ValidationError.
+        ``SUNROOM_BACKEND`` and ``SUNROOM_FUNCTIONS`` (comma-separated). Raises UsageError
+        with one line naming each bad setting (never its value: the token is a secret).
         """
         env = os.environ
         values: dict[str, Any] = {}
@@ -113,6 +116,7 @@ class ServiceConfig(pydantic.BaseModel):
                 f.strip() for f in env["SUNROOM_FUNCTIONS"].split(",") if f.strip()
             )
         values.update({k: v for k, v in overrides.items() if v is not None})
-        if values.get("model") is None and env.get("SUNROOM_FAKE_MODEL"):
-            values["model"] = "fake:script"  # the test hook of sunroom.service.models
-        return cls(**values)
+        try:
+            return cls(**values)
+        except pydantic.ValidationError as exc:
+            raise UsageError(f"invalid setting: {validation_message(exc)}") from None

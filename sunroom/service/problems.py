@@ -6,6 +6,7 @@ exception's class name. :func:`status_for` walks the error tree: the most specif
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Final, final
 
 import pydantic
@@ -86,16 +87,18 @@ def error_body(type_: str, message: str) -> dict[str, dict[str, str]]:
 _OBJECT_TYPES: Final = frozenset({"model_type", "model_attributes_type", "dict_type"})
 
 
-def validation_message(exc: pydantic.ValidationError) -> str:
+def validation_message(exc: pydantic.ValidationError, *, field: Callable[[str], str] = str) -> str:
     """*exc* as one line: each error's field and pydantic's message, ``;``-separated.
 
     Never the input that failed (it may be a secret), never the name of the model class.
+    *field* renames a top-level field (the CLI shows ``max_turns`` as ``--max-turns``).
     """
     parts = []
     for error in exc.errors(include_url=False, include_input=False, include_context=False):
         message = str(error["msg"]).removeprefix("Value error, ").removeprefix("Assertion failed, ")
         if error["type"] in _OBJECT_TYPES:
             message = "Input should be an object"
-        where = ".".join(str(p) for p in error["loc"])
+        loc = [str(p) for p in error["loc"]]
+        where = ".".join([field(loc[0]), *loc[1:]]) if loc else ""
         parts.append(f"{where}: {message}" if where else message)
     return "; ".join(parts) or "invalid input"

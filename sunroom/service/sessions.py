@@ -21,7 +21,8 @@ from sunroom.agent.budget import Spend
 from sunroom.agent.hooks import Hooks, Veto
 from sunroom.agent.session import AsyncSession
 from sunroom.errors import UsageError
-from sunroom.providers import Message
+from sunroom.providers import Message, Model
+from sunroom.sandbox import backends
 from sunroom.sandbox.functions import HostFunction
 from sunroom.service import leases
 from sunroom.service.config import ServiceConfig
@@ -123,11 +124,17 @@ class SessionManager:
 
     # -- the API ---------------------------------------------------------------------------
 
-    async def create(self, request: CreateSession) -> str:
+    async def create(self, request: CreateSession, *, session_id: str | None = None) -> str:
         """Start a new session (and its first run when the request has a task); its id.
 
-        Raises CapacityError, UsageError (bad options, no model), KernelStartError /
-        SandboxUnavailableError (the kernel did not start; the session is recorded failed).
+        Everything a request can get wrong (no model, an unknown provider or backend, a missing
+        API key, bad limits, budget or schema) is checked before the session is recorded, so a
+        refused request leaves nothing in the store. *session_id* is the id to use (default: a
+        fresh one); a caller that may be interrupted picks it first, to know what to resume.
+
+        Raises CapacityError, UsageError (bad options, no model), AuthenticationError (no API
+        key), KernelStartError / SandboxUnavailableError (the kernel did not start; the
+        session is recorded ``failed``, or ``cancelled`` when the start was cancelled).
         """
         if request.model is None:
             request = request.model_copy(update={"model": self.config.model})
@@ -135,28 +142,41 @@ class SessionManager:
             raise UsageError("no model: name one in the request or start the server with one")
         if request.base_url is None and self.config.base_url is not None:
             request = request.model_copy(update={"base_url": self.config.base_url})
-        output_type(request.output_schema)  # fail before anything is recorded
-        sid = uuid.uuid4().hex
+        sid = session_id or uuid.uuid4().hex
         async with self._lock:
             self._check_capacity()
-            await self.store.create_session(
-                sid,
-                config=request.model_dump(mode="json"),
-                owner=self.owner,
-                lease_s=self.config.lease_s,
-            )
+            live = await self._build(sid, request, next_seq=1, first_call=1, transcript=None)
             try:
-                live = await self._open(sid, request, next_seq=1, first_call=1, transcript=None)
+                await self.store.create_session(
+                    sid,
+                    config=request.model_dump(mode="json"),
+                    owner=self.owner,
+                    lease_s=self.config.lease_s,
+                )
+            except BaseException:
+                await self._discard(live)
+                raise
+            try:
+                await self._start(live)
             except BaseException as exc:
-                with contextlib.suppress(Exception):
-                    await self.store.finish_session(
-                        sid, status="failed", result={"error": str(exc)}, owner=self.owner
-                    )
-                    await self.store.release(sid, owner=self.owner)
+                await self._record_failed(sid, exc)
                 raise
         if request.task is not None:
             await self._send(live, request.task)
         return sid
+
+    async def _record_failed(self, sid: str, exc: BaseException) -> None:
+        """Record a session whose kernel did not start (``failed``, ``cancelled``); let it go."""
+        if isinstance(exc, asyncio.CancelledError):
+            status: SessionStatus = "cancelled"
+            result = {"error": "cancelled while its kernel started"}
+        else:
+            status, result = "failed", {"error": str(exc)}
+        try:
+            await self.store.finish_session(sid, status=status, result=result, owner=self.owner)
+            await self.store.release(sid, owner=self.owner)
+        except Exception:
+            log.exception("session %s: recording that it failed to start failed", sid)
 
     async def send(self, sid: str, text: str) -> None:
         """Send a user message; it starts a run when the session is idle.
@@ -221,8 +241,10 @@ class SessionManager:
             try:
                 return await self._take_over(record)
             except BaseException:
-                with contextlib.suppress(Exception):
+                try:
                     await self.store.release(sid, owner=self.owner)
+                except Exception:
+                    log.exception("session %s: releasing it after a failed resume failed", sid)
                 raise
 
     async def _take_over(self, record: SessionRecord) -> Live:
@@ -310,7 +332,42 @@ class SessionManager:
         transcript: list[Message] | None,
         spent: Spend | None = None,
     ) -> Live:
+        """Build and start session *sid* (see :meth:`_build` and :meth:`_start`)."""
+        live = await self._build(
+            sid,
+            request,
+            next_seq=next_seq,
+            first_call=first_call,
+            transcript=transcript,
+            spent=spent,
+        )
+        await self._start(live)
+        return live
+
+    async def _build(
+        self,
+        sid: str,
+        request: CreateSession,
+        *,
+        next_seq: int,
+        first_call: int,
+        transcript: list[Message] | None,
+        spent: Spend | None = None,
+    ) -> Live:
+        """The session *sid* asks for, not started: touches neither the store nor a kernel.
+
+        Raises UsageError (unknown provider or backend, bad limits, budget or schema) and
+        AuthenticationError (no API key), after which nothing is left to close.
+        """
         assert request.model is not None
+        backend = request.backend or self.config.backend
+        if backend not in backends.NAMES:
+            raise UsageError(
+                f"unknown backend {backend!r}; choose one of {', '.join(backends.NAMES)}"
+            )
+        limits = request.limits.build() if request.limits else None
+        budget = request.budget.build() if request.budget else None
+        output = output_type(request.output_schema)
         holder: list[Live] = []
         journal = Journal(
             self.store,
@@ -332,12 +389,12 @@ class SessionManager:
             session = AsyncSession(
                 model=model,
                 preset=request.preset,
-                backend=request.backend or self.config.backend,
-                limits=request.limits.build() if request.limits else None,
+                backend=backend,
+                limits=limits,
                 functions=[ledger.wrap(f) for f in self._functions],
                 inputs=request.inputs or None,
-                output=output_type(request.output_schema),
-                budget=request.budget.build() if request.budget else None,
+                output=output,
+                budget=budget,
                 max_turns=request.max_turns,
                 system_prompt=request.system_prompt,
                 hooks=Hooks(before_execute=checkpoint),
@@ -345,17 +402,39 @@ class SessionManager:
                 transcript=transcript or (),
                 spent=spent,
             )
-            await session.start()
         except BaseException:
-            with contextlib.suppress(Exception):
-                await model.aclose()
+            await self._close_model(sid, model)
             raise
         live = Live(sid=sid, session=session, journal=journal, model=model)
-        live.idle.set()
         holder.append(live)
-        journal.attach(session, transcript=list(session.messages))
-        self._live[sid] = live
         return live
+
+    async def _start(self, live: Live) -> None:
+        """Start *live*'s kernel, persist its events from now on and count it as live here.
+
+        On failure its model is closed and the error raised (KernelStartError ...).
+        """
+        try:
+            await live.session.start()
+        except BaseException:
+            await self._discard(live)
+            raise
+        live.idle.set()
+        live.journal.attach(live.session, transcript=list(live.session.messages))
+        self._live[live.sid] = live
+
+    async def _discard(self, live: Live) -> None:
+        """Close a session that never became live (its kernel stopped, its model closed)."""
+        try:
+            await live.session.aclose()
+        finally:
+            await self._close_model(live.sid, live.model)
+
+    async def _close_model(self, sid: str, model: Model) -> None:
+        try:
+            await model.aclose()
+        except Exception:
+            log.exception("session %s: closing its model failed", sid)
 
     async def _send(self, live: Live, text: str) -> None:
         if live.preamble is not None and not live.session.running:

@@ -1,6 +1,8 @@
 from __future__ import annotations
 
 import json
+import time
+from pathlib import Path
 
 import pytest
 
@@ -9,19 +11,24 @@ from sunroom.providers import (
     AssistantMessage,
     Done,
     FunctionModel,
+    Message,
     Model,
     Price,
     Request,
     Response,
     ScriptedModel,
     ScriptExhaustedError,
+    StreamEvent,
+    SystemMessage,
     TextDelta,
     ToolCall,
     ToolCallComplete,
     ToolCallDelta,
+    ToolSpec,
     Usage,
     UsageUpdate,
     UserMessage,
+    model,
 )
 
 from .conftest import collect
@@ -77,7 +84,7 @@ async def test_scripted_stream_chunks_text_and_arguments() -> None:
 
 async def test_scripted_explicit_stream_events() -> None:
     response = Response(AssistantMessage("ab"), "stop", Usage(1, 2))
-    script = [TextDelta("a"), TextDelta("b"), Done(response)]
+    script: list[StreamEvent] = [TextDelta("a"), TextDelta("b"), Done(response)]
     model = ScriptedModel([script, script])
     assert await collect(model.stream(ask())) == script
     assert await model.complete(ask()) is response
@@ -117,3 +124,79 @@ async def test_fakes_close() -> None:
         pass
     with pytest.raises(ClosedError):
         await model.complete(ask())
+
+
+def write_script(tmp_path: Path, script: object) -> str:
+    path = tmp_path / "replies.json"
+    path.write_text(json.dumps(script))
+    return str(path)
+
+
+AGENT = SystemMessage("You are the agent.")
+
+
+def turn(n: int, *, tools: bool = True) -> Request:
+    """The agent's request after *n* replies (with or without the execute_code tool)."""
+    messages: list[Message] = [AGENT, UserMessage("task")]
+    for i in range(n):
+        messages += [AssistantMessage(f"reply {i}"), UserMessage(f"output {i}")]
+    return Request(messages, tools=[EXECUTE] if tools else [])
+
+
+EXECUTE = ToolSpec("execute_code", "Run Python.", {"type": "object"})
+
+
+async def test_scripted_spec_replays_a_file_by_turn(tmp_path: Path) -> None:
+    path = write_script(
+        tmp_path,
+        {"replies": [{"text": "Looking.", "code": "print(1)"}, "the answer"], "sub_reply": "tiny"},
+    )
+    async with model(f"scripted:{path}") as llm:
+        first = await llm.complete(turn(0))
+        assert first.text == "Looking." and first.finish_reason == "tool_use"
+        assert first.tool_calls[0].name == "execute_code"
+        assert first.tool_calls[0].arguments == {"code": "print(1)"}
+        sub = Request([SystemMessage("Summarise."), UserMessage("chunk")])
+        assert (await llm.complete(sub)).text == "tiny"  # predict: not the agent's turn
+        assert (await llm.complete(turn(1))).text == "the answer"
+        assert (await llm.complete(turn(5))).text == "the answer"  # the last reply repeats
+        assert (await llm.complete(turn(0))).tool_calls  # a resumed transcript continues
+
+
+async def test_scripted_spec_writes_fenced_code_when_no_tool_is_offered(tmp_path: Path) -> None:
+    path = write_script(tmp_path, [{"code": "x = 6 * 7\nprint(x)", "text": "Computing."}, "42"])
+    async with model(f"scripted:{path}") as llm:
+        first = await llm.complete(turn(0, tools=False))
+        assert not first.tool_calls and first.finish_reason == "stop"
+        assert first.text == "Computing.\n\n```python\nx = 6 * 7\nprint(x)\n```"
+        assert (await llm.complete(turn(1, tools=False))).text == "42"
+
+
+@pytest.mark.parametrize(
+    ("content", "words"),
+    [
+        (None, ["cannot read", "replies.json"]),
+        ("{not json", ["not JSON", "replies.json"]),
+        ("[]", ["non-empty list of replies"]),
+        ('[{"python": "1"}]', ["reply 0", "code"]),
+        ('{"replies": ["a"], "delay_s": "soon"}', ["delay_s"]),
+    ],
+)
+def test_scripted_spec_file_errors_are_one_line_usage_errors(
+    tmp_path: Path, content: str | None, words: list[str]
+) -> None:
+    path = tmp_path / "replies.json"
+    if content is not None:
+        path.write_text(content)
+    with pytest.raises(UsageError) as info:
+        model(f"scripted:{path}")
+    message = str(info.value)
+    assert "\n" not in message and all(w in message for w in words), message
+
+
+async def test_scripted_spec_delay(tmp_path: Path) -> None:
+    path = write_script(tmp_path, {"replies": ["slow"], "delay_s": 0.2})
+    async with model(f"scripted:{path}") as llm:
+        started = time.monotonic()
+        assert (await llm.complete(turn(0))).text == "slow"
+        assert time.monotonic() - started >= 0.2

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from sunroom.errors import AuthenticationError, UsageError
@@ -11,6 +13,7 @@ from sunroom.providers import (
     OpenAIResponsesModel,
     model,
 )
+from sunroom.providers.registry import PROVIDERS
 
 SECRET = "sk-super-secret-0123456789"
 HEADER = "header-secret-value"
@@ -64,3 +67,12 @@ def test_reprs_hide_keys_and_header_values(spec: str) -> None:
 
 def test_config_repr_without_key() -> None:
     assert "api_key=None" in repr(ClientConfig())
+
+
+def test_scripted_is_an_ordinary_provider(tmp_path: Path) -> None:
+    assert "scripted" in PROVIDERS
+    with pytest.raises(UsageError, match="scripted:"):
+        model("mistral:large")
+    (tmp_path / "r.json").write_text('["hi"]')
+    built = model(f"scripted:{tmp_path / 'r.json'}", base_url="http://127.0.0.1:9/v1")
+    assert built.name == "scripted"

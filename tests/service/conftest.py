@@ -87,6 +87,8 @@ def make_server(tmp_path: Path) -> Iterator[Callable[..., Server]]:
         model: Model | Callable[[], Model] | None = None,
         *,
         functions: list[Any] | None = None,
+        resolve: Callable[[str, str | None], Model] | None = None,
+        default_model: str = "fake:test",
         **overrides: Any,
     ) -> Server:
         options: dict[str, Any] = {
@@ -94,17 +96,17 @@ def make_server(tmp_path: Path) -> Iterator[Callable[..., Server]]:
             "token": TOKEN,
             "db_path": tmp_path / "sunroom.db",
             "backend": "subprocess",
-            "model": "fake:test",
+            "model": default_model,
             "lease_s": 2.0,
         }
         options.update(overrides)
         config = ServiceConfig(**options)
 
-        def resolve(spec: str, base_url: str | None) -> Model:
+        def injected(spec: str, base_url: str | None) -> Model:
             assert model is not None, "this server has no model"
             return model() if callable(model) and not isinstance(model, Model) else model
 
-        server = Server(config, resolve, functions or [])
+        server = Server(config, resolve or injected, functions or [])
         servers.append(server)
         return server
 

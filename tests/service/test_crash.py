@@ -96,9 +96,8 @@ def test_kill_9_at_ten_points_then_resume(tmp_path: Path) -> None:
     script = {"replies": [*replies, "all charged"], "delay_s": 0.1}
     (tmp_path / "script.json").write_text(json.dumps(script))
     ledger = tmp_path / "ledger.txt"
-    env = {**os.environ, "SUNROOM_TOKEN": TOKEN, "SUNROOM_FAKE_MODEL": str(tmp_path / "script.json"),
+    env = {**os.environ, "SUNROOM_TOKEN": TOKEN, "SUNROOM_MODEL": f"scripted:{tmp_path / 'script.json'}",
            "SUNROOM_TEST_LEDGER": str(ledger)}  # fmt: skip
-    env.pop("SUNROOM_MODEL", None)
     db = tmp_path / "s.db"
     service = Service(tmp_path, env)
     sid = service.client.post("/sessions", json={"task": "charge everything"}).json()["session_id"]
@@ -177,7 +176,7 @@ def test_cli_resumes_a_session_a_killed_service_left_running(tmp_path: Path) -> 
     (tmp_path / "script.json").write_text(
         json.dumps({"replies": [*replies, "done"], "delay_s": 0.2})
     )
-    env = {**os.environ, "SUNROOM_TOKEN": TOKEN, "SUNROOM_FAKE_MODEL": str(tmp_path / "script.json"),
+    env = {**os.environ, "SUNROOM_TOKEN": TOKEN, "SUNROOM_MODEL": f"scripted:{tmp_path / 'script.json'}",
            "SUNROOM_TEST_LEDGER": str(tmp_path / "ledger.txt"), "SUNROOM_DB": str(tmp_path / "s.db"),
            "SUNROOM_FUNCTIONS": "tests.service.hostfns:charge"}  # fmt: skip
     service = Service(tmp_path, env)
