@@ -2,12 +2,13 @@
 
 Each call is one request to the sub-model with a fresh context: the instructions as the system
 message and the input (text, or data rendered as JSON) as the user message, both redacted.
-With ``output=`` (a type spec from the kernel, see :mod:`sunroom.agent.shim`) the request asks
-for structured output, and the reply is parsed and validated on the host; the kernel rebuilds
-it as the type it named. ``predict_many`` runs items concurrently under a bound and returns
-results in input order; a failed item is an error marker in its slot. A spent budget fails the
-whole call (``BudgetExceededError`` in the kernel). ``recursive=True`` runs the sub-call as a
-nested RLM session while the depth limit allows.
+With ``output=`` (a JSON Schema from the kernel: :func:`sunroom.prelude.schema.schema_of` of the
+type the code named, or a schema the code wrote) the request asks for structured output, and
+the reply is parsed and validated on the host against that schema with ``jsonschema``; the
+kernel rebuilds it as the type it named. ``predict_many`` runs items concurrently under a bound
+and returns results in input order; a failed item is an error marker in its slot. A spent
+budget fails the whole call (``BudgetExceededError`` in the kernel). ``recursive=True`` runs the
+sub-call as a nested RLM session while the depth limit allows.
 """
 
 from __future__ import annotations
@@ -17,11 +18,9 @@ import json
 from collections.abc import Awaitable, Callable
 from typing import Any, Final, final
 
-import pydantic
-
 from sunroom.agent import events as ev
 from sunroom.agent.calls import CURRENT_CALL, ModelGate, Publish, Redact
-from sunroom.agent.schema import explain, parse_json_reply, structured, type_from_spec
+from sunroom.agent.schema import JsonSchema, OutputCheck, parse_json_reply, structured
 from sunroom.agent.shim import ERROR_MARKER
 from sunroom.errors import BudgetExceededError, UsageError
 from sunroom.providers import Model, OutputSchema, Request, SystemMessage, UserMessage
@@ -30,7 +29,8 @@ from sunroom.sandbox.functions import HostFunction, host_function
 __all__ = ["Nested", "Predictor", "render_input"]
 
 Nested = Callable[[str, Any, Any], Awaitable[Any]]
-"""``nested(instructions, input, output_type) -> value``: runs a sub-session (recursion)."""
+"""``nested(instructions, input, output) -> value``: runs a sub-session (recursion); *output*
+is a :class:`~sunroom.agent.schema.JsonSchema` or None."""
 
 _JSON_NOTE: Final = (
     "\n\nReply with exactly one JSON value that matches the given schema, and nothing else."
@@ -95,9 +95,12 @@ class Predictor:
         output: dict[str, Any] | None = None,
         recursive: bool = False,
     ) -> Any:
-        """Ask the sub-model once; return its text, or data of the requested output type."""
-        tp = None if output is None else type_from_spec(output)
-        return await self._one(instructions, input, tp, recursive=recursive)
+        """Ask the sub-model once; return its text, or data matching the *output* JSON Schema.
+
+        Raises ValueError for an invalid schema or a reply that does not match it.
+        """
+        check = _schema(output)
+        return await self._one(instructions, input, check, recursive=recursive)
 
     async def predict_many(
         self,
@@ -107,8 +110,12 @@ class Predictor:
         output: dict[str, Any] | None = None,
         recursive: bool = False,
     ) -> list[Any]:
-        """predict() over every input concurrently; failed items are error markers in place."""
-        tp = None if output is None else type_from_spec(output)
+        """predict() over every input concurrently; failed items are error markers in place.
+
+        Raises ValueError for an invalid *output* schema, BudgetExceededError when the budget
+        is spent.
+        """
+        check = _schema(output)
         total = len(inputs)
         call_id = CURRENT_CALL.get()
         gate = asyncio.Semaphore(self._concurrency)
@@ -117,7 +124,7 @@ class Predictor:
         async def item(value: Any) -> Any:
             async with gate:
                 try:
-                    return await self._one(instructions, value, tp, recursive=recursive)
+                    return await self._one(instructions, value, check, recursive=recursive)
                 except Exception as exc:
                     counts["failed"] += 1
                     message = self._redact(str(exc))
@@ -139,20 +146,22 @@ class Predictor:
                 raise BudgetExceededError(failure["message"])
         return results
 
-    async def _one(self, instructions: str, value: Any, tp: Any, *, recursive: bool) -> Any:
+    async def _one(
+        self, instructions: str, value: Any, check: JsonSchema | None, *, recursive: bool
+    ) -> Any:
         if recursive:
             if self._nested is None:
                 raise RecursionError(
                     "predict(recursive=True): the session's max_depth allows no deeper session"
                 )
-            result = await self._nested(instructions, value, tp)
-            return result if tp is None else _dump(tp, result)
+            result = await self._nested(instructions, value, check)
+            return result if check is None else _validated(check, result)
         schema: OutputSchema | None = None
         wrapped = False
         system = instructions
-        if tp is not None:
-            json_schema, wrapped = structured(tp)
-            schema = OutputSchema(json_schema, name=_schema_name(tp))
+        if check is not None:
+            json_schema, wrapped = structured(check)
+            schema = OutputSchema(json_schema, name=_schema_name(check))
             system += _JSON_NOTE
         request = Request(
             [
@@ -164,31 +173,32 @@ class Predictor:
         response = await self._gate.complete(self._model, request, sub_call=True)
         if response.finish_reason == "length":
             raise ValueError("the sub-model's reply was cut off by its output-token limit")
-        if tp is None:
+        if check is None:
             return response.text
         data = parse_json_reply(response.text)
-        if wrapped:
-            data = {"value": data} if not (isinstance(data, dict) and "value" in data) else data
-        return _dump(tp, data, wrapped=wrapped)
+        if wrapped and isinstance(data, dict) and "value" in data:
+            data = data["value"]
+        return _validated(check, data)
 
 
-def _schema_name(tp: Any) -> str:
-    name = getattr(tp, "__name__", "output")
-    return name if isinstance(name, str) and name.isidentifier() else "output"
-
-
-def _dump(tp: Any, data: Any, *, wrapped: bool = False) -> Any:
-    """Validate *data* as *tp* and return it as plain JSON-ready data; ValueError if invalid."""
-    adapter: pydantic.TypeAdapter[Any] = pydantic.TypeAdapter(tp)
+def _schema(output: dict[str, Any] | None) -> JsonSchema | None:
+    """The kernel's *output* schema, checked; ValueError (for the kernel) when it is invalid."""
+    if output is None:
+        return None
     try:
-        if wrapped:
-            value = adapter.validate_python(data["value"])
-        elif isinstance(data, pydantic.BaseModel):
-            value = adapter.validate_python(data.model_dump())
-        else:
-            value = adapter.validate_python(data)
-    except pydantic.ValidationError as exc:
-        raise ValueError(
-            explain(exc, title="the sub-model's reply does not match the output type:")
-        ) from None
-    return adapter.dump_python(value, mode="json")
+        return JsonSchema.parse(output, what="predict(output=...)")
+    except UsageError as exc:
+        raise ValueError(str(exc)) from None
+
+
+def _schema_name(check: OutputCheck) -> str:
+    title = check.json_schema().get("title")
+    return title if isinstance(title, str) and title.isidentifier() else "output"
+
+
+def _validated(check: JsonSchema, data: Any) -> Any:
+    """*data* if it matches *check*; else ValueError naming each path that failed."""
+    try:
+        return check.validate(data, root="reply")
+    except ValueError as exc:
+        raise ValueError(f"the sub-model's reply does not match the output schema: {exc}") from None

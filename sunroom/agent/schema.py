@@ -1,87 +1,310 @@
-"""Turning type specs from the kernel into pydantic types, and validation messages.
+"""Output types: what ``submit`` and ``predict`` validate against, on the host.
 
-The kernel describes ``predict(output=T)`` as a *type spec* (see :mod:`sunroom.agent.shim`):
-``{"kind": "str" | "int" | "float" | "bool" | "none" | "any"}``, ``{"kind": "list", "item":
-spec}``, ``{"kind": "dict", "value": spec}``, ``{"kind": "union", "options": [spec]}``,
-``{"kind": "literal", "values": [...]}`` or ``{"kind": "object", "name", "doc", "fields":
-[{"name", "type", "default"?}]}``. :func:`type_from_spec` builds the matching pydantic type.
+JSON Schema is the one description of a type that crosses a boundary. An output is either
+
+* a JSON Schema (a dict from a client, or from the kernel for ``predict(output=...)``):
+  :class:`JsonSchema`, validated with the ``jsonschema`` package, so every keyword is enforced
+  (``minimum``, ``pattern``, ``enum``, ``const``, ``minLength``, ``minItems``, ``required``,
+  ``additionalProperties``, ``anyOf``/``oneOf``, ``$ref``/``$defs`` ...); or
+* a Python type (a pydantic model, a dataclass, ``int``, ``list[str]`` ...): :class:`TypeCheck`,
+  validated with pydantic, which is the type's own definition (its JSON Schema is pydantic's).
+
+Both report a failure as :class:`ValueError` whose message is one sentence per problem, naming
+the path that failed (``output.items[2].age: -5 is less than the minimum of 0``), never a raw
+validator dump. Only local references (``#/$defs/...``) are allowed: a schema never makes the
+host fetch anything.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import itertools
 import json
 import re
-from collections.abc import Mapping
-from typing import Any, Literal, Union
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, Final, final
 
+import jsonschema
 import pydantic
+import referencing
+from jsonschema.exceptions import ValidationError, best_match, relevance
 
 from sunroom.errors import UsageError
 
-__all__ = ["explain", "parse_json_reply", "structured", "type_from_spec"]
+__all__ = [
+    "JsonSchema",
+    "OutputCheck",
+    "TypeCheck",
+    "inline_refs",
+    "output_check",
+    "parse_json_reply",
+    "structured",
+]
 
-_SCALARS: dict[str, Any] = {"str": str, "int": int, "float": float, "bool": bool, "none": None}
-_MAX_DEPTH = 20
+MAX_PROBLEMS: Final = 5
+"""Problems named in one message; the rest are counted."""
 
-
-def type_from_spec(spec: Any, *, _depth: int = 0) -> Any:
-    """The pydantic-ready type a spec describes. Raises UsageError for a malformed spec."""
-    if _depth > _MAX_DEPTH:
-        raise UsageError("the output type is nested too deeply")
-    if not isinstance(spec, Mapping):
-        raise UsageError(f"a type spec must be a map, got {type(spec).__name__}")
-    kind = spec.get("kind")
-    if kind == "any":
-        return Any
-    if kind in _SCALARS:
-        return _SCALARS[kind] if kind != "none" else type(None)
-    d = _depth + 1
-    if kind == "list":
-        return list[type_from_spec(spec.get("item", {"kind": "any"}), _depth=d)]  # type: ignore[misc]
-    if kind == "dict":
-        return dict[str, type_from_spec(spec.get("value", {"kind": "any"}), _depth=d)]  # type: ignore[misc]
-    if kind == "union":
-        options = tuple(type_from_spec(o, _depth=d) for o in spec.get("options") or ())
-        if not options:
-            raise UsageError("a union spec needs options")
-        return Union[options]  # noqa: UP007 - built from a runtime tuple
-    if kind == "literal":
-        values = spec.get("values") or []
-        if not values or not all(isinstance(v, str | int | float | bool | None) for v in values):
-            raise UsageError("a literal spec needs scalar values")
-        return Literal[tuple(values)]
-    if kind == "object":
-        return _object(spec, d)
-    raise UsageError(f"unknown type spec kind {kind!r}")
+_SCANNED_ERRORS: Final = 50
+_REPR_LIMIT: Final = 60
+_MAX_SCHEMA_DEPTH: Final = 64
 
 
-def _object(spec: Mapping[str, Any], depth: int) -> type[pydantic.BaseModel]:
-    name = str(spec.get("name") or "Output")
-    if not name.isidentifier():
-        name = "Output"
-    fields: dict[str, Any] = {}
-    for field in spec.get("fields") or []:
-        if not isinstance(field, Mapping) or not str(field.get("name", "")).isidentifier():
-            raise UsageError("an object spec's fields need identifier names")
-        tp = type_from_spec(field.get("type", {"kind": "any"}), _depth=depth)
-        default = field.get("default", ...)
-        fields[str(field["name"])] = (tp, default)
-    model: type[pydantic.BaseModel] = pydantic.create_model(
-        name, __doc__=spec.get("doc") or None, **fields
-    )
-    return model
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= _REPR_LIMIT else text[: _REPR_LIMIT - 3] + "..."
 
 
-def structured(tp: Any) -> tuple[dict[str, Any], bool]:
-    """A JSON schema for structured output of *tp*, and whether it wraps *tp* as ``value``.
+def _path(root: str, parts: Iterable[Any]) -> str:
+    out = root
+    for part in parts:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        elif isinstance(part, str) and part.isidentifier():
+            out += f".{part}"
+        else:
+            out += f"[{json.dumps(str(part))}]"
+    return out
 
-    Vendors want an object at the root, so a non-model type is asked for as
-    ``{"value": <tp>}``.
+
+def _sentences(problems: Sequence[str]) -> str:
+    shown = list(dict.fromkeys(problems))[:MAX_PROBLEMS]
+    text = "; ".join(shown)
+    more = len(set(problems)) - len(shown)
+    return text + (f"; and {more} more" if more > 0 else "")
+
+
+def _describe(error: ValidationError, root: str) -> str:
+    """One sentence: the path, then the validator's message with a short value in it."""
+    message = error.message
+    try:
+        full = repr(error.instance)
+    except Exception:  # an instance whose repr fails: the message is all there is
+        full = ""
+    if full and len(full) > _REPR_LIMIT and message.startswith(full):
+        message = _short(error.instance) + message[len(full) :]
+    if len(message) > 300:
+        message = message[:297] + "..."
+    return f"{_path(root, error.absolute_path)}: {message}"
+
+
+def _json_problems(errors: Iterable[ValidationError], root: str) -> list[str]:
+    scanned = sorted(itertools.islice(errors, _SCANNED_ERRORS), key=relevance, reverse=True)
+    # best_match descends into anyOf/oneOf to the error that most likely says what is wrong
+    return [_describe(best_match([e]), root) for e in scanned]
+
+
+def _walk_refs(node: Any, depth: int = 0) -> Iterable[str]:
+    if depth > _MAX_SCHEMA_DEPTH:
+        raise UsageError("the JSON Schema is nested too deeply")
+    if isinstance(node, Mapping):
+        for key, value in node.items():
+            if key in ("$ref", "$dynamicRef") and isinstance(value, str):
+                yield value
+            else:
+                yield from _walk_refs(value, depth + 1)
+    elif isinstance(node, list):
+        for item in node:
+            yield from _walk_refs(item, depth + 1)
+
+
+@final
+@dataclasses.dataclass(frozen=True, eq=False)
+class JsonSchema:
+    """A checked JSON Schema and its validator (draft 2020-12 unless ``$schema`` says another).
+
+    Build it with :meth:`parse`. ``name`` is what prompts call the type: the schema's
+    ``title``, or its compact JSON when short.
     """
-    if isinstance(tp, type) and issubclass(tp, pydantic.BaseModel):
-        return tp.model_json_schema(), False
-    wrapper = pydantic.create_model("Output", value=(tp, ...))
-    return wrapper.model_json_schema(), True
+
+    schema: Mapping[str, Any]
+    name: str
+    _validator: Any = dataclasses.field(repr=False)
+
+    @classmethod
+    def parse(cls, schema: Any, *, what: str = "output") -> JsonSchema:
+        """Check *schema* against its meta-schema and build its validator.
+
+        *what* names it in messages. Raises UsageError (one sentence) for a schema that is not
+        a JSON object, not valid JSON, invalid against its meta-schema, or that refers to
+        anything but itself (``$ref`` must start with ``#``).
+        """
+        if isinstance(schema, JsonSchema):
+            return schema
+        if not isinstance(schema, Mapping):
+            raise UsageError(
+                f"{what}: a JSON Schema must be an object, got {type(schema).__name__}"
+            )
+        try:
+            plain = json.loads(json.dumps(schema, allow_nan=False))
+        except (TypeError, ValueError) as exc:
+            raise UsageError(f"{what}: the JSON Schema is not plain JSON ({exc})") from None
+        for ref in _walk_refs(plain):
+            if not ref.startswith("#"):
+                raise UsageError(
+                    f"{what}: $ref {ref!r} is remote; only local references (#/$defs/...) are "
+                    "allowed"
+                )
+        validator_cls = jsonschema.validators.validator_for(plain, default=_DEFAULT)
+        problems = _json_problems(validator_cls(validator_cls.META_SCHEMA).iter_errors(plain), what)
+        if problems:
+            raise UsageError(f"invalid JSON Schema: {_sentences(problems)}")
+        validator = validator_cls(
+            plain,
+            registry=referencing.Registry(),  # no retrieval: refs resolve inside the schema
+            format_checker=validator_cls.FORMAT_CHECKER,
+        )
+        title = plain.get("title")
+        if isinstance(title, str) and title:
+            name = title
+        else:
+            compact = json.dumps(plain, separators=(", ", ": "))
+            name = compact if len(compact) <= 120 else "the JSON Schema in submit's docstring"
+        return cls(schema=plain, name=name, _validator=validator)
+
+    def json_schema(self) -> dict[str, Any]:
+        """The schema (a copy)."""
+        copied: dict[str, Any] = json.loads(json.dumps(self.schema))
+        return copied
+
+    def validate(self, value: Any, *, root: str) -> Any:
+        """Return *value* unchanged if it matches; else raise ValueError naming each problem.
+
+        *root* names the value in the message (``output``, ``reply``).
+        """
+        try:
+            problems = _json_problems(self._validator.iter_errors(value), root)
+        except referencing.exceptions.Unresolvable as exc:
+            raise ValueError(
+                f"{root}: the schema's reference {exc.ref!r} does not resolve"
+            ) from None
+        if problems:
+            raise ValueError(_sentences(problems))
+        return value
+
+
+@final
+@dataclasses.dataclass(frozen=True, eq=False)
+class TypeCheck:
+    """A Python type validated by pydantic (the type's own definition)."""
+
+    type: Any
+    name: str
+    adapter: pydantic.TypeAdapter[Any] = dataclasses.field(repr=False)
+
+    @classmethod
+    def of(cls, tp: Any) -> TypeCheck:
+        """Raises UsageError when pydantic cannot validate *tp*."""
+        try:
+            adapter: pydantic.TypeAdapter[Any] = pydantic.TypeAdapter(tp)
+        except (
+            pydantic.PydanticSchemaGenerationError,
+            pydantic.PydanticUserError,
+            TypeError,
+        ) as exc:
+            raise UsageError(f"output={tp!r} is not a type pydantic can validate: {exc}") from exc
+        name = getattr(tp, "__name__", None)
+        return cls(type=tp, name=name if isinstance(name, str) else repr(tp), adapter=adapter)
+
+    def json_schema(self) -> dict[str, Any]:
+        """Pydantic's JSON Schema of the type."""
+        return self.adapter.json_schema()
+
+    def validate(self, value: Any, *, root: str) -> Any:
+        """Return *value* validated as the type; else raise ValueError naming each problem."""
+        if isinstance(value, pydantic.BaseModel):
+            value = value.model_dump()
+        try:
+            return self.adapter.validate_python(value)
+        except pydantic.ValidationError as exc:
+            problems = [
+                f"{_path(root, err['loc'])}: {err['msg']} (got {_short(err.get('input'))})"
+                for err in exc.errors(include_url=False)
+            ]
+            raise ValueError(_sentences(problems)) from None
+
+    def dump(self, value: Any) -> Any:
+        """A validated value as plain JSON-ready data."""
+        return self.adapter.dump_python(value, mode="json")
+
+
+def inline_refs(schema: Mapping[str, Any]) -> dict[str, Any]:
+    """*schema* with every local ``$ref`` replaced by its target, without ``$defs``.
+
+    For display where the schema is embedded in another document (the kernel's ``submit``
+    signature): a recursive reference becomes ``{}`` (any value). A definition without a
+    ``title`` gets its name as title, so its mirror is named after it. Never used to validate.
+    """
+    defs = {**(schema.get("definitions") or {}), **(schema.get("$defs") or {})}
+
+    def walk(node: Any, expanding: frozenset[str], depth: int) -> Any:
+        if depth > _MAX_SCHEMA_DEPTH:
+            return {}
+        if isinstance(node, list):
+            return [walk(item, expanding, depth + 1) for item in node]
+        if not isinstance(node, Mapping):
+            return node
+        ref = node.get("$ref")
+        if isinstance(ref, str):
+            name = ref.rsplit("/", 1)[-1]
+            if ref not in (f"#/$defs/{name}", f"#/definitions/{name}") or name not in defs:
+                return {}
+            if name in expanding:
+                return {}
+            target = dict(defs[name]) if isinstance(defs[name], Mapping) else {}
+            target.setdefault("title", name)
+            siblings = {k: v for k, v in node.items() if k != "$ref"}
+            return walk({**target, **siblings}, expanding | {name}, depth + 1)
+        return {
+            k: walk(v, expanding, depth + 1)
+            for k, v in node.items()
+            if k not in ("$defs", "definitions")
+        }
+
+    inlined: dict[str, Any] = walk(schema, frozenset(), 0)
+    return inlined
+
+
+OutputCheck = JsonSchema | TypeCheck
+"""What an output is checked with."""
+
+_DEFAULT: Final = jsonschema.Draft202012Validator
+
+
+def output_check(output: Any, *, what: str = "output") -> OutputCheck | None:
+    """The check for an ``output=``: None (anything), a JSON Schema (a mapping) or a type.
+
+    Raises UsageError for an invalid schema or a type pydantic cannot validate.
+    """
+    if output is None:
+        return None
+    if isinstance(output, JsonSchema | TypeCheck):
+        return output
+    if isinstance(output, Mapping):
+        return JsonSchema.parse(output, what=what)
+    return TypeCheck.of(output)
+
+
+def structured(check: OutputCheck) -> tuple[dict[str, Any], bool]:
+    """A JSON Schema for structured output, and whether it wraps the type as ``value``.
+
+    Vendors want an object at the root, so anything else is asked for as
+    ``{"value": <schema>}`` (its ``$defs`` move to the wrapper's root, where its references
+    point).
+    """
+    schema = check.json_schema()
+    if schema.get("type") == "object":
+        return schema, False
+    hoisted: dict[str, Any] = {
+        k: schema.pop(k) for k in ("$defs", "definitions", "$schema") if k in schema
+    }
+    wrapper: dict[str, Any] = {
+        "type": "object",
+        "properties": {"value": schema},
+        "required": ["value"],
+        "additionalProperties": False,
+        **hoisted,
+    }
+    return wrapper, True
 
 
 _FENCE = re.compile(r"^\s*```(?:json)?\s*\n(.*?)\n\s*```\s*$", re.DOTALL)
@@ -99,15 +322,3 @@ def parse_json_reply(text: str) -> Any:
     except json.JSONDecodeError as exc:
         shown = body if len(body) <= 200 else body[:200] + "..."
         raise ValueError(f"the reply is not JSON ({exc.msg}): {shown!r}") from None
-
-
-def explain(exc: pydantic.ValidationError, *, title: str) -> str:
-    """A per-field message: one line per problem, with the offending value."""
-    lines = [title]
-    for err in exc.errors(include_url=False):
-        where = ".".join(str(p) for p in err["loc"]) or "(value)"
-        got = repr(err.get("input"))
-        if len(got) > 80:
-            got = got[:77] + "..."
-        lines.append(f"  {where}: {err['msg']} (got {got})")
-    return "\n".join(lines)

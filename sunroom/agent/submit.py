@@ -1,33 +1,39 @@
 """``submit``: the host function that hands back a run's answer.
 
-The value is validated on the host against the session's ``output`` type (any pydantic model,
-dataclass or type; ``None`` accepts anything). An invalid value raises ``ValueError`` inside the
-kernel whose message is the per-field diff, so the code or the model can fix it. The first valid
-value wins and is recorded *on the host at call time*: nothing the cell does afterwards (catching
-``BaseException``, raising, looping) can take it back. A later submit raises ``RuntimeError``.
+The value is validated on the host (the kernel is never the authority) against the session's
+``output``: a JSON Schema (a dict, validated with ``jsonschema``: every keyword is enforced), or
+a Python type (a pydantic model, dataclass or type, validated with pydantic); ``None`` accepts
+anything. An invalid value raises ``ValueError`` inside the kernel whose message names each
+path that failed (``submit(): output.count: -1 is less than the minimum of 0``), so the code or
+the model can fix it. The first valid value wins and is recorded *on the host at call time*:
+nothing the cell does afterwards (catching ``BaseException``, raising, looping) can take it
+back. A later submit raises ``RuntimeError``.
 """
 
 from __future__ import annotations
 
-from typing import Any, Union, final
+import json
+from typing import Annotated, Any, Union, final
 
 import pydantic
 
 from sunroom.agent import events as ev
 from sunroom.agent.calls import Publish, Redact
-from sunroom.agent.schema import explain
-from sunroom.errors import UsageError
+from sunroom.agent.schema import JsonSchema, inline_refs, output_check
 from sunroom.sandbox.functions import HostFunction, host_function
 
 __all__ = ["Submission", "type_name"]
 
+_DOC = "Hand back the final answer; it must match the output type. Call it once."
+
 
 def type_name(tp: Any) -> str:
-    """A readable name of an output type."""
+    """A readable name of an output (a type, a JSON Schema or None)."""
     if tp is None:
         return "any value"
-    name = getattr(tp, "__name__", None)
-    return name if isinstance(name, str) else repr(tp)
+    check = output_check(tp)
+    assert check is not None
+    return check.name
 
 
 @final
@@ -35,31 +41,21 @@ class Submission:
     """Holds the one accepted answer of a run; :meth:`function` is the ``submit`` host function.
 
     Args:
-        output: the type a value must satisfy (None: any value).
+        output: what a value must satisfy: a JSON Schema (a mapping), a type pydantic
+            validates, or None (any value).
         publish: the session's event publisher.
         redact: the session's redactor (for rejection messages).
 
-    Raises UsageError if *output* is not a type pydantic can validate.
+    Raises UsageError if *output* is an invalid JSON Schema or a type pydantic cannot validate.
     """
 
     def __init__(self, *, output: Any, publish: Publish, redact: Redact) -> None:
         self.output_type = output
+        self._check = output_check(output)
         self._publish = publish
         self._redact = redact
         self.accepted = False
         self.value: Any = None
-        try:
-            self._adapter: pydantic.TypeAdapter[Any] | None = (
-                None if output is None else pydantic.TypeAdapter(output)
-            )
-        except (
-            pydantic.PydanticSchemaGenerationError,
-            pydantic.PydanticUserError,
-            TypeError,
-        ) as exc:
-            raise UsageError(
-                f"output={output!r} is not a type pydantic can validate: {exc}"
-            ) from exc
 
     def reset(self) -> None:
         """Forget the accepted value (a new run starts)."""
@@ -69,16 +65,34 @@ class Submission:
     def function(self) -> HostFunction:
         """The ``submit`` host function.
 
-        Its signature names the output type, so the kernel gets a dataclass mirror of it
-        (``submit(Answer(...))``).
+        Its signature carries the output's JSON Schema, so the kernel gets the output type's
+        dataclass mirror (``submit(Answer(...))``) with its constraints; for a JSON Schema
+        output the docstring shows the schema itself.
         """
 
         async def submit(value: Any) -> str:
-            """Hand back the final answer; it must match the output type. Call it once."""
             return self.submit(value)
 
-        shown: Any = Any if self.output_type is None else Union[self.output_type, Any]  # noqa: UP007
+        check = self._check
+        shown: Any
+        if check is None:
+            shown = Any
+            doc = _DOC
+        elif isinstance(check, JsonSchema):
+            shape = inline_refs(check.schema)  # pydantic embeds it: no refs into it
+            if shape.get("type") == "object":
+                shape.setdefault("title", "Output")
+            either = {"anyOf": [shape, {}]}
+            shown = Annotated[Any, pydantic.WithJsonSchema(either)]
+            doc = (
+                "Hand back the final answer; it must match this JSON Schema (checked on the "
+                f"host). Call it once.\n\n{json.dumps(check.schema, ensure_ascii=False)}"
+            )
+        else:
+            shown = Union[check.type, Any]  # noqa: UP007 - built from a runtime type
+            doc = _DOC
         submit.__annotations__ = {"value": shown, "return": str}
+        submit.__doc__ = doc
         built: HostFunction = host_function(submit)
         return built
 
@@ -88,15 +102,12 @@ class Submission:
             reason = "submit() was already called with a valid value; only the first one counts"
             self._publish(ev.SubmitRejected, reason=reason)
             raise RuntimeError(reason)
-        if isinstance(value, pydantic.BaseModel):
-            value = value.model_dump()
-        checked = value
-        if self._adapter is not None:
+        checked = value.model_dump() if isinstance(value, pydantic.BaseModel) else value
+        if self._check is not None:
             try:
-                checked = self._adapter.validate_python(value)
-            except pydantic.ValidationError as exc:
-                title = f"submit(): the value does not match {type_name(self.output_type)}:"
-                reason = self._redact(explain(exc, title=title))
+                checked = self._check.validate(checked, root="output")
+            except ValueError as exc:
+                reason = self._redact(f"submit(): {exc}")
                 self._publish(ev.SubmitRejected, reason=reason)
                 raise ValueError(reason) from None
         self.accepted = True

@@ -57,6 +57,15 @@ _BY_NAME: dict[str, type[Exception]] = {
 _channel: BlockingChannel | None = None
 
 
+def register(cls: type[Exception]) -> None:
+    """Raise *cls* for an error answer whose type name is ``cls.__name__``.
+
+    Kernel-side mirrors of host errors (e.g. the agent's ``BudgetExceededError``) register
+    here: an answer is matched by the type name the protocol carries, never by its message.
+    """
+    _BY_NAME[cls.__name__] = cls
+
+
 def attach(channel: BlockingChannel) -> None:
     """Route calls through *channel* (the runtime does this at boot)."""
     global _channel

@@ -1,9 +1,9 @@
-"""Request and response bodies of the HTTP API (pydantic), and JSON-schema output types.
+"""Request and response bodies of the HTTP API (pydantic), and a session's output schema.
 
-A session's ``output_schema`` is a JSON schema (the subset models produce and pydantic emits:
-``object`` with ``properties``/``required``, ``array`` with ``items``, ``string``,
-``integer``, ``number``, ``boolean``, ``null``, ``enum``, ``anyOf``); :func:`output_type`
-turns it into the pydantic type ``submit`` must satisfy.
+A session's ``output_schema`` is a JSON Schema (draft 2020-12 unless its ``$schema`` names
+another); :func:`output_type` checks it against its meta-schema and returns it as the
+:class:`~sunroom.agent.schema.JsonSchema` that ``submit`` validates against with ``jsonschema``
+on the host: every keyword the client sends is enforced. Only local ``$ref``s are allowed.
 """
 
 from __future__ import annotations
@@ -14,8 +14,7 @@ from typing import Any, Literal
 import pydantic
 
 from sunroom.agent.budget import Budget
-from sunroom.agent.schema import type_from_spec
-from sunroom.errors import UsageError
+from sunroom.agent.schema import JsonSchema
 from sunroom.sandbox.limits import Limits
 
 __all__ = [
@@ -107,58 +106,11 @@ class Execute(pydantic.BaseModel):
     timeout_s: float | None = pydantic.Field(default=None, gt=0)
 
 
-_SCALARS = {"string": "str", "integer": "int", "number": "float", "boolean": "bool", "null": "none"}
+def output_type(schema: Mapping[str, Any] | None) -> JsonSchema | None:
+    """The checked JSON Schema ``submit`` must satisfy (None for None).
 
-
-def _spec(schema: Any, defs: Mapping[str, Any], name: str, depth: int) -> dict[str, Any]:
-    if depth > 20:
-        raise UsageError("output_schema is nested too deeply")
-    if not isinstance(schema, Mapping):
-        raise UsageError("output_schema: every schema must be an object")
-    ref = schema.get("$ref")
-    if isinstance(ref, str):
-        key = ref.rsplit("/", 1)[-1]
-        if key not in defs:
-            raise UsageError(f"output_schema: unresolved $ref {ref!r}")
-        return _spec(defs[key], defs, key, depth + 1)
-    if "enum" in schema:
-        return {"kind": "literal", "values": list(schema["enum"])}
-    options = schema.get("anyOf") or schema.get("oneOf")
-    if options:
-        return {"kind": "union", "options": [_spec(o, defs, name, depth + 1) for o in options]}
-    kind = schema.get("type")
-    if isinstance(kind, list):
-        options = [_spec({**schema, "type": k}, defs, name, depth + 1) for k in kind]
-        return {"kind": "union", "options": options}
-    if kind in _SCALARS:
-        return {"kind": _SCALARS[kind]}
-    if kind == "array":
-        return {"kind": "list", "item": _spec(schema.get("items", {}), defs, name, depth + 1)}
-    if kind == "object" or "properties" in schema:
-        props = schema.get("properties")
-        if not props:
-            return {"kind": "dict", "value": {"kind": "any"}}
-        required = set(schema.get("required") or ())
-        fields = []
-        for field, sub in props.items():
-            entry: dict[str, Any] = {
-                "name": field,
-                "type": _spec(sub, defs, field.title(), depth + 1),
-            }
-            if field not in required:
-                entry["default"] = sub.get("default") if isinstance(sub, Mapping) else None
-            fields.append(entry)
-        title = schema.get("title") or name
-        doc = schema.get("description")
-        return {"kind": "object", "name": str(title), "doc": doc, "fields": fields}
-    if not kind:
-        return {"kind": "any"}
-    raise UsageError(f"output_schema: unsupported type {kind!r}")
-
-
-def output_type(schema: Mapping[str, Any] | None) -> Any:
-    """The pydantic type a JSON schema describes (None for None). Raises UsageError."""
+    Raises UsageError (one sentence naming the path in the schema) for an invalid schema.
+    """
     if schema is None:
         return None
-    defs = {**(schema.get("$defs") or {}), **(schema.get("definitions") or {})}
-    return type_from_spec(_spec(schema, defs, "Output", 0))
+    return JsonSchema.parse(schema, what="output_schema")

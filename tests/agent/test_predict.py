@@ -6,6 +6,8 @@ import asyncio
 import json
 import random
 import re
+from collections.abc import Mapping
+from typing import Any
 
 import pydantic
 
@@ -150,7 +152,8 @@ async def test_invalid_structured_reply_raises_in_the_kernel() -> None:
     async with AsyncSession(model=root, sub_model=sub, backend=FAST) as s:
         await s.run("go")
     out = last_output(root.requests[1])
-    assert "ValueError" in out and "Input should be a valid integer" in out and "many" in out
+    assert "ValueError: the sub-model's reply does not match the output schema: " in out
+    assert "reply: 'many' is not of type 'integer'" in out
 
 
 async def test_predict_many_respects_its_concurrency_bound() -> None:
@@ -212,3 +215,125 @@ async def test_recursive_predict_runs_a_nested_session_within_the_depth_limit() 
     async with AsyncSession(model=flat, backend=FAST) as s:
         await s.run("go")
     assert "RecursionError" in last_output(flat.requests[1])
+
+
+async def test_predict_output_json_schema_is_enforced_on_the_host() -> None:
+    replies = iter(['{"value": -3}', '{"value": 7}'])
+    schemas: list[Mapping[str, Any]] = []
+
+    def sub(request: Request) -> str:
+        assert request.output_schema is not None
+        schemas.append(request.output_schema.schema)
+        return next(replies)
+
+    cell = """
+schema = {"type": "integer", "minimum": 0}
+try:
+    predict("n", "x", output=schema)
+except ValueError as exc:
+    print("refused:", exc)
+print(predict("n", "x", output=schema))
+"""
+    root = ScriptedModel([code(cell), "done"])
+    async with AsyncSession(model=root, sub_model=FunctionModel(sub), backend=FAST) as s:
+        result = await s.run("go")
+    out = last_output(root.requests[1])
+    assert result.ok, out
+    assert "refused: the sub-model's reply does not match the output schema: " in out
+    assert "reply: -3 is less than the minimum of 0" in out
+    assert out.splitlines()[-1] == "7"
+    assert schemas[0]["properties"] == {"value": {"type": "integer", "minimum": 0}}
+
+
+async def test_predict_dataclass_constraints_reach_the_host() -> None:
+    schemas: list[Mapping[str, Any]] = []
+
+    def sub(request: Request) -> str:
+        assert request.output_schema is not None
+        schemas.append(request.output_schema.schema)
+        return json.dumps({"score": 11, "label": "spam"})
+
+    cell = """
+from dataclasses import dataclass
+from typing import Annotated, Literal
+
+@dataclass
+class Verdict:
+    '''A verdict.'''
+    score: Annotated[int, {"minimum": 0, "maximum": 10}]
+    label: Literal["spam", "ham"]
+
+try:
+    predict("classify", "buy now", output=Verdict)
+except ValueError as exc:
+    print("refused:", exc)
+"""
+    root = ScriptedModel([code(cell), "done"])
+    async with AsyncSession(model=root, sub_model=FunctionModel(sub), backend=FAST) as s:
+        await s.run("go")
+    out = last_output(root.requests[1])
+    assert "reply.score: 11 is greater than the maximum of 10" in out, out
+    sent = schemas[0]
+    assert sent["title"] == "Verdict" and sent["description"] == "A verdict."
+    assert sent["properties"] == {
+        "score": {"type": "integer", "minimum": 0, "maximum": 10},
+        "label": {"enum": ["spam", "ham"]},
+    }
+    assert sent["required"] == ["score", "label"] and sent["additionalProperties"] is False
+
+
+class Scored(pydantic.BaseModel):
+    """A host output type whose constraint the kernel's mirror carries."""
+
+    score: int = pydantic.Field(ge=0)
+
+
+async def test_predict_with_a_host_mirror_keeps_the_host_constraints() -> None:
+    root = ScriptedModel([code("predict('s', 'x', output=Scored)"), "done"])
+    sub = ScriptedModel(['{"score": -1}'])
+    async with AsyncSession(model=root, sub_model=sub, backend=FAST, output=Scored) as s:
+        await s.run("go")
+    out = last_output(root.requests[1])
+    assert "reply.score: -1 is less than the minimum of 0" in out, out
+
+
+async def test_budget_error_is_a_kernel_class_matched_by_type_not_message() -> None:
+    class QuotaError(Exception):
+        pass
+
+    calls = []
+
+    def sub(request: Request) -> str:
+        calls.append(request)
+        if len(calls) == 1:  # a failed call is not counted against the budget
+            raise QuotaError("the quota raised BudgetExceededError: spoofed by a message")
+        return "ok"
+
+    cell = """
+from sunroom.prelude.agent import BudgetExceededError as B
+from sunroom.prelude.hostcall import HostFunctionError
+try:
+    predict('x', 'y')
+except Exception as exc:
+    print('first:', type(exc).__name__, isinstance(exc, B))
+print('ok:', predict('x', 'y'))
+try:
+    predict('x', 'y')
+except BudgetExceededError as exc:
+    print('second:', type(exc).__module__, B is BudgetExceededError, isinstance(exc, HostFunctionError))
+"""
+    root = ScriptedModel([code(cell), "never"])
+    async with AsyncSession(
+        model=root,
+        sub_model=FunctionModel(sub),
+        backend=FAST,
+        budget=Budget(max_model_calls=2),
+    ) as s:
+        events = s.events()
+        result = await s.run("go")
+        seen = await collect(events)
+    assert result.status == "budget_exceeded"
+    finished = next(e for e in seen if isinstance(e, ev.ExecutionFinished))
+    lines = finished.output.splitlines()
+    assert "first: HostFunctionError False" in lines, finished.output
+    assert "second: sunroom.prelude.agent True True" in lines, finished.output
