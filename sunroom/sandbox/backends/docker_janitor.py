@@ -3,7 +3,8 @@
 Every kernel container is labelled with ``sunroom.kernel=1`` and its owner's host name, pid and
 start time. :func:`sweep_stale` removes this host's labelled containers whose owner is gone (a
 crashed host), once per process on the first launch; the watchdog (:func:`_start_watchdog`)
-removes a live process's containers the moment it dies, ``kill -9`` included.
+removes a live process's containers the moment it dies, ``kill -9`` included; it is the module
+:mod:`.docker_watchdog`, run on the host (it needs the Docker SDK, so it is not kernel code).
 """
 
 from __future__ import annotations
@@ -75,21 +76,8 @@ def sweep_stale(client: docker.DockerClient) -> list[str]:
     return removed
 
 
-WATCHDOG: Final = """# sunroom docker watchdog: removes its owner's kernel containers at its death
-import os, sys, docker
-os.read(0, 1)  # the owner holds the pipe's write end: EOF when it exits, crashes or is killed
-labels = ["sunroom.kernel=1"] + [f"{k}={v}" for k, v in zip(sys.argv[1::2], sys.argv[2::2])]
-client = docker.DockerClient.from_env()
-try:
-    for row in client.api.containers(all=True, filters={"label": labels}):
-        try:
-            client.api.remove_container(row["Id"], force=True, v=True)
-        except Exception:
-            pass
-finally:
-    client.close()
-"""
-"""Run by a detached helper per host process (see :func:`_start_watchdog`)."""
+WATCHDOG: Final = os.path.join(os.path.dirname(os.path.abspath(__file__)), "docker_watchdog.py")
+"""The watchdog module (:mod:`.docker_watchdog`), run by path on the host, one per process."""
 
 _watchdog_for: int | None = None
 _watchdog_fd: int | None = None
@@ -100,10 +88,11 @@ def _start_watchdog() -> None:
 
     A host that dies while a kernel is busy in a long cell would otherwise leave the container
     running until the next sweep: nothing in a container learns of its owner's death by itself.
-    The helper is a separate session blocked on a pipe whose write end only this process holds
-    (close-on-exec, so kernels and subprocesses do not inherit it); at EOF it force-removes the
-    containers labelled with this process's pid, start time and hostname, then exits. It uses
-    the ``DOCKER_*`` environment, like ``docker.from_env``.
+    The helper (:mod:`.docker_watchdog`, run on the host as ``python -I <its file>``) is a
+    separate session blocked on a pipe whose write end only this process holds (close-on-exec,
+    so kernels and subprocesses do not inherit it); at EOF it force-removes the containers
+    labelled with this process's pid, start time and hostname, then exits. It uses the
+    ``DOCKER_*`` environment, like ``docker.from_env``.
     """
     global _watchdog_for, _watchdog_fd
     me = os.getpid()
@@ -116,7 +105,7 @@ def _start_watchdog() -> None:
     try:
         os.posix_spawn(
             sys.executable,
-            [sys.executable, "-I", "-c", WATCHDOG, *labels],
+            [sys.executable, "-I", WATCHDOG, *labels],
             env,
             file_actions=[
                 (os.POSIX_SPAWN_DUP2, read_end, 0),
