@@ -11,12 +11,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import shutil
 import signal
 import socket
-import stat
-import sys
-import tempfile
 from pathlib import Path
 from typing import Any, Final, final
 
@@ -26,6 +22,7 @@ from sunroom.errors import KernelStartError
 from sunroom.sandbox.cgroup import Cgroup
 from sunroom.sandbox.identity import Identity, IdentityLease
 from sunroom.sandbox.limits import Limits
+from sunroom.sandbox.rundirs import make_rundir, remove_tree
 
 _SIGNAL_NAMES = {s.value: s.name for s in signal.Signals}
 
@@ -68,6 +65,11 @@ class SupervisedProcess:
     def workdir(self) -> Path:
         """The kernel's working directory."""
         return self._workdir
+
+    @property
+    def rundir(self) -> Path:
+        """The kernel's private run directory on the host (removed by :meth:`kill`)."""
+        return self._rundir
 
     @property
     def cgroup(self) -> Cgroup | None:
@@ -125,7 +127,7 @@ class SupervisedProcess:
             await asyncio.to_thread(self._cgroup.remove)
         with contextlib.suppress(OSError):
             os.close(self._status_fd)
-        await asyncio.to_thread(_remove_tree, self._rundir)
+        await asyncio.to_thread(remove_tree, self._rundir)
         if self._lease is not None:
             # every process is gone (a straggler would keep the uid out of use anyway)
             self._lease.release()
@@ -194,25 +196,6 @@ def _innermost_pid(pid: int) -> int | None:
     return pid
 
 
-def _remove_tree(path: Path) -> None:
-    """Remove *path* even where the kernel made directories read-only."""
-
-    def fix(p: str) -> None:
-        with contextlib.suppress(OSError):
-            os.chmod(os.path.dirname(p), stat.S_IRWXU)
-        with contextlib.suppress(OSError):
-            if os.path.isdir(p) and not os.path.islink(p):
-                os.chmod(p, stat.S_IRWXU)
-                shutil.rmtree(p, ignore_errors=True)
-            else:
-                os.unlink(p)
-
-    if sys.version_info >= (3, 12):
-        shutil.rmtree(path, onexc=lambda f, p, e: fix(p))
-    else:
-        shutil.rmtree(path, onerror=lambda f, p, e: fix(p))
-
-
 GATE: Final = 'read -r _ && exec "$@" </dev/null'
 """The shell gate a launch waits in until the host has moved it into the kernel's cgroup."""
 
@@ -269,7 +252,7 @@ class LocalLaunch:
                     pids=limits.pids,
                     cpu_quota=limits.cpu_quota,
                 )
-            rundir = Path(tempfile.mkdtemp(prefix=prefix))
+            rundir = make_rundir(prefix)
             if lease is not None:
                 os.chmod(rundir, 0o711)  # the kernel's uid may pass through, never list
         except BaseException:
@@ -314,7 +297,7 @@ class LocalLaunch:
                 os.close(fd)
         if self.cgroup is not None:
             self.cgroup.remove()
-        _remove_tree(self.rundir)
+        remove_tree(self.rundir)
         if self.lease is not None:
             self.lease.release()
 

@@ -61,7 +61,6 @@ import site
 import socket
 import sys
 import sysconfig
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -81,6 +80,7 @@ from sunroom.sandbox.backends.docker_janitor import (
 from sunroom.sandbox.backends.docker_process import DockerKernelProcess, _logs, _remove
 from sunroom.sandbox.backends.subprocess import BOOT, kernel_sys_path, package_root
 from sunroom.sandbox.identity import Identity, IdentityLease, lease_identity
+from sunroom.sandbox.rundirs import make_rundir
 from sunroom.sandbox.seccomp import docker_profile
 
 if TYPE_CHECKING:
@@ -342,7 +342,7 @@ class DockerBackend:
         The parent also holds ``resolv.conf``, an empty file mounted over the container's own
         (which Docker would fill with the host's nameservers).
         """
-        parent = Path(tempfile.mkdtemp(prefix="sunroom-docker-", dir=self._socket_dir))
+        parent = make_rundir("sunroom-docker-", parent=self._socket_dir)
         try:
             sockdir = parent / "s"
             sockdir.mkdir(mode=0o700)
