@@ -15,6 +15,7 @@ import secrets
 import socket
 import tempfile
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,6 +36,35 @@ class Canaries:
 
     def leaked(self, text: str | None) -> bool:
         return text is not None and self.secret in text
+
+    def settle(self, timeout_s: float = 10.0) -> list[str]:
+        """Every connection that reached a listener so far, observed without a fixed sleep.
+
+        A control connection is made to each listener from the host; listeners accept in
+        order, so once both controls are seen every earlier connection has been recorded.
+        The controls are then removed from :attr:`connections`.
+        """
+        before = len(self.connections)
+        tcp = socket.create_connection(("127.0.0.1", self.tcp_port))
+        uds = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        uds.connect(self.unix_path)
+        try:
+            deadline = time.monotonic() + timeout_s
+            while time.monotonic() < deadline:
+                seen = self.connections[before:]
+                if "tcp" in seen and "unix" in seen:
+                    break
+                time.sleep(0.005)
+            else:
+                raise AssertionError("the canary listeners did not accept the host's control")
+        finally:
+            tcp.close()
+            uds.close()
+        for label in ("tcp", "unix"):
+            # the last entry of each kind is the control (accepted after anything earlier)
+            idx = len(self.connections) - 1 - self.connections[::-1].index(label)
+            del self.connections[idx]
+        return list(self.connections)
 
 
 def _listen(sock: socket.socket, label: str, hits: list[str], stop: threading.Event) -> None:
