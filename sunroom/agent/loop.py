@@ -5,13 +5,16 @@ user and steering messages and lets the context guard warn or compact; a reply's
 ``execute_code`` calls (or, without a tool call, its ```python blocks) run in the kernel and
 their redacted, truncated output goes back to the model. The run ends with the first terminal
 condition: an accepted submit (after the cell that made it), a final text answer (when no
-submit is required), the turn limit, a spent budget, a wall-time timeout, a model error, a
-reply cut off by the output-token limit (never retried), or cancellation.
+submit is required), the turn limit, a spent budget, a wall-time timeout, a model error (a
+``ProviderError``), a reply cut off by the output-token limit (never retried), cancellation,
+or an internal error: any other exception is a bug (in sunroom, a hook or a custom model), so
+it is logged with its traceback and the run ends ``internal_error``.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Final, final
@@ -23,7 +26,7 @@ from sunroom.agent.hooks import Hooks, ask
 from sunroom.agent.presets import EXECUTE_TOOL, extract_code, render_result, truncate
 from sunroom.agent.result import RunResult, Status
 from sunroom.agent.submit import Submission
-from sunroom.errors import BudgetExceededError, KernelError
+from sunroom.errors import BudgetExceededError, KernelError, ProviderError
 from sunroom.providers import (
     AssistantMessage,
     Message,
@@ -38,6 +41,8 @@ from sunroom.providers import (
 from sunroom.sandbox.kernel import AsyncKernel
 
 __all__ = ["Loop", "LoopConfig"]
+
+log = logging.getLogger("sunroom.agent")
 
 _NUDGE: Final = (
     "You have not submitted an answer yet. When you have it, call submit(...) from a code "
@@ -121,11 +126,16 @@ class Loop:
             outcome = _Outcome("cancelled", error="the run was cancelled")
         except KernelError as exc:
             outcome = _Outcome("cancelled", error=f"the kernel failed: {exc}")
-        except Exception as exc:
+        except ProviderError as exc:
             outcome = _Outcome("model_error", error=f"{type(exc).__name__}: {exc}")
+        except Exception as exc:
+            log.exception("session %s: the run failed unexpectedly", session_id)
+            outcome = _Outcome(
+                "internal_error", error=f"internal error: {type(exc).__name__}: {exc}"
+            )
         if outcome.error is not None:
             outcome.error = c.guard.redact(outcome.error)
-            if outcome.status in ("model_error", "cancelled"):
+            if outcome.status in ("model_error", "cancelled", "internal_error"):
                 c.publish(ev.SessionError, message=outcome.error)
         spend = c.gate.tracker.snapshot().since(start)
         result = RunResult(

@@ -10,11 +10,20 @@ from sunroom.providers import Usage
 __all__ = ["RunResult", "Status"]
 
 Status: TypeAlias = Literal[
-    "success", "max_turns", "budget_exceeded", "timeout", "model_error", "length", "cancelled"
+    "success",
+    "max_turns",
+    "budget_exceeded",
+    "timeout",
+    "model_error",
+    "length",
+    "cancelled",
+    "internal_error",
 ]
 """How a run ended: a submitted (or final-text) answer, the turn limit, a spent budget, the
 wall-time limit, a failed model call, a reply cut off by the output-token limit (never
-retried), or cancellation (the session was closed or the run's task cancelled)."""
+retried), cancellation (the session was closed or the run's task cancelled), or an unexpected
+exception on the host (a bug in sunroom, a hook or a custom model; logged with its
+traceback)."""
 
 
 @final

@@ -23,7 +23,7 @@ import contextlib
 import importlib
 import json
 import logging
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
 import pydantic
@@ -52,6 +52,7 @@ __all__ = ["create_app", "load_functions"]
 log = logging.getLogger("sunroom.service")
 
 M = TypeVar("M", bound=pydantic.BaseModel)
+Endpoint = Callable[[Request], Awaitable[Response]]
 
 
 def load_functions(paths: Sequence[str]) -> list[HostFunction]:
@@ -231,18 +232,37 @@ def create_app(
             return JSONResponse(body, status_code=500)
         return JSONResponse(error_body(type(exc).__name__, str(exc)), status_code=status)
 
+    def answered(endpoint: Endpoint) -> Endpoint:
+        """*endpoint*, answering an unexpected exception itself: logged once, never re-raised.
+
+        (Starlette's handler for ``Exception`` re-raises, so the server would log it again.)
+        """
+
+        async def run(request: Request) -> Response:
+            try:
+                return await endpoint(request)
+            except (HTTPException, pydantic.ValidationError, SunroomError):
+                raise  # answered by the exception handlers below
+            except Exception as exc:
+                return await on_error(request, exc)
+
+        return run
+
     routes = [
-        Route("/healthz", healthz, methods=["GET"]),
-        Route("/sessions", create_session, methods=["POST"]),
-        Route("/sessions", list_sessions, methods=["GET"]),
-        Route("/sessions/{sid}", get_session, methods=["GET"]),
-        Route("/sessions/{sid}", delete_session, methods=["DELETE"]),
-        Route("/sessions/{sid}/messages", post_message, methods=["POST"]),
-        Route("/sessions/{sid}/events", events, methods=["GET"]),
-        Route("/sessions/{sid}/result", result, methods=["GET"]),
-        Route("/kernels", create_kernel, methods=["POST"]),
-        Route("/kernels/{kid}/execute", execute, methods=["POST"]),
-        Route("/kernels/{kid}", delete_kernel, methods=["DELETE"]),
+        Route(path, answered(endpoint), methods=[method])
+        for path, method, endpoint in [
+            ("/healthz", "GET", healthz),
+            ("/sessions", "POST", create_session),
+            ("/sessions", "GET", list_sessions),
+            ("/sessions/{sid}", "GET", get_session),
+            ("/sessions/{sid}", "DELETE", delete_session),
+            ("/sessions/{sid}/messages", "POST", post_message),
+            ("/sessions/{sid}/events", "GET", events),
+            ("/sessions/{sid}/result", "GET", result),
+            ("/kernels", "POST", create_kernel),
+            ("/kernels/{kid}/execute", "POST", execute),
+            ("/kernels/{kid}", "DELETE", delete_kernel),
+        ]
     ]
     handlers: dict[Any, Callable[..., Any]] = {
         HTTPException: on_error,

@@ -17,9 +17,9 @@ exactly one outcome; a function with an ``idempotency_key`` parameter receives t
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import contextvars
 import dataclasses
+import functools
 import inspect
 import itertools
 import logging
@@ -168,7 +168,7 @@ class Journal:
             await self.store.append(self.session_id, batch, owner=self.owner)
         except Exception as exc:
             self.failed = exc
-            log.error("session %s: the store refused its events: %s", self.session_id, exc)
+            log.error("session %s: the store refused its events", self.session_id, exc_info=exc)
             self._on_failed(exc)
             return
         self._seq += len(batch)
@@ -178,15 +178,45 @@ class Journal:
             await self._on_ended(result)
 
     async def aclose(self) -> None:
-        """Write what is left, then stop the pump (the session must be closed first)."""
+        """Write what is left, then stop the pump (the session must be closed first).
+
+        The pump gets 5 s to drain; a failure to write is logged (and was reported through
+        ``on_failed`` when it happened). The caller's own cancellation propagates.
+        """
         if self._task is not None:
-            with contextlib.suppress(asyncio.CancelledError):
-                await asyncio.wait_for(asyncio.shield(self._task), timeout=5.0)
-            self._task.cancel()
+            await asyncio.wait([self._task], timeout=5.0)
+            if not self._task.done():
+                log.error("session %s: its events were not written within 5 s", self.session_id)
+                self._task.cancel()
+                await asyncio.wait([self._task])
+            elif not self._task.cancelled() and self._task.exception() is not None:
+                log.error(
+                    "session %s: writing its events failed",
+                    self.session_id,
+                    exc_info=self._task.exception(),
+                )
         if self._sub is not None:
             self._sub.close()
-        with contextlib.suppress(Exception):
+        try:
             await self.flush()
+        except Exception:
+            log.exception("session %s: writing its last events failed", self.session_id)
+
+
+_MARKING: set[asyncio.Future[Any]] = set()
+"""Markings of cancelled calls in flight (a strong reference until each is done)."""
+
+
+def _log_marking(session_id: str, call_id: str, task: asyncio.Future[Any]) -> None:
+    """Log a failure to mark a cancelled call's outcome unknown (a done callback)."""
+    _MARKING.discard(task)
+    if not task.cancelled() and task.exception() is not None:
+        log.error(
+            "session %s: call %s was cancelled and marking its outcome unknown failed",
+            session_id,
+            call_id,
+            exc_info=task.exception(),
+        )
 
 
 @final
@@ -229,8 +259,12 @@ class CallLedger:
                     loop = asyncio.get_running_loop()
                     value = await loop.run_in_executor(None, lambda: ctx.run(fn, **kwargs))
             except asyncio.CancelledError:
-                with contextlib.suppress(BaseException):
-                    await asyncio.shield(store.mark_unknown(sid, call_id, owner=self.owner))
+                # the call may or may not have taken effect; the marking is its own task, so it
+                # outlives a second cancel (which propagates), and its failure is logged
+                marking = asyncio.ensure_future(store.mark_unknown(sid, call_id, owner=self.owner))
+                _MARKING.add(marking)
+                marking.add_done_callback(functools.partial(_log_marking, sid, call_id))
+                await asyncio.wait([marking])
                 raise
             except Exception as exc:
                 error = {"error": f"{type(exc).__name__}: {exc}"}

@@ -8,6 +8,7 @@ after another, in arrival order.
 from __future__ import annotations
 
 import asyncio
+import logging
 import uuid
 from collections.abc import Sequence
 from typing import final
@@ -20,6 +21,8 @@ from sunroom.service.problems import CapacityError, NotFoundError
 from sunroom.service.schemas import CreateKernel
 
 __all__ = ["KernelManager"]
+
+log = logging.getLogger("sunroom.service")
 
 
 @final
@@ -79,6 +82,11 @@ class KernelManager:
         await kernel.aclose()
 
     async def aclose(self) -> None:
-        """Kill every kernel."""
+        """Kill every kernel; a kernel that fails to close is logged, the others still close."""
         kernels, self._kernels = list(self._kernels.values()), {}
-        await asyncio.gather(*(k.aclose() for k in kernels), return_exceptions=True)
+        outcomes = await asyncio.gather(*(k.aclose() for k in kernels), return_exceptions=True)
+        for outcome in outcomes:
+            if isinstance(outcome, Exception):
+                log.error("closing a raw kernel failed", exc_info=outcome)
+            elif isinstance(outcome, BaseException):
+                raise outcome

@@ -9,7 +9,6 @@ resumes them here; of several processes racing for one, exactly one wins the cla
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from typing import TYPE_CHECKING
 
@@ -40,14 +39,16 @@ async def resume_orphans(manager: SessionManager) -> list[str]:
         except ConflictError:
             continue  # another process won the claim
         except Exception as exc:
-            log.error("resuming session %s failed: %s", record.session_id, exc)
-            with contextlib.suppress(Exception):
+            log.error("resuming session %s failed", record.session_id, exc_info=exc)
+            try:
                 await manager.store.finish_session(
                     record.session_id,
                     status="interrupted",
                     result={"error": f"resume failed: {exc}"},
                     owner=None,
                 )
+            except Exception:
+                log.exception("session %s: recording it interrupted failed", record.session_id)
     return taken
 
 
@@ -59,8 +60,8 @@ async def renew_forever(manager: SessionManager) -> None:
         for sid in manager.live_ids():
             try:
                 ok = await manager.store.renew(sid, owner=manager.owner, lease_s=lease_s)
-            except Exception as exc:
-                log.error("renewing session %s failed: %s", sid, exc)
+            except Exception:
+                log.exception("renewing session %s failed", sid)
                 ok = False
             if not ok:
                 manager.drop(sid, ConflictError("the session's lease was lost"))
@@ -71,6 +72,6 @@ async def resume_forever(manager: SessionManager) -> None:
     while True:
         try:
             await resume_orphans(manager)
-        except Exception as exc:
-            log.error("looking for orphaned sessions failed: %s", exc)
+        except Exception:
+            log.exception("looking for orphaned sessions failed")
         await asyncio.sleep(max(0.2, manager.config.lease_s / 2))

@@ -77,6 +77,7 @@ class SessionManager:
         self._live: dict[str, Live] = {}
         self._lock = asyncio.Lock()
         self._tasks: list[asyncio.Task[None]] = []
+        self._closing: set[asyncio.Task[None]] = set()
         self._closed = False
 
     # -- lifecycle -------------------------------------------------------------------------
@@ -98,9 +99,13 @@ class SessionManager:
         self._closed = True
         for task in self._tasks:
             task.cancel()
+        if self._tasks:
+            await asyncio.wait(self._tasks)  # our own cancellation still propagates
         for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+            if not task.cancelled() and task.exception() is not None:
+                log.error("%s failed", task.get_name(), exc_info=task.exception())
+        if self._closing:
+            await asyncio.wait(self._closing)  # sessions dropped earlier finish closing
         for live in list(self._live.values()):
             await self._shutdown(live, finish=False)
 
@@ -448,10 +453,13 @@ class SessionManager:
 
     async def _ended(self, live: Live, result: dict[str, Any]) -> None:
         status = _STATUS.get(str(result.get("status")), "failed")
-        with contextlib.suppress(Exception):
+        try:
             await self.store.finish_session(
                 live.sid, status=status, result=result, owner=self.owner
             )
+        except Exception:
+            # the record stays running; the run's end is in the log, so a resume records it
+            log.exception("session %s: recording the end of its run failed", live.sid)
         if not live.session.running or result.get("status") == "cancelled":
             live.idle.set()
         self.signals.fire(live.sid)
@@ -460,14 +468,17 @@ class SessionManager:
         """Stop running session *sid* here (its ownership was lost); its record is left as is."""
         live = self._live.pop(sid, None)
         if live is not None:
-            log.error("session %s stopped: %s", sid, exc)
-            asyncio.get_running_loop().create_task(self._close_quietly(live))
+            log.error("session %s stopped", sid, exc_info=exc)
+            task = asyncio.get_running_loop().create_task(self._close_dropped(live))
+            self._closing.add(task)
+            task.add_done_callback(self._closing.discard)
 
-    async def _close_quietly(self, live: Live) -> None:
-        with contextlib.suppress(Exception):
+    async def _close_dropped(self, live: Live) -> None:
+        try:
             await live.session.aclose()
-        with contextlib.suppress(Exception):
-            await live.model.aclose()
+        except Exception:
+            log.exception("session %s: closing it after it was stopped failed", live.sid)
+        await self._close_model(live.sid, live.model)
         live.idle.set()
         self.signals.fire(live.sid)
 
@@ -475,18 +486,26 @@ class SessionManager:
         self._live.pop(live.sid, None)
         if not finish:
             live.journal.failed = ConflictError("the server is shutting down")  # write nothing more
-        await live.session.aclose()
-        await live.journal.aclose()
-        with contextlib.suppress(Exception):
-            await live.model.aclose()
-        if finish:
-            record = await self.store.get_session(live.sid)
-            if record is not None and record.status == "running":
-                with contextlib.suppress(Exception):
-                    await self.store.finish_session(
-                        live.sid, status="cancelled", result={"error": "deleted"}, owner=self.owner
-                    )
-        with contextlib.suppress(Exception):
-            await self.store.release(live.sid, owner=self.owner)
-        live.idle.set()
-        self.signals.fire(live.sid)
+        try:
+            await live.session.aclose()
+            await live.journal.aclose()
+            await self._close_model(live.sid, live.model)
+            if finish:
+                record = await self.store.get_session(live.sid)
+                if record is not None and record.status == "running":
+                    await self._record_deleted(live.sid)
+            try:
+                await self.store.release(live.sid, owner=self.owner)
+            except Exception:
+                log.exception("session %s: releasing it failed", live.sid)
+        finally:
+            live.idle.set()
+            self.signals.fire(live.sid)
+
+    async def _record_deleted(self, sid: str) -> None:
+        try:
+            await self.store.finish_session(
+                sid, status="cancelled", result={"error": "deleted"}, owner=self.owner
+            )
+        except Exception:
+            log.exception("session %s: recording that it was deleted failed", sid)

@@ -12,8 +12,8 @@ to take each chunk: a stalled client is disconnected and resumes from the log. T
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
+import logging
 from typing import final
 
 from starlette.types import Message, Receive, Scope, Send
@@ -24,6 +24,8 @@ from sunroom.service.signals import Signals
 from sunroom.store import EventStore, StoredEvent
 
 __all__ = ["EventStream", "format_event"]
+
+log = logging.getLogger("sunroom.service")
 
 
 def format_event(event: StoredEvent) -> bytes:
@@ -73,8 +75,9 @@ class EventStream:
             raise
         finally:
             watcher.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await watcher
+            await asyncio.wait([watcher])  # never swallows the stream's own cancellation
+            if not watcher.cancelled() and watcher.exception() is not None:
+                log.error("the SSE client watcher failed", exc_info=watcher.exception())
 
     async def _send(self, send: Send, body: bytes, *, more: bool = True) -> None:
         try:
