@@ -54,7 +54,7 @@ class SupervisedProcess:
         self._oom_before = cgroup.oom_kills() if cgroup else 0
         self._kernel_pid: int | None = None
         self._status: str | None = None
-        self._killed = False
+        self._teardown: asyncio.Task[None] | None = None
 
     @property
     def pid(self) -> int:
@@ -110,10 +110,19 @@ class SupervisedProcess:
             return []
 
     async def kill(self) -> None:
-        """Kill the whole tree and wait; remove the cgroup and the directory. Idempotent."""
-        if self._killed:
-            return
-        self._killed = True
+        """Kill the whole tree and wait; remove the cgroup and the directory. Idempotent.
+
+        Cancellation-safe: the teardown runs to its end in a task of its own even when the
+        caller is cancelled, and every call (a repeat after a cancellation too) waits for that
+        same teardown.
+        """
+        if self._teardown is None:
+            self._teardown = asyncio.get_running_loop().create_task(
+                self._kill_ladder(), name=f"sunroom-kill-{self._proc.pid}"
+            )
+        await asyncio.shield(self._teardown)
+
+    async def _kill_ladder(self) -> None:
         if self._proc.returncode is None:
             with contextlib.suppress(ProcessLookupError):
                 self._proc.send_signal(self._stop_signal)

@@ -77,6 +77,7 @@ class CreateSession(pydantic.BaseModel):
     max_turns: int = pydantic.Field(default=20, gt=0, le=1000)
     system_prompt: str | None = None
     backend: str | None = None
+    code_mode: Literal["tool", "fenced"] = "tool"
 
 
 class MessageIn(pydantic.BaseModel):

@@ -75,6 +75,7 @@ class DockerKernelProcess:
         self._memory_mb = memory_mb
         self._kernel_pid: int | None = None
         self._killed = False
+        self._teardown: asyncio.Task[None] | None = None
         self._state: dict[str, Any] | None = None
         self._interrupts: list[threading.Thread] = []
 
@@ -132,11 +133,17 @@ class DockerKernelProcess:
         """Force-remove the container (SIGKILL, then remove); close an owned client. Idempotent.
 
         Raises KernelError only if the daemon refuses the removal (the container is then
-        removed by the next process's sweep).
+        removed by the next process's sweep). Cancellation-safe: the removal runs to its end in
+        a task of its own, and every call (a repeat after a cancellation too) waits for it.
         """
-        if self._killed:
-            return
         self._killed = True
+        if self._teardown is None:
+            self._teardown = asyncio.get_running_loop().create_task(
+                self._remove_container(), name=f"sunroom-remove-{self.name}"
+            )
+        await asyncio.shield(self._teardown)
+
+    async def _remove_container(self) -> None:
         try:
             await asyncio.to_thread(self._kill_sync)
         except Exception as exc:

@@ -1,0 +1,45 @@
+"""Teardown is cancellation-safe: cancelling a kill at any point leaks nothing."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+
+import psutil
+
+from sunroom import AsyncKernel, Limits
+
+LIMITS = Limits(timeout_s=20)
+
+
+async def _cancel_after(coro_task: asyncio.Task[None], ticks: int) -> None:
+    for _ in range(ticks):
+        await asyncio.sleep(0)
+    coro_task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await coro_task
+
+
+async def test_cancelling_a_kill_at_any_point_still_tears_everything_down(backend: str) -> None:
+    """For every number of scheduler ticks, cancel ``kill()``; a repeated kill then finishes.
+
+    Each round checks: the process tree is gone, the run directory (local backends) is gone,
+    and the second ``kill()`` did the work instead of being a no-op.
+    """
+    for ticks in (0, 1, 2, 3, 5, 8, 13, 40):
+        k = AsyncKernel(backend=backend, limits=LIMITS)
+        await k.start()
+        proc = k.process
+        assert proc is not None
+        top = psutil.Process(proc.pid)  # type: ignore[attr-defined]
+        tree = [top, *top.children(recursive=True)]
+        rundir = getattr(proc, "rundir", None)
+        task = asyncio.get_running_loop().create_task(proc.kill())
+        await _cancel_after(task, ticks)
+        await proc.kill()  # must finish the teardown, not return early
+        _, alive = await asyncio.to_thread(psutil.wait_procs, tree, timeout=5)
+        assert [p for p in alive if p.status() != psutil.STATUS_ZOMBIE] == [], ticks
+        if rundir is not None:
+            assert not await asyncio.to_thread(os.path.exists, rundir), ticks
+        await k.aclose()
