@@ -30,6 +30,7 @@ from sunroom.agent.presets import PRESETS, Preset, bind_inputs
 from sunroom.agent.prompts import describe_functions, system_prompt
 from sunroom.agent.redaction import Secrets
 from sunroom.agent.result import RunResult
+from sunroom.agent.schema import JsonSchema
 from sunroom.agent.shim import SHIM_SOURCE
 from sunroom.agent.submit import Submission, type_name
 from sunroom.errors import ClosedError, KernelError, UsageError
@@ -49,8 +50,11 @@ __all__ = ["AsyncSession", "Inputs", "OutputSpec", "system_prompt_for"]
 Inputs: TypeAlias = "Mapping[str, object] | pydantic.BaseModel | DataclassInstance | None"
 """Variables to bind: a mapping of names to values (``typed``: also a model/dataclass instance)."""
 
-OutputSpec: TypeAlias = "type[object] | types.UnionType | types.GenericAlias | None"
-"""What ``submit`` must satisfy: a pydantic model, a dataclass, or any type pydantic validates."""
+OutputSpec: TypeAlias = (
+    "type[object] | types.UnionType | types.GenericAlias | JsonSchema | Mapping[str, object] | None"
+)
+"""What ``submit`` must satisfy: a pydantic model, a dataclass, any type pydantic validates, or a
+JSON Schema (a mapping, or a checked :class:`~sunroom.agent.schema.JsonSchema`)."""
 
 
 @final
