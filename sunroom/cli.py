@@ -330,6 +330,13 @@ def run(
     ] = None,
     preset: Annotated[str, typer.Option(help="codeact, rlm or typed.")] = "codeact",
     max_turns: Annotated[int, typer.Option(help="Model turns allowed.")] = 20,
+    code_mode: Annotated[
+        str,
+        typer.Option(
+            help="tool: the execute_code tool; fenced: ```python blocks, for models without "
+            "tool calling (small local models)."
+        ),
+    ] = "tool",
     db: DbOption = None,
     as_json: JsonOption = False,
 ) -> None:
@@ -344,6 +351,8 @@ def run(
 
     if preset not in PRESETS:
         raise _fail(f"--preset must be one of {', '.join(PRESETS)}, got {preset!r}")
+    if code_mode not in ("tool", "fenced"):
+        raise _fail(f"--code-mode must be tool or fenced, got {code_mode!r}")
     model = _model_spec(model or os.environ.get("SUNROOM_MODEL"))
     if not model:
         raise _fail("no model: pass --model provider:name or set SUNROOM_MODEL")
@@ -360,6 +369,7 @@ def run(
         request = CreateSession(
             task=task, model=model, base_url=base_url, inputs=bound, output_schema=schema,
             preset=preset, backend=backend, max_turns=max_turns,  # type: ignore[arg-type]
+            code_mode=code_mode,  # type: ignore[arg-type]
         )  # fmt: skip
     except pydantic.ValidationError as exc:
         raise _fail(validation_message(exc, field=_flag)) from None

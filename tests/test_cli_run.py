@@ -280,3 +280,19 @@ def test_ctrl_c_says_which_session_and_how_to_resume_it(
     resumed = cli(*command[1:], "--json", env=slow)
     assert resumed.returncode == 0, resumed.stderr
     assert json.loads(resumed.stdout)["output"] == "done"
+
+
+def test_run_code_mode_fenced_for_models_without_tool_calling(
+    tmp_path: Path, env: dict[str, str]
+) -> None:
+    script = [{"text": "Counting.", "code": "print(len(doc))"}, {"code": "submit({'n': len(doc)})"}]
+    (tmp_path / "fenced.json").write_text(json.dumps(script))
+    fenced = {**env, "SUNROOM_MODEL": f"scripted:{tmp_path / 'fenced.json'}"}
+    proc = cli(*run_args(tmp_path), "--code-mode", "fenced", "--json", env=fenced)
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert out["output"] == {"n": 11}
+    shown = json.loads(cli("sessions", "show", out["session_id"], "--json", env=env).stdout)
+    assert [e["via"] for e in shown["events"] if e["type"] == "CodeSubmitted"] == ["fenced"] * 2
+    err = one_line_error(cli("run", "x", "--code-mode", "telepathy", env=env))
+    assert "--code-mode" in err and "fenced" in err

@@ -402,6 +402,7 @@ class SessionManager:
                 budget=budget,
                 max_turns=request.max_turns,
                 system_prompt=request.system_prompt,
+                code_tool=request.code_mode == "tool",
                 hooks=Hooks(before_execute=checkpoint),
                 session_id=sid,
                 transcript=transcript or (),
