@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import itertools
-from typing import Any
+from collections.abc import AsyncIterable
 
 import pytest
 
@@ -34,7 +34,7 @@ def transcript_text(requests: list[Request]) -> str:
     return "\n".join(repr(r) for r in requests)
 
 
-async def collect(sub: Any) -> list[ev.Event]:
+async def collect(sub: AsyncIterable[ev.Event]) -> list[ev.Event]:
     """Drain a subscription until the run ends."""
     out: list[ev.Event] = []
     async for event in sub:

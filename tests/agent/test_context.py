@@ -66,7 +66,7 @@ def test_policy_is_frozen_and_keyword_only() -> None:
     with pytest.raises(dataclasses.FrozenInstanceError):
         policy.warn_at = 0.5  # type: ignore[misc]
     with pytest.raises(TypeError):
-        ContextPolicy(0.5)  # type: ignore[misc]
+        ContextPolicy(0.5)  # type: ignore[call-arg]  # keyword-only: positional must fail
 
 
 def test_known_windows_and_unknown_models() -> None:
@@ -134,8 +134,8 @@ def transcript() -> list[Message]:
 
 
 def assert_pairs_whole(original: list[Message], result: CompactionResult) -> None:
-    kept_ids = set()
-    answered = set()
+    kept_ids: set[str] = set()
+    answered: set[str] = set()
     for message in result.messages:
         if isinstance(message, AssistantMessage):
             kept_ids.update(c.id for c in message.tool_calls)

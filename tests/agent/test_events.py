@@ -7,7 +7,8 @@ import asyncio
 from sunroom.agent import AsyncSession
 from sunroom.agent import events as ev
 from sunroom.agent.bus import EventBus
-from sunroom.providers import FunctionModel, Request, ScriptedModel, Usage
+from sunroom.providers import FunctionModel, Request, ScriptedModel, Usage, UserMessage
+from sunroom.providers.fakes import Reply
 from tests.agent.conftest import code, collect, last_output, transcript_text
 
 FAST = "subprocess"
@@ -84,9 +85,15 @@ print('b64:', base64.b64encode(cfg['key'].encode()).decode())
 print(predict('echo this', cfg['key']))
 fail_loudly()
 """
-    sub_model = FunctionModel(lambda r: f"echo {r.messages[-1].text}")  # type: ignore[union-attr]
 
-    def root(request: Request) -> object:
+    def echo(request: Request) -> Reply:
+        question = request.messages[-1]
+        assert isinstance(question, UserMessage)
+        return f"echo {question.text}"
+
+    sub_model = FunctionModel(echo)
+
+    def root(request: Request) -> Reply:
         if len(request.messages) == 2:
             return code(cell)
         return "done"

@@ -248,6 +248,7 @@ def test_planted_secrets_in_nested_tool_output() -> None:
     assert "[REDACTED:api_key]" in text and "[REDACTED:db_password]" in text
     # Types are kept.
     results = redacted["results"]
+    assert isinstance(results, list)
     assert isinstance(results[1], tuple) and results[1][:3] == (1, 2.5, None)
     assert isinstance(results[4], Pair) and isinstance(results[4].right, bytearray)
     assert results[4].right.endswith(b"\xff\xfe")
@@ -257,7 +258,9 @@ def test_planted_secrets_in_nested_tool_output() -> None:
     message = redacted["message"]
     assert isinstance(message, AssistantMessage)
     assert message.tool_calls[0].arguments == {"code": "login('[REDACTED:db_password]')"}
-    assert redacted["result"].is_error and redacted["result"].tool_call_id == "c1"
+    result = redacted["result"]
+    assert isinstance(result, ToolResultMessage)
+    assert result.is_error and result.tool_call_id == "c1"
     assert isinstance(redacted["ordered"], OrderedDict)
     assert redacted["proxy"] == {"k": "[REDACTED:api_key]"}
 

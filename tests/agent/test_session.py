@@ -12,21 +12,24 @@ from sunroom.errors import RateLimitedError, UsageError
 from sunroom.providers import (
     AssistantMessage,
     FunctionModel,
+    Message,
     Price,
     Request,
     Response,
     ScriptedModel,
+    SystemMessage,
     TextPart,
     ToolResultMessage,
     Usage,
 )
+from sunroom.providers.fakes import Reply
 from tests.agent.conftest import code, collect, last_output
 
 FAST = "subprocess"
 
 
 async def test_codeact_reads_its_traceback_and_fixes_itself() -> None:
-    def agent(request: Request) -> object:
+    def agent(request: Request) -> Reply:
         seen = last_output(request) if len(request.messages) > 2 else ""
         if len(request.messages) == 2:
             return code("data = [3, 1, 2]\nprint(sorted(data)[3])")
@@ -54,7 +57,8 @@ async def test_fenced_code_runs_for_models_without_tools() -> None:
     assert result.status == "success" and result.output == "It is 42."
     assert model.requests[0].tools == ()
     assert "42" in last_output(model.requests[1])
-    assert "```python" in model.requests[0].messages[0].text
+    system = model.requests[0].messages[0]
+    assert isinstance(system, SystemMessage) and "```python" in system.text
 
 
 async def test_fenced_code_runs_even_when_tools_are_offered() -> None:
@@ -244,8 +248,8 @@ async def test_priced_run_reports_integer_cost() -> None:
 
 
 def test_invalid_options_fail_before_any_kernel() -> None:
-    with pytest.raises(UsageError):
-        AsyncSession(model=ScriptedModel([]), preset="nope")
+    with pytest.raises(UsageError):  # an unknown preset, deliberately ill-typed
+        AsyncSession(model=ScriptedModel([]), preset="nope")  # type: ignore[arg-type]
     with pytest.raises(UsageError):
         AsyncSession(model=ScriptedModel([]), max_turns=0)
     with pytest.raises(UsageError):
@@ -263,7 +267,7 @@ def test_sync_session_runs() -> None:
 async def test_full_run_on_the_default_bwrap_backend(bwrap: str) -> None:
     backend = bwrap
 
-    def agent(request: Request) -> object:
+    def agent(request: Request) -> Reply:
         if len(request.messages) == 2:
             return code("import socket\nsocket.create_connection(('1.1.1.1', 53), timeout=1)")
         if len(request.messages) == 4:
@@ -283,7 +287,7 @@ async def test_context_policy_warns_then_compacts_counting_the_summary_call() ->
 
     turns = []
 
-    def agent(request: Request) -> object:
+    def agent(request: Request) -> Reply:
         if not request.tools:
             return "summary: printed blocks of x"
         turns.append(1)
@@ -309,7 +313,7 @@ async def test_context_policy_warns_then_compacts_counting_the_summary_call() ->
 async def test_a_session_continues_a_recorded_transcript() -> None:
     from sunroom.providers import AssistantMessage, UserMessage
 
-    recorded = [UserMessage("remember the number 41"), AssistantMessage("noted: 41")]
+    recorded: list[Message] = [UserMessage("remember the number 41"), AssistantMessage("noted: 41")]
     model = ScriptedModel(["the number was 41"])
     async with AsyncSession(
         model=model, backend=FAST, session_id="resumed-1", transcript=recorded

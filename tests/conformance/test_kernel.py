@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 import time
+from collections.abc import AsyncIterator
 
 import psutil
 import pytest
@@ -14,7 +15,7 @@ from sunroom import AsyncKernel, Limits
 
 
 @pytest.fixture
-async def kernel(backend: str) -> AsyncKernel:
+async def kernel(backend: str) -> AsyncIterator[AsyncKernel]:
     async with AsyncKernel(backend=backend, limits=Limits(timeout_s=3)) as k:
         yield k
 

@@ -19,6 +19,7 @@ from sunroom.providers import (
     AnthropicModel,
     AssistantMessage,
     Done,
+    Message,
     OutputSchema,
     Request,
     RetryPolicy,
@@ -180,9 +181,10 @@ async def test_thinking_round_trip(server: ReplayServer, model: AnthropicModel) 
     first = await model.complete(ask("largest city?", tools=[tool], settings=thinking))
     (thought,) = first.thinking
     assert thought.text.startswith("The user is asking")
-    assert thought.origin is not None and thought.origin.signature.startswith("EqEE")
+    assert thought.origin is not None and thought.origin.signature is not None
+    assert thought.origin.signature.startswith("EqEE")
     (call,) = first.tool_calls
-    transcript = [
+    transcript: list[Message] = [
         UserMessage("largest city?"),
         first.message,
         ToolResultMessage(call.id, "Mexico"),

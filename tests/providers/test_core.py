@@ -2,6 +2,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import AsyncGenerator, AsyncIterator
+from typing import TypeVar
 
 import pytest
 
@@ -155,6 +157,16 @@ def test_model_is_bound_to_its_event_loop(server: ReplayServer) -> None:
         loop.close()
 
 
+T = TypeVar("T")
+
+
+def closeable(stream: AsyncIterator[T]) -> AsyncGenerator[T, None]:
+    """``stream`` as the async generator it is: ``Model.stream`` is typed as an
+    ``AsyncIterator``, but ``contextlib.aclosing`` needs ``aclose()``."""
+    assert isinstance(stream, AsyncGenerator)
+    return stream
+
+
 async def test_stopping_a_stream_early_releases_it(server: ReplayServer) -> None:
     from contextlib import aclosing
 
@@ -162,7 +174,7 @@ async def test_stopping_a_stream_early_releases_it(server: ReplayServer) -> None
     server.add(path, reply_from("openai/chat_text_stream"))
     server.add(path, reply_from("openai/chat_text"))
     async with OpenAIChatModel("m", base_url=server.url + "/v1") as m:
-        async with aclosing(m.stream(Request([UserMessage("x")]))) as events:
+        async with aclosing(closeable(m.stream(Request([UserMessage("x")])))) as events:
             async for event in events:
                 if isinstance(event, TextDelta):
                     break

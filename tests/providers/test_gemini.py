@@ -21,6 +21,7 @@ from sunroom.providers import (
     Done,
     GeminiModel,
     ImagePart,
+    Message,
     OutputSchema,
     Request,
     RetryPolicy,
@@ -122,12 +123,13 @@ async def test_function_call_round_trip(server: ReplayServer) -> None:
         assert first.finish_reason == "tool_use"
         (call,) = first.tool_calls
         assert (call.name, call.arguments) == ("get_capital", {"country": "France"})
-        assert call.origin is not None and call.origin.signature.startswith("CpYEAXLI2nx")
+        assert call.origin is not None and call.origin.signature is not None
+        assert call.origin.signature.startswith("CpYEAXLI2nx")
         declared = server.requests[-1].json()["tools"][0]["functionDeclarations"][0]
         assert declared["name"] == "get_capital"
         # google-genai passes the schema key through in proto field-name form, as recorded.
         assert declared["parameters_json_schema"] == dict(CAPITAL.parameters)
-        transcript = [UserMessage("What is the capital of France?"), first.message]
+        transcript: list[Message] = [UserMessage("What is the capital of France?"), first.message]
         transcript.append(ToolResultMessage(call.id, "Paris"))
         second = await m.complete(Request(transcript, tools=[CAPITAL]))
     assert second.text == "Paris"
@@ -184,7 +186,8 @@ async def test_function_call_stream_thought_signature(server: ReplayServer) -> N
     assert isinstance(done, Done)
     (call,) = done.response.tool_calls
     assert call.name == "get_country" and call.arguments == {}
-    assert call.origin is not None and call.origin.signature.startswith("EpwICpkI")
+    assert call.origin is not None and call.origin.signature is not None
+    assert call.origin.signature.startswith("EpwICpkI")
     assert done.response.finish_reason == "tool_use"
 
 

@@ -20,6 +20,7 @@ from sunroom.providers import (
     AssistantMessage,
     Done,
     ImagePart,
+    Message,
     OpenAIChatModel,
     OutputSchema,
     Price,
@@ -107,7 +108,11 @@ async def test_tool_call_and_followup(server: ReplayServer, model: OpenAIChatMod
     sent = server.requests[-1].json()
     assert sent["tools"][0]["function"]["strict"] is True
     assert sent["tool_choice"] == {"type": "function", "function": {"name": "get_weather"}}
-    transcript = [UserMessage("weather?"), first.message, ToolResultMessage(call.id, "sunny")]
+    transcript: list[Message] = [
+        UserMessage("weather?"),
+        first.message,
+        ToolResultMessage(call.id, "sunny"),
+    ]
     await model.complete(Request(transcript, tools=[WEATHER]))
     messages = server.requests[-1].json()["messages"]
     assert messages[1] == {

@@ -18,6 +18,7 @@ from sunroom.errors import (
 )
 from sunroom.providers import (
     Done,
+    Message,
     OpenAIResponsesModel,
     OutputSchema,
     Request,
@@ -123,7 +124,7 @@ async def test_function_call_and_followup(
             "strict": True,
         }
     ]
-    transcript = [UserMessage("What is the capital of PotatoLand?"), first.message]
+    transcript: list[Message] = [UserMessage("What is the capital of PotatoLand?"), first.message]
     transcript.append(ToolResultMessage(call.id, "Potato City"))
     second = await model.complete(Request(transcript, tools=[CAPITAL]))
     assert second.text == "The capital of PotatoLand is Potato City."
@@ -152,13 +153,15 @@ async def test_function_call_stream_with_reasoning(
     response = done.response
     assert response.finish_reason == "tool_use"
     (thought,) = response.thinking
-    assert thought.origin is not None and thought.origin.item_id.startswith("rs_")
+    assert thought.origin is not None and thought.origin.item_id is not None
+    assert thought.origin.item_id.startswith("rs_")
+    assert thought.origin.signature is not None
     assert thought.origin.signature.startswith("gAAAAAB")  # the final encrypted content
     assert response.usage.reasoning_tokens > 0
     assert response.usage.output_tokens == 469
     # The reasoning item is replayed in place, followed by the call with its item id.
     server.add(PATH, reply_from("openai/responses_text"))
-    transcript = [UserMessage("Calculate"), response.message]
+    transcript: list[Message] = [UserMessage("Calculate"), response.message]
     transcript.append(ToolResultMessage(complete.call.id, "ok"))
     await model.complete(Request(transcript))
     items = server.requests[-1].json()["input"]

@@ -31,15 +31,14 @@ import sunroom
 from sunroom import AsyncKernel, Limits
 from sunroom.errors import SandboxUnavailableError, UsageError
 from sunroom.sandbox.backend import LaunchSpec
-from sunroom.sandbox.backends.docker import (
+from sunroom.sandbox.backends.docker import RUN_DIR, DockerBackend
+from sunroom.sandbox.backends.docker_janitor import (
     LABEL_HOST,
     LABEL_KERNEL,
     LABEL_OWNER_PID,
     LABEL_OWNER_STARTED,
-    RUN_DIR,
-    DockerBackend,
-    DockerKernelProcess,
 )
+from sunroom.sandbox.backends.docker_process import DockerKernelProcess
 from sunroom.sandbox.identity import Identity, uid_range
 
 

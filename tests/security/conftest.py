@@ -16,7 +16,7 @@ import socket
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -115,7 +115,7 @@ def canaries(monkeypatch: pytest.MonkeyPatch) -> Iterator[Canaries]:
 
 
 @pytest.fixture
-async def jail(isolated_backend: str) -> AsyncKernel:
+async def jail(isolated_backend: str) -> AsyncIterator[AsyncKernel]:
     async with AsyncKernel(
         backend=isolated_backend,
         limits=Limits(timeout_s=10, memory_mb=256, pids=64, disk_mb=32),
