@@ -11,15 +11,22 @@ from sunroom.providers import Model, model
 
 
 def example_parser(doc: str | None) -> argparse.ArgumentParser:
-    """The options every agent example takes: --fake (offline, scripted) and --backend."""
+    """The options every agent example takes: --fake (offline, scripted), --backend, --code-mode."""
     parser = argparse.ArgumentParser(description=doc)
     parser.add_argument("--fake", action="store_true", help="use scripted models (offline)")
     parser.add_argument("--backend", default="bwrap", choices=["bwrap", "docker", "subprocess"])
+    parser.add_argument(
+        "--code-mode",
+        default="tool",
+        choices=["tool", "fenced"],
+        help="fenced: ```python blocks instead of the execute_code tool (models without tool calling)",
+    )
     return parser
 
 
 def configured_model() -> Model:
-    """The model named by SUNROOM_MODEL (e.g. ``anthropic:claude-haiku-4-5``)."""
+    """The model named by SUNROOM_MODEL (e.g. ``anthropic:claude-haiku-4-5``, or
+    ``scripted:replies.json`` for replies read from a file)."""
     spec = os.environ.get("SUNROOM_MODEL")
     if not spec:
         sys.exit("set SUNROOM_MODEL (and SUNROOM_BASE_URL for a local server), or pass --fake")

@@ -70,6 +70,7 @@ async def main() -> None:
             model=llm,
             preset="rlm",
             backend=args.backend,
+            code_tool=args.code_mode == "tool",
             inputs={"sales_csv": make_csv()},
             output=Summary,
             budget=Budget(max_model_calls=20, max_wall_s=300),

@@ -110,6 +110,7 @@ async def main() -> None:
             sub_model=sub,
             preset="rlm",
             backend=args.backend,
+            code_tool=args.code_mode == "tool",
             inputs={"document": document},
             output=Incidents,
             budget=Budget(max_model_calls=200, max_wall_s=600),

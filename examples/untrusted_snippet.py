@@ -83,6 +83,7 @@ async def main() -> None:
             model=llm,
             preset="rlm",
             backend=args.backend,
+            code_tool=args.code_mode == "tool",
             limits=Limits(timeout_s=10, memory_mb=512),
             inputs={"snippet": SNIPPET},
             output=Verdict,
