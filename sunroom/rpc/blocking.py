@@ -24,6 +24,7 @@ from collections.abc import Callable
 from sunroom.rpc.codec import (
     DEFAULT_MAX_DEPTH,
     DEFAULT_MAX_FRAME,
+    DEFAULT_MAX_VALUES,
     WireError,
     decode,
     frame,
@@ -81,8 +82,12 @@ class BlockingChannel:
     # -- sending ---------------------------------------------------------------------------
 
     def send(self, message: list[Any]) -> None:
-        """Frame and send one message atomically; raises WireError or ConnectionError."""
-        data = frame(message, max_frame=self._max_frame)
+        """Frame and send one message atomically; raises WireError or ConnectionError.
+
+        A message the host would refuse (over the frame cap or ``DEFAULT_MAX_VALUES`` values)
+        raises WireError here instead of being sent.
+        """
+        data = frame(message, max_frame=self._max_frame, max_values=DEFAULT_MAX_VALUES)
         with self._send_lock:
             if self._closed is not None:
                 raise ConnectionError("the host connection is closed")
@@ -148,6 +153,14 @@ class BlockingChannel:
         try:
             size = self._sock.recv_into(self._chunk)
         except BaseException as exc:  # KeyboardInterrupt from a timed-out cell included
+            if isinstance(exc, OSError) and not isinstance(exc, ConnectionError | InterruptedError):
+                # e.g. EBADF: close() on another thread won the race with this recv
+                gone = ConnectionError(f"the host connection is gone: {exc}")
+                with self._cond:
+                    self._reading = False
+                    self._closed = self._closed or gone
+                    self._cond.notify_all()
+                raise gone from exc
             with self._cond:
                 self._reading = False
                 if not isinstance(exc, KeyboardInterrupt | InterruptedError):

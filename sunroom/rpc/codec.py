@@ -1,12 +1,26 @@
 """The codec shared by both ends: msgpack payloads in 4-byte big-endian length-prefixed frames.
 
 Only msgpack types travel (nil, bool, int, float, str, bin, array, map) plus the Timestamp
-extension for timezone-aware datetimes. Nothing is ever pickled. Decoding enforces a frame
-size cap and a nesting depth cap; any violation raises :class:`WireError`.
+extension for timezone-aware datetimes. Nothing is ever pickled. Decoding enforces, before or
+while anything is built:
+
+* a frame size cap (``max_frame``, checked on the header);
+* a cap on the number of values in one frame (``max_values``; every scalar, array, map, map
+  key and element counts), counted exactly on the raw bytes before decoding when the frame has
+  more bytes than the cap, so a frame of millions of tiny values is refused without building
+  one of them;
+* per-container length caps derived from those two (msgpack refuses the header at once);
+* a nesting depth cap (``max_depth``), checked while decoding in O(values) with no allocation
+  per container;
+* the Timestamp extension as the only extension type.
+
+Any violation raises :class:`WireError`. :class:`Decoding` does the same work in bounded steps
+so that an event loop can interleave other work with a large frame.
 """
 
 from __future__ import annotations
 
+import re
 import struct
 
 import msgpack
@@ -14,6 +28,8 @@ import msgpack
 TYPE_CHECKING = False  # typing costs the kernel ~10 ms to import; annotations are lazy
 if TYPE_CHECKING:
     from typing import Any, Final
+
+    from typing_extensions import Buffer
 
 PROTOCOL_VERSION: Final = 1
 """Bumped on any incompatible change to frames, message shapes or methods."""
@@ -24,11 +40,19 @@ DEFAULT_MAX_FRAME: Final = 16 * 1024 * 1024
 DEFAULT_MAX_DEPTH: Final = 64
 """Deepest container nesting a peer accepts by default."""
 
+DEFAULT_MAX_VALUES: Final = 131_072
+"""Most msgpack values one frame from a kernel may hold (the host enforces it; the kernel
+checks its own frames against it before sending). A list of 100,000 strings fits; decoding the
+worst frame that fits costs the host ~10-20 ms of CPU, in slices, and ~10 MB."""
+
+STEP_VALUES: Final = 4096
+"""Values counted or decoded per :meth:`Decoding.step` (at most ~1 ms of CPU)."""
+
 HEADER: Final = struct.Struct(">I")
 
 
 class WireError(Exception):
-    """A frame or payload violates the codec (too big, too deep, not msgpack).
+    """A frame or payload violates the codec (too big, too deep, too many values, not msgpack).
 
     Lives here, not in ``sunroom.errors``, because the kernel side imports only stdlib and
     msgpack; the host channel translates it to ``sunroom.errors.ProtocolError``.
@@ -43,11 +67,19 @@ def encode(message: Any) -> bytes:
         raise WireError(f"cannot encode message: {exc}") from None
 
 
-def frame(message: Any, *, max_frame: int = DEFAULT_MAX_FRAME) -> bytes:
-    """Return the length-prefixed frame for *message*; raises WireError if it exceeds the cap."""
+def frame(
+    message: Any, *, max_frame: int = DEFAULT_MAX_FRAME, max_values: int | None = None
+) -> bytes:
+    """Return the length-prefixed frame for *message*.
+
+    Raises WireError if it exceeds *max_frame* bytes or, when given, *max_values* values (what
+    the peer would refuse).
+    """
     payload = encode(message)
     if len(payload) > max_frame:
         raise WireError(f"frame of {len(payload)} bytes exceeds the {max_frame}-byte cap")
+    if max_values is not None and len(payload) > max_values:
+        count_values(payload, max_values)
     return HEADER.pack(len(payload)) + payload
 
 
@@ -72,25 +104,288 @@ def take_frames(buf: bytearray, max_frame: int = DEFAULT_MAX_FRAME) -> list[byte
     return payloads
 
 
-def decode(payload: bytes, *, max_depth: int = DEFAULT_MAX_DEPTH) -> Any:
-    """Decode one msgpack payload, checking it is a single object nested at most *max_depth*."""
+def decode(
+    payload: Buffer, *, max_depth: int = DEFAULT_MAX_DEPTH, max_values: int | None = None
+) -> Any:
+    """Decode one msgpack payload within the caps (see the module docstring); raises WireError.
+
+    *max_values* None means no value cap (the kernel trusts what the host sends).
+    """
+    size = len(memoryview(payload))
+    if max_values is not None and size > max_values:
+        count_values(payload, max_values)
+    return _unpackb(payload, _options(size, max_values, max_depth))
+
+
+class Decoding:
+    """One payload decoded in bounded steps: ``while not d.step(): yield``, then ``d.value``.
+
+    Each step counts or decodes about ``step_values`` values (see :func:`decode` for the caps).
+    The payload may still be arriving: :meth:`count_received` counts what is there already,
+    so a frame over the value cap is refused before the rest of it is received. The received
+    bytes must not change until the decoding is done. Raises WireError from both methods.
+    """
+
+    def __init__(
+        self,
+        payload: Buffer,
+        *,
+        max_depth: int = DEFAULT_MAX_DEPTH,
+        max_values: int | None = None,
+        step_values: int = STEP_VALUES,
+    ) -> None:
+        self._view = memoryview(payload).cast("B")
+        self._size = len(self._view)
+        self._step = step_values
+        self._counter = (
+            _Counter(self._view, max_values)
+            if max_values is not None and self._size > max_values
+            else None
+        )
+        self._options = _options(self._size, max_values, max_depth)
+        self._unpacker: Any = None
+        self._fed = 0
+        self._chunk = 0
+        self.value: Any = None
+        self.done = False
+
+    def count_received(self, received: int, steps: int = 8) -> bool:
+        """Count, in at most *steps* steps, the values within the first *received* bytes.
+
+        Returns whether the count has caught up with them (False: call again).
+        """
+        if self._counter is None:
+            return True
+        self._counter.advance(steps * self._step, end=received)
+        return self._counter.caught_up
+
+    def step(self) -> bool:
+        """Do a bounded amount of work; return True once ``value`` holds the decoded payload.
+
+        The whole payload must have been received.
+        """
+        if self.done:
+            return True
+        if self._counter is not None:
+            if not self._counter.advance(self._step):
+                return False
+            # values per byte is now known: feed about step_values values per step
+            density = max(self._counter.count, 1) / max(self._size, 1)
+            self._chunk = max(4096, int(self._step / density))
+            self._counter = None
+            return False
+        if not self._chunk:
+            self._chunk = max(4096, self._step)  # at most one value per byte
+        if self._unpacker is None and self._chunk >= self._size:
+            # one step decodes it all: straight from the payload, without the Unpacker's copy
+            self.value = _unpackb(self._view, self._options)
+            self.done = True
+            self._view.release()
+            return True
+        if self._unpacker is None:
+            self._unpacker = msgpack.Unpacker(max_buffer_size=max(self._size, 1), **self._options)
+        end = min(self._size, self._fed + self._chunk)
+        try:
+            self._unpacker.feed(self._view[self._fed : end])
+            self._fed = end
+            self.value = self._unpacker.unpack()
+        except msgpack.OutOfData:
+            if self._fed < self._size:
+                return False
+            raise WireError("undecodable payload: the payload ends inside a value") from None
+        except WireError:
+            raise
+        except Exception as exc:  # msgpack raises several unrelated types for bad input
+            raise WireError(f"undecodable payload: {type(exc).__name__}: {exc}"[:200]) from None
+        if self._fed < self._size:
+            raise WireError("undecodable payload: extra bytes after the value")
+        self.done = True
+        self._view.release()
+        return True
+
+    def close(self) -> None:
+        """Let go of the payload (the decoding cannot go on)."""
+        self._view.release()
+
+
+def count_values(payload: Buffer, limit: int) -> int:
+    """Count the msgpack values in *payload* without decoding it; raises WireError past *limit*.
+
+    Runs of short values are counted by a regular expression (C speed, ~25-200 ns a value);
+    strings and binaries longer than 255 bytes are skipped by their length. Bytes that start no
+    value this protocol allows raise WireError too.
+    """
+    counter = _Counter(memoryview(payload).cast("B"), limit)
+    while not counter.advance(1 << 30):
+        pass
+    return counter.count
+
+
+# -- internals ---------------------------------------------------------------------------------
+
+
+def _unpackb(payload: Buffer, options: dict[str, Any]) -> Any:
+    """``msgpack.unpackb`` with *options*, every failure as WireError."""
     try:
-        obj = msgpack.unpackb(payload, raw=False, strict_map_key=False, timestamp=3)
+        return msgpack.unpackb(payload, **options)
+    except WireError:
+        raise
     except Exception as exc:  # msgpack raises several unrelated types for bad input
-        raise WireError(f"undecodable payload: {type(exc).__name__}: {exc}") from None
-    _check_depth(obj, max_depth)
-    return obj
+        raise WireError(f"undecodable payload: {type(exc).__name__}: {exc}"[:200]) from None
 
 
-def _check_depth(obj: Any, max_depth: int) -> None:
-    if not isinstance(obj, list | dict):
-        return
-    stack: list[tuple[Any, int]] = [(obj, 1)]
-    while stack:
-        item, depth = stack.pop()
-        if depth > max_depth:
-            raise WireError(f"payload nested deeper than {max_depth} levels")
-        children = item.values() if isinstance(item, dict) else item
-        for child in children:
-            if isinstance(child, list | dict):
-                stack.append((child, depth + 1))
+def _options(size: int, max_values: int | None, max_depth: int) -> dict[str, Any]:
+    longest = size if max_values is None else min(size, max_values)
+    nesting = _Nesting(max_depth)
+    return {
+        "raw": False,
+        "strict_map_key": False,
+        "timestamp": 3,
+        "max_str_len": size,
+        "max_bin_len": size,
+        "max_array_len": longest,
+        "max_map_len": longest // 2,
+        "max_ext_len": 12,  # the largest Timestamp form
+        "ext_hook": _refuse_extension,
+        "list_hook": nesting.array_done,
+        "object_hook": nesting.map_done,
+    }
+
+
+def _refuse_extension(code: int, data: bytes) -> Any:
+    raise WireError(f"extension type {code} is not allowed (only the Timestamp extension is)")
+
+
+_IS_CONTAINER = frozenset((list, dict)).__contains__
+
+
+class _Nesting:
+    """Checks nesting depth from msgpack's hooks, bottom-up, without a record per container.
+
+    msgpack calls a hook for each array and map as it completes, children before parents.
+    ``pending`` holds the depth of every completed container whose parent has not completed
+    yet; a container's container children are exactly the last entries of ``pending``.
+    """
+
+    __slots__ = ("limit", "pending")
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.pending: list[int] = []
+
+    def array_done(self, value: list[Any]) -> list[Any]:
+        self._done(value)
+        return value
+
+    def map_done(self, value: dict[Any, Any]) -> dict[Any, Any]:
+        self._done(value.values())  # keys are hashable, so never containers
+        return value
+
+    def _done(self, children: Any) -> None:
+        pending = self.pending
+        inner = sum(map(_IS_CONTAINER, map(type, children))) if pending else 0
+        if inner:
+            depth = max(pending[-inner:]) + 1
+            del pending[-inner:]
+        else:
+            depth = 1
+        if depth > self.limit:
+            raise WireError(f"payload nested deeper than {self.limit} levels")
+        pending.append(depth)
+
+
+def _any_bytes(count: int) -> bytes:
+    if count == 0:
+        return b""
+    return rb"[\x00-\xff]" + (rb"{%d}" % count if count > 1 else b"")
+
+
+def _token_pattern() -> bytes:
+    """One msgpack value header plus any payload shorter than 256 bytes, as a regex."""
+    fixstr = b"|".join(rb"\x%02x" % (0xA0 + n) + _any_bytes(n) for n in range(1, 32))
+    short = b"|".join(rb"\x%02x" % n + _any_bytes(n) for n in range(256))
+    return b"|".join(
+        [
+            # nil, bools, fixints, fixmap/fixarray headers (their elements count on their own),
+            # the empty string
+            rb"[\x00-\xa0\xc0\xc2\xc3\xe0-\xff]",
+            fixstr,
+            rb"[\xcc\xd0]" + _any_bytes(1),  # uint8, int8
+            rb"[\xcd\xd1\xdc\xde]" + _any_bytes(2),  # uint16, int16, array16/map16 headers
+            rb"[\xca\xce\xd2\xdd\xdf]" + _any_bytes(4),  # float32, (u)int32, array32/map32
+            rb"[\xcb\xcf\xd3]" + _any_bytes(8),  # float64, (u)int64
+            rb"[\xc4\xd9](?:" + short + b")",  # bin8, str8
+            rb"\xd6\xff" + _any_bytes(4),  # Timestamp 32
+            rb"\xd7\xff" + _any_bytes(8),  # Timestamp 64
+            rb"\xc7\x0c\xff" + _any_bytes(12),  # Timestamp 96
+        ]
+    )
+
+
+_RUN_LENGTH: Final = 1024
+_LONGEST_SHORT_VALUE: Final = 2 + 255 + 5
+"""Bytes the counter may need past a position to judge the value there."""
+_TOKEN_SOURCE = _token_pattern()
+_TOKEN = re.compile(_TOKEN_SOURCE)
+# Plain bounded repeats, not possessive ones: CPython 3.11.2's possessive repeat can match a
+# byte the repeated group does not. Nothing follows the repeat and each lead byte fixes its
+# value's length, so there is no other way to split the run to backtrack into.
+_FULL_RUN = re.compile(b"(?:%s){%d}" % (_TOKEN_SOURCE, _RUN_LENGTH))
+_RUN = re.compile(b"(?:%s){0,%d}" % (_TOKEN_SOURCE, _RUN_LENGTH))
+
+
+class _Counter:
+    """Exact, resumable count of the values in a payload (see :func:`count_values`)."""
+
+    __slots__ = ("caught_up", "count", "limit", "pos", "view")
+
+    def __init__(self, view: memoryview, limit: int) -> None:
+        self.view = view
+        self.limit = limit
+        self.pos = 0
+        self.count = 0
+        self.caught_up = False  # the last advance stopped at its end, not for its budget
+
+    def advance(self, budget: int, end: int | None = None) -> bool:
+        """Count about *budget* more values among the first *end* bytes (default: all).
+
+        True when the whole payload is counted. Values that may reach past *end* wait.
+        """
+        view, size, limit = self.view, len(self.view), self.limit
+        end = size if end is None else min(end, size)
+        pos, count = self.pos, self.count
+        goal = count + budget
+        while pos < end and count < goal:
+            start = pos
+            full = _FULL_RUN.match(view, pos, end)
+            if full is not None:
+                pos, count = full.end(), count + _RUN_LENGTH
+            else:
+                run = _RUN.match(view, pos, end)  # matches always: it may be empty
+                stop = pos if run is None else run.end()
+                if stop > pos:
+                    count += _TOKEN.subn(b"", view[pos:stop])[1]
+                    pos = stop
+                while pos < end:  # strings and binaries of 256 bytes or more
+                    lead = view[pos]
+                    if (lead == 0xDA or lead == 0xC5) and pos + 3 <= end:
+                        pos += 3 + int.from_bytes(view[pos + 1 : pos + 3], "big")
+                    elif (lead == 0xDB or lead == 0xC6) and pos + 5 <= end:
+                        pos += 5 + int.from_bytes(view[pos + 1 : pos + 5], "big")
+                    else:
+                        break
+                    count += 1
+                if pos == start:
+                    if end < size and end - pos < _LONGEST_SHORT_VALUE:
+                        break  # the value there may not have fully arrived yet
+                    raise WireError(
+                        f"byte 0x{view[pos]:02x} at offset {pos} does not start a complete "
+                        "value the protocol allows"
+                    )
+            if count > limit:
+                raise WireError(f"a frame holds more than {limit} values")
+        self.pos, self.count = pos, count
+        self.caught_up = count < goal or pos >= end
+        if pos > size:
+            raise WireError("undecodable payload: the payload ends inside a value")
+        return pos >= size
