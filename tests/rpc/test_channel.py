@@ -3,18 +3,26 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 import socket
 import struct
 import threading
 from typing import Any
 
+import msgpack
 import pytest
 
 from sunroom.errors import ClosedError, ProtocolError
-from sunroom.rpc import encode, frame
+from sunroom.rpc import encode, frame, schema
 from sunroom.rpc.blocking import BlockingChannel, CallFailed
-from sunroom.rpc.channel import Channel, RemoteError, RpcFailure
+from sunroom.rpc.channel import (
+    MAX_ERROR_TEXT,
+    MAX_INCOMING_REQUESTS,
+    Channel,
+    RemoteError,
+    RpcFailure,
+)
 from sunroom.rpc.messages import Request, RpcError
 
 
@@ -189,3 +197,203 @@ async def test_stalled_partial_frame_hits_the_read_deadline() -> None:
         await pending
     await ch.aclose()
     peer_sock.close()
+
+
+# -- what a kernel peer may send, and what it costs the host ---------------------------------------
+
+
+def read_frames(sock: socket.socket, count: int) -> list[Any]:
+    """Read *count* whole messages from a raw socket (blocking)."""
+    buf, out = bytearray(), list[Any]()
+    while len(out) < count:
+        chunk = sock.recv(1 << 20)
+        if not chunk:
+            break
+        buf += chunk
+        while len(buf) >= 4:
+            (size,) = struct.unpack_from(">I", buf)
+            if len(buf) < 4 + size:
+                break
+            out.append(msgpack.unpackb(bytes(buf[4 : 4 + size])))
+            del buf[: 4 + size]
+    return out
+
+
+async def closed_by_violation(ch: Channel, within_s: float = 2.0) -> str:
+    await asyncio.wait_for(asyncio.shield(ch.closed), within_s)
+    assert isinstance(ch.close_reason, ProtocolError), ch.close_reason
+    return str(ch.close_reason)
+
+
+@pytest.mark.parametrize(
+    ("message", "why"),
+    [
+        ([2, "display", {"png": b""}], "unknown notification 'display'"),
+        ([2, "stream", {"name": "stdin", "text": "x"}], "stream.name"),
+        ([2, "stream", {"name": "stdout", "text": b"x"}], "stream.text must be a str"),
+        ([2, "hello", {"protocol": "one"}], "hello.protocol must be an int"),
+        ([0, 1, "call", {"name": 5, "args": {}}], "call.name must be a str"),
+        ([0, 1, "call", {"name": "f" * 129, "args": {}}], "at most 128 characters"),
+        ([0, 1, "call", {"name": "f", "args": [1]}], "call.args must be a map"),
+    ],
+)
+async def test_kernel_messages_are_checked_before_use(message: list[Any], why: str) -> None:
+    host_sock, peer_sock = socket.socketpair()
+    seen: list[Any] = []
+    ch = await Channel.open(
+        host_sock, handler=echo_handler, on_notification=lambda m, p: seen.append(p)
+    )
+    peer_sock.sendall(frame(message))
+    assert why in await closed_by_violation(ch)
+    assert seen == []
+    peer_sock.close()
+    await ch.aclose()
+
+
+async def test_checked_messages_reach_the_host_rebuilt() -> None:
+    host_sock, peer_sock = socket.socketpair()
+    seen: list[Any] = []
+    ch = await Channel.open(
+        host_sock, handler=echo_handler, on_notification=lambda m, p: seen.append((m, p))
+    )
+    peer_sock.sendall(frame([2, "stream", {"name": "stdout", "text": "hi", "extra": [1]}]))
+    peer_sock.sendall(frame([0, 7, "call", {"name": "f", "args": {"a": 1}, "extra": 2}]))
+    peer_sock.sendall(frame([0, 8, "other", [1]]))  # unchecked: the handler decides
+    answers = await asyncio.to_thread(read_frames, peer_sock, 2)
+    assert seen == [("stream", {"name": "stdout", "text": "hi"})]
+    assert sorted(answers, key=lambda a: a[1]) == [
+        [1, 7, None, ["call", {"name": "f", "args": {"a": 1}}]],
+        [1, 8, None, ["other", [1]]],
+    ]
+    assert not ch.closed.done()
+    peer_sock.close()
+    await ch.aclose()
+
+
+async def test_a_malformed_answer_fails_the_call_and_closes_the_channel() -> None:
+    host_sock, peer_sock = socket.socketpair()
+    ch = await Channel.open(host_sock)
+    check = schema.execute_result(1000)
+    call = ch.request("execute", {"code": "1"}, check=check)
+    other = ch.request("variables", None, check=schema.variables)
+    (req, _) = await asyncio.to_thread(read_frames, peer_sock, 2)
+    peer_sock.sendall(frame([1, req[1], None, 42]))
+    with pytest.raises(ProtocolError, match="the answer to 'execute' is malformed"):
+        await call
+    with pytest.raises(ProtocolError):
+        await other  # the channel cannot be trusted any more: every pending call fails
+    assert "malformed" in await closed_by_violation(ch)
+    peer_sock.close()
+    await ch.aclose()
+
+
+async def test_error_messages_to_the_peer_are_cut() -> None:
+    host_sock, peer_sock = socket.socketpair()
+
+    async def loud(method: str, params: Any) -> Any:
+        raise ValueError("x" * 100_000)
+
+    ch = await Channel.open(host_sock, handler=loud)
+    peer_sock.sendall(frame([0, 1, "m", None]))
+    [answer] = await asyncio.to_thread(read_frames, peer_sock, 1)
+    assert answer[2]["type"] == "ValueError"
+    assert len(answer[2]["message"]) < MAX_ERROR_TEXT + 50
+    peer_sock.close()
+    await ch.aclose()
+
+
+async def test_answers_wait_while_the_peer_is_not_reading() -> None:
+    """400 calls answered with 1 MiB each: nothing is computed for a peer that does not read."""
+    host_sock, peer_sock = socket.socketpair()
+    computed = 0
+
+    async def big(method: str, params: Any) -> Any:
+        nonlocal computed
+        computed += 1
+        return "b" * (1 << 20)
+
+    ch = await Channel.open(host_sock, handler=big)
+
+    def send() -> None:
+        for i in range(400):
+            peer_sock.sendall(frame([0, i, "big", None]))
+
+    sender = threading.Thread(target=send)
+    sender.start()
+    await asyncio.sleep(0.5)  # the peer reads nothing meanwhile
+    transport = ch._transport
+    assert transport is not None
+    assert transport.get_write_buffer_size() <= (1 << 20) + (64 << 10) + 64
+    assert computed <= 3  # a handful, not 400 (nor MAX_INCOMING_REQUESTS)
+    answers = await asyncio.to_thread(read_frames, peer_sock, 400)  # reading again drains all
+    assert sorted(a[1] for a in answers) == list(range(400))
+    assert all(a[3] == "b" * (1 << 20) for a in answers)
+    await asyncio.to_thread(sender.join)
+    peer_sock.close()
+    await ch.aclose()
+
+
+async def test_large_frames_keep_their_order_among_small_ones() -> None:
+    host_sock, peer_sock = socket.socketpair()
+    seen: list[str] = []
+    ch = await Channel.open(host_sock, on_notification=lambda m, p: seen.append(p["text"][:1]))
+    texts = ["a", "b" * (300 << 10), "c", "d" * (10 << 10), "e", "f" * (3 << 20), "g"]
+    data = b"".join(frame([2, "stream", {"name": "stdout", "text": t}]) for t in texts)
+    await asyncio.to_thread(peer_sock.sendall, data)
+    for _ in range(200):
+        if len(seen) == len(texts):
+            break
+        await asyncio.sleep(0.01)
+    assert seen == list("abcdefg")
+    assert not ch.closed.done()
+    peer_sock.close()
+    await ch.aclose()
+
+
+@pytest.mark.parametrize(
+    ("start", "why"),
+    [
+        # 16 MiB of empty maps: refused once ~1 MiB has arrived
+        (b"\x93\x02\xa6stream\xdd" + struct.pack(">I", 16 << 20) + b"\x80" * (2 << 20), "values"),
+        # a call naming a 15 MiB function: refused from its first bytes
+        (
+            b"\x94\x00\x01\xa4call\x82\xa4name\xdb" + struct.pack(">I", 15 << 20) + b"x" * 4096,
+            "at most 128 characters",
+        ),
+    ],
+)
+async def test_a_hostile_large_frame_is_refused_before_it_has_all_arrived(
+    start: bytes, why: str
+) -> None:
+    host_sock, peer_sock = socket.socketpair()
+    ch = await Channel.open(host_sock, frame_deadline_s=30)
+    peer_sock.setblocking(False)
+    header = struct.pack(">I", (16 << 20) - 64)
+    with contextlib.suppress(BlockingIOError):
+        peer_sock.send(header + start)
+    assert why in await closed_by_violation(ch)  # long before the 30 s deadline
+    peer_sock.close()
+    await ch.aclose()
+
+
+async def test_the_read_deadline_waits_while_the_channel_is_paused() -> None:
+    """A frame half-received while the host stopped reading is not a stalled peer."""
+    host_sock, peer_sock = socket.socketpair()
+    release = asyncio.Event()
+
+    async def slow(method: str, params: Any) -> Any:
+        await release.wait()
+        return method
+
+    ch = await Channel.open(host_sock, handler=slow, frame_deadline_s=0.2)
+    requests = b"".join(frame([0, i, "slow", None]) for i in range(MAX_INCOMING_REQUESTS))
+    tail = frame([0, 10_000, "slow", "x" * 100])
+    await asyncio.to_thread(peer_sock.sendall, requests + tail[:20])
+    await asyncio.sleep(0.6)  # paused (too many requests served), half a frame buffered
+    assert not ch.closed.done(), ch.close_reason
+    release.set()
+    await asyncio.to_thread(peer_sock.sendall, tail[20:])
+    answers = await asyncio.to_thread(read_frames, peer_sock, MAX_INCOMING_REQUESTS + 1)
+    assert len(answers) == MAX_INCOMING_REQUESTS + 1
+    peer_sock.close()
+    await ch.aclose()

@@ -1,0 +1,223 @@
+"""What the host accepts from a kernel: the schema of every message a kernel may send.
+
+The host's channel checks each message from a kernel against these shapes before any of it is
+used; a message that does not fit raises :class:`~sunroom.rpc.codec.WireError`, which the
+channel turns into :class:`~sunroom.errors.ProtocolError` (it closes; the kernel is killed and
+restarted). A checker returns the message's content rebuilt from the keys it knows, with
+exactly the types listed; keys it does not know are dropped (a newer kernel may add optional
+keys). Error messages never quote kernel-supplied text beyond a few dozen characters.
+
+Kernel → host:
+
+* notification ``hello``: ``{"protocol": int, "pid": int, "python": str, "nonce": str}`` (the
+  values are checked by the launcher; here their types, where present);
+* notification ``stream``: ``{"name": "stdout" | "stderr", "text": str}``;
+* request ``call``: ``{"name": str (1-128 chars), "args": {str: any}}``;
+* the result of ``execute``, ``install``, ``bind`` and ``variables`` (see the checkers below).
+
+Any other notification is a violation; a request for any other method is answered with a
+``MethodNotFound`` error by the channel's handler.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any, Final
+
+from sunroom.rpc.codec import WireError
+
+Checker = Callable[[Any], Any]
+"""Checks one kernel-supplied value and returns it rebuilt; raises WireError."""
+
+MAX_NAME: Final = 128
+"""Longest host function name a ``call`` may carry (the same cap as a method name)."""
+
+OUTPUT_MARKER_SLACK: Final = 1024
+"""Characters allowed in one output stream beyond ``max_output_bytes`` (the drop marker)."""
+
+
+def _kind(value: Any) -> str:
+    return type(value).__name__
+
+
+def _map(value: Any, what: str) -> dict[Any, Any]:
+    if type(value) is not dict:
+        raise WireError(f"{what} must be a map, got {_kind(value)}")
+    return value
+
+
+def _str(value: Any, what: str, *, longest: int | None = None) -> str:
+    if type(value) is not str:
+        raise WireError(f"{what} must be a str, got {_kind(value)}")
+    if longest is not None and len(value) > longest:
+        raise WireError(f"{what} must be at most {longest} characters, got {len(value)}")
+    return value
+
+
+def _int(value: Any, what: str, *, least: int | None = None) -> int:
+    if type(value) is not int:
+        raise WireError(f"{what} must be an int, got {_kind(value)}")
+    if least is not None and value < least:
+        raise WireError(f"{what} must be at least {least}, got {value}")
+    return value
+
+
+def _number(value: Any, what: str) -> float:
+    if type(value) is not float and type(value) is not int:
+        raise WireError(f"{what} must be a number, got {_kind(value)}")
+    return float(value)
+
+
+def _optional_str(value: Any, what: str) -> str | None:
+    return None if value is None else _str(value, what)
+
+
+# -- notifications -------------------------------------------------------------------------------
+
+
+def hello(params: Any) -> dict[str, Any]:
+    """The kernel's first message; the launcher checks the values (nonce, version, pid)."""
+    params = _map(params, "hello")
+    out: dict[str, Any] = {}
+    if "protocol" in params:
+        out["protocol"] = _int(params["protocol"], "hello.protocol")
+    if "pid" in params:
+        out["pid"] = _int(params["pid"], "hello.pid", least=1)
+    if "python" in params:
+        out["python"] = _str(params["python"], "hello.python", longest=64)
+    if "nonce" in params:
+        out["nonce"] = _str(params["nonce"], "hello.nonce", longest=256)
+    return out
+
+
+def stream(params: Any) -> dict[str, str]:
+    """Output a cell wrote: ``{"name": "stdout" | "stderr", "text": str}``."""
+    params = _map(params, "stream")
+    name = params.get("name")
+    if name != "stdout" and name != "stderr":
+        raise WireError('stream.name must be "stdout" or "stderr"')
+    return {"name": name, "text": _str(params.get("text"), "stream.text")}
+
+
+NOTIFICATIONS: Final[Mapping[str, Checker]] = {"hello": hello, "stream": stream}
+"""Every notification a kernel may send, by method."""
+
+
+# -- requests --------------------------------------------------------------------------------
+
+
+def call(params: Any) -> dict[str, Any]:
+    """A host function call: ``{"name": str (1-128 chars), "args": {str: any}}``."""
+    params = _map(params, "call params")
+    name = _str(params.get("name"), "call.name", longest=MAX_NAME)
+    if not name:
+        raise WireError("call.name must not be empty")
+    args = _map(params.get("args"), "call.args")
+    for key in args:
+        if type(key) is not str:
+            raise WireError(f"call.args keys must be str, got {_kind(key)}")
+    return {"name": name, "args": args}
+
+
+REQUESTS: Final[Mapping[str, Checker]] = {"call": call}
+"""Requests a kernel may send whose params are checked here (others: MethodNotFound)."""
+
+PREFIX_BYTES: Final = 64
+"""Bytes of a frame :func:`check_prefix` needs (fewer when the frame is shorter)."""
+
+
+def check_prefix(prefix: bytes) -> None:
+    """Refuse, from a frame's first bytes, a ``call`` whose name cannot be a function's.
+
+    The host runs this on the start of a large frame, so that a call naming a 15 MiB function
+    is refused before the rest of it arrives or is decoded. It judges only the msgpack a kernel
+    writes, ``[0, id, "call", {"name": ..., ...}]``, and only the name's length in bytes (more
+    than 4 bytes per character cannot be UTF-8); anything else passes, for :func:`call` to
+    check once decoded. Raises WireError.
+    """
+    b = prefix[:PREFIX_BYTES]
+    if len(b) < 8 or b[0] != 0x94 or b[1] != 0x00:
+        return
+    id_sizes = {0xCC: 2, 0xCD: 3, 0xCE: 5}
+    at = 3 if b[2] <= 0x7F else 2 + id_sizes.get(b[2], len(b))
+    if b[at : at + 5] != b"\xa4call" or at + 5 >= len(b):
+        return
+    at += 5
+    if 0x81 <= b[at] <= 0x8F:
+        at += 1
+    elif b[at] == 0xDE:
+        at += 3
+    else:
+        return
+    if b[at : at + 5] != b"\xa4name" or at + 5 >= len(b):
+        return
+    at += 5
+    lead, size_bytes = b[at], {0xD9: 1, 0xDA: 2, 0xDB: 4}.get(b[at], 0)
+    if 0xA0 <= lead <= 0xBF or at + 1 + size_bytes > len(b) or not size_bytes:
+        return  # a fixstr is short enough; another type is for call() to refuse
+    length = int.from_bytes(b[at + 1 : at + 1 + size_bytes], "big")
+    if length > 4 * MAX_NAME:
+        raise WireError(f"call.name must be at most {MAX_NAME} characters, got {length} bytes")
+
+
+# -- results of the host's requests ------------------------------------------------------------
+
+
+def execute_result(max_output_bytes: int) -> Checker:
+    """The checker of an ``execute`` result for a cell run with *max_output_bytes*.
+
+    ``{"stdout": str, "stderr": str, "value": str | None, "error": None | {"type": str,
+    "message": str, "traceback": str}, "duration_s": number >= 0, "truncated_bytes": int >= 0}``;
+    each output stream holds at most ``max_output_bytes`` characters plus the drop marker.
+    """
+    longest = max_output_bytes + OUTPUT_MARKER_SLACK
+
+    def check(result: Any) -> dict[str, Any]:
+        result = _map(result, "the execute result")
+        error = result.get("error")
+        if error is not None:
+            error = _map(error, "execute.error")
+            error = {
+                "type": _str(error.get("type"), "execute.error.type"),
+                "message": _str(error.get("message"), "execute.error.message"),
+                "traceback": _str(error.get("traceback"), "execute.error.traceback"),
+            }
+        duration = _number(result.get("duration_s"), "execute.duration_s")
+        if not duration >= 0:  # NaN included
+            raise WireError("execute.duration_s must be a non-negative number")
+        return {
+            "stdout": _str(result.get("stdout"), "execute.stdout", longest=longest),
+            "stderr": _str(result.get("stderr"), "execute.stderr", longest=longest),
+            "value": _optional_str(result.get("value"), "execute.value"),
+            "error": error,
+            "duration_s": duration,
+            "truncated_bytes": _int(
+                result.get("truncated_bytes"), "execute.truncated_bytes", least=0
+            ),
+        }
+
+    return check
+
+
+def names(result: Any) -> list[str]:
+    """The result of ``install`` and ``bind``: the names bound, ``[str]``."""
+    if type(result) is not list:
+        raise WireError(f"the result must be a list of names, got {_kind(result)}")
+    return [_str(name, "a bound name") for name in result]
+
+
+def variables(result: Any) -> list[dict[str, str]]:
+    """The result of ``variables``: ``[{"name": str, "type": str, "repr": str}]``."""
+    if type(result) is not list:
+        raise WireError(f"the variables result must be a list, got {_kind(result)}")
+    rows = []
+    for row in result:
+        row = _map(row, "a variables row")
+        rows.append(
+            {
+                "name": _str(row.get("name"), "variables.name"),
+                "type": _str(row.get("type"), "variables.type"),
+                "repr": _str(row.get("repr"), "variables.repr"),
+            }
+        )
+    return rows
