@@ -15,6 +15,7 @@ import dataclasses
 import functools
 import inspect
 import keyword
+import reprlib
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -25,6 +26,7 @@ from pydantic_core import PydanticSerializationError
 
 from sunroom.errors import UsageError
 from sunroom.prelude import wire
+from sunroom.rpc import schema
 
 RESERVED: Final = frozenset({"call", "display"}) | frozenset(dir(builtins))
 """Names a host function may not take: prelude helpers and Python builtins."""
@@ -147,6 +149,8 @@ def _check(hf: HostFunction) -> None:
     n = hf.name
     if not n.isidentifier() or keyword.iskeyword(n) or n.startswith("_"):
         raise UsageError(f"host function name {n!r} must be a public Python identifier")
+    if len(n) > schema.MAX_NAME:
+        raise UsageError(f"host function name {n[:40]!r}... is longer than {schema.MAX_NAME}")
     if n in RESERVED:
         raise UsageError(f"host function name {n!r} is reserved (a builtin or prelude helper)")
     for opt in ("timeout_s", "max_concurrency", "budget"):
@@ -219,7 +223,7 @@ class FunctionRegistry:
         """
         hf = self._functions.get(name) if isinstance(name, str) else None
         if hf is None:
-            raise CallRejected("HostFunctionNotFound", f"no host function named {name!r}")
+            raise CallRejected("HostFunctionNotFound", f"no host function named {_quote(name)}")
         if not isinstance(args, dict):
             raise CallRejected("HostFunctionArgumentError", f"{name}(): arguments must be a map")
         usage = self._usage[hf.name]
@@ -278,14 +282,37 @@ class FunctionRegistry:
             ) from None
 
 
+MAX_ECHO: Final = 60
+"""Most characters of a kernel-supplied value (a name, an argument) quoted in an error."""
+
+MAX_ERROR_LINES: Final = 20
+"""Most invalid fields listed in one HostFunctionArgumentError."""
+
+
+_ECHO = reprlib.Repr()
+_ECHO.maxstring = _ECHO.maxother = MAX_ECHO
+_ECHO.maxlevel, _ECHO.maxlist, _ECHO.maxdict = 3, 8, 8
+
+
+def _quote(value: Any) -> str:
+    """A repr of *value* of at most MAX_ECHO characters, whatever its size (bounded work).
+
+    Error texts never echo huge kernel-supplied data.
+    """
+    text = _ECHO.repr(value)
+    return text if len(text) <= MAX_ECHO else text[: MAX_ECHO - 3] + "..."
+
+
 def _explain(name: str, exc: pydantic.ValidationError) -> str:
+    errors = exc.errors(include_url=False)
     lines = [f"{name}(): invalid arguments:"]
-    for err in exc.errors(include_url=False):
+    for err in errors[:MAX_ERROR_LINES]:
         where = ".".join(str(p) for p in err["loc"]) or "(arguments)"
-        got = repr(err.get("input"))
-        if len(got) > 60:
-            got = got[:57] + "..."
-        lines.append(f"  {where}: {err['msg']} (got {got})")
+        if len(where) > MAX_ECHO:
+            where = where[: MAX_ECHO - 3] + "..."
+        lines.append(f"  {where}: {err['msg'][:200]} (got {_quote(err.get('input'))})")
+    if len(errors) > MAX_ERROR_LINES:
+        lines.append(f"  ... and {len(errors) - MAX_ERROR_LINES} more")
     return "\n".join(lines)
 
 

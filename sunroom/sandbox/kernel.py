@@ -16,7 +16,8 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Self, final
 
 from sunroom.errors import ClosedError, KernelError, KernelStartError, ProtocolError, UsageError
-from sunroom.rpc.channel import Channel, RemoteError, RpcFailure
+from sunroom.rpc import schema
+from sunroom.rpc.channel import Channel, RemoteError, RpcFailure, cut
 from sunroom.rpc.messages import RpcError
 from sunroom.sandbox import backends
 from sunroom.sandbox.backend import Backend, KernelProcess
@@ -120,6 +121,7 @@ class AsyncKernel:
                 await self._channel.call(
                     "install",
                     {"source": self._wrappers.source, "exports": list(self._wrappers.exports)},
+                    check=schema.names,
                 )
             if self._inputs:
                 await self._send_bind(self._inputs)
@@ -161,10 +163,11 @@ class AsyncKernel:
     # -- host functions --------------------------------------------------------------------
 
     async def _serve(self, method: str, params: Any) -> Any:
-        if method != "call" or not isinstance(params, dict):
+        """Serve a request from the kernel; its params were checked by the channel."""
+        if method != "call":
             raise RpcFailure(RpcError("MethodNotFound", f"the host does not serve {method!r}"))
         try:
-            return await self.registry.invoke(params.get("name"), params.get("args"))
+            return await self.registry.invoke(params["name"], params["args"])
         except CallRejected as exc:
             raise RpcFailure(RpcError(exc.type, str(exc))) from None
 
@@ -173,8 +176,10 @@ class AsyncKernel:
     async def execute(self, code: str, *, timeout_s: float | None = None) -> ExecutionResult:
         """Run *code* as one cell and return its result; user errors are data, never raised.
 
-        Raises ClosedError after close, KernelStartError if a (re)start fails, UsageError
-        for a non-str *code*.
+        A kernel that breaks the protocol (an answer that is not an execute result, a frame
+        over the caps, ...) or fails outside the cell comes back the same way, as a
+        ``status="died"`` result saying so, and is restarted. Raises ClosedError after close,
+        KernelStartError if a (re)start fails, UsageError for a non-str *code*.
         """
         if not isinstance(code, str):
             raise UsageError("code must be a str")
@@ -189,7 +194,9 @@ class AsyncKernel:
             params = {"code": code, "max_output_bytes": self.limits.max_output_bytes}
             self._running_cell = True
             try:
-                call = self._channel.request("execute", params)
+                call = self._channel.request(
+                    "execute", params, check=schema.execute_result(self.limits.max_output_bytes)
+                )
                 if not await _settles_within(call, timeout):
                     self._proc.interrupt()
                     if not await _settles_within(call, self.limits.interrupt_grace_s):
@@ -219,8 +226,8 @@ class AsyncKernel:
         timed_out: bool = False,
         timeout: float = 0.0,
     ) -> ExecutionResult:
-        raw = call.result()  # raises the channel's error if the kernel died meanwhile
-        err = raw.get("error")
+        raw = call.result()  # checked by schema.execute_result; raises if the kernel died
+        err = raw["error"]
         error = ExecutionError(err["type"], err["message"], err["traceback"]) if err else None
         status: Any = "ok" if error is None else "error"
         if timed_out and error is not None and error.type == "KeyboardInterrupt":
@@ -235,16 +242,20 @@ class AsyncKernel:
             status=status,
             stdout=raw["stdout"],
             stderr=raw["stderr"],
-            value=raw.get("value"),
+            value=raw["value"],
             error=error,
             duration_s=time.perf_counter() - started,
-            truncated_bytes=raw.get("truncated_bytes", 0),
+            truncated_bytes=raw["truncated_bytes"],
         )
 
     async def _after_death(self, exc: BaseException, started: float) -> ExecutionResult:
         assert self._proc is not None
         if isinstance(exc, ProtocolError):
-            reason = f"the kernel broke the protocol ({exc}) and was killed"
+            reason = f"the kernel broke the protocol ({cut(str(exc), 300)}) and was killed"
+            await self._proc.kill()
+        elif isinstance(exc, RemoteError):  # the runtime failed outside the cell: still alive
+            failure = f"{cut(exc.error.type, 100)}: {cut(exc.error.message, 300)}"
+            reason = f"the kernel failed outside the cell ({failure}) and was killed"
             await self._proc.kill()
         else:
             reason = await self._proc.exit_reason()
@@ -300,9 +311,12 @@ class AsyncKernel:
             if type(v) in self._wrappers.type_names
         }
         try:
-            await self._channel.call("bind", {"values": wire, "types": types})
-        except ProtocolError as exc:
+            answer = self._channel.request(
+                "bind", {"values": wire, "types": types}, check=schema.names
+            )
+        except ProtocolError as exc:  # raised at once: the values cannot be sent
             raise UsageError(f"cannot bind: {exc}") from None
+        await answer  # ProtocolError here: the kernel broke the protocol
 
     async def bind(self, **values: Any) -> None:
         """Set variables in the namespace; they are bound again after every restart.
@@ -317,14 +331,18 @@ class AsyncKernel:
             self._inputs.update(values)
 
     async def variables(self) -> list[Variable]:
-        """The user's variables: names, type names and short reprs (no values)."""
+        """The user's variables: names, type names and short reprs (no values).
+
+        Raises KernelError when the kernel answers with an error, ProtocolError when its answer
+        is not a list of variables (the kernel is then restarted on next use).
+        """
         async with self._lock:
             await self._ensure()
             assert self._channel is not None
             try:
-                rows = await self._channel.call("variables")
+                rows = await self._channel.call("variables", check=schema.variables)
             except RemoteError as exc:
-                raise KernelError(f"variables failed: {exc}") from None
+                raise KernelError(f"variables failed: {cut(str(exc), 300)}") from None
         return [Variable(r["name"], r["type"], r["repr"]) for r in rows]
 
 

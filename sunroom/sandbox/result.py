@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass
-from typing import Any, Literal, final
+from typing import Any, Literal, final, get_args
 
 Status = Literal["ok", "error", "timeout", "died"]
 
@@ -19,6 +20,11 @@ class ExecutionError:
     type: str
     message: str
     traceback: str
+
+    def __post_init__(self) -> None:
+        for name in ("type", "message", "traceback"):
+            if type(getattr(self, name)) is not str:
+                raise TypeError(f"ExecutionError.{name} must be a str")
 
 
 @final
@@ -36,6 +42,9 @@ class ExecutionResult:
         truncated_bytes: output bytes dropped by the cap (both streams).
         state_lost: the kernel was restarted because of this cell; its variables are gone
             (inputs and host functions were bound again).
+
+    Every field holds exactly the type above (checked when the result is built: a TypeError
+    is a bug of the code building it), so :meth:`to_dict` is always JSON-serialisable.
     """
 
     status: Status
@@ -46,6 +55,23 @@ class ExecutionResult:
     duration_s: float = 0.0
     truncated_bytes: int = 0
     state_lost: bool = False
+
+    def __post_init__(self) -> None:
+        if self.status not in get_args(Status):
+            raise TypeError(f"ExecutionResult.status must be one of {get_args(Status)}")
+        for name in ("stdout", "stderr"):
+            if type(getattr(self, name)) is not str:
+                raise TypeError(f"ExecutionResult.{name} must be a str")
+        if self.value is not None and type(self.value) is not str:
+            raise TypeError("ExecutionResult.value must be a str or None")
+        if self.error is not None and type(self.error) is not ExecutionError:
+            raise TypeError("ExecutionResult.error must be an ExecutionError or None")
+        if type(self.duration_s) not in (int, float) or not math.isfinite(self.duration_s):
+            raise TypeError("ExecutionResult.duration_s must be a finite number")
+        if type(self.truncated_bytes) is not int or self.truncated_bytes < 0:
+            raise TypeError("ExecutionResult.truncated_bytes must be an int >= 0")
+        if type(self.state_lost) is not bool:
+            raise TypeError("ExecutionResult.state_lost must be a bool")
 
     @property
     def ok(self) -> bool:
