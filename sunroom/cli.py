@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
+import logging
 import os
 import shlex
 import sys
@@ -95,8 +96,8 @@ def _guarded(work: Callable[[], Coroutine[Any, Any, T]]) -> T:
         raise _fail(_message(exc)) from None
 
 
-def _read_code(path: str) -> str:
-    """The Python source at *path* (``-``: stdin); exits 2 with one line when it is not text."""
+def _read_text(path: str, *, what: str) -> str:
+    """The UTF-8 text at *path* (``-``: stdin); exits 2 with one line when it is not text."""
     name = "stdin" if path == "-" else path
     try:
         data = sys.stdin.buffer.read() if path == "-" else Path(path).read_bytes()
@@ -106,8 +107,7 @@ def _read_code(path: str) -> str:
         return data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         raise _fail(
-            f"{name} is not UTF-8 text (byte {exc.start} is {data[exc.start]:#04x}): "
-            "exec runs Python source"
+            f"{name} is not UTF-8 text (byte {exc.start} is {data[exc.start]:#04x}): {what}"
         ) from None
 
 
@@ -168,11 +168,12 @@ def exec_(
     Exit status: 0 ok, 1 the code raised, 124 timeout, 125 the kernel died, 2 usage or setup
     error (one line on stderr).
     """
-    code = _read_code(path)
-    try:
-        limits = Limits(timeout_s=timeout, memory_mb=memory_mb)
-    except SunroomError as exc:
-        raise _fail(_message(exc)) from None
+    code = _read_text(path, what="exec runs Python source")
+    if not timeout > 0:
+        raise _fail(f"--timeout must be a positive number of seconds, got {timeout:g}")
+    if memory_mb <= 0:
+        raise _fail(f"--memory-mb must be a positive number of MB, got {memory_mb}")
+    limits = Limits(timeout_s=timeout, memory_mb=memory_mb)
     result = _guarded(lambda: _execute_once(code, backend=backend, limits=limits))
     if as_json:
         typer.echo(json.dumps(result.to_dict()))
@@ -235,6 +236,9 @@ def serve(
         typer.echo(f"token: {config.token}")
     typer.echo(f"store: {config.db_path}")
     sys.stdout.flush()
+    logging.basicConfig(  # the service's errors, with their tracebacks, on stderr
+        level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
     _guarded(lambda: run_server(config, sock=sock, log_level="warning"))
 
 
@@ -266,10 +270,7 @@ def _inputs(pairs: list[str]) -> dict[str, str]:
         name, sep, file = pair.partition("=")
         if not sep or not name.isidentifier():
             raise _fail(f"--input takes NAME=FILE, got {pair!r}")
-        try:
-            out[name] = Path(file).read_text()
-        except OSError as exc:
-            raise _fail(f"cannot read {file}: {exc.strerror}") from None
+        out[name] = _read_text(file, what="--input binds text")
     return out
 
 

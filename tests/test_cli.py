@@ -55,6 +55,10 @@ def test_exec_reports_setup_errors() -> None:
     assert "unknown backend" in proc.stderr
     proc = run("exec", "/no/such/file.py")
     assert proc.returncode == 2
+    for option in ("--timeout", "--memory-mb"):
+        proc = run("exec", "--backend", "subprocess", option, "0", "-", stdin="1")
+        assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
+        assert option in proc.stderr and "Limits" not in proc.stderr
 
 
 def test_exec_refuses_a_file_that_is_not_utf8_text(tmp_path: Path) -> None:

@@ -216,6 +216,18 @@ def test_option_errors_are_one_line(tmp_path: Path, env: dict[str, str]) -> None
     assert "frobnicate" in err
     err = one_line_error(cli("run", "x", "--backend", "nonsense", env=env))
     assert "backend" in err
+    (tmp_path / "blob.bin").write_bytes(b"\xff\xfe\x00 not text")
+    err = one_line_error(cli("run", "x", "--input", f"doc={tmp_path / 'blob.bin'}", env=env))
+    assert "UTF-8" in err and "blob.bin" in err
+    err = one_line_error(cli("serve", "--port", "0", "--model", "nope:x", env=env))
+    assert "unknown provider" in err
+    no_key = {k: v for k, v in env.items() if k != "ANTHROPIC_API_KEY"}
+    err = one_line_error(
+        cli("serve", "--port", "0", "--model", "anthropic:claude-haiku-4-5", env=no_key)
+    )
+    assert "no API key" in err and "ANTHROPIC_API_KEY" in err
+    err = one_line_error(cli("serve", "--port", "0", "--functions", "no_such_module:f", env=env))
+    assert "no_such_module" in err
     assert json.loads(cli("sessions", "list", "--json", env=env).stdout) == []
 
 
