@@ -1,16 +1,21 @@
 """The ``sunroom`` command.
 
-- ``sunroom exec [--backend NAME] [--timeout S] [--json] PATH|-`` runs a file (or stdin) in a
-  fresh kernel and prints its output, or the whole result as JSON. Exit status: 0 ok, 1 the
-  code raised, 124 timeout, 125 the kernel died, 2 usage or setup error (message on stderr).
-- ``sunroom serve [--host H] [--port P] [--db PATH] [--expose]`` runs the HTTP/SSE service.
+- ``sunroom exec [--backend NAME] [--timeout S] [--json] PATH|-`` runs a file (or stdin) of
+  UTF-8 Python source in a fresh kernel and prints its output, or the whole result as JSON.
+  Exit status: 0 ok, 1 the code raised, 124 timeout, 125 the kernel died, 2 usage or setup
+  error.
+- ``sunroom serve [--host H] [--port P] [--db PATH] [--expose] [--model M] ...`` runs the
+  HTTP/SSE service (raw kernels; agent sessions too when it has a model).
 - ``sunroom run TASK [--model M] [--base-url URL] [--input NAME=FILE ...] [--output-schema
-  FILE] [--backend B] [--json]`` runs an agent session here, rendered live (or one JSON object
-  with ``--json``). Exit status: 0 success, 1 the run did not succeed, 2 usage or setup error.
+  FILE] [--backend B] [--code-mode tool|fenced] [--json]`` runs an agent session here, rendered
+  live (or one JSON object with ``--json``). Exit status: 0 success, 1 the run did not
+  succeed, 2 usage or setup error (nothing is recorded), 130 Ctrl-C (it says how to resume).
 - ``sunroom sessions list|show|resume|purge`` looks after the sessions in the store.
 
-The model comes from ``--model``/``SUNROOM_MODEL`` and ``--base-url``/``SUNROOM_BASE_URL``;
-the store from ``--db``/``SUNROOM_DB``. See ``docs/cli.md``.
+Every error sunroom reports is one line on stderr (``sunroom: ...``) that never shows a secret.
+The model comes from ``--model``/``SUNROOM_MODEL`` (``scripted:FILE.json`` needs no key) and
+``--base-url``/``SUNROOM_BASE_URL``; the store from ``--db``/``SUNROOM_DB``. See
+``docs/cli.md``.
 """
 
 from __future__ import annotations
@@ -116,8 +121,8 @@ async def _execute_once(code: str, *, backend: str, limits: Limits) -> Execution
 
     The deadline is kept here, not by the kernel: at ``limits.timeout_s`` the cell gets SIGINT
     (it raises KeyboardInterrupt; the result is ``timeout``); if it is still running after
-    ``limits.interrupt_grace_s`` the kernel is killed and *not* restarted, as the kernel's own
-    timeout would do (nothing runs after this cell). Raises what ``AsyncKernel`` raises at start.
+    ``limits.interrupt_grace_s`` the kernel is killed and, unlike the kernel's own timeout,
+    no fresh one is started (nothing runs after this cell). Raises what ``AsyncKernel`` raises.
     """
     async with AsyncKernel(backend=backend, limits=limits) as kernel:
         started = time.perf_counter()
