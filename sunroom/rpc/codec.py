@@ -111,6 +111,8 @@ def decode(
 
     *max_values* None means no value cap (the kernel trusts what the host sends).
     """
+    if _small_and_shallow(payload, max_depth, max_values):
+        return _unpackb(payload, _SMALL_OPTIONS)
     size = len(memoryview(payload))
     if max_values is not None and size > max_values:
         count_values(payload, max_values)
@@ -252,9 +254,40 @@ def _options(size: int, max_values: int | None, max_depth: int) -> dict[str, Any
     }
 
 
+_SMALL: Final = 4096
+_CONTAINER_LEADS: Final = bytes(range(0x80, 0xA0)) + b"\xdc\xdd\xde\xdf"
+"""Every byte that can start an array or a map (msgpack's fixmap/fixarray, 16- and 32-bit)."""
+
+
+def _small_and_shallow(payload: Buffer, max_depth: int, max_values: int | None) -> bool:
+    """Whether *payload* needs neither counting nor the depth hooks.
+
+    True when it is small and holds too few bytes that can start a container to nest deeper
+    than *max_depth*.
+    """
+    if type(payload) is not bytes or len(payload) > _SMALL:
+        return False
+    if max_values is not None and max_values < _SMALL:
+        return False
+    return len(payload) - len(payload.translate(None, _CONTAINER_LEADS)) <= max_depth
+
+
 def _refuse_extension(code: int, data: bytes) -> Any:
     raise WireError(f"extension type {code} is not allowed (only the Timestamp extension is)")
 
+
+_SMALL_OPTIONS: Final = {
+    "raw": False,
+    "strict_map_key": False,
+    "timestamp": 3,
+    "max_str_len": _SMALL,
+    "max_bin_len": _SMALL,
+    "max_array_len": _SMALL,
+    "max_map_len": _SMALL // 2,
+    "max_ext_len": 12,
+    "ext_hook": _refuse_extension,
+}
+"""Options for a payload of at most _SMALL bytes whose nesting needs no check."""
 
 _IS_CONTAINER = frozenset((list, dict)).__contains__
 
