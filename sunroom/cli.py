@@ -546,7 +546,10 @@ def sessions_resume(
             out: dict[str, Any] | None = result
             return out
 
-    result = _guarded(work)
+    try:
+        result = _guarded(work)
+    except KeyboardInterrupt:
+        raise _interrupted(session_id, db) from None
     summary = _summary(session_id, result)
     if as_json:
         typer.echo(json.dumps(summary))

@@ -265,30 +265,39 @@ def stored_events(db: Path) -> list[Any]:
     return asyncio.run(go())
 
 
-def test_ctrl_c_says_which_session_and_how_to_resume_it(
-    tmp_path: Path, env: dict[str, str]
-) -> None:
-    replies = [{"code": f"print('step {i}')"} for i in range(3)]
-    (tmp_path / "slow.json").write_text(json.dumps({"replies": [*replies, "done"], "delay_s": 0.3}))
-    slow = {**env, "SUNROOM_MODEL": f"scripted:{tmp_path / 'slow.json'}"}
+def interrupt_once_running(args: list[str], env: dict[str, str], db: Path, after: int) -> str:
+    """Run ``sunroom ARGS``, Ctrl-C it once the log grew past *after* events; its stderr."""
     proc = subprocess.Popen(
-        [sys.executable, "-m", "sunroom.cli", "run", "count", "--backend", "subprocess"],
-        env=slow, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        [sys.executable, "-m", "sunroom.cli", *args],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
-    db = Path(env["SUNROOM_DB"])
     deadline = time.monotonic() + 30
-    while not (db.exists() and stored_events(db)):  # the run is in progress
+    while not (db.exists() and len(stored_events(db)) > after):  # the run is in progress
         assert time.monotonic() < deadline and proc.poll() is None, "no run started"
         time.sleep(0.02)
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=30)
     assert proc.returncode == 130, err
+    return err
+
+
+def test_ctrl_c_says_which_session_and_how_to_resume_it(
+    tmp_path: Path, env: dict[str, str]
+) -> None:
+    replies = [{"code": f"print('step {i}')"} for i in range(4)]
+    (tmp_path / "slow.json").write_text(json.dumps({"replies": [*replies, "done"], "delay_s": 0.3}))
+    slow = {**env, "SUNROOM_MODEL": f"scripted:{tmp_path / 'slow.json'}"}
+    db = Path(env["SUNROOM_DB"])
+    err = interrupt_once_running(["run", "count", "--backend", "subprocess"], slow, db, 0)
     (record,) = stored_sessions(db)
     sid = record.session_id
     assert record.status == "running"
     assert err.count("\n") == 1 and sid in err and "Traceback" not in err, err
     command = err.split("resume it with: ", 1)[1].split()
     assert command == ["sunroom", "sessions", "resume", sid]
+    # a resume interrupted in turn says the same
+    err = interrupt_once_running(command[1:], slow, db, len(stored_events(db)) + 1)
+    assert err.split("resume it with: ", 1)[1].split() == command
     resumed = cli(*command[1:], "--json", env=slow)
     assert resumed.returncode == 0, resumed.stderr
     assert json.loads(resumed.stdout)["output"] == "done"
