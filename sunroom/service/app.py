@@ -14,7 +14,9 @@ Routes (all but ``/healthz`` need ``Authorization: Bearer <token>``):
 - ``DELETE /kernels/{id}``: kill it → 200
 
 Errors are ``{"error": {"type", "message"}}`` with the status of
-:func:`~sunroom.service.problems.status_for`.
+:func:`~sunroom.service.problems.status_for`; the message is one sentence and never echoes a
+request's values. An unexpected exception (a bug) is a 500 ``InternalError`` whose text stays
+in the log; every 5xx is logged with its traceback.
 """
 
 from __future__ import annotations
@@ -228,7 +230,8 @@ def create_app(
         if status >= 500:
             log.error("%s %s failed", request.method, request.url.path, exc_info=exc)
         if not isinstance(exc, SunroomError):  # a bug: its text is for the log, not the client
-            body = error_body("InternalError", "the server failed unexpectedly; its log has why")
+            message = "the server failed unexpectedly; its log has the details"
+            body = error_body("InternalError", message)
             return JSONResponse(body, status_code=500)
         return JSONResponse(error_body(type(exc).__name__, str(exc)), status_code=status)
 
