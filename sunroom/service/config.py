@@ -43,6 +43,9 @@ class ServiceConfig(pydantic.BaseModel):
         db_path: the SQLite store.
         backend: the kernel backend of sessions and of kernels that do not name one.
         model / base_url: the default model of sessions that do not name one.
+        allowed_base_urls: base URLs a session request may name besides ``base_url``. The
+            server's API keys go with every model call, so a request may only point a model
+            at an endpoint the operator listed (``SUNROOM_ALLOWED_BASE_URLS``, comma-separated).
         max_body_bytes: largest request body (413 beyond), checked while reading.
         max_sessions / max_kernels: live sessions / raw kernels per server (429 beyond).
         sse_batch: events one SSE read takes from the store at a time (the bounded buffer).
@@ -65,6 +68,7 @@ class ServiceConfig(pydantic.BaseModel):
     backend: str = DEFAULT_BACKEND
     model: str | None = None
     base_url: str | None = None
+    allowed_base_urls: tuple[str, ...] = ()
     max_body_bytes: int = pydantic.Field(default=1024 * 1024, gt=0)
     max_sessions: int = pydantic.Field(default=64, gt=0)
     max_kernels: int = pydantic.Field(default=128, gt=0)
@@ -86,6 +90,14 @@ class ServiceConfig(pydantic.BaseModel):
             raise ValueError("the token (SUNROOM_TOKEN) must be at least 16 characters")
         return self
 
+    def base_url_allowed(self, url: str) -> bool:
+        """Whether a session request may send this server's model calls (and keys) to *url*."""
+        norm = url.rstrip("/")
+        allowed = {u.rstrip("/") for u in self.allowed_base_urls}
+        if self.base_url is not None:
+            allowed.add(self.base_url.rstrip("/"))
+        return norm in allowed
+
     def with_token(self) -> ServiceConfig:
         """The same config, with a freshly generated token when it has none."""
         if self.token:
@@ -97,7 +109,8 @@ class ServiceConfig(pydantic.BaseModel):
         """Settings from the environment, then *overrides* (None values are ignored).
 
         Reads ``SUNROOM_TOKEN``, ``SUNROOM_MODEL``, ``SUNROOM_BASE_URL``, ``SUNROOM_DB``,
-        ``SUNROOM_BACKEND`` and ``SUNROOM_FUNCTIONS`` (comma-separated). Raises UsageError
+        ``SUNROOM_BACKEND``, ``SUNROOM_ALLOWED_BASE_URLS`` and ``SUNROOM_FUNCTIONS`` (both
+        comma-separated). Raises UsageError
         with one line naming each bad setting (never its value: the token is a secret).
         """
         env = os.environ
@@ -111,6 +124,10 @@ class ServiceConfig(pydantic.BaseModel):
         ):
             if env.get(var):
                 values[field] = env[var]
+        if env.get("SUNROOM_ALLOWED_BASE_URLS"):
+            values["allowed_base_urls"] = tuple(
+                u.strip() for u in env["SUNROOM_ALLOWED_BASE_URLS"].split(",") if u.strip()
+            )
         if env.get("SUNROOM_FUNCTIONS"):
             values["functions"] = tuple(
                 f.strip() for f in env["SUNROOM_FUNCTIONS"].split(",") if f.strip()

@@ -145,6 +145,11 @@ class SessionManager:
             request = request.model_copy(update={"model": self.config.model})
         if request.model is None:
             raise UsageError("no model: name one in the request or start the server with one")
+        if request.base_url is not None and not self.config.base_url_allowed(request.base_url):
+            raise UsageError(
+                "base_url is not one this server allows: its API keys go only to the base URLs "
+                "it was started with (SUNROOM_BASE_URL, SUNROOM_ALLOWED_BASE_URLS)"
+            )
         if request.base_url is None and self.config.base_url is not None:
             request = request.model_copy(update={"base_url": self.config.base_url})
         sid = session_id or uuid.uuid4().hex
