@@ -130,7 +130,8 @@ class AsyncKernel:
             await self._teardown()
             if isinstance(exc, asyncio.CancelledError | KernelError | UsageError):
                 raise
-            raise KernelStartError(f"the kernel did not take its setup: {exc!r}{detail}") from exc
+            failure = cut(repr(exc), 300)
+            raise KernelStartError(f"the kernel did not take its setup: {failure}{detail}") from exc
 
     async def _teardown(self) -> None:
         channel, proc = self._channel, self._proc
@@ -316,13 +317,18 @@ class AsyncKernel:
             )
         except ProtocolError as exc:  # raised at once: the values cannot be sent
             raise UsageError(f"cannot bind: {exc}") from None
-        await answer  # ProtocolError here: the kernel broke the protocol
+        try:
+            await answer  # ProtocolError here: the kernel broke the protocol
+        except RemoteError as exc:
+            raise KernelError(f"bind failed: {cut(str(exc), 300)}") from None
 
     async def bind(self, **values: Any) -> None:
         """Set variables in the namespace; they are bound again after every restart.
 
         Values must be msgpack-representable (str, bytes, numbers, bool, None, lists, dicts,
-        pydantic models and dataclasses). Raises UsageError for bad names or values.
+        pydantic models and dataclasses). Raises UsageError for bad names or values,
+        KernelError when the kernel refuses them, ProtocolError when its answer is malformed
+        (the kernel is then restarted on next use).
         """
         self._check_names(values)
         async with self._lock:
