@@ -16,16 +16,29 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 
 from sunroom.store import SQLiteStore, StoredEvent
 
 ROOT = Path(__file__).resolve().parents[2]
 TOKEN = "crash-test-token-0123456789"
 TURNS = 24
+
+
+_started: list[Service] = []
+
+
+@pytest.fixture(autouse=True)
+def _no_leftover_services() -> Iterator[None]:
+    """Stop every service a test started, even when the test fails half-way."""
+    yield
+    while _started:
+        _started.pop().stop()
 
 
 class Service:
@@ -36,6 +49,7 @@ class Service:
              "--lease-s", "1"],
             cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         )  # fmt: skip
+        _started.append(self)
         assert self.proc.stdout is not None
         line = self.proc.stdout.readline()
         assert "listening on" in line, line + (self.proc.stderr.read() if self.proc.stderr else "")
@@ -55,6 +69,8 @@ class Service:
 
     def kill(self) -> None:
         self.client.close()
+        if self in _started:
+            _started.remove(self)
         self.proc.send_signal(signal.SIGKILL)
         self.proc.wait(10)
         for stream in (self.proc.stdout, self.proc.stderr):
@@ -62,7 +78,11 @@ class Service:
                 stream.close()
 
     def stop(self) -> None:
-        self.client.close()
+        """SIGTERM, wait (then SIGKILL); idempotent."""
+        if self.proc.poll() is not None:
+            return
+        if hasattr(self, "client"):
+            self.client.close()
         self.proc.send_signal(signal.SIGTERM)
         try:
             self.proc.wait(15)
