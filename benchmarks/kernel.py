@@ -1,10 +1,19 @@
-"""Kernel benchmarks: start, execute round trip, host-function round trip, vs a raw echo.
+"""Kernel benchmarks: start, execute round trips, host-function round trips, vs a raw echo.
 
-Run: ``.venv/bin/python benchmarks/kernel.py [--backend subprocess] [--n 2000]``. Prints medians
-(p50) and p90s, and each round trip as a ratio to a raw Unix-socket msgpack echo measured in the
-same run between the same kind of peers (a blocking client process, an asyncio server here).
-Targets on a 2-core machine: start <= 40 ms, execute <= 150 us, host call <= 100 us and
-<= 3x the raw echo.
+Run: ``.venv/bin/python benchmarks/kernel.py [--backend subprocess] [--n 2000] [--rounds 5]``.
+
+Prints kernel start p50/p90, then every round trip as p50/p90 and as a ratio to a raw
+Unix-socket msgpack echo measured in the same round between the same kind of peers (a blocking
+client process, an asyncio server here):
+
+* ``execute 'x += 1'`` through ``AsyncKernel`` and through the sync twin ``Kernel`` (called from
+  a plain thread while no event loop runs on it), and their ratio;
+* a host call from the kernel to an async function and to a sync one, timed inside the kernel.
+
+Each round measures every figure (``--n`` samples after a warm-up of ``WARMUP``); the order
+alternates from one round to the next, and the figures are medians over ``--rounds`` rounds
+(ratios: the median of the per-round ratios). Targets on a 2-core machine: start <= 40 ms;
+async execute <= 6x the echo; sync execute <= 1.2x the async one; host calls <= 4x the echo.
 
 ``--compare subprocess,bwrap,docker`` adds start and execute p50 per backend, each as a ratio to
 ``subprocess`` measured in the same run (targets: bwrap start <= 60 ms and execute within 1.5x
@@ -15,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import socket
 import statistics
 import subprocess
@@ -25,8 +35,11 @@ from typing import cast
 import msgpack
 
 import sunroom
-from sunroom import AsyncKernel, Limits
+from sunroom import AsyncKernel, Kernel, Limits
 from sunroom.sandbox.pool import KernelPool
+
+WARMUP = 200
+"""Round trips run before each measured series (the echo client's own warm-up is the same)."""
 
 ECHO_CLIENT = r"""
 import socket, struct, sys, time, msgpack
@@ -114,7 +127,7 @@ async def bench_pooled_start(backend: str, n: int) -> list[float]:
 
 async def bench_execute(k: AsyncKernel, n: int) -> list[float]:
     await k.execute("x = 0")
-    for _ in range(200):
+    for _ in range(WARMUP):
         await k.execute("x += 1")
     times = []
     for _ in range(n):
@@ -124,76 +137,162 @@ async def bench_execute(k: AsyncKernel, n: int) -> list[float]:
     return times
 
 
+def bench_execute_sync(k: Kernel, n: int) -> list[float]:
+    """The same as :func:`bench_execute` through the sync twin, from a plain thread."""
+    k.execute("x = 0")
+    for _ in range(WARMUP):
+        k.execute("x += 1")
+    times = []
+    for _ in range(n):
+        t = time.perf_counter_ns()
+        k.execute("x += 1")
+        times.append((time.perf_counter_ns() - t) / 1000)
+    return times
+
+
+HOST_CALL_CELL = (
+    "import time\n"
+    "for i in range({warmup}): {fn}(i)\n"
+    "ts = []\n"
+    "for i in range({n}):\n"
+    "    t = time.perf_counter_ns()\n"
+    "    {fn}(i)\n"
+    "    ts.append(time.perf_counter_ns() - t)\n"
+    "ts"
+)
+
+
 async def bench_host_call(k: AsyncKernel, fn: str, n: int) -> list[float]:
-    r = await k.execute(
-        "import time\n"
-        f"for i in range(200): {fn}(i)\n"
-        "ts = []\n"
-        f"for i in range({n}):\n"
-        "    t = time.perf_counter_ns()\n"
-        f"    {fn}(i)\n"
-        "    ts.append(time.perf_counter_ns() - t)\n"
-        "ts"
-    )
+    """Round trips of a host call, timed inside the kernel around the generated wrapper."""
+    r = await k.execute(HOST_CALL_CELL.format(fn=fn, n=n, warmup=WARMUP))
     assert r.ok and r.value is not None, r
     return [int(x) / 1000 for x in r.value.strip("[]").split(",")]
 
 
-async def main() -> None:
+async def ping(x: int) -> int:
+    """Async host function: returns its argument."""
+    return x
+
+
+def ping_sync(x: int) -> int:
+    """Sync host function (the default: on a worker thread): returns its argument."""
+    return x
+
+
+ROUND_TRIPS = ("echo", "async execute", "sync execute", "async host call", "sync host call")
+
+
+class Rounds:
+    """p50 of every round trip per round; the figures are medians over the rounds."""
+
+    def __init__(self) -> None:
+        self.p50: dict[str, list[float]] = {name: [] for name in ROUND_TRIPS}
+        self.p90: dict[str, list[float]] = {name: [] for name in ROUND_TRIPS}
+
+    def add(self, name: str, times: list[float]) -> None:
+        self.p50[name].append(statistics.median(times))
+        self.p90[name].append(pct(times, 0.9))
+
+    def add_echo(self, p50: float, p90: float) -> None:
+        self.p50["echo"].append(p50)
+        self.p90["echo"].append(p90)
+
+    def median(self, name: str) -> float:
+        return statistics.median(self.p50[name])
+
+    def ratio(self, name: str, base: str = "echo") -> float:
+        """Median over the rounds of the per-round ratio (both measured in the same round)."""
+        return statistics.median(a / b for a, b in zip(self.p50[name], self.p50[base], strict=True))
+
+
+def measure_round_trips(args: argparse.Namespace, runner: asyncio.Runner) -> Rounds:
+    """Every round trip, *args.rounds* times; the order alternates from one round to the next."""
+    rounds = Rounds()
+    limits = Limits(timeout_s=120)
+    functions = [ping, ping_sync]
+    core = AsyncKernel(backend=args.backend, functions=functions, limits=limits)
+    runner.run(core.start())
+    twin = Kernel(backend=args.backend, functions=functions, limits=limits)
+    twin.start()
+
+    def step(name: str) -> None:
+        if name == "echo":
+            rounds.add_echo(*runner.run(raw_echo(args.n)))
+        elif name == "async execute":
+            rounds.add(name, runner.run(bench_execute(core, args.n)))
+        elif name == "sync execute":
+            rounds.add(name, bench_execute_sync(twin, args.n))
+        else:
+            fn = {"async host call": "ping", "sync host call": "ping_sync"}[name]
+            rounds.add(name, runner.run(bench_host_call(core, fn, args.n)))
+
+    try:
+        for i in range(args.rounds):
+            for name in ROUND_TRIPS if i % 2 == 0 else ROUND_TRIPS[::-1]:
+                step(name)
+    finally:
+        twin.close()
+        runner.run(core.aclose())
+    return rounds
+
+
+def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--backend", default="subprocess")
-    parser.add_argument("--n", type=int, default=2000)
+    parser.add_argument("--n", type=int, default=2000, help="samples per round trip per round")
+    parser.add_argument("--rounds", type=int, default=5, help="alternating rounds (medians)")
     parser.add_argument("--starts", type=int, default=20)
     parser.add_argument("--compare", default="", help="comma-separated backends to compare")
     parser.add_argument("--loop", choices=["asyncio", "uvloop"], default="asyncio")
     args = parser.parse_args()
+    factory = None
+    if args.loop == "uvloop":
+        import uvloop  # optional: pip install uvloop
 
-    async def ping(x: int) -> int:
-        return x
-
-    def ping_sync(x: int) -> int:
-        return x
-
+        factory = uvloop.new_event_loop
     print(
         f"sunroom {sunroom.__version__} kernel benchmarks, backend={args.backend}, "
-        f"loop={args.loop}, python {sys.version.split()[0]}"
+        f"loop={args.loop}, python {sys.version.split()[0]}, {os.cpu_count()} cpus, "
+        f"{args.rounds} rounds x {args.n} samples"
     )
-    echo50, echo90 = await raw_echo(args.n)
-    starts = await bench_start(args.backend, args.starts)
-    pooled = await bench_pooled_start(args.backend, args.starts)
-    async with AsyncKernel(
-        backend=args.backend, functions=[ping, ping_sync], limits=Limits(timeout_s=120)
-    ) as k:
-        execs = await bench_execute(k, args.n)
-        calls = await bench_host_call(k, "ping", args.n)
-        sync_calls = await bench_host_call(k, "ping_sync", args.n)
-    rows = [
-        ("raw msgpack echo (UDS)", echo50, echo90, "us", None),
-        ("kernel start -> first result", statistics.median(starts), pct(starts, 0.9), "ms", 40),
-        (
-            "  the same from a warm KernelPool",
-            statistics.median(pooled),
-            pct(pooled, 0.9),
-            "ms",
-            None,
-        ),
-        ("execute 'x += 1' round trip", statistics.median(execs), pct(execs, 0.9), "us", 150),
-        ("host call (async fn)", statistics.median(calls), pct(calls, 0.9), "us", 100),
-        (
-            "host call (sync fn, thread)",
-            statistics.median(sync_calls),
-            pct(sync_calls, 0.9),
-            "us",
-            100,
-        ),
-    ]
-    print(f"{'measure':34} {'p50':>10} {'p90':>10}  {'target':>8}  {'x echo':>7}")
-    for name, p50, p90, unit, target in rows:
-        ratio = f"{p50 / echo50:6.2f}x" if unit == "us" and name != rows[0][0] else ""
-        tgt = f"<= {target}" if target else ""
-        print(f"{name:34} {p50:8.1f}{unit:>2} {p90:8.1f}{unit:>2}  {tgt:>8}  {ratio:>7}")
-    if args.compare:
-        await compare([b for b in args.compare.split(",") if b], args.starts, args.n)
+    with asyncio.Runner(loop_factory=factory) as runner:
+        starts = runner.run(bench_start(args.backend, args.starts))
+        pooled = runner.run(bench_pooled_start(args.backend, args.starts))
+        rounds = measure_round_trips(args, runner)
+        print(f"{'measure':36} {'p50':>10} {'p90':>10}  {'target':>9}")
+        print(
+            f"{'kernel start -> first result':36} {statistics.median(starts):8.1f}ms "
+            f"{pct(starts, 0.9):8.1f}ms  {'<= 40ms':>9}"
+        )
+        print(
+            f"{'  the same from a warm KernelPool':36} {statistics.median(pooled):8.1f}ms "
+            f"{pct(pooled, 0.9):8.1f}ms"
+        )
+        print()
+        print("round trips: p50 and p90 are medians over the rounds; 'x echo' is the median of")
+        print("the per-round ratios to the raw echo measured in the same round")
+        print(f"{'measure':36} {'p50':>10} {'p90':>10}  {'x echo':>7}  {'target':>9}")
+        labels = {
+            "echo": ("raw msgpack echo (UDS)", None),
+            "async execute": ("execute 'x += 1' (AsyncKernel)", 6.0),
+            "sync execute": ("execute 'x += 1' (Kernel, sync)", None),
+            "async host call": ("host call (async fn)", 4.0),
+            "sync host call": ("host call (sync fn)", 4.0),
+        }
+        for name in ROUND_TRIPS:
+            label, target = labels[name]
+            p50 = rounds.median(name)
+            p90 = statistics.median(rounds.p90[name])
+            ratio = "" if name == "echo" else f"{rounds.ratio(name):6.2f}x"
+            tgt = f"<= {target:g}x" if target else ""
+            print(f"{label:36} {p50:8.1f}us {p90:8.1f}us  {ratio:>7}  {tgt:>9}")
+        sync_ratio = rounds.ratio("sync execute", "async execute")
+        print(
+            f"{'sync execute / async execute':36} {sync_ratio:8.2f}x {'':>10}  {'':>7}  "
+            f"{'<= 1.2x':>9}"
+        )
+        if args.compare:
+            runner.run(compare([b for b in args.compare.split(",") if b], args.starts, args.n))
 
 
 async def compare(names: list[str], starts: int, n: int) -> None:
@@ -219,9 +318,4 @@ async def compare(names: list[str], starts: int, n: int) -> None:
 
 
 if __name__ == "__main__":
-    if "--loop" in sys.argv and "uvloop" in sys.argv:
-        import uvloop  # optional: pip install uvloop
-
-        uvloop.run(main())
-    else:
-        asyncio.run(main())
+    main()
