@@ -83,6 +83,45 @@ def frame(
     return HEADER.pack(len(payload)) + payload
 
 
+class Framer:
+    """:func:`frame` with one reusable msgpack packer (``packb`` builds a packer per call).
+
+    Not thread-safe: use one per thread, or frame under a lock. A packer whose buffer grew past
+    ``KEEP_BUFFER`` bytes (a large message) is replaced, so its memory is not held.
+    """
+
+    KEEP_BUFFER: Final = 64 * 1024
+
+    __slots__ = ("_packer", "max_frame", "max_values")
+
+    def __init__(
+        self, *, max_frame: int = DEFAULT_MAX_FRAME, max_values: int | None = None
+    ) -> None:
+        self.max_frame = max_frame
+        self.max_values = max_values
+        self._packer = _new_packer()
+
+    def frame(self, message: Any) -> bytes:
+        """The length-prefixed frame for *message*; raises WireError as :func:`frame` does."""
+        try:
+            payload: bytes = self._packer.pack(message)
+        except (TypeError, ValueError, OverflowError) as exc:
+            self._packer = _new_packer()  # whatever state the failed pack left
+            raise WireError(f"cannot encode message: {exc}") from None
+        size = len(payload)
+        if size > self.KEEP_BUFFER:
+            self._packer = _new_packer()
+        if size > self.max_frame:
+            raise WireError(f"frame of {size} bytes exceeds the {self.max_frame}-byte cap")
+        if self.max_values is not None and size > self.max_values:
+            count_values(payload, self.max_values)
+        return HEADER.pack(size) + payload
+
+
+def _new_packer() -> Any:
+    return msgpack.Packer(use_bin_type=True, datetime=True, buf_size=4096)
+
+
 def take_frames(buf: bytearray, max_frame: int = DEFAULT_MAX_FRAME) -> list[bytes]:
     """Remove every complete frame from the front of *buf* and return their payloads.
 
