@@ -44,10 +44,11 @@ from sunroom.rpc.codec import (
     DEFAULT_MAX_VALUES,
     HEADER,
     Decoding,
+    Framer,
     WireError,
     decode,
-    frame,
 )
+from sunroom.rpc.eager import start_eagerly
 from sunroom.rpc.messages import Notification, Request, Response, RpcError, parse_message
 from sunroom.rpc.schema import Checker
 
@@ -68,6 +69,9 @@ BIG_FRAME: Final = 64 * 1024
 
 MAX_ERROR_TEXT: Final = 1000
 """Longest error message the channel sends to the peer (longer ones are cut)."""
+
+MAX_PENDING_SWEEP: Final = 1024
+"""Requests awaiting an answer beyond which the channel forgets those abandoned meanwhile."""
 
 _Payload = bytes | mmap.mmap
 
@@ -158,6 +162,7 @@ class Channel(asyncio.Protocol):
         frame_deadline_s: float = 10.0,
     ) -> None:
         self._handler = handler
+        self._eager = False
         self._on_notification = on_notification
         self._on_close = on_close
         self._max_frame = max_frame
@@ -166,6 +171,7 @@ class Channel(asyncio.Protocol):
         self._notifications = notifications
         self._requests = requests
         self._deadline_s = frame_deadline_s
+        self._framer = Framer(max_frame=max_frame)
         self._loop = asyncio.get_running_loop()
         self._transport: asyncio.Transport | None = None
         self._buf = bytearray()
@@ -186,9 +192,18 @@ class Channel(asyncio.Protocol):
         self._close_exc: BaseException | None = None
         self.closed: asyncio.Future[None] = self._loop.create_future()
 
-    def serve_with(self, handler: RequestHandler) -> None:
-        """Serve the peer's requests with *handler* from now on (requests before it: refused)."""
+    def serve_with(self, handler: RequestHandler, *, eager: bool = False) -> None:
+        """Serve the peer's requests with *handler* from now on (requests before it: refused).
+
+        *eager*: start serving each request as soon as it is read (see
+        :func:`~sunroom.rpc.eager.start_eagerly`) instead of in a new task: a handler that
+        completes without waiting is answered in the same event-loop step (no task, no extra
+        loop iteration); at its first wait, a task carries it on. Until then it runs outside
+        any task, so it must not need one (``asyncio.timeout``, ``asyncio.current_task``)
+        before it awaits :func:`~sunroom.rpc.eager.in_task`.
+        """
         self._handler = handler
+        self._eager = eager
 
     @classmethod
     async def open(cls, sock: socket.socket, **options: Any) -> Channel:
@@ -228,6 +243,11 @@ class Channel(asyncio.Protocol):
 
     def _take(self, data: memoryview) -> None:
         """Split *data* into frames and hand each complete one on, in order."""
+        if not self._buf and self._big is None and len(data) > 4:
+            (size,) = HEADER.unpack_from(data)
+            if len(data) == 4 + size and size < BIG_FRAME and size <= self._max_frame:
+                self._receive(bytes(data[4:]))  # exactly one frame: no buffering
+                return
         while data:
             if self._big is not None:
                 data = self._fill_big(data)
@@ -371,11 +391,7 @@ class Channel(asyncio.Protocol):
             check = None if self._requests is None else self._requests.get(msg.method)
             if check is not None:
                 params = check(params)
-            task = self._loop.create_task(self._serve(msg.id, msg.method, params))
-            self._tasks.add(task)
-            task.add_done_callback(self._task_done)
-            if len(self._tasks) >= MAX_INCOMING_REQUESTS:
-                self._pause("requests")
+            self._start(msg.id, msg.method, params)
 
     def _answer(self, msg: Response) -> None:
         entry = self._pending.pop(msg.id, None)
@@ -398,8 +414,27 @@ class Channel(asyncio.Protocol):
             raise error from None
         fut.set_result(result)
 
-    def _task_done(self, task: asyncio.Task[None]) -> None:
-        self._tasks.discard(task)
+    def _start(self, req_id: int, method: str, params: Any) -> None:
+        """Serve one request: eagerly (see :meth:`serve_with`) or in a task."""
+        serving = self._serve(req_id, method, params)
+        if not self._eager:
+            self._track(self._loop.create_task(serving))
+        elif (task := start_eagerly(self._loop, serving)) is not None:
+            self._track(task)
+
+    def _track(self, task: asyncio.Task[None]) -> None:
+        # the task leaves the set itself, at the end of _serve (a done callback would cost
+        # another turn of the event loop per request)
+        self._tasks.add(task)
+        if len(self._tasks) >= MAX_INCOMING_REQUESTS:
+            self._pause("requests")
+
+    def _untrack(self) -> None:
+        if not self._tasks:
+            return
+        task = asyncio.current_task()
+        if task is not None:
+            self._tasks.discard(cast("asyncio.Task[None]", task))
         if "requests" in self._paused and len(self._tasks) < MAX_INCOMING_REQUESTS // 2:
             self._resume("requests")
 
@@ -408,6 +443,12 @@ class Channel(asyncio.Protocol):
             await self._write_ready.wait()
 
     async def _serve(self, req_id: int, method: str, params: Any) -> None:
+        try:
+            await self._answer_request(req_id, method, params)
+        finally:
+            self._untrack()
+
+    async def _answer_request(self, req_id: int, method: str, params: Any) -> None:
         error: RpcError | None = None
         result: Any = None
         await self._writable()  # no work for a peer that is not reading its answers
@@ -429,8 +470,10 @@ class Channel(asyncio.Protocol):
             return
         if error is not None:
             error = RpcError(cut(error.type, 200), cut(error.message), error.data)
+            self._write(Response(req_id, error, None).to_wire())
+            return
         try:
-            self._write(Response(req_id, error, result).to_wire())
+            self._write([1, req_id, None, result])
         except WireError as exc:
             self._write(Response(req_id, RpcError("EncodeError", cut(str(exc))), None).to_wire())
 
@@ -439,7 +482,7 @@ class Channel(asyncio.Protocol):
     def _write(self, message: list[Any]) -> None:
         if self._transport is None or self.closed.done():
             raise ClosedError("the channel is closed") from self._close_exc
-        self._transport.write(frame(message, max_frame=self._max_frame))
+        self._transport.write(self._framer.frame(message))
 
     def request(
         self, method: str, params: Any = None, *, check: Checker | None = None
@@ -459,12 +502,17 @@ class Channel(asyncio.Protocol):
             self._write([0, req_id, method, params])
         except WireError as exc:
             raise ProtocolError(f"cannot send {method!r}: {exc}") from None
+        if len(self._pending) >= MAX_PENDING_SWEEP:
+            self._sweep()
+        # an abandoned request (its future done before the answer came) stays here until its
+        # answer arrives and is dropped, or until a sweep: no done callback per request
         self._pending[req_id] = (fut, method, check)
-        fut.add_done_callback(lambda f: self._settled(req_id, f))
         return fut
 
-    def _settled(self, req_id: int, fut: asyncio.Future[Any]) -> None:
-        if self._pending.pop(req_id, None) is not None and not self.closed.done():
+    def _sweep(self) -> None:
+        """Move the requests whose futures are done (abandoned) out of the pending table."""
+        for req_id in [i for i, (fut, _, _) in self._pending.items() if fut.done()]:
+            del self._pending[req_id]
             if len(self._abandoned) >= 4096:
                 self._abandoned.clear()
             self._abandoned.add(req_id)
@@ -508,7 +556,7 @@ class Channel(asyncio.Protocol):
                 fut.set_exception(err)
         self._pending.clear()
         for task in self._tasks:
-            task.cancel()
+            task.cancel()  # _serve takes each out of the set as it ends
         if self._decoder is not None:
             self._decoder.cancel()
         self._buf.clear()
