@@ -8,6 +8,7 @@ Python version, the nonce it was given), then serve ``execute``, ``bind``, ``ins
 
 from __future__ import annotations
 
+import _signal  # type: ignore[import-not-found]  # no stub; the C functions, unwrapped
 import _socket
 import builtins
 import contextlib
@@ -43,7 +44,8 @@ class Runtime:
         hostcall.attach(self.channel)
         sys.stdin = open(os.devnull)  # noqa: SIM115 - input() must raise EOFError
         os.dup2(sys.stdin.fileno(), 0)
-        signal.signal(signal.SIGINT, self._on_sigint)
+        self._sigint_handler = self._on_sigint  # one bound method, compared by identity
+        signal.signal(signal.SIGINT, self._sigint_handler)
         self.channel.notify(
             "hello",
             {
@@ -96,8 +98,9 @@ class Runtime:
         cap = int(params.get("max_output_bytes", 1_000_000))
         self.out.begin(cap)
         self.err.begin(cap)
-        if signal.getsignal(signal.SIGINT) != self._on_sigint:  # a cell may have replaced it
-            signal.signal(signal.SIGINT, self._on_sigint)
+        # a cell may have replaced it (_signal: signal.getsignal raises and catches per call)
+        if _signal.getsignal(_signal.SIGINT) is not self._sigint_handler:
+            signal.signal(signal.SIGINT, self._sigint_handler)
         started = time.perf_counter()
         self.executing = True
         try:
@@ -105,9 +108,8 @@ class Runtime:
         finally:
             self.executing = False
         duration = time.perf_counter() - started
-        for stream in (sys.stdout, sys.stderr):
-            with contextlib.suppress(BaseException):
-                stream.flush()
+        _flush(sys.stdout)
+        _flush(sys.stderr)
         stdout, dropped_out = self.out.end()
         stderr, dropped_err = self.err.end()
         self.out.reset_idle()
@@ -159,6 +161,13 @@ class Runtime:
                 text = text[:77] + "..."
             out.append({"name": name, "type": type(value).__name__, "repr": text})
         return out
+
+
+def _flush(stream: Any) -> None:
+    try:  # noqa: SIM105 - contextlib.suppress costs an object and two calls per cell
+        stream.flush()
+    except BaseException:  # noqa: BLE001, S110 - a cell's own stream object may fail anyhow
+        pass
 
 
 def main(fd: int, nonce: str, max_frame: int = DEFAULT_MAX_FRAME) -> None:

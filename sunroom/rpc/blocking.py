@@ -14,9 +14,9 @@ Standard library and msgpack only.
 
 from __future__ import annotations
 
+import _signal  # type: ignore[import-not-found]  # no stub; the C functions, unwrapped
 import _socket
 import contextlib
-import signal
 import threading
 from collections import deque
 from collections.abc import Callable
@@ -25,9 +25,9 @@ from sunroom.rpc.codec import (
     DEFAULT_MAX_DEPTH,
     DEFAULT_MAX_FRAME,
     DEFAULT_MAX_VALUES,
+    Framer,
     WireError,
     decode,
-    frame,
     take_frames,
 )
 from sunroom.rpc.messages import Notification, Request, Response, RpcError, parse_message
@@ -36,7 +36,9 @@ TYPE_CHECKING = False  # typing costs the kernel ~10 ms to import; annotations a
 if TYPE_CHECKING:
     from typing import Any
 
-_SIGINT = {signal.SIGINT}
+_SIGINT = {_signal.SIGINT}
+# _signal's own functions: the signal module's wrappers turn every mask into a set of enums
+_sigmask = _signal.pthread_sigmask
 
 
 class CallFailed(Exception):
@@ -64,6 +66,8 @@ class BlockingChannel:
         self._max_frame = max_frame
         self._max_depth = max_depth
         self._send_lock = threading.Lock()
+        self._framer = Framer(max_frame=max_frame, max_values=DEFAULT_MAX_VALUES)
+        self._main = threading.main_thread().ident
         self._cond = threading.Condition(threading.Lock())
         self._reading = False
         self._buf = bytearray()
@@ -87,8 +91,8 @@ class BlockingChannel:
         A message the host would refuse (over the frame cap or ``DEFAULT_MAX_VALUES`` values)
         raises WireError here instead of being sent.
         """
-        data = frame(message, max_frame=self._max_frame, max_values=DEFAULT_MAX_VALUES)
         with self._send_lock:
+            data = self._framer.frame(message)  # one packer, used under the lock
             if self._closed is not None:
                 raise ConnectionError("the host connection is closed")
             self._sock.sendall(data)
@@ -100,7 +104,7 @@ class BlockingChannel:
     def respond(self, req_id: int, error: RpcError | None, result: Any = None) -> None:
         """Answer request *req_id*; an unencodable result becomes an EncodeError answer."""
         try:
-            self.send(Response(req_id, error, result).to_wire())
+            self.send([1, req_id, None if error is None else error.to_wire(), result])
         except WireError as exc:
             self.send(Response(req_id, RpcError("EncodeError", str(exc)), None).to_wire())
 
@@ -167,9 +171,9 @@ class BlockingChannel:
                     self._closed = exc
                 self._cond.notify_all()
             raise
-        masked = threading.current_thread() is threading.main_thread()
+        masked = threading.get_ident() == self._main
         if masked:
-            signal.pthread_sigmask(signal.SIG_BLOCK, _SIGINT)
+            _sigmask(_signal.SIG_BLOCK, _SIGINT)
         try:
             with self._cond:
                 self._reading = False
@@ -185,7 +189,7 @@ class BlockingChannel:
                 self._cond.notify_all()
         finally:
             if masked:
-                signal.pthread_sigmask(signal.SIG_UNBLOCK, _SIGINT)
+                _sigmask(_signal.SIG_UNBLOCK, _SIGINT)
 
     def _route(self, msg: Request | Response | Notification) -> None:
         if type(msg) is Response:
