@@ -11,15 +11,19 @@ from __future__ import annotations
 
 import asyncio
 import builtins
+import contextlib
 import dataclasses
 import functools
 import inspect
 import keyword
+import logging
+import queue
 import reprlib
+import threading
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Final, final, get_type_hints
+from typing import Any, Final, final, get_type_hints, overload
 
 import pydantic
 from pydantic_core import PydanticSerializationError
@@ -27,11 +31,17 @@ from pydantic_core import PydanticSerializationError
 from sunroom.errors import UsageError
 from sunroom.prelude import wire
 from sunroom.rpc import schema
+from sunroom.rpc.eager import in_task
+
+_log = logging.getLogger(__name__)
 
 RESERVED: Final = frozenset({"call", "display"}) | frozenset(dir(builtins))
 """Names a host function may not take: prelude helpers and Python builtins."""
 
 _EXECUTOR = ThreadPoolExecutor(max_workers=64, thread_name_prefix="sunroom-hostfn")
+
+SLOW_INLINE_S: Final = 0.01
+"""An inline function call longer than this is logged (it held the event loop that long)."""
 
 
 @final
@@ -40,15 +50,25 @@ class HostFunction:
     """A callable the kernel may call, with its options. Calling it calls the function.
 
     Attributes:
-        fn: the function (sync or async). Sync functions run in a worker thread.
+        fn: the function (sync or async). Async functions run on the event loop that serves
+            the kernel, each call in its own task. Sync functions run on a worker thread: the
+            kernel's own warm thread when it is free, else a shared pool of 64 threads.
         name: the name the kernel sees.
         description: the docstring the kernel and the prompt see.
         timeout_s: how long one call may run (None: no limit); past it the caller in the kernel
-            gets ``HostFunctionTimeout``. A sync function's thread is not killed.
-        max_concurrency: calls running at once per kernel (None: no limit); others wait.
+            gets ``HostFunctionTimeout``. A sync function's thread is not killed. An inline
+            function cannot be stopped: a call that ran longer gets ``HostFunctionTimeout``
+            instead of its result once it returns.
+        max_concurrency: calls running at once per kernel (None: no limit); others wait (the
+            wait counts toward the timeout). Inline calls run one at a time on the event loop,
+            so any limit holds for them already.
         budget: calls allowed per kernel lifetime (None: no limit).
         idempotent: the function has no side effects and may be retried; side-effecting
             functions (the default) are never retried by sunroom.
+        inline: run a sync function directly on the event loop, without a thread: the fastest
+            call (no thread hand-off), for functions that are quick (well under a millisecond)
+            and never block (no I/O, no locks, no sleeping). While it runs, nothing else on
+            that loop does (other kernels' cells and calls included). Sync functions only.
     """
 
     fn: Callable[..., Any]
@@ -58,6 +78,7 @@ class HostFunction:
     max_concurrency: int | None = None
     budget: int | None = None
     idempotent: bool = False
+    inline: bool = False
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         """Call the underlying function directly (on the host)."""
@@ -103,6 +124,34 @@ class HostFunction:
         return {"name": self.name, "description": self.description, "parameters": schema}
 
 
+@overload
+def host_function(
+    fn: Callable[..., Any],
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    timeout_s: float | None = None,
+    max_concurrency: int | None = None,
+    budget: int | None = None,
+    idempotent: bool = False,
+    inline: bool = False,
+) -> HostFunction: ...
+
+
+@overload
+def host_function(
+    fn: None = None,
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    timeout_s: float | None = None,
+    max_concurrency: int | None = None,
+    budget: int | None = None,
+    idempotent: bool = False,
+    inline: bool = False,
+) -> Callable[[Callable[..., Any]], HostFunction]: ...
+
+
 def host_function(
     fn: Callable[..., Any] | None = None,
     *,
@@ -112,11 +161,16 @@ def host_function(
     max_concurrency: int | None = None,
     budget: int | None = None,
     idempotent: bool = False,
-) -> Any:
+    inline: bool = False,
+) -> HostFunction | Callable[[Callable[..., Any]], HostFunction]:
     """Declare a host function with options; usable as ``@host_function`` or with arguments.
 
-    Raises UsageError for a reserved or invalid name, ``*args``/``**kwargs`` parameters, or
-    non-positive limits.
+    The options are those of :class:`HostFunction`. ``inline=True`` runs a sync function on the
+    event loop itself (no thread): only for quick functions that never block; see
+    :attr:`HostFunction.inline`.
+
+    Raises UsageError for a reserved or invalid name, ``*args``/``**kwargs`` parameters,
+    non-positive limits, or ``inline=True`` on an async function.
     """
 
     def wrap(f: Callable[..., Any]) -> HostFunction:
@@ -128,6 +182,7 @@ def host_function(
             max_concurrency=max_concurrency,
             budget=budget,
             idempotent=idempotent,
+            inline=inline,
         )
         _check(hf)
         return hf
@@ -141,8 +196,7 @@ def as_host_function(obj: Callable[..., Any] | HostFunction) -> HostFunction:
         return obj
     if not callable(obj):
         raise UsageError(f"a host function must be callable, got {type(obj).__name__}")
-    result: HostFunction = host_function(obj)
-    return result
+    return host_function(obj)
 
 
 def _check(hf: HostFunction) -> None:
@@ -157,6 +211,8 @@ def _check(hf: HostFunction) -> None:
         value = getattr(hf, opt)
         if value is not None and value <= 0:
             raise UsageError(f"{n}: {opt} must be positive, got {value!r}")
+    if hf.inline and hf.is_async:
+        raise UsageError(f"{n}: inline=True is for sync functions (async ones run on the loop)")
     try:
         sig = hf.signature
     except (TypeError, ValueError, NameError) as exc:
@@ -206,6 +262,11 @@ class FunctionRegistry:
         self._functions: Mapping[str, HostFunction] = table
         self._usage = {name: _Usage() for name in table}
         self._on_call = on_call
+        self._thread = _WarmThread()
+
+    def close(self) -> None:
+        """Let the warm thread go; a call running on it finishes, later ones use the pool."""
+        self._thread.close()
 
     @property
     def functions(self) -> Mapping[str, HostFunction]:
@@ -262,14 +323,24 @@ class FunctionRegistry:
                 self._on_call(hf.name, time.perf_counter() - started, failure)
 
     async def _run(self, hf: HostFunction, usage: _Usage, kwargs: dict[str, Any]) -> Any:
+        if hf.inline:
+            return _run_inline(hf, kwargs)
+        started: asyncio.Future[Any] | None = None
+        if not hf.is_async and hf.max_concurrency is None:
+            started = self._thread.start(hf.fn, kwargs)  # its thread runs it while a task is made
+        try:
+            await in_task()  # timeouts and the function's own coroutine need a task
+        except BaseException:
+            if started is not None:
+                started.cancel()
+            raise
         if hf.max_concurrency is not None and usage.semaphore is None:
             usage.semaphore = asyncio.Semaphore(hf.max_concurrency)
         call: Awaitable[Any]
         if hf.is_async:
             call = hf.fn(**kwargs)
-        else:
-            loop = asyncio.get_running_loop()
-            call = loop.run_in_executor(_EXECUTOR, functools.partial(hf.fn, **kwargs))
+        else:  # with a limit, the call starts on its thread once it holds the semaphore
+            call = started if started is not None else self._thread.run(hf.fn, kwargs)
         try:
             async with asyncio.timeout(hf.timeout_s):
                 if usage.semaphore is None:
@@ -280,6 +351,106 @@ class FunctionRegistry:
             raise CallRejected(
                 "HostFunctionTimeout", f"{hf.name}() did not finish within {hf.timeout_s} s"
             ) from None
+
+
+def _run_inline(hf: HostFunction, kwargs: dict[str, Any]) -> Any:
+    """Call a sync function on the event loop; past its timeout the result is not returned."""
+    started = time.perf_counter()
+    result = hf.fn(**kwargs)
+    took = time.perf_counter() - started
+    if took > SLOW_INLINE_S:
+        _log.warning("inline host function %s() held the event loop for %.3f s", hf.name, took)
+    if hf.timeout_s is not None and took > hf.timeout_s:
+        raise CallRejected(
+            "HostFunctionTimeout", f"{hf.name}() did not finish within {hf.timeout_s} s"
+        )
+    return result
+
+
+@final
+class _WarmThread:
+    """A thread kept waiting for one kernel's sync calls: no pool hop when it is free.
+
+    A call that arrives while it is busy (a slow call, calls at once, a call past its timeout
+    still running) goes to the shared pool instead, so calls never queue behind one another.
+    The thread ends after ``IDLE_S`` without work and starts again on the next call.
+    """
+
+    IDLE_S: Final = 30.0
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
+        self._busy = False  # a job is queued or running
+        self._alive = False
+        self._closed = False
+
+    def start(self, fn: Callable[..., Any], kwargs: dict[str, Any]) -> asyncio.Future[Any]:
+        """Start ``fn(**kwargs)`` now, on the warm thread (or the pool); the future of its result.
+
+        Cancelling the future does not stop the call; its result is then dropped.
+        """
+        loop = asyncio.get_running_loop()
+        with self._lock:
+            if not self._busy and not self._closed:
+                fut: asyncio.Future[Any] = loop.create_future()
+                self._busy = True
+                self._jobs.put((loop, fut, fn, kwargs))
+                if not self._alive:
+                    self._alive = True
+                    threading.Thread(
+                        target=self._serve, name="sunroom-hostfn-warm", daemon=True
+                    ).start()
+                return fut
+        return loop.run_in_executor(_EXECUTOR, functools.partial(fn, **kwargs))
+
+    async def run(self, fn: Callable[..., Any], kwargs: dict[str, Any]) -> Any:
+        """:meth:`start` the call once awaited, and return its result."""
+        return await self.start(fn, kwargs)
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                job = self._jobs.get(timeout=self.IDLE_S)
+            except queue.Empty:
+                with self._lock:
+                    if not self._busy:
+                        self._alive = False
+                        return
+                continue
+            if job is None:  # closed
+                return
+            loop, fut, fn, kwargs = job
+            del job
+            value: Any = None
+            error: BaseException | None = None
+            try:
+                value = fn(**kwargs)
+            except BaseException as exc:  # noqa: BLE001 - the caller gets it, as from the pool
+                error = exc
+            with self._lock:
+                self._busy = False  # free before the loop hears of it: the next call may come
+            with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits
+                loop.call_soon_threadsafe(_settle, fut, value, error)
+            del fut, fn, kwargs, value, error
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            if self._alive:
+                self._jobs.put(None)
+
+
+_Job = tuple[asyncio.AbstractEventLoop, "asyncio.Future[Any]", Callable[..., Any], dict[str, Any]]
+
+
+def _settle(fut: asyncio.Future[Any], value: Any, error: BaseException | None) -> None:
+    if fut.done():  # the caller gave up (timeout, cancel)
+        return
+    if error is None:
+        fut.set_result(value)
+    else:
+        fut.set_exception(error)
 
 
 MAX_ECHO: Final = 60

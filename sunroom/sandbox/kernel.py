@@ -18,6 +18,7 @@ from typing import Any, Self, final
 from sunroom.errors import ClosedError, KernelError, KernelStartError, ProtocolError, UsageError
 from sunroom.rpc import schema
 from sunroom.rpc.channel import Channel, RemoteError, RpcFailure, cut
+from sunroom.rpc.eager import in_task
 from sunroom.rpc.messages import RpcError
 from sunroom.sandbox import backends
 from sunroom.sandbox.backend import Backend, KernelProcess
@@ -78,6 +79,7 @@ class AsyncKernel:
             self._inputs.update(inputs)
         self._env = dict(env or {})
         self._on_output = on_output
+        self._check_execute = schema.execute_result(self.limits.max_output_bytes)
         self._lock = asyncio.Lock()
         self._backend: Backend | None = None
         self._proc: KernelProcess | None = None
@@ -114,7 +116,7 @@ class AsyncKernel:
             ready = await launch(self._backend, limits=self.limits, env=self._env)
         self._proc, self._channel = ready.proc, ready.channel
         ready.router.on_output = self._on_output
-        ready.channel.serve_with(self._serve)
+        ready.channel.serve_with(self._serve, eager=True)
         self.kernel_info = ready.info
         try:
             if self.registry.functions:
@@ -154,6 +156,7 @@ class AsyncKernel:
     async def aclose(self) -> None:
         """Kill the whole process tree and wait for it. Idempotent."""
         self._closed = True
+        self.registry.close()
         await self._teardown()
 
     @property
@@ -188,32 +191,32 @@ class AsyncKernel:
         if timeout <= 0:
             raise UsageError("timeout_s must be positive")
         async with self._lock:
-            await self._ensure()
+            if self._closed or self._channel is None or self._channel.closed.done():
+                await self._ensure()
             assert self._channel is not None
             assert self._proc is not None
             started = time.perf_counter()
             params = {"code": code, "max_output_bytes": self.limits.max_output_bytes}
             self._running_cell = True
             try:
-                call = self._channel.request(
-                    "execute", params, check=schema.execute_result(self.limits.max_output_bytes)
-                )
-                if not await _settles_within(call, timeout):
-                    self._proc.interrupt()
-                    if not await _settles_within(call, self.limits.interrupt_grace_s):
-                        call.cancel()
-                        return await self._after_loss(
-                            "timeout",
-                            ExecutionError(
-                                "TimeoutError",
-                                f"the cell ran past its {timeout:g} s limit and ignored the "
-                                "interrupt; the kernel was restarted",
-                                "",
-                            ),
-                            started,
-                        )
-                    return self._to_result(call, started, timed_out=True, timeout=timeout)
-                return self._to_result(call, started)
+                call = self._channel.request("execute", params, check=self._check_execute)
+                clock = _CellClock(call, self._proc, timeout, self.limits.interrupt_grace_s)
+                try:
+                    await call  # the clock interrupts the cell, then gives up on it
+                except _CellLost:
+                    return await self._after_loss(
+                        "timeout",
+                        ExecutionError(
+                            "TimeoutError",
+                            f"the cell ran past its {timeout:g} s limit and ignored the "
+                            "interrupt; the kernel was restarted",
+                            "",
+                        ),
+                        started,
+                    )
+                finally:
+                    clock.stop()
+                return self._to_result(call, started, timed_out=clock.interrupted, timeout=timeout)
             except (ProtocolError, ClosedError, ConnectionError, RemoteError) as exc:
                 return await self._after_death(exc, started)
             finally:
@@ -278,6 +281,7 @@ class AsyncKernel:
         )
 
     async def _ensure(self) -> None:
+        await in_task()  # (re)starting needs a task; execute may be started eagerly
         if self._closed:
             raise ClosedError("the kernel is closed")
         if self._channel is None or self._channel.closed.done():
@@ -352,30 +356,45 @@ class AsyncKernel:
         return [Variable(r["name"], r["type"], r["repr"]) for r in rows]
 
 
-async def _settles_within(fut: asyncio.Future[Any], seconds: float) -> bool:
-    """Wait until *fut* is done or *seconds* pass; True if it is done. Creates no task.
+class _CellLost(Exception):
+    """The cell ignored its interrupt past the grace: the kernel must be killed."""
 
-    Cancelling the wait cancels *fut*.
+
+@final
+class _CellClock:
+    """Times one cell without a task or a waiter: SIGINT at *timeout*, then gives up.
+
+    At *timeout* the kernel is interrupted (:attr:`interrupted`); if *call* is still not
+    answered *grace* seconds later, it fails with :class:`_CellLost`. A late answer is then
+    dropped by the channel.
     """
-    if fut.done():
-        return True
-    loop = asyncio.get_running_loop()
-    waiter: asyncio.Future[bool] = loop.create_future()
 
-    def settle(value: bool) -> None:
-        if not waiter.done():
-            waiter.set_result(value)
+    __slots__ = ("_call", "_grace", "_loop", "_proc", "_timer", "interrupted")
 
-    def on_done(_: asyncio.Future[Any]) -> None:
-        settle(True)
+    def __init__(
+        self, call: asyncio.Future[Any], proc: KernelProcess, timeout: float, grace: float
+    ) -> None:
+        self._call = call
+        self._proc = proc
+        self._grace = grace
+        self._loop = call.get_loop()
+        self.interrupted = False
+        self._timer = self._loop.call_later(timeout, self._interrupt)
 
-    fut.add_done_callback(on_done)
-    timer = loop.call_later(seconds, settle, False)
-    try:
-        return await waiter
-    except asyncio.CancelledError:
-        fut.cancel()
-        raise
-    finally:
-        timer.cancel()
-        fut.remove_done_callback(on_done)
+    def _interrupt(self) -> None:
+        if self._call.done():
+            return
+        self.interrupted = True
+        try:
+            self._proc.interrupt()
+        except Exception as exc:  # the caller gets it, as when it sent the signal itself
+            self._call.set_exception(exc)
+            return
+        self._timer = self._loop.call_later(self._grace, self._give_up)
+
+    def _give_up(self) -> None:
+        if not self._call.done():
+            self._call.set_exception(_CellLost())
+
+    def stop(self) -> None:
+        self._timer.cancel()
