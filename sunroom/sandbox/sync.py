@@ -79,7 +79,8 @@ class Kernel:
 
     def execute(self, code: str, *, timeout_s: float | None = None) -> ExecutionResult:
         """Run one cell; see ``AsyncKernel.execute``."""
-        return self._portal.call(self._core.execute(code, timeout_s=timeout_s))
+        # eager: the request is sent as soon as the loop thread takes the call
+        return self._portal.call(self._core.execute(code, timeout_s=timeout_s), eager=True)
 
     def bind(self, **values: Any) -> None:
         """Set variables; see ``AsyncKernel.bind``."""
