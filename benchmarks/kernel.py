@@ -8,7 +8,8 @@ client process, an asyncio server here):
 
 * ``execute 'x += 1'`` through ``AsyncKernel`` and through the sync twin ``Kernel`` (called from
   a plain thread while no event loop runs on it), and their ratio;
-* a host call from the kernel to an async function and to a sync one, timed inside the kernel.
+* a host call from the kernel to an async function, to a sync one (on a thread, the default)
+  and to a sync one declared ``inline=True`` (on the event loop), timed inside the kernel.
 
 Each round measures every figure (``--n`` samples after a warm-up of ``WARMUP``); the order
 alternates from one round to the next, and the figures are medians over ``--rounds`` rounds
@@ -24,18 +25,19 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import inspect
 import os
 import socket
 import statistics
 import subprocess
 import sys
 import time
-from typing import cast
+from typing import Any, cast
 
 import msgpack
 
 import sunroom
-from sunroom import AsyncKernel, Kernel, Limits
+from sunroom import AsyncKernel, Kernel, Limits, host_function
 from sunroom.sandbox.pool import KernelPool
 
 WARMUP = 200
@@ -179,7 +181,24 @@ def ping_sync(x: int) -> int:
     return x
 
 
-ROUND_TRIPS = ("echo", "async execute", "sync execute", "async host call", "sync host call")
+def ping_inline(x: int) -> int:
+    """Sync host function declared ``inline=True`` (on the event loop): returns its argument."""
+    return x
+
+
+ROUND_TRIPS = (
+    "echo",
+    "async execute",
+    "sync execute",
+    "async host call",
+    "sync host call",
+    "inline host call",
+)
+HOST_FUNCTIONS = {
+    "async host call": "ping",
+    "sync host call": "ping_sync",
+    "inline host call": "ping_inline",
+}
 
 
 class Rounds:
@@ -209,7 +228,9 @@ def measure_round_trips(args: argparse.Namespace, runner: asyncio.Runner) -> Rou
     """Every round trip, *args.rounds* times; the order alternates from one round to the next."""
     rounds = Rounds()
     limits = Limits(timeout_s=120)
-    functions = [ping, ping_sync]
+    functions: list[Any] = [ping, ping_sync]
+    if "inline" in inspect.signature(host_function).parameters:
+        functions.append(host_function(ping_inline, inline=True))
     core = AsyncKernel(backend=args.backend, functions=functions, limits=limits)
     runner.run(core.start())
     twin = Kernel(backend=args.backend, functions=functions, limits=limits)
@@ -222,9 +243,8 @@ def measure_round_trips(args: argparse.Namespace, runner: asyncio.Runner) -> Rou
             rounds.add(name, runner.run(bench_execute(core, args.n)))
         elif name == "sync execute":
             rounds.add(name, bench_execute_sync(twin, args.n))
-        else:
-            fn = {"async host call": "ping", "sync host call": "ping_sync"}[name]
-            rounds.add(name, runner.run(bench_host_call(core, fn, args.n)))
+        elif HOST_FUNCTIONS[name] in core.registry.functions:
+            rounds.add(name, runner.run(bench_host_call(core, HOST_FUNCTIONS[name], args.n)))
 
     try:
         for i in range(args.rounds):
@@ -277,9 +297,12 @@ def main() -> None:
             "async execute": ("execute 'x += 1' (AsyncKernel)", 6.0),
             "sync execute": ("execute 'x += 1' (Kernel, sync)", None),
             "async host call": ("host call (async fn)", 4.0),
-            "sync host call": ("host call (sync fn)", 4.0),
+            "sync host call": ("host call (sync fn, thread)", 4.0),
+            "inline host call": ("host call (sync fn, inline=True)", 4.0),
         }
         for name in ROUND_TRIPS:
+            if not rounds.p50[name]:
+                continue  # inline=True is not in this tree
             label, target = labels[name]
             p50 = rounds.median(name)
             p90 = statistics.median(rounds.p90[name])
