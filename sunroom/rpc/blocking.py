@@ -68,7 +68,10 @@ class BlockingChannel:
         self._send_lock = threading.Lock()
         self._framer = Framer(max_frame=max_frame, max_values=DEFAULT_MAX_VALUES)
         self._main = threading.main_thread().ident
-        self._cond = threading.Condition(threading.Lock())
+        # `with self._lock` holds the condition's lock without Condition's Python-level
+        # __enter__/__exit__ (five times per host call)
+        self._lock = threading.Lock()
+        self._cond = threading.Condition(self._lock)
         self._reading = False
         self._buf = bytearray()
         self._chunk = bytearray(65536)
@@ -117,7 +120,7 @@ class BlockingChannel:
         connection closes first, WireError when *params* cannot be sent. An interrupted call
         is forgotten; its late answer is dropped.
         """
-        with self._cond:
+        with self._lock:
             self._next_id = req_id = (self._next_id + 1) & 0xFFFFFFFF
             self._waiting[req_id] = None
         try:
@@ -125,7 +128,7 @@ class BlockingChannel:
             self._pump(lambda: self._waiting[req_id] is not None)
             resp = self._waiting[req_id]
         finally:
-            with self._cond:
+            with self._lock:
                 self._waiting.pop(req_id, None)
         assert resp is not None
         if resp.error is not None:
@@ -135,12 +138,12 @@ class BlockingChannel:
     def next_request(self) -> Request:
         """Block until the peer sends a request and return it; ConnectionError when closed."""
         self._pump(lambda: bool(self._requests))
-        with self._cond:
+        with self._lock:
             return self._requests.popleft()
 
     def _pump(self, ready: Callable[[], bool]) -> None:
         while True:
-            with self._cond:
+            with self._lock:
                 while not ready():
                     if self._closed is not None:
                         raise ConnectionError("the host connection is closed")
@@ -160,12 +163,12 @@ class BlockingChannel:
             if isinstance(exc, OSError) and not isinstance(exc, ConnectionError | InterruptedError):
                 # e.g. EBADF: close() on another thread won the race with this recv
                 gone = ConnectionError(f"the host connection is gone: {exc}")
-                with self._cond:
+                with self._lock:
                     self._reading = False
                     self._closed = self._closed or gone
                     self._cond.notify_all()
                 raise gone from exc
-            with self._cond:
+            with self._lock:
                 self._reading = False
                 if not isinstance(exc, KeyboardInterrupt | InterruptedError):
                     self._closed = exc
@@ -175,7 +178,7 @@ class BlockingChannel:
         if masked:
             _sigmask(_signal.SIG_BLOCK, _SIGINT)
         try:
-            with self._cond:
+            with self._lock:
                 self._reading = False
                 if not size:
                     self._closed = ConnectionError("closed")
@@ -207,7 +210,7 @@ class BlockingChannel:
         """Shut the socket down and close it; every waiter then raises ConnectionError."""
         with contextlib.suppress(OSError):
             self._sock.shutdown(_socket.SHUT_RDWR)
-        with self._cond:
+        with self._lock:
             if self._closed is None:
                 self._closed = ConnectionError("closed")
             self._cond.notify_all()
