@@ -81,6 +81,7 @@ class AsyncKernel:
         self._lock = asyncio.Lock()
         self._backend: Backend | None = None
         self._proc: KernelProcess | None = None
+        self._closing: asyncio.Task[None] | None = None
         self._channel: Channel | None = None
         self._closed = False
         self._running_cell = False
@@ -134,12 +135,20 @@ class AsyncKernel:
             raise KernelStartError(f"the kernel did not take its setup: {failure}{detail}") from exc
 
     async def _teardown(self) -> None:
+        """Close the channel and kill the process tree; cancellation-safe.
+
+        The handles are handed to a task of their own before anything is awaited, so a
+        caller cancelled at any point cannot leak them: the task runs to its end, and the next
+        teardown (``aclose`` again, a restart) waits for it.
+        """
         channel, proc = self._channel, self._proc
         self._channel = self._proc = None
-        if channel is not None:
-            await channel.aclose()
-        if proc is not None:
-            await proc.kill()
+        if channel is not None or proc is not None:
+            self._closing = asyncio.get_running_loop().create_task(
+                _close_handles(channel, proc), name="sunroom-kernel-teardown"
+            )
+        if self._closing is not None:
+            await asyncio.shield(self._closing)
 
     async def restart(self) -> None:
         """Kill the kernel and start a fresh one with the same inputs and host functions."""
@@ -350,6 +359,15 @@ class AsyncKernel:
             except RemoteError as exc:
                 raise KernelError(f"variables failed: {cut(str(exc), 300)}") from None
         return [Variable(r["name"], r["type"], r["repr"]) for r in rows]
+
+
+async def _close_handles(channel: Channel | None, proc: KernelProcess | None) -> None:
+    try:
+        if channel is not None:
+            await channel.aclose()
+    finally:
+        if proc is not None:
+            await proc.kill()
 
 
 async def _settles_within(fut: asyncio.Future[Any], seconds: float) -> bool:
