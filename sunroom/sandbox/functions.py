@@ -24,9 +24,17 @@ from typing import Any, Final, final, get_type_hints
 import pydantic
 from pydantic_core import PydanticSerializationError
 
-from sunroom.errors import UsageError
-from sunroom.prelude import wire
-from sunroom.rpc import schema
+from sunroom.errors import (
+    HostFunctionArgumentError,
+    HostFunctionBudgetExceeded,
+    HostFunctionBusy,
+    HostFunctionError,
+    HostFunctionNotFound,
+    HostFunctionTimeout,
+    UsageError,
+)
+from sunroom.rpc import schema, wire
+from sunroom.rpc.messages import RpcError
 
 RESERVED: Final = frozenset({"call", "display"}) | frozenset(dir(builtins))
 """Names a host function may not take: prelude helpers and Python builtins."""
@@ -173,12 +181,17 @@ def _check(hf: HostFunction) -> None:
         raise UsageError(f"{n}: its annotations are not supported: {exc}") from exc
 
 
-class CallRejected(Exception):
-    """A call was refused or failed; ``type`` names the kernel-side exception to raise."""
+def rpc_error(exc: BaseException) -> RpcError:
+    """The error answer a kernel gets for a failed call: the type name and a message.
 
-    def __init__(self, type_: str, message: str) -> None:
-        super().__init__(message)
-        self.type = type_
+    sunroom's own refusals (:class:`~sunroom.errors.HostFunctionError` and its subclasses)
+    travel under their class name, which the kernel maps to its mirror classes of the same
+    names (``sunroom.prelude.hostcall``); an exception the function itself raised travels under
+    its own type name (the kernel raises the builtin of that name when there is one). Host
+    tracebacks never travel.
+    """
+    single_key = isinstance(exc, KeyError) and len(exc.args) == 1
+    return RpcError(type(exc).__name__, str(exc.args[0]) if single_key else str(exc))
 
 
 @dataclasses.dataclass(slots=True)
@@ -218,24 +231,24 @@ class FunctionRegistry:
     async def invoke(self, name: Any, args: Any) -> Any:
         """Validate and run one call from the kernel; return the result as wire data.
 
-        Raises CallRejected (with the kernel-side exception type) for an unknown name, invalid
-        arguments, a spent budget, a timeout, or an exception from the function itself.
+        Raises HostFunctionNotFound, HostFunctionArgumentError, HostFunctionBudgetExceeded,
+        HostFunctionTimeout, HostFunctionBusy (the concurrency limit's wait ran out),
+        HostFunctionError (a result its annotation rejects), or whatever the function itself
+        raised. :func:`rpc_error` turns any of them into the kernel's error answer.
         """
         hf = self._functions.get(name) if isinstance(name, str) else None
         if hf is None:
-            raise CallRejected("HostFunctionNotFound", f"no host function named {_quote(name)}")
+            raise HostFunctionNotFound(f"no host function named {_quote(name)}")
         if not isinstance(args, dict):
-            raise CallRejected("HostFunctionArgumentError", f"{name}(): arguments must be a map")
+            raise HostFunctionArgumentError(f"{name}(): arguments must be a map")
         usage = self._usage[hf.name]
         if hf.budget is not None and usage.calls >= hf.budget:
-            raise CallRejected(
-                "HostFunctionBudgetExceeded", f"{name}(): call budget of {hf.budget} is spent"
-            )
+            raise HostFunctionBudgetExceeded(f"{name}(): call budget of {hf.budget} is spent")
         usage.calls += 1
         try:
             model = hf.arguments_model.model_validate(args)
         except pydantic.ValidationError as exc:
-            raise CallRejected("HostFunctionArgumentError", _explain(hf.name, exc)) from None
+            raise HostFunctionArgumentError(_explain(hf.name, exc)) from None
         kwargs = {k: getattr(model, k) for k in type(model).model_fields}
         started = time.perf_counter()
         failure: BaseException | None = None
@@ -246,40 +259,51 @@ class FunctionRegistry:
                 checked = adapter.validate_python(result)
                 return to_wire(adapter.dump_python(checked, mode="python", warnings=False))
             except (pydantic.ValidationError, PydanticSerializationError, TypeError) as exc:
-                raise CallRejected(
-                    "HostFunctionError", f"{name}() returned a value its annotation rejects: {exc}"
+                raise HostFunctionError(
+                    f"{name}() returned a value its annotation rejects: {exc}"
                 ) from None
-        except CallRejected as exc:
-            failure = exc
-            raise
         except Exception as exc:
             failure = exc
-            single = len(exc.args) == 1 and isinstance(exc, KeyError)
-            message = str(exc.args[0]) if single else str(exc)
-            raise CallRejected(type(exc).__name__, message) from None
+            raise
         finally:
             if self._on_call is not None:
                 self._on_call(hf.name, time.perf_counter() - started, failure)
 
     async def _run(self, hf: HostFunction, usage: _Usage, kwargs: dict[str, Any]) -> Any:
+        """Run the function within its timeout, after a free concurrency slot (if limited).
+
+        The function starts only once it holds a slot: a sync function is handed to a thread
+        then, never before. ``timeout_s`` bounds the wait for a slot and, separately, the run:
+        a wait that runs out is HostFunctionBusy, a run that does is HostFunctionTimeout.
+        """
         if hf.max_concurrency is not None and usage.semaphore is None:
             usage.semaphore = asyncio.Semaphore(hf.max_concurrency)
-        call: Awaitable[Any]
-        if hf.is_async:
-            call = hf.fn(**kwargs)
-        else:
-            loop = asyncio.get_running_loop()
-            call = loop.run_in_executor(_EXECUTOR, functools.partial(hf.fn, **kwargs))
+        sem = usage.semaphore
+        if sem is not None:
+            try:
+                async with asyncio.timeout(hf.timeout_s):
+                    await sem.acquire()
+            except TimeoutError:
+                raise HostFunctionBusy(
+                    f"{hf.name}(): {hf.max_concurrency} calls were running and none finished "
+                    f"within {hf.timeout_s} s"
+                ) from None
         try:
+            call: Awaitable[Any]
+            if hf.is_async:
+                call = hf.fn(**kwargs)
+            else:
+                loop = asyncio.get_running_loop()
+                call = loop.run_in_executor(_EXECUTOR, functools.partial(hf.fn, **kwargs))
             async with asyncio.timeout(hf.timeout_s):
-                if usage.semaphore is None:
-                    return await call
-                async with usage.semaphore:
-                    return await call
+                return await call
         except TimeoutError:
-            raise CallRejected(
-                "HostFunctionTimeout", f"{hf.name}() did not finish within {hf.timeout_s} s"
+            raise HostFunctionTimeout(
+                f"{hf.name}() did not finish within {hf.timeout_s} s"
             ) from None
+        finally:
+            if sem is not None:
+                sem.release()
 
 
 MAX_ECHO: Final = 60

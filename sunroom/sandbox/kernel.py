@@ -22,7 +22,7 @@ from sunroom.rpc.messages import RpcError
 from sunroom.sandbox import backends
 from sunroom.sandbox.backend import Backend, KernelProcess
 from sunroom.sandbox.codegen import generate
-from sunroom.sandbox.functions import CallRejected, FunctionRegistry, HostFunction, to_wire
+from sunroom.sandbox.functions import FunctionRegistry, HostFunction, rpc_error, to_wire
 from sunroom.sandbox.launch import failure_detail, launch
 from sunroom.sandbox.limits import Limits
 from sunroom.sandbox.pool import KernelPool
@@ -178,8 +178,8 @@ class AsyncKernel:
             raise RpcFailure(RpcError("MethodNotFound", f"the host does not serve {method!r}"))
         try:
             return await self.registry.invoke(params["name"], params["args"])
-        except CallRejected as exc:
-            raise RpcFailure(RpcError(exc.type, str(exc))) from None
+        except Exception as exc:  # the kernel gets it as an error answer, by type name
+            raise RpcFailure(rpc_error(exc)) from None
 
     # -- cells -----------------------------------------------------------------------------
 
