@@ -15,7 +15,14 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Self, final
 
-from sunroom.errors import ClosedError, KernelError, KernelStartError, ProtocolError, UsageError
+from sunroom.errors import (
+    ClosedError,
+    KernelDiedError,
+    KernelError,
+    KernelStartError,
+    ProtocolError,
+    UsageError,
+)
 from sunroom.rpc import schema
 from sunroom.rpc.channel import Channel, RemoteError, RpcFailure, cut
 from sunroom.rpc.messages import RpcError
@@ -26,7 +33,7 @@ from sunroom.sandbox.functions import FunctionRegistry, HostFunction, rpc_error,
 from sunroom.sandbox.launch import failure_detail, launch
 from sunroom.sandbox.limits import Limits
 from sunroom.sandbox.pool import KernelPool
-from sunroom.sandbox.result import ExecutionError, ExecutionResult, Variable
+from sunroom.sandbox.result import CellError, ExecutionResult, Variable
 
 OutputCallback = Callable[[str, str], None]
 """Called with (stream name, text) as a cell writes output."""
@@ -213,7 +220,7 @@ class AsyncKernel:
                         call.cancel()
                         return await self._after_loss(
                             "timeout",
-                            ExecutionError(
+                            CellError(
                                 "TimeoutError",
                                 f"the cell ran past its {timeout:g} s limit and ignored the "
                                 "interrupt; the kernel was restarted",
@@ -238,11 +245,11 @@ class AsyncKernel:
     ) -> ExecutionResult:
         raw = call.result()  # checked by schema.execute_result; raises if the kernel died
         err = raw["error"]
-        error = ExecutionError(err["type"], err["message"], err["traceback"]) if err else None
+        error = CellError(err["type"], err["message"], err["traceback"]) if err else None
         status: Any = "ok" if error is None else "error"
         if timed_out and error is not None and error.type == "KeyboardInterrupt":
             status = "timeout"
-            error = ExecutionError(
+            error = CellError(
                 "TimeoutError",
                 f"the cell ran past its {timeout:g} s limit and was interrupted "
                 "(the kernel's state is kept)",
@@ -270,12 +277,10 @@ class AsyncKernel:
         else:
             reason = await self._proc.exit_reason()
         return await self._after_loss(
-            "died", ExecutionError("KernelDied", reason + "; it was restarted", ""), started
+            "died", CellError("KernelDied", reason + "; it was restarted", ""), started
         )
 
-    async def _after_loss(
-        self, status: Any, error: ExecutionError, started: float
-    ) -> ExecutionResult:
+    async def _after_loss(self, status: Any, error: CellError, started: float) -> ExecutionResult:
         # if the restart fails, the next execute retries the start and raises then
         with contextlib.suppress(KernelError):
             await self._restart()
@@ -330,6 +335,24 @@ class AsyncKernel:
             await answer  # ProtocolError here: the kernel broke the protocol
         except RemoteError as exc:
             raise KernelError(f"bind failed: {cut(str(exc), 300)}") from None
+        except (ClosedError, ConnectionError) as exc:
+            raise await self._died("bind", exc) from None
+
+    async def _died(self, what: str, exc: BaseException) -> KernelError | ClosedError:
+        """The error for a call cut short by the kernel's death; tears the dead kernel down.
+
+        KernelDiedError (with the exit reason) when the process died; the kernel is started
+        afresh on next use.
+        """
+        if self._closed:
+            return ClosedError("the kernel is closed")
+        proc = self._proc
+        reason = await proc.exit_reason() if proc is not None else str(exc)
+        await self._teardown()
+        return KernelDiedError(
+            f"the kernel died during {what}(): {reason}; it is restarted on next use",
+            reason=reason,
+        )
 
     async def bind(self, **values: Any) -> None:
         """Set variables in the namespace; they are bound again after every restart.
@@ -348,8 +371,9 @@ class AsyncKernel:
     async def variables(self) -> list[Variable]:
         """The user's variables: names, type names and short reprs (no values).
 
-        Raises KernelError when the kernel answers with an error, ProtocolError when its answer
-        is not a list of variables (the kernel is then restarted on next use).
+        Raises KernelError when the kernel answers with an error, KernelDiedError when it dies
+        while answering, ProtocolError when its answer is not a list of variables (the kernel
+        is then restarted on next use).
         """
         async with self._lock:
             await self._ensure()
@@ -358,6 +382,8 @@ class AsyncKernel:
                 rows = await self._channel.call("variables", check=schema.variables)
             except RemoteError as exc:
                 raise KernelError(f"variables failed: {cut(str(exc), 300)}") from None
+            except (ClosedError, ConnectionError) as exc:
+                raise await self._died("variables", exc) from None
         return [Variable(r["name"], r["type"], r["repr"]) for r in rows]
 
 

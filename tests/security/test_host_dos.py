@@ -46,7 +46,7 @@ from sunroom.errors import HostFunctionArgumentError, HostFunctionNotFound
 from sunroom.sandbox import backends
 from sunroom.sandbox.backend import Backend, KernelProcess, LaunchSpec
 from sunroom.sandbox.functions import FunctionRegistry
-from sunroom.sandbox.result import ExecutionError
+from sunroom.sandbox.result import CellError
 
 SAMPLES = 600
 ATTEMPTS = 3
@@ -527,4 +527,4 @@ def test_an_execution_result_holds_only_json_types() -> None:
     with pytest.raises(TypeError):
         ExecutionResult(status="fine")  # type: ignore[arg-type]
     with pytest.raises(TypeError):
-        ExecutionError("E", "m", 5)  # type: ignore[arg-type]
+        CellError("E", "m", 5)  # type: ignore[arg-type]
