@@ -29,13 +29,7 @@ from sunroom.service.config import ServiceConfig
 from sunroom.service.journal import CallLedger, Journal
 from sunroom.service.live import Live, ModelResolver, new_owner
 from sunroom.service.problems import CapacityError, ConflictError, NotFoundError
-from sunroom.service.recovery import (
-    MESSAGE_RECEIVED,
-    Replay,
-    answer_dangling,
-    replay,
-    restart_note,
-)
+from sunroom.service.recovery import MESSAGE_RECEIVED, plan, replay
 from sunroom.service.schemas import CreateSession, output_type
 from sunroom.service.signals import Signals
 from sunroom.store import EventStore, SessionRecord, SessionStatus, StoredEvent
@@ -258,6 +252,11 @@ class SessionManager:
                 raise
 
     async def _take_over(self, record: SessionRecord) -> Live:
+        """Resume *record* in one pass: fold the log, let :func:`plan` decide, carry it out.
+
+        Nothing here decides what is pending: :func:`replay` folds the log into one state and
+        :func:`plan` alone says what the resumed session does.
+        """
         sid = record.session_id
         request = CreateSession.model_validate(record.config)
         state = replay(await self._all_events(sid))
@@ -265,15 +264,13 @@ class SessionManager:
         unknown = [c for c in calls if c.outcome is None]
         for c in unknown:
             await self.store.mark_unknown(sid, c.call_id, owner=self.owner)
-        note = restart_note(unknown)
-        was_running = record.status == "running"
-        transcript = answer_dangling(state.transcript, note) if was_running else state.transcript
+        todo = plan(state, unknown=unknown, was_running=record.status == "running", session_id=sid)
         live = await self._open(
             sid,
             request,
             next_seq=state.last_seq + 1,
             first_call=len(calls) + 1,
-            transcript=transcript or None,
+            transcript=todo.transcript or None,
             spent=state.spent,
         )
         for c in unknown:
@@ -288,23 +285,14 @@ class SessionManager:
              "state_lost": True, "unknown_calls": [c.call_id for c in unknown]},
         )  # fmt: skip
         log.info("session %s resumed (%d unknown calls)", sid, len(unknown))
-        if was_running and not state.run_open:  # the run ended; only its record was not written
-            await self._ended(live, state.last_result or {"status": "cancelled"})
-        elif was_running:
-            await self._continue(live, state, note)
-        else:
-            live.preamble = note
+        if todo.end_with is not None:
+            if state.run_open:  # the log has no SessionEnded for it: write one
+                await live.journal.append("SessionEnded", {"result": todo.end_with})
+            await self._ended(live, todo.end_with)
+        live.preamble = todo.preamble
+        for mid, text in todo.sends:
+            await self._deliver(live, mid, text)
         return live
-
-    async def _continue(self, live: Live, state: Replay, note: str) -> None:
-        messages = [*state.pending]
-        first = f"{note}\n\n{messages.pop(0)}" if messages else note
-        await live.journal.append(MESSAGE_RECEIVED, {"text": first, "resumed": True})
-        live.idle.clear()
-        await live.session.send(first)
-        for text in messages:
-            await live.journal.append(MESSAGE_RECEIVED, {"text": text, "resumed": True})
-            await live.session.send(text)
 
     async def resume_orphans(self) -> list[str]:
         """Resume every session whose owner's lease ran out; the ids this process took."""
@@ -448,14 +436,31 @@ class SessionManager:
             log.exception("session %s: closing its model failed", sid)
 
     async def _send(self, live: Live, text: str) -> None:
+        """Accept a new user message: record it (with a fresh id) once, then deliver it."""
         if live.preamble is not None and not live.session.running:
-            text, live.preamble = f"{live.preamble}\n\n{text}", None
+            sent, live.preamble = f"{live.preamble}\n\n{text}", None
+        else:
+            sent = text
+        mid = uuid.uuid4().hex
+        await self._reopen(live)
+        await live.journal.append(MESSAGE_RECEIVED, {"id": mid, "text": text})
+        await self._deliver(live, mid, sent, reopen=False)
+
+    async def _deliver(
+        self, live: Live, mid: str | None, text: str, *, reopen: bool = True
+    ) -> None:
+        """Hand message *mid* to the session as *text* (None: the restart note alone)."""
+        if reopen:
+            await self._reopen(live)
+        if mid is not None:
+            live.journal.expect(mid, text)
+        live.idle.clear()
+        await live.session.send(text)
+
+    async def _reopen(self, live: Live) -> None:
         record = await self._record(live.sid)
         if record.status != "running":
             await self.store.reopen_session(live.sid, owner=self.owner)
-        await live.journal.append(MESSAGE_RECEIVED, {"text": text})
-        live.idle.clear()
-        await live.session.send(text)
 
     async def _ended(self, live: Live, result: dict[str, Any]) -> None:
         status = _STATUS.get(str(result.get("status")), "failed")

@@ -1,0 +1,91 @@
+"""Resume keeps every accepted message exactly once (``kill -9`` of a real ``sunroom serve``).
+
+Messages carry ids in the log (``MessageReceived``); a ``Transcript`` event names the ids the
+run took in. A resume re-sends only the ids no transcript took, and never records them again.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from sunroom.providers import UserMessage
+from sunroom.service.recovery import replay
+from tests.service.test_crash import TOKEN, Service, read, wait_for
+
+KILLS = 3
+
+
+def _env(tmp: Path, script: dict[str, Any]) -> dict[str, str]:
+    (tmp / "script.json").write_text(json.dumps(script))
+    return {**os.environ, "SUNROOM_TOKEN": TOKEN,
+            "SUNROOM_MODEL": f"scripted:{tmp / 'script.json'}",
+            "SUNROOM_TEST_LEDGER": str(tmp / "ledger.txt")}  # fmt: skip
+
+
+def _restarts(db: Path, sid: str) -> int:
+    return sum(e.kind == "KernelRestarted" for e in read(db, sid)[0])
+
+
+def test_kills_in_the_first_model_call_do_not_multiply_the_task(tmp_path: Path) -> None:
+    env = _env(tmp_path, {"replies": ["done"], "delay_s": 0.6})
+    db = tmp_path / "s.db"
+    service = Service(tmp_path, env)
+    sid = service.client.post("/sessions", json={"task": "the task"}).json()["session_id"]
+    for k in range(KILLS):
+        if k == 0:
+            wait_for(lambda: any(e.kind == "MessageReceived" for e in read(db, sid)[0]))
+        else:
+            wait_for(lambda k=k: _restarts(db, sid) == k)
+        time.sleep(0.1)  # in the model call (0.6 s): the task is not in the transcript yet
+        service.kill()
+        service = Service(tmp_path, env)
+    wait_for(lambda: _restarts(db, sid) == KILLS)
+    try:
+        r = service.client.get(f"/sessions/{sid}/result", params={"timeout": 60})
+        assert r.status_code == 200, r.text
+        body = r.json()
+    finally:
+        service.stop()
+    assert body["status"] == "finished" and body["result"]["status"] == "success", body
+    events = read(db, sid)[0]
+    kinds = [e.kind for e in events]
+    received = kinds.count("MessageReceived")
+    transcript = replay(events).transcript
+    told = sum(m.text.count("the task") for m in transcript if isinstance(m, UserMessage))
+    print("kills", KILLS, "MessageReceived", received, "task in transcript", told)
+    assert received == 1, kinds
+    assert told == 1, [m for m in transcript if isinstance(m, UserMessage)]
+    assert [e.seq for e in events] == list(range(1, len(events) + 1))
+    assert kinds.count("SessionEnded") == 1
+
+
+def test_an_accepted_submit_survives_a_kill_before_the_run_ends(tmp_path: Path) -> None:
+    # the cell submits, then runs on for 3 s: the kill lands between SubmitAccepted and the end
+    code = "submit('the answer')\nprint(charge(7))\nimport time\ntime.sleep(3)"
+    env = _env(tmp_path, {"replies": [{"code": code}, "a second answer"], "delay_s": 0.05})
+    db = tmp_path / "s.db"
+    service = Service(tmp_path, env)
+    sid = service.client.post("/sessions", json={"task": "answer"}).json()["session_id"]
+    wait_for(lambda: any(e.kind == "SubmitAccepted" for e in read(db, sid)[0]))
+    service.kill()
+    service = Service(tmp_path, env)
+    try:
+        wait_for(lambda: _restarts(db, sid) == 1)
+        r = service.client.get(f"/sessions/{sid}/result", params={"timeout": 60})
+        assert r.status_code == 200, r.text
+        body = r.json()
+    finally:
+        service.stop()
+    assert body["status"] == "finished", body
+    assert body["result"]["status"] == "success" and body["result"]["output"] == "the answer"
+    events = read(db, sid)[0]
+    kinds = [e.kind for e in events]
+    assert kinds.count("SessionEnded") == 1 and kinds.count("MessageReceived") == 1, kinds
+    assert kinds.index("KernelRestarted") < kinds.index("SessionEnded")
+    assert [e.seq for e in events] == list(range(1, len(events) + 1))
+    ended = next(e for e in events if e.kind == "SessionEnded")
+    assert ended.payload["result"]["output"] == "the answer"
