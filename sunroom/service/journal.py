@@ -154,6 +154,12 @@ class Journal:
             kind, payload = event_to_json(e, session_id=self.session_id)
             if isinstance(e, ev.SessionEnded):
                 self._ended.append(payload["result"])
+                # the run's transcript goes before its end, so the log says the run answered
+                # the messages it took in
+                delta = self._transcript_delta()
+                if delta is not None:
+                    out.append(NewEvent(seq=seq, kind=TRANSCRIPT, payload=delta, ts=time.time()))
+                    seq += 1
             out.append(NewEvent(seq=seq, kind=kind, payload=payload, ts=e.ts))
             seq += 1
         delta = self._transcript_delta()

@@ -40,6 +40,12 @@ log = logging.getLogger("sunroom.service")
 
 _STATUS: dict[str, SessionStatus] = {"success": "finished", "cancelled": "cancelled"}
 
+LATE_NOTE = (
+    "[The service] The message(s) above arrived while your previous run was ending and were "
+    "not answered by it; answer them now."
+)
+"""Starts the run that answers messages an ending run never took in (they precede it)."""
+
 
 @final
 class SessionManager:
@@ -288,7 +294,7 @@ class SessionManager:
         if todo.end_with is not None:
             if state.run_open:  # the log has no SessionEnded for it: write one
                 await live.journal.append("SessionEnded", {"result": todo.end_with})
-            await self._ended(live, todo.end_with)
+            await self._ended(live, todo.end_with, more=bool(todo.sends))
         live.preamble = todo.preamble
         for mid, text in todo.sends:
             await self._deliver(live, mid, text)
@@ -462,15 +468,35 @@ class SessionManager:
         if record.status != "running":
             await self.store.reopen_session(live.sid, owner=self.owner)
 
-    async def _ended(self, live: Live, result: dict[str, Any]) -> None:
-        status = _STATUS.get(str(result.get("status")), "failed")
-        try:
-            await self.store.finish_session(
-                live.sid, status=status, result=result, owner=self.owner
-            )
-        except Exception:
-            # the record stays running; the run's end is in the log, so a resume records it
-            log.exception("session %s: recording the end of its run failed", live.sid)
+    async def _ended(self, live: Live, result: dict[str, Any], *, more: bool = False) -> None:
+        """A run of *live* ended with *result* (its ``SessionEnded`` is durable).
+
+        A message accepted while the run was ending that it never took in is still queued in
+        the session: a new run starts at once (by a note, not by sending the message again) and
+        the record stays ``running``, so a crash now resumes and answers it. *more*: the caller
+        sends messages next (a resume), so the record stays ``running`` too.
+        """
+        late = (
+            bool(live.journal.untaken)
+            and result.get("status") != "cancelled"
+            and not live.session.running
+            and self._live.get(live.sid) is live
+        )
+        if not (late or more):
+            status = _STATUS.get(str(result.get("status")), "failed")
+            try:
+                await self.store.finish_session(
+                    live.sid, status=status, result=result, owner=self.owner
+                )
+            except Exception:
+                # the record stays running; the run's end is in the log, so a resume records it
+                log.exception("session %s: recording the end of its run failed", live.sid)
+        if late:
+            try:
+                live.idle.clear()
+                await live.session.send(LATE_NOTE)
+            except Exception:
+                log.exception("session %s: starting a run for a late message failed", live.sid)
         if not live.session.running or result.get("status") == "cancelled":
             live.idle.set()
         self.signals.fire(live.sid)

@@ -89,3 +89,32 @@ def test_an_accepted_submit_survives_a_kill_before_the_run_ends(tmp_path: Path) 
     assert [e.seq for e in events] == list(range(1, len(events) + 1))
     ended = next(e for e in events if e.kind == "SessionEnded")
     assert ended.payload["result"]["output"] == "the answer"
+
+
+def test_a_message_sent_while_the_run_ends_is_answered(tmp_path: Path) -> None:
+    # the message arrives during the cell that submitted: the run ends without taking it in
+    code = "submit('first')\nimport time\ntime.sleep(1)"
+    env = _env(tmp_path, {"replies": [{"code": code}, "second"], "delay_s": 0.05})
+    db = tmp_path / "s.db"
+    service = Service(tmp_path, env)
+    try:
+        sid = service.client.post("/sessions", json={"task": "answer"}).json()["session_id"]
+        wait_for(lambda: any(e.kind == "SubmitAccepted" for e in read(db, sid)[0]))
+        r = service.client.post(f"/sessions/{sid}/messages", json={"text": "late message"})
+        assert r.status_code == 202, r.text
+
+        def ended_twice() -> bool:
+            return [e.kind for e in read(db, sid)[0]].count("SessionEnded") == 2
+
+        wait_for(ended_twice, timeout=20)
+        r = service.client.get(f"/sessions/{sid}/result", params={"timeout": 30})
+        body = r.json()
+    finally:
+        service.stop()
+    assert body["status"] == "finished" and body["result"]["output"] == "second", body
+    events = read(db, sid)[0]
+    state = replay(events)
+    assert [m.text for m in state.messages] == ["answer", "late message"]
+    assert all(m.taken and m.answered for m in state.messages), state.messages
+    told = sum(m.text.count("late message") for m in state.transcript if isinstance(m, UserMessage))
+    assert told == 1
