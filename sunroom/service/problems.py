@@ -6,6 +6,7 @@ exception's class name. :func:`status_for` walks the error tree: the most specif
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import Final, final
 
@@ -30,6 +31,7 @@ __all__ = [
     "ConflictError",
     "NotFoundError",
     "error_body",
+    "public_message",
     "status_for",
     "validation_message",
 ]
@@ -82,6 +84,23 @@ def status_for(exc: BaseException) -> int:
 def error_body(type_: str, message: str) -> dict[str, dict[str, str]]:
     """The JSON error envelope."""
     return {"error": {"type": type_, "message": message}}
+
+
+_PATH: Final = re.compile(r"(?<![\w.#~:/])(?:~|/)(?:[^\s/'\"(),:;]+/)*[^\s/'\"(),:;]+")
+
+
+def public_message(exc: BaseException) -> str:
+    """What a client may see of a server-side (5xx) error: its first line, no host paths.
+
+    A kernel that failed to start reports its traceback and the paths of the host; those stay
+    in the server log (every 5xx is logged with its traceback).
+    """
+    text = str(exc).split("Traceback (most recent call last)", 1)[0]
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    first = _PATH.sub("<path>", lines[0]) if lines else ""
+    return (
+        first.rstrip(" :") or f"the server failed ({type(exc).__name__}); its log has the details"
+    )
 
 
 _OBJECT_TYPES: Final = frozenset({"model_type", "model_attributes_type", "dict_type"})

@@ -17,7 +17,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from sunroom.errors import KernelStartError
 from sunroom.providers import ScriptedModel
+from sunroom.service.problems import public_message
 from tests.service.conftest import TOKEN, Server
 
 LEAKS = ("Traceback", "/home/", "/tmp/", "/work/", "site-packages", 'File "')
@@ -163,6 +165,7 @@ def test_headers_over_16_kib_are_a_431(make_server: Callable[..., Server], size:
     server = make_server()
     request = (
         f"GET /sessions HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {TOKEN}\r\n"
+        "Connection: close\r\n"
         f"X-Big: {'a' * size}\r\n\r\n"
     ).encode()
     status, head, body = raw(server, request)
@@ -185,7 +188,10 @@ _FIELDS = {
 
 
 def test_fuzzed_bodies_never_get_a_5xx(make_server: Callable[..., Server]) -> None:
-    server = make_server(lambda: ScriptedModel(["done"] * 100), max_sessions=1000)
+    server = make_server(lambda: ScriptedModel(["done"] * 1000), max_sessions=1000)
+    kid = server.client.post("/kernels", json={}).json()["kernel_id"]
+    sid = server.client.post("/sessions", json={}).json()["session_id"]
+    routes = ["/sessions", "/kernels", f"/sessions/{sid}/messages", f"/kernels/{kid}/execute"]
 
     @settings(
         max_examples=150,
@@ -194,7 +200,7 @@ def test_fuzzed_bodies_never_get_a_5xx(make_server: Callable[..., Server]) -> No
         suppress_health_check=list(HealthCheck),
     )
     @given(
-        path=st.sampled_from(["/sessions", "/kernels", "/sessions/nope/messages"]),
+        path=st.sampled_from(routes),
         body=st.one_of(
             _json,
             st.fixed_dictionaries(
@@ -203,6 +209,10 @@ def test_fuzzed_bodies_never_get_a_5xx(make_server: Callable[..., Server]) -> No
                     name: _json
                     for name in {f for fields in _FIELDS.values() for f in fields} | {"text"}
                 },
+            ),
+            st.fixed_dictionaries(
+                {"code": st.sampled_from(["1", "x = 2", "("]) | _json},
+                optional={"timeout_s": _json | st.floats() | st.integers()},
             ),
             st.fixed_dictionaries(
                 {
@@ -228,5 +238,22 @@ def test_fuzzed_bodies_never_get_a_5xx(make_server: Callable[..., Server]) -> No
                 server.client.delete(f"/kernels/{r.json()['kernel_id']}")
             else:
                 server.client.delete(f"/sessions/{r.json()['session_id']}")
+        if path.endswith("/messages") and r.status_code == 202:
+            server.client.get(f"/sessions/{sid}/result", params={"timeout": "10"})
 
     check()
+
+
+def test_a_server_error_shows_no_traceback_or_host_path() -> None:
+    exc = KernelStartError(
+        "the kernel did not start: MemoryError\nTraceback (most recent call last):\n"
+        '  File "/work/main/sunroom/sandbox/kernel.py", line 12, in main\nMemoryError'
+    )
+    assert public_message(exc) == "the kernel did not start: MemoryError"
+    exc = KernelStartError("bwrap failed on /home/alice/.cache/sunroom/k1/work: setrlimit")
+    message = public_message(exc)
+    assert "/home" not in message and "alice" not in message, message
+    assert message == "bwrap failed on <path>: setrlimit"
+    assert "the server failed" in public_message(
+        KernelStartError("Traceback (most recent call last)")
+    )
