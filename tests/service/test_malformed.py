@@ -10,6 +10,7 @@ import contextlib
 import json
 import socket
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -20,6 +21,7 @@ from hypothesis import strategies as st
 from sunroom.errors import KernelStartError
 from sunroom.providers import ScriptedModel
 from sunroom.service.problems import public_message
+from sunroom.service.schemas import RANGES
 from tests.service.conftest import TOKEN, Server
 
 LEAKS = ("Traceback", "/home/", "/tmp/", "/work/", "site-packages", 'File "')
@@ -257,3 +259,13 @@ def test_a_server_error_shows_no_traceback_or_host_path() -> None:
     assert "the server failed" in public_message(
         KernelStartError("Traceback (most recent call last)")
     )
+
+
+def test_every_range_is_documented() -> None:
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "service.md").read_text()
+    limits = docs.split("## Limits", 1)[1].split("\n## ", 1)[0]
+    for name, (_low, high, _unit) in RANGES.items():
+        row = next((line for line in limits.splitlines() if f"`{name}`" in line), None)
+        if row is None:  # the cell timeout shares the row of limits.timeout_s
+            row = next(line for line in limits.splitlines() if f"`{name.split('.')[-1]}`" in line)
+        assert f"{high:,}" in row, (name, row)
