@@ -6,6 +6,9 @@ calls before they run (:class:`~sunroom.service.journal.CallLedger`), owns each 
 renewed lease, and resumes sessions a dead process left ``running``: claim (exactly one process
 wins), rebuild the transcript from the log, start a fresh kernel, publish ``KernelRestarted``,
 mark unfinished calls ``unknown`` (never replayed) and carry on with the run. No cell is re-run.
+With a file store its owner string is stable across restarts
+(:func:`~sunroom.service.live.stable_owner`): a restarted server reclaims its own sessions at
+once instead of waiting out their leases (and answering 409 meanwhile).
 """
 
 from __future__ import annotations
@@ -27,12 +30,12 @@ from sunroom.sandbox.functions import HostFunction
 from sunroom.service import leases
 from sunroom.service.config import ServiceConfig
 from sunroom.service.journal import CallLedger, Journal
-from sunroom.service.live import Live, ModelResolver, new_owner
+from sunroom.service.live import Identity, Live, ModelResolver, new_owner, stable_owner
 from sunroom.service.problems import CapacityError, ConflictError, NotFoundError
 from sunroom.service.recovery import MESSAGE_RECEIVED, plan, replay
 from sunroom.service.schemas import CreateSession, output_type
 from sunroom.service.signals import Signals
-from sunroom.store import EventStore, SessionRecord, SessionStatus, StoredEvent
+from sunroom.store import EventStore, SessionRecord, SessionStatus, SQLiteStore, StoredEvent
 
 __all__ = ["ModelResolver", "SessionManager", "new_owner"]
 
@@ -70,7 +73,10 @@ class SessionManager:
     ) -> None:
         self.store = store
         self.config = config
-        self.owner = owner or new_owner()
+        self._identity: Identity | None = None
+        if owner is None and isinstance(store, SQLiteStore) and str(store.path) != ":memory:":
+            self._identity = stable_owner(store.path)
+        self.owner = owner or (self._identity.owner if self._identity else new_owner())
         self.signals = Signals()
         self._resolve = resolve_model
         self._functions = tuple(functions)
@@ -86,6 +92,7 @@ class SessionManager:
         """Start lease renewal and, when configured, the resumption of orphaned sessions."""
         loop = asyncio.get_running_loop()
         self._tasks.append(loop.create_task(leases.renew_forever(self), name="sunroom-renew"))
+        self._tasks.append(loop.create_task(leases.reclaim_own(self), name="sunroom-reclaim"))
         if self.config.resume_orphans:
             task = loop.create_task(leases.resume_forever(self), name="sunroom-orphans")
             self._tasks.append(task)
@@ -108,6 +115,8 @@ class SessionManager:
             await asyncio.wait(self._closing)  # sessions dropped earlier finish closing
         for live in list(self._live.values()):
             await self._shutdown(live, finish=False)
+        if self._identity is not None:
+            self._identity.release()
 
     @property
     def live(self) -> int:
