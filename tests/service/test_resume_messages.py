@@ -12,6 +12,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from sunroom.providers import UserMessage
 from sunroom.service.recovery import replay
 from tests.service.test_crash import TOKEN, Service, read, wait_for
@@ -30,12 +32,16 @@ def _restarts(db: Path, sid: str) -> int:
     return sum(e.kind == "KernelRestarted" for e in read(db, sid)[0])
 
 
-def test_kills_in_the_first_model_call_do_not_multiply_the_task(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    "kills",
+    [pytest.param(KILLS, id="3-kills"), pytest.param(5, id="5-kills", marks=pytest.mark.slow)],
+)
+def test_kills_in_the_first_model_call_do_not_multiply_the_task(tmp_path: Path, kills: int) -> None:
     env = _env(tmp_path, {"replies": ["done"], "delay_s": 0.6})
     db = tmp_path / "s.db"
     service = Service(tmp_path, env)
     sid = service.client.post("/sessions", json={"task": "the task"}).json()["session_id"]
-    for k in range(KILLS):
+    for k in range(kills):
         if k == 0:
             wait_for(lambda: any(e.kind == "MessageReceived" for e in read(db, sid)[0]))
         else:
@@ -43,7 +49,7 @@ def test_kills_in_the_first_model_call_do_not_multiply_the_task(tmp_path: Path) 
         time.sleep(0.1)  # in the model call (0.6 s): the task is not in the transcript yet
         service.kill()
         service = Service(tmp_path, env)
-    wait_for(lambda: _restarts(db, sid) == KILLS)
+    wait_for(lambda: _restarts(db, sid) == kills)
     try:
         r = service.client.get(f"/sessions/{sid}/result", params={"timeout": 60})
         assert r.status_code == 200, r.text
@@ -56,7 +62,7 @@ def test_kills_in_the_first_model_call_do_not_multiply_the_task(tmp_path: Path) 
     received = kinds.count("MessageReceived")
     transcript = replay(events).transcript
     told = sum(m.text.count("the task") for m in transcript if isinstance(m, UserMessage))
-    print("kills", KILLS, "MessageReceived", received, "task in transcript", told)
+    print("kills", kills, "MessageReceived", received, "task in transcript", told)
     assert received == 1, kinds
     assert told == 1, [m for m in transcript if isinstance(m, UserMessage)]
     assert [e.seq for e in events] == list(range(1, len(events) + 1))
