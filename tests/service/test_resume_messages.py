@@ -124,3 +124,38 @@ def test_a_message_sent_while_the_run_ends_is_answered(tmp_path: Path) -> None:
     assert all(m.taken and m.answered for m in state.messages), state.messages
     told = sum(m.text.count("late message") for m in state.transcript if isinstance(m, UserMessage))
     assert told == 1
+
+
+@pytest.mark.slow
+def test_messages_sent_between_kills_are_each_answered_once(tmp_path: Path) -> None:
+    cell = {"code": "import time\ntime.sleep(0.3)"}
+    env = _env(tmp_path, {"replies": [cell, cell, cell, "done"], "delay_s": 0.3})
+    db = tmp_path / "s.db"
+    service = Service(tmp_path, env)
+    sid = service.client.post("/sessions", json={"task": "the task"}).json()["session_id"]
+    texts = ["the task"]
+    for k in range(3):
+        wait_for(lambda k=k: _restarts(db, sid) == k)
+        time.sleep(0.2 + 0.25 * k)
+        text = f"message {k}"
+        r = service.client.post(f"/sessions/{sid}/messages", json={"text": text})
+        assert r.status_code == 202, r.text
+        texts.append(text)
+        time.sleep(0.1 * k)
+        service.kill()
+        service = Service(tmp_path, env)
+    try:
+        wait_for(lambda: _restarts(db, sid) == 3)
+        r = service.client.get(f"/sessions/{sid}/result", params={"timeout": 60})
+        body = r.json()
+    finally:
+        service.stop()
+    assert body["status"] == "finished" and body["result"]["status"] == "success", body
+    events = read(db, sid)[0]
+    state = replay(events)
+    assert [m.text for m in state.messages] == texts
+    assert all(m.taken and m.answered for m in state.messages), state.messages
+    users = [m.text for m in state.transcript if isinstance(m, UserMessage)]
+    for text in texts:
+        assert sum(u.count(text) for u in users) == 1, (text, users)
+    assert [e.seq for e in events] == list(range(1, len(events) + 1))
