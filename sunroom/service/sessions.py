@@ -89,11 +89,12 @@ class SessionManager:
     # -- lifecycle -------------------------------------------------------------------------
 
     async def start(self) -> None:
-        """Start lease renewal and, when configured, the resumption of orphaned sessions."""
+        """Start lease renewal and, when configured, resuming its own and orphaned sessions."""
         loop = asyncio.get_running_loop()
         self._tasks.append(loop.create_task(leases.renew_forever(self), name="sunroom-renew"))
-        self._tasks.append(loop.create_task(leases.reclaim_own(self), name="sunroom-reclaim"))
-        if self.config.resume_orphans:
+        if self.config.resume_orphans:  # a server, not `sunroom sessions resume ID`
+            task = loop.create_task(leases.reclaim_own(self), name="sunroom-reclaim")
+            self._tasks.append(task)
             task = loop.create_task(leases.resume_forever(self), name="sunroom-orphans")
             self._tasks.append(task)
 
