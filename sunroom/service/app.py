@@ -44,7 +44,13 @@ from sunroom.service.config import MAX_HEADER_BYTES, ServiceConfig
 from sunroom.service.kernels import KernelManager
 from sunroom.service.limits import BodyLimit, BodyTooLarge, HeaderLimit
 from sunroom.service.models import resolve_model
-from sunroom.service.problems import error_body, public_message, status_for, validation_message
+from sunroom.service.problems import (
+    error_body,
+    public_message,
+    retry_after,
+    status_for,
+    validation_message,
+)
 from sunroom.service.schemas import CreateKernel, CreateSession, Execute, MessageIn
 from sunroom.service.sessions import ModelResolver, SessionManager
 from sunroom.service.sse import EventStream
@@ -275,7 +281,10 @@ def create_app(
             body = error_body("InternalError", message)
             return JSONResponse(body, status_code=500)
         message = public_message(exc) if status >= 500 else str(exc)  # no traceback or path
-        return JSONResponse(error_body(type(exc).__name__, message), status_code=status)
+        wait = retry_after(exc)
+        headers = {"Retry-After": str(wait)} if wait is not None else None
+        body = error_body(type(exc).__name__, message)
+        return JSONResponse(body, status_code=status, headers=headers)
 
     def answered(endpoint: Endpoint) -> Endpoint:
         """*endpoint*, answering an unexpected exception itself: logged once, never re-raised.

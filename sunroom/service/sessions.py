@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 import uuid
 from collections.abc import Sequence
 from typing import Any, final
@@ -31,7 +32,12 @@ from sunroom.service import leases
 from sunroom.service.config import ServiceConfig
 from sunroom.service.journal import CallLedger, Journal
 from sunroom.service.live import Identity, Live, ModelResolver, new_owner, stable_owner
-from sunroom.service.problems import CapacityError, ConflictError, NotFoundError
+from sunroom.service.problems import (
+    CapacityError,
+    ConflictError,
+    NotFoundError,
+    OwnedElsewhereError,
+)
 from sunroom.service.recovery import MESSAGE_RECEIVED, plan, replay
 from sunroom.service.schemas import CreateSession, output_type
 from sunroom.service.signals import Signals
@@ -202,7 +208,7 @@ class SessionManager:
         """Send a user message; it starts a run when the session is idle.
 
         A session known to the store but not live here is resumed first. Raises
-        NotFoundError, ConflictError (another process owns it).
+        NotFoundError, OwnedElsewhereError (another live server holds it: 503, Retry-After).
         """
         live = self._live.get(sid) or await self.resume(sid)
         await self._send(live, text)
@@ -249,7 +255,8 @@ class SessionManager:
     async def resume(self, sid: str) -> Live:
         """Take over session *sid* from the store and run it here (see the module docstring).
 
-        Raises NotFoundError, ConflictError (another live process owns it), CapacityError.
+        Raises NotFoundError, OwnedElsewhereError (another live server holds its lease: a 503
+        with Retry-After), CapacityError.
         """
         async with self._lock:
             if sid in self._live:
@@ -257,7 +264,12 @@ class SessionManager:
             self._check_capacity()
             record = await self._record(sid)
             if not await self.store.claim(sid, owner=self.owner, lease_s=self.config.lease_s):
-                raise ConflictError(f"session {sid} is owned by another live process")
+                left = (record.lease_expires_at or time.time()) - time.time()
+                raise OwnedElsewhereError(
+                    f"session {sid} is run by another live server; retry after its lease "
+                    "runs out (Retry-After)",
+                    retry_after_s=max(left, 0.0) + 0.5,
+                )
             try:
                 return await self._take_over(record)
             except BaseException:
