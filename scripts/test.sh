@@ -4,6 +4,11 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 bash scripts/system-setup.sh
+# Gates before any test: lint, formatting and strict types (package and tests); any finding fails.
+echo "test.sh: ruff check, ruff format --check, mypy --strict (sunroom, tests)"
+.venv/bin/ruff check --quiet .
+.venv/bin/ruff format --check --quiet .
+.venv/bin/mypy --no-error-summary sunroom tests
 set +e
 .venv/bin/python -m pytest -q "$@"
 code=$?

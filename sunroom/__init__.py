@@ -20,7 +20,7 @@ _EXPORTS: dict[str, str] = {
     "KernelPool": "sunroom.sandbox.pool",
     "Limits": "sunroom.sandbox.limits",
     "ExecutionResult": "sunroom.sandbox.result",
-    "ExecutionError": "sunroom.sandbox.result",
+    "CellError": "sunroom.sandbox.result",
     "Variable": "sunroom.sandbox.result",
     "HostFunction": "sunroom.sandbox.functions",
     "host_function": "sunroom.sandbox.functions",
@@ -65,7 +65,7 @@ __all__ = [
     "Budget",
     "BudgetExceededError",
     "ClosedError",
-    "ExecutionError",
+    "CellError",
     "ExecutionResult",
     "FunctionModel",
     "Hooks",
@@ -138,7 +138,7 @@ if TYPE_CHECKING:
     from sunroom.sandbox.kernel import AsyncKernel
     from sunroom.sandbox.limits import Limits
     from sunroom.sandbox.pool import KernelPool
-    from sunroom.sandbox.result import ExecutionError, ExecutionResult, Variable
+    from sunroom.sandbox.result import CellError, ExecutionResult, Variable
     from sunroom.sandbox.sync import Kernel
     from sunroom.store import SQLiteStore
 

@@ -42,7 +42,7 @@ from sunroom.errors import SunroomError
 from sunroom.sandbox.backends import DEFAULT_BACKEND, NAMES
 from sunroom.sandbox.kernel import AsyncKernel
 from sunroom.sandbox.limits import Limits
-from sunroom.sandbox.result import ExecutionError, ExecutionResult
+from sunroom.sandbox.result import CellError, ExecutionResult
 
 if TYPE_CHECKING:
     from sunroom.service import ServiceConfig
@@ -143,7 +143,7 @@ async def _execute_once(code: str, *, backend: str, limits: Limits) -> Execution
             )
             return ExecutionResult(
                 status="timeout",
-                error=ExecutionError("TimeoutError", message, ""),
+                error=CellError("TimeoutError", message, ""),
                 duration_s=time.perf_counter() - started,
                 state_lost=True,
             )
@@ -154,7 +154,7 @@ async def _execute_once(code: str, *, backend: str, limits: Limits) -> Execution
             f"the cell ran past its {limits.timeout_s:g} s limit and was interrupted "
             "(the kernel's state is kept)"
         )
-        error = ExecutionError("TimeoutError", message, result.error.traceback)
+        error = CellError("TimeoutError", message, result.error.traceback)
         return dataclasses.replace(result, status="timeout", error=error)
 
 

@@ -35,7 +35,13 @@ caller can catch by *who must act*::
         └── StoreVersionError       the database file was written by a newer sunroom
 
 User code that fails *inside* a kernel never raises on the host: it comes back as data in an
-``ExecutionResult``.
+``ExecutionResult`` (its ``error`` is a :class:`~sunroom.sandbox.result.CellError`, a record,
+not an exception).
+
+Inside the kernel, code that calls a host function sees mirrors of the ``HostFunction*``
+classes with the same names (``sunroom.prelude.hostcall``; the agent's ``BudgetExceededError``
+in ``sunroom.prelude.agent``): the host raises the class here, the RPC edge carries its name,
+and the kernel raises its mirror. Every class here is raised somewhere (a test checks).
 """
 
 from __future__ import annotations

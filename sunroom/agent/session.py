@@ -33,7 +33,7 @@ from sunroom.agent.result import RunResult
 from sunroom.agent.schema import JsonSchema
 from sunroom.agent.shim import SHIM_SOURCE
 from sunroom.agent.submit import Submission, type_name
-from sunroom.errors import ClosedError, KernelError, UsageError
+from sunroom.errors import AgentError, ClosedError, KernelError, UsageError
 from sunroom.providers import Message, Model
 from sunroom.providers import model as build_model
 from sunroom.sandbox import backends
@@ -449,7 +449,7 @@ class AsyncSession:
         ) as sub:
             result = await sub.run(instructions)
         if not result.ok:
-            raise RuntimeError(f"the nested session ended with {result.status}: {result.error}")
+            raise AgentError(f"the nested session ended with {result.status}: {result.error}")
         return result.output
 
 

@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from sunroom.prelude import hostcall
 from sunroom.prelude.hostcall import HostFunctionError
 from sunroom.prelude.schema import schema_of
-from sunroom.prelude.wire import from_wire
+from sunroom.rpc.wire import from_wire
 
 TYPE_CHECKING = False  # typing costs the kernel ~10 ms to import; annotations are lazy
 if TYPE_CHECKING:

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import builtins
 
-from sunroom.prelude.wire import from_wire, to_wire
 from sunroom.rpc.blocking import BlockingChannel, CallFailed
+from sunroom.rpc.wire import from_wire, to_wire
 
 TYPE_CHECKING = False  # typing costs the kernel ~10 ms to import; annotations are lazy
 if TYPE_CHECKING:

@@ -21,10 +21,10 @@ import types
 
 from sunroom.prelude import capture, hostcall, sources
 from sunroom.prelude.executor import Executor
-from sunroom.prelude.wire import from_wire
 from sunroom.rpc.blocking import BlockingChannel
 from sunroom.rpc.codec import DEFAULT_MAX_FRAME, PROTOCOL_VERSION
 from sunroom.rpc.messages import Request, RpcError
+from sunroom.rpc.wire import from_wire
 
 TYPE_CHECKING = False  # typing costs the kernel ~10 ms to import; annotations are lazy
 if TYPE_CHECKING:

@@ -186,6 +186,10 @@ class Channel(asyncio.Protocol):
         self._next_id = 0
         self._abandoned: set[int] = set()
         self._tasks: set[asyncio.Task[None]] = set()
+        self._serving: set[int] = set()
+        self.refused = 0
+        """Requests and notifications refused without closing the channel (a duplicate id of
+        a request still being served, an unknown method): counted, never served."""
         self._paused: set[str] = set()
         self._write_ready = asyncio.Event()
         self._write_ready.set()
@@ -381,17 +385,27 @@ class Channel(asyncio.Protocol):
             if self._notifications is not None:
                 check = self._notifications.get(msg.method)
                 if check is None:
-                    raise ProtocolError(f"the peer sent an unknown notification {msg.method!r}")
+                    self.refused += 1  # an unknown notification: dropped, counted
+                    return
                 params = check(params)
             if self._on_notification is not None:
                 self._on_notification(msg.method, params)
         else:
             assert type(msg) is Request
+            if msg.id in self._serving:
+                self.refused += 1  # a duplicate id of a request still being served: dropped
+                return
             params = msg.params
-            check = None if self._requests is None else self._requests.get(msg.method)
-            if check is not None:
-                params = check(params)
-            self._start(msg.id, msg.method, params)
+            known = True
+            if self._requests is not None:
+                check = self._requests.get(msg.method)
+                known = check is not None
+                if check is not None:
+                    params = check(params)
+            if not known:
+                self.refused += 1  # answered MethodNotFound without reaching the handler
+            self._serving.add(msg.id)
+            self._start(msg.id, msg.method, params, known)
 
     def _answer(self, msg: Response) -> None:
         entry = self._pending.pop(msg.id, None)
@@ -414,9 +428,9 @@ class Channel(asyncio.Protocol):
             raise error from None
         fut.set_result(result)
 
-    def _start(self, req_id: int, method: str, params: Any) -> None:
+    def _start(self, req_id: int, method: str, params: Any, known: bool) -> None:
         """Serve one request: eagerly (see :meth:`serve_with`) or in a task."""
-        serving = self._serve(req_id, method, params)
+        serving = self._serve(req_id, method, params, known=known)
         if not self._eager:
             self._track(self._loop.create_task(serving))
         elif (task := start_eagerly(self._loop, serving)) is not None:
@@ -442,18 +456,19 @@ class Channel(asyncio.Protocol):
         while not self._write_ready.is_set() and not self.closed.done():
             await self._write_ready.wait()
 
-    async def _serve(self, req_id: int, method: str, params: Any) -> None:
+    async def _serve(self, req_id: int, method: str, params: Any, *, known: bool = True) -> None:
         try:
-            await self._answer_request(req_id, method, params)
+            await self._serve_one(req_id, method, params, known=known)
         finally:
+            self._serving.discard(req_id)
             self._untrack()
 
-    async def _answer_request(self, req_id: int, method: str, params: Any) -> None:
+    async def _serve_one(self, req_id: int, method: str, params: Any, *, known: bool) -> None:
         error: RpcError | None = None
         result: Any = None
         await self._writable()  # no work for a peer that is not reading its answers
-        if self._handler is None:
-            error = RpcError("MethodNotFound", f"no handler for {method!r}")
+        if self._handler is None or not known:
+            error = RpcError("MethodNotFound", f"no handler for {cut(method, 60)!r}")
         else:
             try:
                 result = await self._handler(method, params)

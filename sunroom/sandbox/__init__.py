@@ -3,12 +3,12 @@
 from sunroom.sandbox.functions import FunctionRegistry, HostFunction, host_function
 from sunroom.sandbox.kernel import AsyncKernel
 from sunroom.sandbox.limits import Limits
-from sunroom.sandbox.result import ExecutionError, ExecutionResult, Variable
+from sunroom.sandbox.result import CellError, ExecutionResult, Variable
 from sunroom.sandbox.sync import Kernel
 
 __all__ = [
     "AsyncKernel",
-    "ExecutionError",
+    "CellError",
     "ExecutionResult",
     "FunctionRegistry",
     "HostFunction",

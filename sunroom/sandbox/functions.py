@@ -28,10 +28,18 @@ from typing import Any, Final, final, get_type_hints, overload
 import pydantic
 from pydantic_core import PydanticSerializationError
 
-from sunroom.errors import UsageError
-from sunroom.prelude import wire
-from sunroom.rpc import schema
+from sunroom.errors import (
+    HostFunctionArgumentError,
+    HostFunctionBudgetExceeded,
+    HostFunctionBusy,
+    HostFunctionError,
+    HostFunctionNotFound,
+    HostFunctionTimeout,
+    UsageError,
+)
+from sunroom.rpc import schema, wire
 from sunroom.rpc.eager import in_task
+from sunroom.rpc.messages import RpcError
 
 _log = logging.getLogger(__name__)
 
@@ -59,9 +67,10 @@ class HostFunction:
             gets ``HostFunctionTimeout``. A sync function's thread is not killed. An inline
             function cannot be stopped: a call that ran longer gets ``HostFunctionTimeout``
             instead of its result once it returns.
-        max_concurrency: calls running at once per kernel (None: no limit); others wait (the
-            wait counts toward the timeout). Inline calls run one at a time on the event loop,
-            so any limit holds for them already.
+        max_concurrency: calls running at once per kernel (None: no limit); others wait for a
+            slot, at most ``timeout_s`` (then ``HostFunctionBusy``), and a sync function is
+            handed to its thread only once it holds one. Inline calls run one at a time on the
+            event loop, so any limit holds for them already.
         budget: calls allowed per kernel lifetime (None: no limit).
         idempotent: the function has no side effects and may be retried; side-effecting
             functions (the default) are never retried by sunroom.
@@ -229,12 +238,17 @@ def _check(hf: HostFunction) -> None:
         raise UsageError(f"{n}: its annotations are not supported: {exc}") from exc
 
 
-class CallRejected(Exception):
-    """A call was refused or failed; ``type`` names the kernel-side exception to raise."""
+def rpc_error(exc: BaseException) -> RpcError:
+    """The error answer a kernel gets for a failed call: the type name and a message.
 
-    def __init__(self, type_: str, message: str) -> None:
-        super().__init__(message)
-        self.type = type_
+    sunroom's own refusals (:class:`~sunroom.errors.HostFunctionError` and its subclasses)
+    travel under their class name, which the kernel maps to its mirror classes of the same
+    names (``sunroom.prelude.hostcall``); an exception the function itself raised travels under
+    its own type name (the kernel raises the builtin of that name when there is one). Host
+    tracebacks never travel.
+    """
+    single_key = isinstance(exc, KeyError) and len(exc.args) == 1
+    return RpcError(type(exc).__name__, str(exc.args[0]) if single_key else str(exc))
 
 
 @dataclasses.dataclass(slots=True)
@@ -279,24 +293,24 @@ class FunctionRegistry:
     async def invoke(self, name: Any, args: Any) -> Any:
         """Validate and run one call from the kernel; return the result as wire data.
 
-        Raises CallRejected (with the kernel-side exception type) for an unknown name, invalid
-        arguments, a spent budget, a timeout, or an exception from the function itself.
+        Raises HostFunctionNotFound, HostFunctionArgumentError, HostFunctionBudgetExceeded,
+        HostFunctionTimeout, HostFunctionBusy (the concurrency limit's wait ran out),
+        HostFunctionError (a result its annotation rejects), or whatever the function itself
+        raised. :func:`rpc_error` turns any of them into the kernel's error answer.
         """
         hf = self._functions.get(name) if isinstance(name, str) else None
         if hf is None:
-            raise CallRejected("HostFunctionNotFound", f"no host function named {_quote(name)}")
+            raise HostFunctionNotFound(f"no host function named {_quote(name)}")
         if not isinstance(args, dict):
-            raise CallRejected("HostFunctionArgumentError", f"{name}(): arguments must be a map")
+            raise HostFunctionArgumentError(f"{name}(): arguments must be a map")
         usage = self._usage[hf.name]
         if hf.budget is not None and usage.calls >= hf.budget:
-            raise CallRejected(
-                "HostFunctionBudgetExceeded", f"{name}(): call budget of {hf.budget} is spent"
-            )
+            raise HostFunctionBudgetExceeded(f"{name}(): call budget of {hf.budget} is spent")
         usage.calls += 1
         try:
             model = hf.arguments_model.model_validate(args)
         except pydantic.ValidationError as exc:
-            raise CallRejected("HostFunctionArgumentError", _explain(hf.name, exc)) from None
+            raise HostFunctionArgumentError(_explain(hf.name, exc)) from None
         kwargs = {k: getattr(model, k) for k in type(model).model_fields}
         started = time.perf_counter()
         failure: BaseException | None = None
@@ -307,22 +321,24 @@ class FunctionRegistry:
                 checked = adapter.validate_python(result)
                 return to_wire(adapter.dump_python(checked, mode="python", warnings=False))
             except (pydantic.ValidationError, PydanticSerializationError, TypeError) as exc:
-                raise CallRejected(
-                    "HostFunctionError", f"{name}() returned a value its annotation rejects: {exc}"
+                raise HostFunctionError(
+                    f"{name}() returned a value its annotation rejects: {exc}"
                 ) from None
-        except CallRejected as exc:
-            failure = exc
-            raise
         except Exception as exc:
             failure = exc
-            single = len(exc.args) == 1 and isinstance(exc, KeyError)
-            message = str(exc.args[0]) if single else str(exc)
-            raise CallRejected(type(exc).__name__, message) from None
+            raise
         finally:
             if self._on_call is not None:
                 self._on_call(hf.name, time.perf_counter() - started, failure)
 
     async def _run(self, hf: HostFunction, usage: _Usage, kwargs: dict[str, Any]) -> Any:
+        """Run the function within its timeout, after a free concurrency slot (if limited).
+
+        The function starts only once it holds a slot: a sync function is handed to a thread
+        then, never before. ``timeout_s`` bounds the wait for a slot and, separately, the run:
+        a wait that runs out is HostFunctionBusy, a run that does is HostFunctionTimeout. An
+        inline function runs here and now, on the loop (see :attr:`HostFunction.inline`).
+        """
         if hf.inline:
             return _run_inline(hf, kwargs)
         started: asyncio.Future[Any] | None = None
@@ -336,21 +352,31 @@ class FunctionRegistry:
             raise
         if hf.max_concurrency is not None and usage.semaphore is None:
             usage.semaphore = asyncio.Semaphore(hf.max_concurrency)
-        call: Awaitable[Any]
-        if hf.is_async:
-            call = hf.fn(**kwargs)
-        else:  # with a limit, the call starts on its thread once it holds the semaphore
-            call = started if started is not None else self._thread.run(hf.fn, kwargs)
+        sem = usage.semaphore
+        if sem is not None:
+            try:
+                async with asyncio.timeout(hf.timeout_s):
+                    await sem.acquire()
+            except TimeoutError:
+                raise HostFunctionBusy(
+                    f"{hf.name}(): {hf.max_concurrency} calls were running and none finished "
+                    f"within {hf.timeout_s} s"
+                ) from None
         try:
+            call: Awaitable[Any]
+            if hf.is_async:
+                call = hf.fn(**kwargs)
+            else:  # started already, or (with a limit) now that it holds a slot
+                call = started if started is not None else self._thread.start(hf.fn, kwargs)
             async with asyncio.timeout(hf.timeout_s):
-                if usage.semaphore is None:
-                    return await call
-                async with usage.semaphore:
-                    return await call
+                return await call
         except TimeoutError:
-            raise CallRejected(
-                "HostFunctionTimeout", f"{hf.name}() did not finish within {hf.timeout_s} s"
+            raise HostFunctionTimeout(
+                f"{hf.name}() did not finish within {hf.timeout_s} s"
             ) from None
+        finally:
+            if sem is not None:
+                sem.release()
 
 
 def _run_inline(hf: HostFunction, kwargs: dict[str, Any]) -> Any:
@@ -361,9 +387,7 @@ def _run_inline(hf: HostFunction, kwargs: dict[str, Any]) -> Any:
     if took > SLOW_INLINE_S:
         _log.warning("inline host function %s() held the event loop for %.3f s", hf.name, took)
     if hf.timeout_s is not None and took > hf.timeout_s:
-        raise CallRejected(
-            "HostFunctionTimeout", f"{hf.name}() did not finish within {hf.timeout_s} s"
-        )
+        raise HostFunctionTimeout(f"{hf.name}() did not finish within {hf.timeout_s} s")
     return result
 
 
@@ -403,10 +427,6 @@ class _WarmThread:
                     ).start()
                 return fut
         return loop.run_in_executor(_EXECUTOR, functools.partial(fn, **kwargs))
-
-    async def run(self, fn: Callable[..., Any], kwargs: dict[str, Any]) -> Any:
-        """:meth:`start` the call once awaited, and return its result."""
-        return await self.start(fn, kwargs)
 
     def _serve(self) -> None:
         while True:

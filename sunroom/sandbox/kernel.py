@@ -15,7 +15,14 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Self, final
 
-from sunroom.errors import ClosedError, KernelError, KernelStartError, ProtocolError, UsageError
+from sunroom.errors import (
+    ClosedError,
+    KernelDiedError,
+    KernelError,
+    KernelStartError,
+    ProtocolError,
+    UsageError,
+)
 from sunroom.rpc import schema
 from sunroom.rpc.channel import Channel, RemoteError, RpcFailure, cut
 from sunroom.rpc.eager import in_task
@@ -23,11 +30,11 @@ from sunroom.rpc.messages import RpcError
 from sunroom.sandbox import backends
 from sunroom.sandbox.backend import Backend, KernelProcess
 from sunroom.sandbox.codegen import generate
-from sunroom.sandbox.functions import CallRejected, FunctionRegistry, HostFunction, to_wire
+from sunroom.sandbox.functions import FunctionRegistry, HostFunction, rpc_error, to_wire
 from sunroom.sandbox.launch import failure_detail, launch
 from sunroom.sandbox.limits import Limits
 from sunroom.sandbox.pool import KernelPool
-from sunroom.sandbox.result import ExecutionError, ExecutionResult, Variable
+from sunroom.sandbox.result import CellError, ExecutionResult, Variable
 
 OutputCallback = Callable[[str, str], None]
 """Called with (stream name, text) as a cell writes output."""
@@ -83,6 +90,7 @@ class AsyncKernel:
         self._lock = asyncio.Lock()
         self._backend: Backend | None = None
         self._proc: KernelProcess | None = None
+        self._closing: asyncio.Task[None] | None = None
         self._channel: Channel | None = None
         self._closed = False
         self._running_cell = False
@@ -136,12 +144,20 @@ class AsyncKernel:
             raise KernelStartError(f"the kernel did not take its setup: {failure}{detail}") from exc
 
     async def _teardown(self) -> None:
+        """Close the channel and kill the process tree; cancellation-safe.
+
+        The handles are handed to a task of their own before anything is awaited, so a
+        caller cancelled at any point cannot leak them: the task runs to its end, and the next
+        teardown (``aclose`` again, a restart) waits for it.
+        """
         channel, proc = self._channel, self._proc
         self._channel = self._proc = None
-        if channel is not None:
-            await channel.aclose()
-        if proc is not None:
-            await proc.kill()
+        if channel is not None or proc is not None:
+            self._closing = asyncio.get_running_loop().create_task(
+                _close_handles(channel, proc), name="sunroom-kernel-teardown"
+            )
+        if self._closing is not None:
+            await asyncio.shield(self._closing)
 
     async def restart(self) -> None:
         """Kill the kernel and start a fresh one with the same inputs and host functions."""
@@ -172,8 +188,8 @@ class AsyncKernel:
             raise RpcFailure(RpcError("MethodNotFound", f"the host does not serve {method!r}"))
         try:
             return await self.registry.invoke(params["name"], params["args"])
-        except CallRejected as exc:
-            raise RpcFailure(RpcError(exc.type, str(exc))) from None
+        except Exception as exc:  # the kernel gets it as an error answer, by type name
+            raise RpcFailure(rpc_error(exc)) from None
 
     # -- cells -----------------------------------------------------------------------------
 
@@ -206,7 +222,7 @@ class AsyncKernel:
                 except _CellLost:
                     return await self._after_loss(
                         "timeout",
-                        ExecutionError(
+                        CellError(
                             "TimeoutError",
                             f"the cell ran past its {timeout:g} s limit and ignored the "
                             "interrupt; the kernel was restarted",
@@ -232,11 +248,11 @@ class AsyncKernel:
     ) -> ExecutionResult:
         raw = call.result()  # checked by schema.execute_result; raises if the kernel died
         err = raw["error"]
-        error = ExecutionError(err["type"], err["message"], err["traceback"]) if err else None
+        error = CellError(err["type"], err["message"], err["traceback"]) if err else None
         status: Any = "ok" if error is None else "error"
         if timed_out and error is not None and error.type == "KeyboardInterrupt":
             status = "timeout"
-            error = ExecutionError(
+            error = CellError(
                 "TimeoutError",
                 f"the cell ran past its {timeout:g} s limit and was interrupted "
                 "(the kernel's state is kept)",
@@ -264,12 +280,10 @@ class AsyncKernel:
         else:
             reason = await self._proc.exit_reason()
         return await self._after_loss(
-            "died", ExecutionError("KernelDied", reason + "; it was restarted", ""), started
+            "died", CellError("KernelDied", reason + "; it was restarted", ""), started
         )
 
-    async def _after_loss(
-        self, status: Any, error: ExecutionError, started: float
-    ) -> ExecutionResult:
+    async def _after_loss(self, status: Any, error: CellError, started: float) -> ExecutionResult:
         # if the restart fails, the next execute retries the start and raises then
         with contextlib.suppress(KernelError):
             await self._restart()
@@ -325,6 +339,24 @@ class AsyncKernel:
             await answer  # ProtocolError here: the kernel broke the protocol
         except RemoteError as exc:
             raise KernelError(f"bind failed: {cut(str(exc), 300)}") from None
+        except (ClosedError, ConnectionError) as exc:
+            raise await self._died("bind", exc) from None
+
+    async def _died(self, what: str, exc: BaseException) -> KernelError | ClosedError:
+        """The error for a call cut short by the kernel's death; tears the dead kernel down.
+
+        KernelDiedError (with the exit reason) when the process died; the kernel is started
+        afresh on next use.
+        """
+        if self._closed:
+            return ClosedError("the kernel is closed")
+        proc = self._proc
+        reason = await proc.exit_reason() if proc is not None else str(exc)
+        await self._teardown()
+        return KernelDiedError(
+            f"the kernel died during {what}(): {reason}; it is restarted on next use",
+            reason=reason,
+        )
 
     async def bind(self, **values: Any) -> None:
         """Set variables in the namespace; they are bound again after every restart.
@@ -343,8 +375,9 @@ class AsyncKernel:
     async def variables(self) -> list[Variable]:
         """The user's variables: names, type names and short reprs (no values).
 
-        Raises KernelError when the kernel answers with an error, ProtocolError when its answer
-        is not a list of variables (the kernel is then restarted on next use).
+        Raises KernelError when the kernel answers with an error, KernelDiedError when it dies
+        while answering, ProtocolError when its answer is not a list of variables (the kernel
+        is then restarted on next use).
         """
         async with self._lock:
             await self._ensure()
@@ -353,7 +386,18 @@ class AsyncKernel:
                 rows = await self._channel.call("variables", check=schema.variables)
             except RemoteError as exc:
                 raise KernelError(f"variables failed: {cut(str(exc), 300)}") from None
+            except (ClosedError, ConnectionError) as exc:
+                raise await self._died("variables", exc) from None
         return [Variable(r["name"], r["type"], r["repr"]) for r in rows]
+
+
+async def _close_handles(channel: Channel | None, proc: KernelProcess | None) -> None:
+    try:
+        if channel is not None:
+            await channel.aclose()
+    finally:
+        if proc is not None:
+            await proc.kill()
 
 
 class _CellLost(Exception):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import final
 
@@ -61,12 +62,21 @@ class Limits:
             "max_frame_bytes",
         ):
             value = getattr(self, name)
-            if not isinstance(value, int | float) or isinstance(value, bool) or value <= 0:
-                raise UsageError(f"Limits.{name} must be a positive number, got {value!r}")
+            if (
+                not isinstance(value, int | float)
+                or isinstance(value, bool)
+                or not math.isfinite(value)
+                or value <= 0
+            ):
+                raise UsageError(f"Limits.{name} must be a positive finite number, got {value!r}")
         for name in ("cpu_s", "cpu_quota"):
             value = getattr(self, name)
-            if value is not None and (not isinstance(value, int | float) or value <= 0):
-                raise UsageError(f"Limits.{name} must be positive or None, got {value!r}")
+            if value is not None and (
+                not isinstance(value, int | float) or not math.isfinite(value) or value <= 0
+            ):
+                raise UsageError(
+                    f"Limits.{name} must be positive and finite or None, got {value!r}"
+                )
         if self.address_space_slack_mb < 0:
             raise UsageError("Limits.address_space_slack_mb must be >= 0")
         if self.max_frame_bytes < 1024:

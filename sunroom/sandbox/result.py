@@ -11,7 +11,7 @@ Status = Literal["ok", "error", "timeout", "died"]
 
 @final
 @dataclass(frozen=True, slots=True)
-class ExecutionError:
+class CellError:
     """An error raised by a cell (or its death), as data.
 
     ``traceback`` is trimmed to the user's own frames and shows the failing line.
@@ -24,7 +24,7 @@ class ExecutionError:
     def __post_init__(self) -> None:
         for name in ("type", "message", "traceback"):
             if type(getattr(self, name)) is not str:
-                raise TypeError(f"ExecutionError.{name} must be a str")
+                raise TypeError(f"CellError.{name} must be a str")
 
 
 @final
@@ -51,7 +51,7 @@ class ExecutionResult:
     stdout: str = ""
     stderr: str = ""
     value: str | None = None
-    error: ExecutionError | None = None
+    error: CellError | None = None
     duration_s: float = 0.0
     truncated_bytes: int = 0
     state_lost: bool = False
@@ -64,8 +64,8 @@ class ExecutionResult:
                 raise TypeError(f"ExecutionResult.{name} must be a str")
         if self.value is not None and type(self.value) is not str:
             raise TypeError("ExecutionResult.value must be a str or None")
-        if self.error is not None and type(self.error) is not ExecutionError:
-            raise TypeError("ExecutionResult.error must be an ExecutionError or None")
+        if self.error is not None and type(self.error) is not CellError:
+            raise TypeError("ExecutionResult.error must be an CellError or None")
         if type(self.duration_s) not in (int, float) or not math.isfinite(self.duration_s):
             raise TypeError("ExecutionResult.duration_s must be a finite number")
         if type(self.truncated_bytes) is not int or self.truncated_bytes < 0:

@@ -21,6 +21,7 @@ in the log; every 5xx is logged with its traceback.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import importlib
 import json
@@ -38,12 +39,18 @@ from starlette.routing import Route
 
 from sunroom.errors import SunroomError, UsageError
 from sunroom.sandbox.functions import HostFunction, as_host_function
-from sunroom.service.auth import BearerAuth
-from sunroom.service.config import ServiceConfig
+from sunroom.service.auth import BearerAuth, HostCheck
+from sunroom.service.config import MAX_HEADER_BYTES, ServiceConfig
 from sunroom.service.kernels import KernelManager
-from sunroom.service.limits import BodyLimit, BodyTooLarge
+from sunroom.service.limits import BodyLimit, BodyTooLarge, HeaderLimit
 from sunroom.service.models import resolve_model
-from sunroom.service.problems import error_body, status_for, validation_message
+from sunroom.service.problems import (
+    error_body,
+    public_message,
+    retry_after,
+    status_for,
+    validation_message,
+)
 from sunroom.service.schemas import CreateKernel, CreateSession, Execute, MessageIn
 from sunroom.service.sessions import ModelResolver, SessionManager
 from sunroom.service.sse import EventStream
@@ -54,6 +61,8 @@ __all__ = ["create_app", "load_functions"]
 log = logging.getLogger("sunroom.service")
 
 M = TypeVar("M", bound=pydantic.BaseModel)
+MAX_SEQ = 2**63 - 1
+"""The largest event seq (SQLite's integer range)."""
 Endpoint = Callable[[Request], Awaitable[Response]]
 
 
@@ -83,13 +92,51 @@ def _record_json(record: SessionRecord) -> dict[str, Any]:
     }
 
 
-async def _body(request: Request, model: type[M]) -> M:
-    raw = await request.body()
+MAX_JSON_DEPTH = 64
+"""Deepest nesting of arrays and objects a request body may have (422 beyond)."""
+
+
+def _too_deep(value: Any, limit: int) -> bool:
+    """Whether *value* nests arrays/objects more than *limit* deep (iterative: no recursion)."""
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict | list):
+            if depth > limit:
+                return True
+            children = item.values() if isinstance(item, dict) else item
+            stack.extend((child, depth + 1) for child in children)
+    return False
+
+
+def parse_json(raw: bytes) -> Any:
+    """*raw* as JSON (``{}`` when empty), at most MAX_JSON_DEPTH deep. Raises UsageError."""
+    deep = UsageError(f"the body is nested too deep (at most {MAX_JSON_DEPTH} levels)")
     try:
         data = json.loads(raw or b"{}")
+    except RecursionError:
+        raise deep from None
     except ValueError as exc:
         raise UsageError(f"the body is not JSON: {exc}") from None
-    return model.model_validate(data)
+    if _too_deep(data, MAX_JSON_DEPTH):
+        raise deep
+    return data
+
+
+async def _body(request: Request, model: type[M]) -> M:
+    return model.model_validate(parse_json(await request.body()))
+
+
+def _number(raw: str, *, name: str, low: float, high: float, whole: bool, unit: str) -> float:
+    """A query value in ``[low, high]``. Raises UsageError naming *name* and the range."""
+    message = f"{name} must be a {'whole ' if whole else ''}number from {low:g} to {high:g} {unit}"
+    try:
+        value = int(raw) if whole else float(raw)
+    except ValueError:
+        raise UsageError(message) from None
+    if not low <= value <= high:  # False for NaN
+        raise UsageError(message)
+    return value
 
 
 def create_app(
@@ -111,6 +158,7 @@ def create_app(
         raise UsageError("the service needs a token (ServiceConfig.with_token())")
     every = [as_host_function(f) for f in functions] + load_functions(config.functions)
     state: dict[str, Any] = {}
+    closing = asyncio.Event()  # set when the server shuts down: SSE streams end
 
     def sessions() -> SessionManager:
         manager: SessionManager = state["sessions"]
@@ -158,11 +206,8 @@ def create_app(
 
     async def list_sessions(request: Request) -> Response:
         raw = request.query_params.get("limit", "100")
-        try:
-            limit = int(raw)
-        except ValueError:
-            raise UsageError("limit must be a whole number of sessions") from None
-        records = await state["store"].list_sessions(limit=max(1, min(limit, 1000)))
+        limit = _number(raw, name="limit", low=1, high=1000, whole=True, unit="(sessions)")
+        records = await state["store"].list_sessions(limit=int(limit))
         return JSONResponse({"sessions": [_record_json(r) for r in records]})
 
     async def get_session(request: Request) -> Response:
@@ -176,23 +221,25 @@ def create_app(
     async def events(request: Request) -> Response:
         sid = request.path_params["sid"]
         await sessions().get(sid)  # 404 before the stream starts
-        raw = request.headers.get("last-event-id") or request.query_params.get("after") or "0"
-        try:
-            after = int(raw)
-        except ValueError:
-            raise UsageError(f"Last-Event-ID must be an event seq, got {raw!r}") from None
+        header = request.headers.get("last-event-id")
+        name = "Last-Event-ID" if header else "after"
+        raw = header or request.query_params.get("after") or "0"
+        after = int(_number(raw, name=name, low=0, high=MAX_SEQ, whole=True, unit="(an event seq)"))
         stream = EventStream(
-            store=state["store"], signals=sessions().signals, config=config, sid=sid, after=after
+            store=state["store"],
+            signals=sessions().signals,
+            config=config,
+            sid=sid,
+            after=after,
+            closing=closing,
         )
         return _Raw(stream)
 
     async def result(request: Request) -> Response:
         sid = request.path_params["sid"]
-        try:
-            timeout = float(request.query_params.get("timeout", "0"))
-        except ValueError:
-            raise UsageError("timeout must be a number of seconds") from None
-        status, value = await sessions().result(sid, timeout_s=max(0.0, min(timeout, 3600.0)))
+        raw = request.query_params.get("timeout", "0")
+        timeout = _number(raw, name="timeout", low=0, high=3600, whole=False, unit="seconds")
+        status, value = await sessions().result(sid, timeout_s=timeout)
         body = {"session_id": sid, "status": status, "result": value}
         return JSONResponse(body, status_code=202 if status == "running" else 200)
 
@@ -233,7 +280,11 @@ def create_app(
             message = "the server failed unexpectedly; its log has the details"
             body = error_body("InternalError", message)
             return JSONResponse(body, status_code=500)
-        return JSONResponse(error_body(type(exc).__name__, str(exc)), status_code=status)
+        message = public_message(exc) if status >= 500 else str(exc)  # no traceback or path
+        wait = retry_after(exc)
+        headers = {"Retry-After": str(wait)} if wait is not None else None
+        body = error_body(type(exc).__name__, message)
+        return JSONResponse(body, status_code=status, headers=headers)
 
     def answered(endpoint: Endpoint) -> Endpoint:
         """*endpoint*, answering an unexpected exception itself: logged once, never re-raised.
@@ -273,15 +324,19 @@ def create_app(
         SunroomError: on_error,
         Exception: on_error,
     }
-    return Starlette(
+    app = Starlette(
         routes=routes,
         middleware=[
+            Middleware(HeaderLimit, max_bytes=MAX_HEADER_BYTES),
+            Middleware(HostCheck, allowed=config.host_allowed),
             Middleware(BearerAuth, token=config.token),
             Middleware(BodyLimit, max_bytes=config.max_body_bytes),
         ],
         exception_handlers=handlers,
         lifespan=lifespan,
     )
+    app.state.closing = closing
+    return app
 
 
 class _Raw(Response):

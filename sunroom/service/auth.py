@@ -10,14 +10,14 @@ from __future__ import annotations
 
 import hmac
 import json
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from typing import final
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from sunroom.service.problems import error_body
 
-__all__ = ["BearerAuth", "send_json"]
+__all__ = ["BearerAuth", "HostCheck", "send_json"]
 
 
 async def send_json(
@@ -74,3 +74,26 @@ class BearerAuth:
             ),
             headers=[(b"www-authenticate", b"Bearer")],
         )
+
+
+@final
+class HostCheck:
+    """Refuses HTTP requests whose ``Host`` header *allowed* rejects (400), on every path.
+
+    A loopback service is reachable from a browser through DNS rebinding (``evil.example``
+    resolving to 127.0.0.1); the browser still sends ``Host: evil.example``.
+    """
+
+    def __init__(self, app: ASGIApp, *, allowed: Callable[[str], bool]) -> None:
+        self.app = app
+        self._allowed = allowed
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Pass requests with an allowed (or no) Host header on; answer the others 400."""
+        if scope["type"] == "http":
+            for name, value in scope.get("headers", ()):
+                if name == b"host" and not self._allowed(value.decode("latin-1")):
+                    message = "the Host header names a host this server does not serve"
+                    await send_json(send, 400, error_body("HostNotAllowed", message))
+                    return
+        await self.app(scope, receive, send)

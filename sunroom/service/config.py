@@ -17,7 +17,10 @@ from sunroom.errors import UsageError
 from sunroom.sandbox.backends import DEFAULT_BACKEND
 from sunroom.service.problems import validation_message
 
-__all__ = ["LOOPBACK", "ServiceConfig", "default_db_path"]
+__all__ = ["LOOPBACK", "MAX_HEADER_BYTES", "ServiceConfig", "default_db_path"]
+
+MAX_HEADER_BYTES: Final = 16 * 1024
+"""Largest request head (request line and headers) the server reads: 431 beyond."""
 
 LOOPBACK: Final = frozenset({"127.0.0.1", "::1", "localhost"})
 """Hosts that need no ``expose`` flag."""
@@ -56,6 +59,13 @@ class ServiceConfig(pydantic.BaseModel):
         resume_orphans: resume sessions a dead server left running (checked every
             ``lease_s / 2``).
         functions: ``module:attribute`` host functions offered to every session and kernel.
+        allowed_hosts: ``Host`` header names (without port) requests may carry, besides the
+            loopback names and ``host`` (against DNS rebinding; ``SUNROOM_ALLOWED_HOSTS``,
+            comma-separated; ``*`` allows any).
+        read_timeout_s: a request's head and body must arrive within this from its first byte
+            (408 and the connection closed otherwise).
+        max_connections / max_connections_per_client: open connections in total / from one
+            client address (the connection is answered 503 and closed beyond).
     """
 
     model_config = pydantic.ConfigDict(frozen=True, extra="forbid")
@@ -78,6 +88,10 @@ class ServiceConfig(pydantic.BaseModel):
     lease_s: float = pydantic.Field(default=15.0, gt=0)
     resume_orphans: bool = True
     functions: tuple[str, ...] = ()
+    allowed_hosts: tuple[str, ...] = ()
+    read_timeout_s: float = pydantic.Field(default=10.0, gt=0, le=3600)
+    max_connections: int = pydantic.Field(default=1024, gt=0)
+    max_connections_per_client: int = pydantic.Field(default=256, gt=0)
 
     @pydantic.model_validator(mode="after")
     def _check(self) -> ServiceConfig:
@@ -98,6 +112,18 @@ class ServiceConfig(pydantic.BaseModel):
             allowed.add(self.base_url.rstrip("/"))
         return norm in allowed
 
+    def host_allowed(self, host: str) -> bool:
+        """Whether a request's ``Host`` header (with or without a port) is allowed."""
+        name = host.strip().lower()
+        if name.startswith("["):  # [::1]:8765
+            name = name[1 : name.find("]")] if "]" in name else name
+        elif name.count(":") == 1:
+            name = name.partition(":")[0]
+        allowed = LOOPBACK | {h.lower() for h in self.allowed_hosts}
+        if self.host not in ("0.0.0.0", "::"):
+            allowed |= {self.host.lower()}
+        return "*" in allowed or name.rstrip(".") in allowed
+
     def with_token(self) -> ServiceConfig:
         """The same config, with a freshly generated token when it has none."""
         if self.token:
@@ -109,9 +135,9 @@ class ServiceConfig(pydantic.BaseModel):
         """Settings from the environment, then *overrides* (None values are ignored).
 
         Reads ``SUNROOM_TOKEN``, ``SUNROOM_MODEL``, ``SUNROOM_BASE_URL``, ``SUNROOM_DB``,
-        ``SUNROOM_BACKEND``, ``SUNROOM_ALLOWED_BASE_URLS`` and ``SUNROOM_FUNCTIONS`` (both
-        comma-separated). Raises UsageError
-        with one line naming each bad setting (never its value: the token is a secret).
+        ``SUNROOM_BACKEND``, ``SUNROOM_ALLOWED_BASE_URLS``, ``SUNROOM_ALLOWED_HOSTS`` and
+        ``SUNROOM_FUNCTIONS`` (the last three comma-separated). Raises UsageError with
+        one line naming each bad setting (never its value: the token is a secret).
         """
         env = os.environ
         values: dict[str, Any] = {}
@@ -127,6 +153,10 @@ class ServiceConfig(pydantic.BaseModel):
         if env.get("SUNROOM_ALLOWED_BASE_URLS"):
             values["allowed_base_urls"] = tuple(
                 u.strip() for u in env["SUNROOM_ALLOWED_BASE_URLS"].split(",") if u.strip()
+            )
+        if env.get("SUNROOM_ALLOWED_HOSTS"):
+            values["allowed_hosts"] = tuple(
+                h.strip() for h in env["SUNROOM_ALLOWED_HOSTS"].split(",") if h.strip()
             )
         if env.get("SUNROOM_FUNCTIONS"):
             values["functions"] = tuple(

@@ -4,7 +4,9 @@ The journal subscribes to the session's events and appends them to the store in 
 order, in batches, each batch in one transaction; only then does it wake SSE readers, which
 read from the store: an event is durable before any client sees it. With each batch it
 appends a ``Transcript`` event when the model transcript grew (the new messages) or was
-compacted (all of it), so a resumed session gets the exact transcript back.
+compacted (all of it), so a resumed session gets the exact transcript back; its ``taken`` names
+the ids of the user messages (:meth:`Journal.expect`) that reached the transcript with it, so a
+resume knows exactly which accepted messages no run took in.
 :meth:`Journal.flush` makes everything published so far durable; the service runs it before
 every cell (``Hooks.before_execute``) so that the model reply asking for a cell is on disk
 before the cell runs.
@@ -24,13 +26,13 @@ import inspect
 import itertools
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, final
 
 from sunroom.agent import events as ev
 from sunroom.agent.bus import Subscription
 from sunroom.agent.session import AsyncSession
-from sunroom.providers import Message
+from sunroom.providers import Message, UserMessage
 from sunroom.sandbox.functions import HostFunction
 from sunroom.service.codec import event_to_json, jsonable, message_to_json
 from sunroom.store import EventStore, NewEvent, idempotency_key
@@ -87,6 +89,7 @@ class Journal:
         self._session: AsyncSession | None = None
         self._recorded: list[Message] = []
         self._ended: list[dict[str, Any]] = []
+        self._expected: list[tuple[str, str]] = []
         self._task: asyncio.Task[None] | None = None
         self.failed: BaseException | None = None
 
@@ -103,6 +106,19 @@ class Journal:
         self._task = asyncio.get_running_loop().create_task(
             self._pump(), name=f"sunroom-journal-{self.session_id[:8]}"
         )
+
+    def expect(self, message_id: str, text: str) -> None:
+        """Note that user message *message_id* is about to be sent as exactly *text*.
+
+        The ``Transcript`` event that first carries a user message of that text names the id in
+        its ``taken`` (the oldest expected id of that text wins; each id is taken once).
+        """
+        self._expected.append((message_id, text))
+
+    @property
+    def untaken(self) -> list[str]:
+        """Ids of the messages sent (:meth:`expect`) that no transcript took in yet."""
+        return [mid for mid, _ in self._expected]
 
     async def append(self, kind: str, payload: dict[str, Any]) -> int:
         """Append one service event (after everything the session published before it)."""
@@ -138,6 +154,12 @@ class Journal:
             kind, payload = event_to_json(e, session_id=self.session_id)
             if isinstance(e, ev.SessionEnded):
                 self._ended.append(payload["result"])
+                # the run's transcript goes before its end, so the log says the run answered
+                # the messages it took in
+                delta = self._transcript_delta()
+                if delta is not None:
+                    out.append(NewEvent(seq=seq, kind=TRANSCRIPT, payload=delta, ts=time.time()))
+                    seq += 1
             out.append(NewEvent(seq=seq, kind=kind, payload=payload, ts=e.ts))
             seq += 1
         delta = self._transcript_delta()
@@ -158,7 +180,23 @@ class Journal:
         if start == len(current) and start == n:
             return None
         self._recorded = list(current)
-        return {"start": start, "messages": [message_to_json(m) for m in current[start:]]}
+        added = current[start:]
+        out: dict[str, Any] = {"start": start, "messages": [message_to_json(m) for m in added]}
+        taken = self._take(added)
+        if taken:
+            out["taken"] = taken
+        return out
+
+    def _take(self, added: Sequence[Message]) -> list[str]:
+        """The expected ids whose text is among *added*'s user messages (removed from the list)."""
+        taken: list[str] = []
+        for m in added:
+            if not isinstance(m, UserMessage) or not self._expected:
+                continue
+            i = next((i for i, (_, t) in enumerate(self._expected) if t == m.text), None)
+            if i is not None:
+                taken.append(self._expected.pop(i)[0])
+        return taken
 
     async def _write(self, batch: list[NewEvent]) -> None:
         if not batch or self.failed is not None:

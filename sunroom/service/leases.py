@@ -17,7 +17,7 @@ from sunroom.service.problems import ConflictError
 if TYPE_CHECKING:
     from sunroom.service.sessions import SessionManager
 
-__all__ = ["renew_forever", "resume_forever", "resume_orphans"]
+__all__ = ["reclaim_own", "renew_forever", "resume_forever", "resume_orphans"]
 
 log = logging.getLogger("sunroom.service")
 
@@ -50,6 +50,26 @@ async def resume_orphans(manager: SessionManager) -> list[str]:
             except Exception:
                 log.exception("session %s: recording it interrupted failed", record.session_id)
     return taken
+
+
+async def reclaim_own(manager: SessionManager) -> None:
+    """Resume, at start, the ``running`` sessions this owner string held before a restart.
+
+    Their lease has not run out, but the owner string is this process's (a stable identity,
+    see :func:`~sunroom.service.live.stable_owner`), so the claim succeeds at once.
+    """
+    limit = manager.config.max_sessions
+    for record in await manager.store.list_sessions(status="running", limit=10_000):
+        if manager.closed or manager.live >= limit:
+            break
+        if record.owner != manager.owner or manager.is_live(record.session_id):
+            continue
+        try:
+            await manager.resume(record.session_id)
+        except ConflictError:
+            continue
+        except Exception as exc:
+            log.error("reclaiming session %s failed", record.session_id, exc_info=exc)
 
 
 async def renew_forever(manager: SessionManager) -> None:

@@ -15,7 +15,7 @@ from sunroom.errors import UsageError
 from sunroom.service.auth import send_json
 from sunroom.service.problems import error_body
 
-__all__ = ["BodyLimit", "BodyTooLarge"]
+__all__ = ["BodyLimit", "BodyTooLarge", "HeaderLimit"]
 
 
 @final
@@ -65,3 +65,27 @@ class BodyLimit:
             return message
 
         await self.app(scope, counted, send)
+
+
+@final
+class HeaderLimit:
+    """Refuses requests whose head (target and headers) is over *max_bytes* (431).
+
+    The HTTP layer refuses a head that is still incomplete past the limit; this catches one
+    that arrived whole in a single read.
+    """
+
+    def __init__(self, app: ASGIApp, *, max_bytes: int) -> None:
+        self.app = app
+        self.max_bytes = max_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Answer 431 for an oversize head; pass the others on."""
+        if scope["type"] == "http":
+            size = len(scope.get("raw_path", b"")) + len(scope.get("query_string", b""))
+            size += sum(len(n) + len(v) + 4 for n, v in scope.get("headers", ()))
+            if size > self.max_bytes:
+                message = f"the request headers are over the limit of {self.max_bytes} bytes"
+                await send_json(send, 431, error_body("HeadersTooLarge", message))
+                return
+        await self.app(scope, receive, send)

@@ -6,6 +6,8 @@ exception's class name. :func:`status_for` walks the error tree: the most specif
 
 from __future__ import annotations
 
+import math
+import re
 from collections.abc import Callable
 from typing import Final, final
 
@@ -29,7 +31,10 @@ __all__ = [
     "CapacityError",
     "ConflictError",
     "NotFoundError",
+    "OwnedElsewhereError",
     "error_body",
+    "public_message",
+    "retry_after",
     "status_for",
     "validation_message",
 ]
@@ -47,7 +52,20 @@ class ConflictError(UsageError):
 
 @final
 class CapacityError(SunroomError):
-    """The server runs as many sessions or kernels as it may (429)."""
+    """The server runs as many sessions or kernels as it may (429, ``Retry-After: 1``)."""
+
+
+@final
+class OwnedElsewhereError(SunroomError):
+    """Another live server holds the session's lease (503 with ``Retry-After``).
+
+    A client can act on it: retry after ``retry_after_s`` seconds, when the lease has either
+    been renewed (still elsewhere: ask that server) or run out (this server resumes it).
+    """
+
+    def __init__(self, message: str, *, retry_after_s: float) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
 
 
 _STATUS: Final[tuple[tuple[type[BaseException], int], ...]] = (
@@ -57,6 +75,7 @@ _STATUS: Final[tuple[tuple[type[BaseException], int], ...]] = (
     (ClosedError, 409),
     (StoreConflictError, 409),
     (CapacityError, 429),
+    (OwnedElsewhereError, 503),
     (pydantic.ValidationError, 422),
     (UsageError, 422),
     (SandboxUnavailableError, 503),
@@ -71,6 +90,15 @@ _STATUS: Final[tuple[tuple[type[BaseException], int], ...]] = (
 )
 
 
+def retry_after(exc: BaseException) -> int | None:
+    """Seconds a client should wait before retrying, for the ``Retry-After`` header."""
+    if isinstance(exc, OwnedElsewhereError):
+        return max(1, math.ceil(exc.retry_after_s))
+    if isinstance(exc, CapacityError):
+        return 1
+    return None
+
+
 def status_for(exc: BaseException) -> int:
     """The HTTP status of *exc* (500 for anything unknown)."""
     for cls, status in _STATUS:
@@ -82,6 +110,23 @@ def status_for(exc: BaseException) -> int:
 def error_body(type_: str, message: str) -> dict[str, dict[str, str]]:
     """The JSON error envelope."""
     return {"error": {"type": type_, "message": message}}
+
+
+_PATH: Final = re.compile(r"(?<![\w.#~:/])(?:~|/)(?:[^\s/'\"(),:;]+/)*[^\s/'\"(),:;]+")
+
+
+def public_message(exc: BaseException) -> str:
+    """What a client may see of a server-side (5xx) error: its first line, no host paths.
+
+    A kernel that failed to start reports its traceback and the paths of the host; those stay
+    in the server log (every 5xx is logged with its traceback).
+    """
+    text = str(exc).split("Traceback (most recent call last)", 1)[0]
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    first = _PATH.sub("<path>", lines[0]) if lines else ""
+    return (
+        first.rstrip(" :") or f"the server failed ({type(exc).__name__}); its log has the details"
+    )
 
 
 _OBJECT_TYPES: Final = frozenset({"model_type", "model_attributes_type", "dict_type"})

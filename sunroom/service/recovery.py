@@ -1,15 +1,19 @@
-"""Rebuilding a session from its log after a crash: :func:`replay` and :func:`restart_note`.
+"""Rebuilding a session from its log after a crash: :func:`replay`, then :func:`plan`.
 
-Pure functions over stored events and call records: the transcript (from ``Transcript``
-events), the user messages sent (``MessageReceived``), whether a run was in progress, the
-messages the transcript had not taken in yet, and the tool calls the crash left unanswered.
+Resume is one pass. :func:`replay` folds a session's events (pure, in seq order) into one
+:class:`Replay`: the transcript (``Transcript`` events), every accepted user message with its id
+and whether a run took it in / answered it (``MessageReceived`` ids matched exactly against the
+ids a ``Transcript`` event names in ``taken``), the value an accepted ``submit`` of the open run
+carries, the spend and whether a run is open. :func:`plan` alone decides from that state and the
+calls left without an outcome what the resumed session does (a :class:`Plan`); the manager
+only carries the plan out.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, final
 
 from sunroom.agent.budget import Spend
@@ -18,13 +22,45 @@ from sunroom.service.codec import message_from_json
 from sunroom.service.journal import TRANSCRIPT
 from sunroom.store import CallRecord, StoredEvent
 
-__all__ = ["MESSAGE_RECEIVED", "Replay", "answer_dangling", "replay", "restart_note"]
+__all__ = [
+    "MESSAGE_RECEIVED",
+    "Plan",
+    "ReceivedMessage",
+    "Replay",
+    "answer_dangling",
+    "plan",
+    "replay",
+    "restart_note",
+    "submit_result",
+]
 
 MESSAGE_RECEIVED = "MessageReceived"
-"""Kind of the event recording a user message, appended before the session gets it."""
+"""Kind of the event recording a user message (payload ``id``, ``text``), appended once, before
+the session gets it; a resume re-sends an untaken message under the same id, unrecorded."""
 
 RUN_ENDED = "SessionEnded"
 USAGE_UPDATED = "UsageUpdated"
+SUBMIT_ACCEPTED = "SubmitAccepted"
+
+
+@final
+@dataclass(slots=True, kw_only=True)
+class ReceivedMessage:
+    """One accepted user message as the log tells it.
+
+    Attributes:
+        id: its id (``MessageReceived.id``; ``seq-N`` for a log written before ids).
+        text: what the user sent.
+        seq: the seq of its ``MessageReceived``.
+        taken: a run took it into its transcript.
+        answered: a run ended after taking it.
+    """
+
+    id: str
+    text: str
+    seq: int
+    taken: bool = False
+    answered: bool = False
 
 
 @final
@@ -34,48 +70,89 @@ class Replay:
 
     Attributes:
         transcript: the model transcript as last recorded.
-        pending: user messages recorded but not (yet) in the transcript, oldest first.
+        messages: every accepted user message, oldest first.
         run_open: a run was in progress (a message after the last run end).
+        submit: ``{"output": value}`` when the open run's ``submit`` was accepted, else None.
         last_result: the result of the last ``SessionEnded`` (None when none).
         last_seq: the seq of the last event.
         spent: the session's spend as its last ``UsageUpdated`` event recorded it.
     """
 
     transcript: list[Message]
-    pending: list[str]
-    run_open: bool
-    last_result: dict[str, Any] | None
-    last_seq: int
+    messages: list[ReceivedMessage] = field(default_factory=list)
+    run_open: bool = False
+    submit: dict[str, Any] | None = None
+    last_result: dict[str, Any] | None = None
+    last_seq: int = 0
     spent: Spend = Spend()
+
+    @property
+    def pending(self) -> list[ReceivedMessage]:
+        """The messages no run took in, oldest first."""
+        return [m for m in self.messages if not m.taken]
 
 
 def replay(events: Sequence[StoredEvent]) -> Replay:
     """Fold a session's events (in seq order) into a :class:`Replay`."""
     transcript: list[Message] = []
-    texts: list[str] = []
+    messages: list[ReceivedMessage] = []
+    by_id: dict[str, ReceivedMessage] = {}
+    legacy: list[ReceivedMessage] = []  # messages of a log written before ids: matched by text
     run_open = False
+    submit: dict[str, Any] | None = None
     last_result: dict[str, Any] | None = None
     spent = Spend()
     for e in events:
+        p = e.payload
         if e.kind == TRANSCRIPT:
-            start = int(e.payload["start"])
-            transcript = transcript[:start] + [message_from_json(m) for m in e.payload["messages"]]
+            start = int(p["start"])
+            transcript = transcript[:start] + [message_from_json(m) for m in p["messages"]]
+            for mid in p.get("taken") or ():
+                if (m := by_id.get(str(mid))) is not None:
+                    m.taken = True
         elif e.kind == MESSAGE_RECEIVED:
-            texts.append(str(e.payload["text"]))
             run_open = True
+            if "id" not in p and p.get("resumed"):
+                continue  # an old-style re-send of a message already counted
+            m = ReceivedMessage(
+                id=str(p.get("id") or f"seq-{e.seq}"), text=str(p["text"]), seq=e.seq
+            )
+            messages.append(m)
+            by_id[m.id] = m
+            if "id" not in p:
+                legacy.append(m)
+        elif e.kind == SUBMIT_ACCEPTED:
+            submit = {"output": p.get("output")}
         elif e.kind == RUN_ENDED:
             run_open = False
-            last_result = e.payload.get("result")
+            submit = None
+            last_result = p.get("result")
+            for m in messages:
+                m.answered = m.answered or m.taken
         elif e.kind == USAGE_UPDATED:
-            spent = _spend_from(e.payload)
+            spent = _spend_from(p)
+    _match_legacy(transcript, legacy)
     return Replay(
         transcript=transcript,
-        pending=_unmatched(transcript, texts),
+        messages=messages,
         run_open=run_open,
+        submit=submit,
         last_result=last_result,
         last_seq=events[-1].seq if events else 0,
         spent=spent,
     )
+
+
+def _match_legacy(transcript: Sequence[Message], legacy: Sequence[ReceivedMessage]) -> None:
+    """Mark id-less messages taken when a transcript user message ends with their text."""
+    users = [m.text for m in transcript if isinstance(m, UserMessage)]
+    for m in legacy:
+        hit = next(
+            (i for i, t in enumerate(users) if t == m.text or t.endswith(f"\n\n{m.text}")), None
+        )
+        if hit is not None:
+            m.taken = True
+            del users[hit]
 
 
 def _spend_from(payload: dict[str, Any]) -> Spend:
@@ -89,15 +166,6 @@ def _spend_from(payload: dict[str, Any]) -> Spend:
         cost_micro_usd=int(cost or 0),
         unpriced_calls=0 if cost is not None else 1,
     )
-
-
-def _unmatched(transcript: Sequence[Message], texts: Sequence[str]) -> list[str]:
-    """The suffix of *texts* not found, in order, among the transcript's user messages."""
-    i = 0
-    for m in transcript:
-        if i < len(texts) and isinstance(m, UserMessage) and m.text == texts[i]:
-            i += 1
-    return list(texts[i:])
 
 
 def restart_note(unknown: Sequence[CallRecord]) -> str:
@@ -127,3 +195,82 @@ def answer_dangling(transcript: list[Message], note: str) -> list[Message]:
             text = f"not completed: the service stopped while this ran.\n{note}"
             out.append(ToolResultMessage(call.id, text, is_error=True, name=call.name))
     return out
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Plan:
+    """What a resumed session does, decided by :func:`plan` alone.
+
+    Attributes:
+        transcript: the transcript to start from (dangling tool calls answered when a run was
+            cut off).
+        note: the restart note (:func:`restart_note`).
+        end_with: the result JSON the interrupted run ends with before anything else (its own
+            ``SessionEnded`` whose record was not written, or its accepted ``submit``); None
+            when no run is to be ended.
+        sends: ``(message id, text)`` to send in order; the first carries the note. A None id
+            is the note alone (it continues an open run whose messages were all taken).
+        preamble: the note for the next message when nothing is sent now (an idle session).
+    """
+
+    transcript: list[Message]
+    note: str
+    end_with: dict[str, Any] | None = None
+    sends: list[tuple[str | None, str]] = field(default_factory=list)
+    preamble: str | None = None
+
+
+def plan(
+    state: Replay, *, unknown: Sequence[CallRecord], was_running: bool, session_id: str
+) -> Plan:
+    """Decide what the resumed session does from its :class:`Replay`.
+
+    *unknown* are the calls the crash left without an outcome, *was_running* whether its record
+    said ``running``. A run the log shows ended, or whose ``submit`` was accepted, ends with
+    that result; an open run otherwise continues; every message no run took in is sent (once,
+    under its id), starting a new run when none is open.
+    """
+    note = restart_note(unknown)
+    if not was_running:
+        pending = state.pending
+        return Plan(
+            transcript=state.transcript,
+            note=note,
+            sends=_with_note(note, [(m.id, m.text) for m in pending]),
+            preamble=None if pending else note,
+        )
+    end_with: dict[str, Any] | None = None
+    if state.run_open and state.submit is not None:
+        end_with = submit_result(state.submit["output"], session_id=session_id)
+    elif not state.run_open:
+        end_with = state.last_result or {"status": "cancelled", "session_id": session_id}
+    sends: list[tuple[str | None, str]] = [(m.id, m.text) for m in state.pending]
+    if end_with is None and not sends:
+        sends = [(None, note)]
+    elif sends:
+        sends = _with_note(note, sends)
+    return Plan(
+        transcript=answer_dangling(state.transcript, note),
+        note=note,
+        end_with=end_with,
+        sends=sends,
+        preamble=None if sends else note,
+    )
+
+
+def _with_note(note: str, sends: list[tuple[str | None, str]]) -> list[tuple[str | None, str]]:
+    if not sends:
+        return []
+    (mid, text), *rest = sends
+    return [(mid, f"{note}\n\n{text}"), *rest]
+
+
+def submit_result(output: Any, *, session_id: str) -> dict[str, Any]:
+    """The result JSON of a run that ended with an accepted ``submit`` of *output*.
+
+    The run's usage is not known here (the session's spend is: ``UsageUpdated``).
+    """
+    return {"status": "success", "output": output, "usage": {}, "cost_micro_usd": None,
+            "turns": 0, "model_calls": 0, "sub_calls": 0, "session_id": session_id,
+            "error": None}  # fmt: skip

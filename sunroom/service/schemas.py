@@ -8,8 +8,9 @@ on the host: every keyword the client sends is enforced. Only local ``$ref``s ar
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any, Literal
+import math
+from collections.abc import Callable, Mapping
+from typing import Annotated, Any, Final, Literal
 
 import pydantic
 
@@ -18,6 +19,7 @@ from sunroom.agent.schema import JsonSchema
 from sunroom.sandbox.limits import Limits
 
 __all__ = [
+    "RANGES",
     "BudgetIn",
     "CreateKernel",
     "CreateSession",
@@ -29,17 +31,78 @@ __all__ = [
 
 _Strict = pydantic.ConfigDict(extra="forbid")
 
+RANGES: Final[dict[str, tuple[float, float, str]]] = {
+    # field: (lowest, highest, unit); documented in docs/service.md ("Limits")
+    "limits.timeout_s": (0.001, 86_400, "seconds"),
+    "limits.memory_mb": (16, 1_048_576, "MiB"),
+    "limits.cpu_s": (1, 604_800, "CPU seconds"),
+    "limits.pids": (1, 65_536, "processes"),
+    "limits.max_output_bytes": (1, 2 * 1024 * 1024, "bytes"),
+    "budget.max_model_calls": (1, 1_000_000, "calls"),
+    "budget.max_tokens": (1, 10**10, "tokens"),
+    "budget.max_cost_micro_usd": (1, 10**12, "micro-USD"),
+    "budget.max_wall_s": (0.001, 2_592_000, "seconds"),
+    "timeout_s": (0.001, 86_400, "seconds"),
+}
+
+
+def _fmt(x: float) -> str:
+    return f"{x:,.3f}".rstrip("0").rstrip(".") if isinstance(x, float) else f"{x:,}"
+
+
+def _in_range(name: str) -> Callable[[float], float]:
+    lo, hi, unit = RANGES[name]
+
+    def check(value: float) -> float:
+        # NaN fails both comparisons; infinity fails the upper one
+        if not (isinstance(value, int) or math.isfinite(value)) or not lo <= value <= hi:
+            raise ValueError(f"must be a number from {_fmt(lo)} to {_fmt(hi)} ({unit})")
+        return value
+
+    return check
+
+
+def _whole(name: str) -> Callable[[Any], Any]:
+    check = _in_range(name)
+
+    def before(value: Any) -> Any:
+        if isinstance(value, float):  # 1e30 names the range, not "exceeded maximum size"
+            check(value)
+        return value
+
+    return before
+
+
+def _b(name: str) -> pydantic.BeforeValidator:
+    return pydantic.BeforeValidator(_whole(name))
+
+
+def _a(name: str) -> pydantic.AfterValidator:
+    return pydantic.AfterValidator(_in_range(name))
+
+
+_Timeout = Annotated[float, _a("limits.timeout_s")]
+_MemoryMb = Annotated[int, _b("limits.memory_mb"), _a("limits.memory_mb")]
+_CpuS = Annotated[int, _b("limits.cpu_s"), _a("limits.cpu_s")]
+_Pids = Annotated[int, _b("limits.pids"), _a("limits.pids")]
+_OutputBytes = Annotated[int, _b("limits.max_output_bytes"), _a("limits.max_output_bytes")]
+_ModelCalls = Annotated[int, _b("budget.max_model_calls"), _a("budget.max_model_calls")]
+_Tokens = Annotated[int, _b("budget.max_tokens"), _a("budget.max_tokens")]
+_Cost = Annotated[int, _b("budget.max_cost_micro_usd"), _a("budget.max_cost_micro_usd")]
+_WallS = Annotated[float, _a("budget.max_wall_s")]
+_CellTimeout = Annotated[float, _a("timeout_s")]
+
 
 class LimitsIn(pydantic.BaseModel):
     """Kernel limits a client may set (see :class:`sunroom.sandbox.limits.Limits`)."""
 
     model_config = _Strict
 
-    timeout_s: float | None = None
-    memory_mb: int | None = None
-    cpu_s: int | None = None
-    pids: int | None = None
-    max_output_bytes: int | None = None
+    timeout_s: _Timeout | None = None
+    memory_mb: _MemoryMb | None = None
+    cpu_s: _CpuS | None = None
+    pids: _Pids | None = None
+    max_output_bytes: _OutputBytes | None = None
 
     def build(self) -> Limits:
         """The Limits (defaults for what is unset). Raises UsageError."""
@@ -51,10 +114,10 @@ class BudgetIn(pydantic.BaseModel):
 
     model_config = _Strict
 
-    max_model_calls: int | None = None
-    max_tokens: int | None = None
-    max_cost_micro_usd: int | None = None
-    max_wall_s: float | None = None
+    max_model_calls: _ModelCalls | None = None
+    max_tokens: _Tokens | None = None
+    max_cost_micro_usd: _Cost | None = None
+    max_wall_s: _WallS | None = None
 
     def build(self) -> Budget:
         """The Budget. Raises UsageError."""
@@ -104,7 +167,7 @@ class Execute(pydantic.BaseModel):
     model_config = _Strict
 
     code: str
-    timeout_s: float | None = pydantic.Field(default=None, gt=0)
+    timeout_s: _CellTimeout | None = None
 
 
 def output_type(schema: Mapping[str, Any] | None) -> JsonSchema | None:

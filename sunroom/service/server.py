@@ -7,19 +7,146 @@ and can print the URL and token first.
 from __future__ import annotations
 
 import asyncio
+import json
 import socket
-from collections.abc import Callable, Sequence
+import threading
+from collections.abc import Callable, Generator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
+import h11
 import uvicorn
+from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from sunroom.sandbox.functions import HostFunction
 from sunroom.service.app import create_app
-from sunroom.service.config import ServiceConfig
+from sunroom.service.config import MAX_HEADER_BYTES, ServiceConfig
 from sunroom.service.models import resolve_model
 from sunroom.service.sessions import ModelResolver
 
 __all__ = ["bind", "serve"]
+
+_REASONS = {400: b"Bad Request", 408: b"Request Timeout", 431: b"Request Header Fields Too Large"}
+_REASONS[503] = b"Service Unavailable"
+
+
+def _protocol(config: ServiceConfig) -> type[H11Protocol]:
+    """The h11 protocol of uvicorn with JSON errors, a read deadline and connection caps."""
+    read_timeout = config.read_timeout_s
+    total_cap = config.max_connections
+    client_cap = config.max_connections_per_client
+
+    class Protocol(H11Protocol):
+        _deadline: asyncio.TimerHandle | None = None
+
+        def _refuse(self, status: int, kind: str, message: str) -> None:
+            """Answer *status* with the JSON error shape and close the connection."""
+            body = json.dumps({"error": {"type": kind, "message": message}}).encode()
+            head = b"HTTP/1.1 %d %s\r\n" % (status, _REASONS.get(status, b"Error"))
+            head += b"content-type: application/json\r\nconnection: close\r\n"
+            head += b"content-length: %d\r\n\r\n" % len(body)
+            if not self.transport.is_closing():
+                self.transport.write(head + body)
+                self.transport.close()
+
+        def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+            super().connection_made(transport)
+            host = self.client[0] if self.client else None
+            peers = [getattr(c, "client", None) for c in self.connections]
+            same = sum(1 for peer in peers if peer is not None and peer[0] == host)
+            if len(self.connections) > total_cap or same > client_cap:
+                self._refuse(
+                    503,
+                    "TooManyConnections",
+                    "the server has too many open connections; retry later",
+                )
+                return
+            self._arm()
+
+        def _arm(self) -> None:
+            if self._deadline is None:
+                self._deadline = self.loop.call_later(read_timeout, self._read_timed_out)
+
+        def _disarm(self) -> None:
+            if self._deadline is not None:
+                self._deadline.cancel()
+                self._deadline = None
+
+        def _read_timed_out(self) -> None:
+            self._deadline = None
+            if self.conn.their_state in (h11.IDLE, h11.SEND_BODY) and (
+                self.cycle is None
+                or self.cycle.response_complete
+                or not self.cycle.response_started
+            ):
+                self._refuse(
+                    408,
+                    "RequestTimeout",
+                    f"the request was not received within {read_timeout:g} seconds",
+                )
+            self.transport.close()
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            self._disarm()
+            super().connection_lost(exc)
+
+        def data_received(self, data: bytes) -> None:
+            if self.conn.their_state is h11.IDLE and self._deadline is None:
+                self._arm()  # the first byte of the next request on a kept-alive connection
+            super().data_received(data)
+            if self.conn.their_state not in (h11.IDLE, h11.SEND_BODY):
+                self._disarm()  # the whole request arrived
+            elif self.conn.their_state is h11.IDLE and not self.conn.trailing_data[0]:
+                self._disarm()  # idle: uvicorn's keep-alive timeout applies
+
+        def handle_events(self) -> None:
+            try:
+                super().handle_events()
+            except UnicodeDecodeError:
+                self._refuse(400, "BadRequest", "the request target is not ASCII")
+
+        def send_400_response(self, msg: str) -> None:
+            if len(self.conn.trailing_data[0]) > MAX_HEADER_BYTES:
+                self._refuse(
+                    431,
+                    "HeadersTooLarge",
+                    f"the request headers are over the limit of {MAX_HEADER_BYTES} bytes",
+                )
+            else:
+                self._refuse(400, "BadRequest", "the request is not valid HTTP/1.1")
+
+    return Protocol
+
+
+class _Server(uvicorn.Server):
+    """The uvicorn server, ending cleanly on SIGTERM/SIGINT.
+
+    The signal is not re-raised at the end (``sunroom serve`` exits 0), and open SSE streams
+    are told to end before the connections are drained.
+    """
+
+    def __init__(self, config: uvicorn.Config, closing: asyncio.Event) -> None:
+        super().__init__(config)
+        self._closing = closing
+
+    @contextmanager
+    def capture_signals(self) -> Generator[None, None, None]:
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+        import signal
+
+        handled = (signal.SIGINT, signal.SIGTERM)
+        original = {sig: signal.signal(sig, self.handle_exit) for sig in handled}
+        try:
+            yield
+        finally:
+            for sig, handler in original.items():
+                signal.signal(sig, handler)
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        self._closing.set()
+        await super().shutdown(sockets)
 
 
 def bind(config: ServiceConfig) -> socket.socket:
@@ -56,14 +183,17 @@ async def serve(
     """
     app = create_app(config, resolve=resolve, functions=functions)
     sock = sock or bind(config)
-    server = uvicorn.Server(
+    server = _Server(
         uvicorn.Config(
             app,
+            http=_protocol(config),
             log_level=log_level,
             lifespan="on",
-            timeout_graceful_shutdown=5,
+            timeout_graceful_shutdown=1,
+            h11_max_incomplete_event_size=MAX_HEADER_BYTES,
             access_log=False,
-        )
+        ),
+        closing=app.state.closing,
     )
     if started is not None:
 

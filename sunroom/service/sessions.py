@@ -6,6 +6,9 @@ calls before they run (:class:`~sunroom.service.journal.CallLedger`), owns each 
 renewed lease, and resumes sessions a dead process left ``running``: claim (exactly one process
 wins), rebuild the transcript from the log, start a fresh kernel, publish ``KernelRestarted``,
 mark unfinished calls ``unknown`` (never replayed) and carry on with the run. No cell is re-run.
+With a file store its owner string is stable across restarts
+(:func:`~sunroom.service.live.stable_owner`): a restarted server reclaims its own sessions at
+once instead of waiting out their leases (and answering 409 meanwhile).
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 import uuid
 from collections.abc import Sequence
 from typing import Any, final
@@ -27,24 +31,29 @@ from sunroom.sandbox.functions import HostFunction
 from sunroom.service import leases
 from sunroom.service.config import ServiceConfig
 from sunroom.service.journal import CallLedger, Journal
-from sunroom.service.live import Live, ModelResolver, new_owner
-from sunroom.service.problems import CapacityError, ConflictError, NotFoundError
-from sunroom.service.recovery import (
-    MESSAGE_RECEIVED,
-    Replay,
-    answer_dangling,
-    replay,
-    restart_note,
+from sunroom.service.live import Identity, Live, ModelResolver, new_owner, stable_owner
+from sunroom.service.problems import (
+    CapacityError,
+    ConflictError,
+    NotFoundError,
+    OwnedElsewhereError,
 )
+from sunroom.service.recovery import MESSAGE_RECEIVED, plan, replay
 from sunroom.service.schemas import CreateSession, output_type
 from sunroom.service.signals import Signals
-from sunroom.store import EventStore, SessionRecord, SessionStatus, StoredEvent
+from sunroom.store import EventStore, SessionRecord, SessionStatus, SQLiteStore, StoredEvent
 
 __all__ = ["ModelResolver", "SessionManager", "new_owner"]
 
 log = logging.getLogger("sunroom.service")
 
 _STATUS: dict[str, SessionStatus] = {"success": "finished", "cancelled": "cancelled"}
+
+LATE_NOTE = (
+    "[The service] The message(s) above arrived while your previous run was ending and were "
+    "not answered by it; answer them now."
+)
+"""Starts the run that answers messages an ending run never took in (they precede it)."""
 
 
 @final
@@ -70,7 +79,10 @@ class SessionManager:
     ) -> None:
         self.store = store
         self.config = config
-        self.owner = owner or new_owner()
+        self._identity: Identity | None = None
+        if owner is None and isinstance(store, SQLiteStore) and str(store.path) != ":memory:":
+            self._identity = stable_owner(store.path)
+        self.owner = owner or (self._identity.owner if self._identity else new_owner())
         self.signals = Signals()
         self._resolve = resolve_model
         self._functions = tuple(functions)
@@ -83,10 +95,12 @@ class SessionManager:
     # -- lifecycle -------------------------------------------------------------------------
 
     async def start(self) -> None:
-        """Start lease renewal and, when configured, the resumption of orphaned sessions."""
+        """Start lease renewal and, when configured, resuming its own and orphaned sessions."""
         loop = asyncio.get_running_loop()
         self._tasks.append(loop.create_task(leases.renew_forever(self), name="sunroom-renew"))
-        if self.config.resume_orphans:
+        if self.config.resume_orphans:  # a server, not `sunroom sessions resume ID`
+            task = loop.create_task(leases.reclaim_own(self), name="sunroom-reclaim")
+            self._tasks.append(task)
             task = loop.create_task(leases.resume_forever(self), name="sunroom-orphans")
             self._tasks.append(task)
 
@@ -108,6 +122,8 @@ class SessionManager:
             await asyncio.wait(self._closing)  # sessions dropped earlier finish closing
         for live in list(self._live.values()):
             await self._shutdown(live, finish=False)
+        if self._identity is not None:
+            self._identity.release()
 
     @property
     def live(self) -> int:
@@ -192,7 +208,7 @@ class SessionManager:
         """Send a user message; it starts a run when the session is idle.
 
         A session known to the store but not live here is resumed first. Raises
-        NotFoundError, ConflictError (another process owns it).
+        NotFoundError, OwnedElsewhereError (another live server holds it: 503, Retry-After).
         """
         live = self._live.get(sid) or await self.resume(sid)
         await self._send(live, text)
@@ -239,7 +255,8 @@ class SessionManager:
     async def resume(self, sid: str) -> Live:
         """Take over session *sid* from the store and run it here (see the module docstring).
 
-        Raises NotFoundError, ConflictError (another live process owns it), CapacityError.
+        Raises NotFoundError, OwnedElsewhereError (another live server holds its lease: a 503
+        with Retry-After), CapacityError.
         """
         async with self._lock:
             if sid in self._live:
@@ -247,7 +264,12 @@ class SessionManager:
             self._check_capacity()
             record = await self._record(sid)
             if not await self.store.claim(sid, owner=self.owner, lease_s=self.config.lease_s):
-                raise ConflictError(f"session {sid} is owned by another live process")
+                left = (record.lease_expires_at or time.time()) - time.time()
+                raise OwnedElsewhereError(
+                    f"session {sid} is run by another live server; retry after its lease "
+                    "runs out (Retry-After)",
+                    retry_after_s=max(left, 0.0) + 0.5,
+                )
             try:
                 return await self._take_over(record)
             except BaseException:
@@ -258,6 +280,11 @@ class SessionManager:
                 raise
 
     async def _take_over(self, record: SessionRecord) -> Live:
+        """Resume *record* in one pass: fold the log, let :func:`plan` decide, carry it out.
+
+        Nothing here decides what is pending: :func:`replay` folds the log into one state and
+        :func:`plan` alone says what the resumed session does.
+        """
         sid = record.session_id
         request = CreateSession.model_validate(record.config)
         state = replay(await self._all_events(sid))
@@ -265,15 +292,13 @@ class SessionManager:
         unknown = [c for c in calls if c.outcome is None]
         for c in unknown:
             await self.store.mark_unknown(sid, c.call_id, owner=self.owner)
-        note = restart_note(unknown)
-        was_running = record.status == "running"
-        transcript = answer_dangling(state.transcript, note) if was_running else state.transcript
+        todo = plan(state, unknown=unknown, was_running=record.status == "running", session_id=sid)
         live = await self._open(
             sid,
             request,
             next_seq=state.last_seq + 1,
             first_call=len(calls) + 1,
-            transcript=transcript or None,
+            transcript=todo.transcript or None,
             spent=state.spent,
         )
         for c in unknown:
@@ -288,23 +313,14 @@ class SessionManager:
              "state_lost": True, "unknown_calls": [c.call_id for c in unknown]},
         )  # fmt: skip
         log.info("session %s resumed (%d unknown calls)", sid, len(unknown))
-        if was_running and not state.run_open:  # the run ended; only its record was not written
-            await self._ended(live, state.last_result or {"status": "cancelled"})
-        elif was_running:
-            await self._continue(live, state, note)
-        else:
-            live.preamble = note
+        if todo.end_with is not None:
+            if state.run_open:  # the log has no SessionEnded for it: write one
+                await live.journal.append("SessionEnded", {"result": todo.end_with})
+            await self._ended(live, todo.end_with, more=bool(todo.sends))
+        live.preamble = todo.preamble
+        for mid, text in todo.sends:
+            await self._deliver(live, mid, text)
         return live
-
-    async def _continue(self, live: Live, state: Replay, note: str) -> None:
-        messages = [*state.pending]
-        first = f"{note}\n\n{messages.pop(0)}" if messages else note
-        await live.journal.append(MESSAGE_RECEIVED, {"text": first, "resumed": True})
-        live.idle.clear()
-        await live.session.send(first)
-        for text in messages:
-            await live.journal.append(MESSAGE_RECEIVED, {"text": text, "resumed": True})
-            await live.session.send(text)
 
     async def resume_orphans(self) -> list[str]:
         """Resume every session whose owner's lease ran out; the ids this process took."""
@@ -448,24 +464,61 @@ class SessionManager:
             log.exception("session %s: closing its model failed", sid)
 
     async def _send(self, live: Live, text: str) -> None:
+        """Accept a new user message: record it (with a fresh id) once, then deliver it."""
         if live.preamble is not None and not live.session.running:
-            text, live.preamble = f"{live.preamble}\n\n{text}", None
-        record = await self._record(live.sid)
-        if record.status != "running":
-            await self.store.reopen_session(live.sid, owner=self.owner)
-        await live.journal.append(MESSAGE_RECEIVED, {"text": text})
+            sent, live.preamble = f"{live.preamble}\n\n{text}", None
+        else:
+            sent = text
+        mid = uuid.uuid4().hex
+        await self._reopen(live)
+        await live.journal.append(MESSAGE_RECEIVED, {"id": mid, "text": text})
+        await self._deliver(live, mid, sent, reopen=False)
+
+    async def _deliver(
+        self, live: Live, mid: str | None, text: str, *, reopen: bool = True
+    ) -> None:
+        """Hand message *mid* to the session as *text* (None: the restart note alone)."""
+        if reopen:
+            await self._reopen(live)
+        if mid is not None:
+            live.journal.expect(mid, text)
         live.idle.clear()
         await live.session.send(text)
 
-    async def _ended(self, live: Live, result: dict[str, Any]) -> None:
-        status = _STATUS.get(str(result.get("status")), "failed")
-        try:
-            await self.store.finish_session(
-                live.sid, status=status, result=result, owner=self.owner
-            )
-        except Exception:
-            # the record stays running; the run's end is in the log, so a resume records it
-            log.exception("session %s: recording the end of its run failed", live.sid)
+    async def _reopen(self, live: Live) -> None:
+        record = await self._record(live.sid)
+        if record.status != "running":
+            await self.store.reopen_session(live.sid, owner=self.owner)
+
+    async def _ended(self, live: Live, result: dict[str, Any], *, more: bool = False) -> None:
+        """A run of *live* ended with *result* (its ``SessionEnded`` is durable).
+
+        A message accepted while the run was ending that it never took in is still queued in
+        the session: a new run starts at once (by a note, not by sending the message again) and
+        the record stays ``running``, so a crash now resumes and answers it. *more*: the caller
+        sends messages next (a resume), so the record stays ``running`` too.
+        """
+        late = (
+            bool(live.journal.untaken)
+            and result.get("status") != "cancelled"
+            and not live.session.running
+            and self._live.get(live.sid) is live
+        )
+        if not (late or more):
+            status = _STATUS.get(str(result.get("status")), "failed")
+            try:
+                await self.store.finish_session(
+                    live.sid, status=status, result=result, owner=self.owner
+                )
+            except Exception:
+                # the record stays running; the run's end is in the log, so a resume records it
+                log.exception("session %s: recording the end of its run failed", live.sid)
+        if late:
+            try:
+                live.idle.clear()
+                await live.session.send(LATE_NOTE)
+            except Exception:
+                log.exception("session %s: starting a run for a late message failed", live.sid)
         if not live.session.running or result.get("status") == "cancelled":
             live.idle.set()
         self.signals.fire(live.sid)

@@ -6,12 +6,14 @@ loses nothing and gets nothing twice. Each SSE ``id`` is the event's seq in the 
 (``Transcript`` events, internal, are skipped, so ids may jump). The server reads at most
 ``sse_batch`` events at a time (the bounded buffer) and gives a client ``sse_send_timeout_s``
 to take each chunk: a stalled client is disconnected and resumes from the log. The stream ends
-(``event: end``) when the session has no run in progress and everything was sent.
+(``event: end``) when the session has no run in progress and everything was sent; when the
+server shuts down it ends at once (a comment line, then the end of the response).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 from typing import final
@@ -44,13 +46,21 @@ class EventStream:
     """An ASGI response streaming session *sid* from seq *after* on (see the module)."""
 
     def __init__(
-        self, *, store: EventStore, signals: Signals, config: ServiceConfig, sid: str, after: int
+        self,
+        *,
+        store: EventStore,
+        signals: Signals,
+        config: ServiceConfig,
+        sid: str,
+        after: int,
+        closing: asyncio.Event | None = None,
     ) -> None:
         self._store = store
         self._signals = signals
         self._config = config
         self._sid = sid
         self._after = after
+        self._closing = closing or asyncio.Event()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Stream until the session has nothing more, the client leaves or stalls."""
@@ -64,7 +74,12 @@ class EventStream:
                     stream.cancel()
                     return
 
+        async def stop() -> None:
+            await self._closing.wait()
+            stream.cancel()
+
         watcher = asyncio.get_running_loop().create_task(watch())
+        stopper = asyncio.get_running_loop().create_task(stop())
         try:
             await self._stream(send)
         except (_Stalled, OSError):
@@ -72,10 +87,15 @@ class EventStream:
         except asyncio.CancelledError:
             if watcher.done():
                 return  # the client went away
+            if stopper.done():  # the server shuts down: end the response cleanly
+                with contextlib.suppress(Exception):
+                    await self._send(send, b": server shutting down\n\n", more=False)
+                return
             raise
         finally:
             watcher.cancel()
-            await asyncio.wait([watcher])  # never swallows the stream's own cancellation
+            stopper.cancel()
+            await asyncio.wait([watcher, stopper])  # never swallows the stream's cancellation
             if not watcher.cancelled() and watcher.exception() is not None:
                 log.error("the SSE client watcher failed", exc_info=watcher.exception())
 

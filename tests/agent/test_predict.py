@@ -337,3 +337,25 @@ except BudgetExceededError as exc:
     lines = finished.output.splitlines()
     assert "first: HostFunctionError False" in lines, finished.output
     assert "second: sunroom.prelude.agent True True" in lines, finished.output
+
+
+async def test_a_failed_nested_session_is_an_agent_error_in_the_kernel() -> None:
+    # the nested session ends without submitting (its only reply is text): an AgentError on the
+    # host, which reaches the calling cell by name
+    nested_root = ScriptedModel(["I will not submit"] * 3)
+    root = ScriptedModel(
+        [
+            code(
+                "try:\n    predict('x', 'y', output=int, recursive=True)\nexcept Exception as e:\n"
+                "    print(type(e).__name__, str(e)[:200])"
+            ),
+            "ok",
+        ]  # fmt: skip
+    )
+    async with AsyncSession(
+        model=root, sub_model=nested_root, backend=FAST, max_depth=2, max_turns=3
+    ) as s:
+        result = await s.run("go")
+    assert result.ok, result
+    out = last_output(root.requests[1])
+    assert "AgentError" in out and "nested session ended with" in out, out

@@ -160,3 +160,52 @@ async def test_bound_model_inputs_arrive_as_mirrors(backend: str) -> None:
     async with AsyncKernel(backend=backend, functions=[lookup], inputs={"quote": quote}) as k:
         r = await k.execute("type(quote).__name__, quote.price, quote.currency")
         assert r.ok and r.value == "('Quote', 2.0, <Currency.USD: 'USD'>)"
+
+
+async def test_sync_functions_respect_the_concurrency_limit_and_busy_is_reported(
+    backend: str,
+) -> None:
+    """A sync function starts only once it holds a slot; a wait that runs out is Busy."""
+    lock = threading.Lock()
+    running = 0
+    peak = 0
+
+    def work(seconds: float) -> int:
+        nonlocal running, peak
+        with lock:
+            running += 1
+            peak = max(peak, running)
+        time.sleep(seconds)
+        with lock:
+            running -= 1
+        return peak
+
+    limited = host_function(work, name="limited", max_concurrency=2, timeout_s=5)
+    hog = host_function(work, name="hog", max_concurrency=1, timeout_s=0.3)
+    async with AsyncKernel(backend=backend, functions=[limited, hog]) as k:
+        r = await k.execute(
+            "from concurrent.futures import ThreadPoolExecutor\n"
+            "with ThreadPoolExecutor(6) as ex:\n"
+            "    max(ex.map(lambda _: limited(0.05), range(6)))"
+        )
+        assert r.ok, r.error
+        assert peak == 2  # never more than two ran at once
+        r = await k.execute(
+            # A holds the only slot for 0.25 s, then B (queued first) for 0.25 s more: the
+            # third call's wait for a slot (at most timeout_s = 0.3 s) runs out first
+            "import threading, time\n"
+            "from sunroom.prelude.hostcall import HostFunctionBusy\n"
+            "ts = [threading.Thread(target=lambda: hog(0.25)) for _ in range(2)]\n"
+            "for t in ts:\n"
+            "    t.start(); time.sleep(0.02)\n"
+            "try:\n"
+            "    hog(0.01)\n"
+            "    seen = 'ran'\n"
+            "except HostFunctionBusy as e:\n"
+            "    seen = type(e).__name__\n"
+            "for t in ts:\n"
+            "    t.join()\n"
+            "seen"
+        )
+        assert r.ok, r.error
+        assert r.value == "'HostFunctionBusy'"

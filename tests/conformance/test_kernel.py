@@ -325,3 +325,19 @@ async def test_a_kernel_dying_before_hello_fails_fast(backend: str) -> None:
         async with AsyncKernel(backend=backend, limits=limits):
             pass
     assert time.monotonic() - started < 30  # not the 60 s start timeout
+
+
+async def test_a_kernel_that_dies_during_a_call_raises_kernel_died(backend: str) -> None:
+    """A variable whose repr kills the process: variables() raises KernelDiedError, then heals."""
+    from sunroom.errors import KernelDiedError
+
+    async with AsyncKernel(backend=backend) as k:
+        r = await k.execute(
+            "import os\nclass Bomb:\n    def __repr__(self):\n        os._exit(3)\nbomb = Bomb()"
+        )
+        assert r.ok, r.error
+        with pytest.raises(KernelDiedError, match="died during variables") as info:
+            await k.variables()
+        assert "status 3" in info.value.reason or "exit" in info.value.reason, info.value.reason
+        assert (await k.execute("1 + 1")).value == "2"  # a fresh kernel on next use
+        assert k.restarts == 1

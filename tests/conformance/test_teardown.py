@@ -43,3 +43,22 @@ async def test_cancelling_a_kill_at_any_point_still_tears_everything_down(backen
         if rundir is not None:
             assert not await asyncio.to_thread(os.path.exists, rundir), ticks
         await k.aclose()
+
+
+async def test_cancelling_aclose_at_any_point_still_tears_everything_down(backend: str) -> None:
+    """``AsyncKernel.aclose()`` cancelled after any number of ticks leaks nothing."""
+    for ticks in (0, 1, 2, 3, 5, 8, 13, 40):
+        k = AsyncKernel(backend=backend, limits=LIMITS)
+        await k.start()
+        proc = k.process
+        assert proc is not None
+        top = psutil.Process(proc.pid)  # type: ignore[attr-defined]
+        tree = [top, *top.children(recursive=True)]
+        rundir = getattr(proc, "rundir", None)
+        task = asyncio.get_running_loop().create_task(k.aclose())
+        await _cancel_after(task, ticks)
+        await k.aclose()  # waits for the teardown the cancelled call began
+        _, alive = await asyncio.to_thread(psutil.wait_procs, tree, timeout=5)
+        assert [p for p in alive if p.status() != psutil.STATUS_ZOMBIE] == [], ticks
+        if rundir is not None:
+            assert not await asyncio.to_thread(os.path.exists, rundir), ticks

@@ -60,7 +60,7 @@ async def test_calls_both_ways_with_many_in_flight() -> None:
         peer.respond(req.id, None, {"echo": req.params})
 
     server = serve_forever(peer, serve)
-    ch = await Channel.open(host_sock, handler=echo_handler)
+    ch = await Channel.open(host_sock, handler=echo_handler, requests=None)
     try:
         results = await asyncio.gather(*(ch.call("echo", i) for i in range(200)))
         assert results == [{"echo": i} for i in range(200)]
@@ -228,7 +228,6 @@ async def closed_by_violation(ch: Channel, within_s: float = 2.0) -> str:
 @pytest.mark.parametrize(
     ("message", "why"),
     [
-        ([2, "display", {"png": b""}], "unknown notification 'display'"),
         ([2, "stream", {"name": "stdin", "text": "x"}], "stream.name"),
         ([2, "stream", {"name": "stdout", "text": b"x"}], "stream.text must be a str"),
         ([2, "hello", {"protocol": "one"}], "hello.protocol must be an int"),
@@ -258,13 +257,41 @@ async def test_checked_messages_reach_the_host_rebuilt() -> None:
     )
     peer_sock.sendall(frame([2, "stream", {"name": "stdout", "text": "hi", "extra": [1]}]))
     peer_sock.sendall(frame([0, 7, "call", {"name": "f", "args": {"a": 1}, "extra": 2}]))
-    peer_sock.sendall(frame([0, 8, "other", [1]]))  # unchecked: the handler decides
-    answers = await asyncio.to_thread(read_frames, peer_sock, 2)
+    answers = await asyncio.to_thread(read_frames, peer_sock, 1)
     assert seen == [("stream", {"name": "stdout", "text": "hi"})]
-    assert sorted(answers, key=lambda a: a[1]) == [
-        [1, 7, None, ["call", {"name": "f", "args": {"a": 1}}]],
-        [1, 8, None, ["other", [1]]],
-    ]
+    assert answers == [[1, 7, None, ["call", {"name": "f", "args": {"a": 1}}]]]
+    assert not ch.closed.done()
+    peer_sock.close()
+    await ch.aclose()
+
+
+async def test_duplicates_and_unknowns_are_refused_counted_and_survived() -> None:
+    """A duplicate id of a request in flight is dropped, an unknown method answered
+    MethodNotFound without reaching the handler, an unknown notification dropped: each
+    counted in ``refused``; the channel keeps working."""
+    host_sock, peer_sock = socket.socketpair()
+    served: list[Any] = []
+    release = asyncio.Event()
+
+    async def handler(method: str, params: Any) -> Any:
+        served.append((method, params))
+        await release.wait()
+        return "done"
+
+    seen: list[Any] = []
+    ch = await Channel.open(host_sock, handler=handler, on_notification=lambda m, p: seen.append(m))
+    peer_sock.sendall(frame([0, 1, "call", {"name": "f", "args": {}}]))
+    peer_sock.sendall(frame([0, 1, "call", {"name": "f", "args": {"again": 1}}]))  # duplicate
+    peer_sock.sendall(frame([0, 2, "other", [1]]))  # unknown method
+    peer_sock.sendall(frame([2, "display", {"png": b""}]))  # unknown notification
+    answers = await asyncio.to_thread(read_frames, peer_sock, 1)
+    assert answers == [[1, 2, {"type": "MethodNotFound", "message": "no handler for 'other'",
+                               "data": None}, None]]  # fmt: skip
+    release.set()
+    answers = await asyncio.to_thread(read_frames, peer_sock, 1)
+    assert answers == [[1, 1, None, "done"]]
+    assert served == [("call", {"name": "f", "args": {}})]  # served once, never "other"
+    assert seen == [] and ch.refused == 3
     assert not ch.closed.done()
     peer_sock.close()
     await ch.aclose()
@@ -293,7 +320,7 @@ async def test_error_messages_to_the_peer_are_cut() -> None:
     async def loud(method: str, params: Any) -> Any:
         raise ValueError("x" * 100_000)
 
-    ch = await Channel.open(host_sock, handler=loud)
+    ch = await Channel.open(host_sock, handler=loud, requests=None)
     peer_sock.sendall(frame([0, 1, "m", None]))
     [answer] = await asyncio.to_thread(read_frames, peer_sock, 1)
     assert answer[2]["type"] == "ValueError"
@@ -312,7 +339,7 @@ async def test_answers_wait_while_the_peer_is_not_reading() -> None:
         computed += 1
         return "b" * (1 << 20)
 
-    ch = await Channel.open(host_sock, handler=big)
+    ch = await Channel.open(host_sock, handler=big, requests=None)
 
     def send() -> None:
         for i in range(400):
@@ -385,7 +412,7 @@ async def test_the_read_deadline_waits_while_the_channel_is_paused() -> None:
         await release.wait()
         return method
 
-    ch = await Channel.open(host_sock, handler=slow, frame_deadline_s=0.2)
+    ch = await Channel.open(host_sock, handler=slow, frame_deadline_s=0.2, requests=None)
     requests = b"".join(frame([0, i, "slow", None]) for i in range(MAX_INCOMING_REQUESTS))
     tail = frame([0, 10_000, "slow", "x" * 100])
     await asyncio.to_thread(peer_sock.sendall, requests + tail[:20])

@@ -53,7 +53,7 @@ async def test_eager_handler_answers_without_a_task_and_in_its_own_context() -> 
 
     host_sock, peer_sock = socket.socketpair()
     peer = BlockingChannel(peer_sock)
-    ch = await Channel.open(host_sock)
+    ch = await Channel.open(host_sock, requests=None)  # any method reaches the handler
     ch.serve_with(handler, eager=True)
     try:
         calls = [("now", 1), ("wait", 2), ("needs-task", 3), ("now", 4)]
@@ -171,7 +171,7 @@ async def test_eager_handler_waiting_is_cancelled_on_close() -> None:
 
     host_sock, peer_sock = socket.socketpair()
     peer = BlockingChannel(peer_sock)
-    ch = await Channel.open(host_sock)
+    ch = await Channel.open(host_sock, requests=None)
     ch.serve_with(handler, eager=True)
     call = asyncio.ensure_future(asyncio.to_thread(peer.call, "forever", None))
     await started.wait()

@@ -42,11 +42,11 @@ def _no_leftover_services() -> Iterator[None]:
 
 
 class Service:
-    def __init__(self, tmp: Path, env: dict[str, str]) -> None:
+    def __init__(self, tmp: Path, env: dict[str, str], *, lease_s: float = 1) -> None:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "sunroom.cli", "serve", "--port", "0", "--db", str(tmp / "s.db"),
              "--backend", "subprocess", "--functions", "tests.service.hostfns:charge",
-             "--lease-s", "1"],
+             "--lease-s", str(lease_s)],
             cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         )  # fmt: skip
         _started.append(self)

@@ -1,8 +1,9 @@
 from __future__ import annotations
 
 from sunroom.agent.budget import Spend
-from sunroom.providers import Usage
-from sunroom.service.recovery import replay
+from sunroom.providers import Usage, UserMessage
+from sunroom.service.codec import message_to_json
+from sunroom.service.recovery import plan, replay
 from sunroom.store import StoredEvent
 
 
@@ -26,3 +27,68 @@ def test_replay_recovers_the_spend_from_the_last_usage_event() -> None:
     unknown = replay([_event(1, "UsageUpdated", {"usage": {}, "model_calls": 2,
                                                  "cost_micro_usd": None, "sub_call": False})])  # fmt: skip
     assert not unknown.spent.cost_known
+
+
+def _transcript(seq: int, start: int, texts: list[str], taken: list[str]) -> StoredEvent:
+    messages = [message_to_json(UserMessage(t)) for t in texts]
+    return _event(seq, "Transcript", {"start": start, "messages": messages, "taken": taken})
+
+
+def test_messages_are_matched_by_id_not_by_text() -> None:
+    # the task was re-sent after a crash with the restart note in front: still one message
+    events = [
+        _event(1, "MessageReceived", {"id": "a", "text": "task"}),
+        _event(2, "KernelRestarted", {}),
+        _transcript(3, 0, ["[The service restarted] ...\n\ntask"], ["a"]),
+        _event(4, "MessageReceived", {"id": "b", "text": "more"}),
+    ]
+    state = replay(events)
+    assert [(m.id, m.taken) for m in state.messages] == [("a", True), ("b", False)]
+    todo = plan(state, unknown=[], was_running=True, session_id="s")
+    assert todo.end_with is None
+    assert [mid for mid, _ in todo.sends] == ["b"]  # only the untaken one, once
+    assert todo.sends[0][1].startswith("[The service restarted]")
+
+
+def test_an_open_run_with_nothing_pending_continues_with_the_note_alone() -> None:
+    events = [
+        _event(1, "MessageReceived", {"id": "a", "text": "t"}),
+        _transcript(2, 0, ["t"], ["a"]),
+    ]
+    todo = plan(replay(events), unknown=[], was_running=True, session_id="s")
+    assert [mid for mid, _ in todo.sends] == [None] and todo.end_with is None
+
+
+def test_an_accepted_submit_ends_the_resumed_run() -> None:
+    events = [
+        _event(1, "MessageReceived", {"id": "a", "text": "t"}),
+        _transcript(2, 0, ["t"], ["a"]),
+        _event(3, "SubmitAccepted", {"output": {"x": 1}}),
+    ]
+    todo = plan(replay(events), unknown=[], was_running=True, session_id="s")
+    assert todo.end_with is not None and todo.end_with["output"] == {"x": 1}
+    assert todo.end_with["status"] == "success" and todo.sends == []
+    ended = [*events, _event(4, "SessionEnded", {"result": {"status": "success"}})]
+    assert replay(ended).submit is None  # a later run does not inherit it
+
+
+def test_a_message_the_ended_run_never_took_is_sent_after_a_restart() -> None:
+    events = [
+        _event(1, "MessageReceived", {"id": "a", "text": "t"}),
+        _transcript(2, 0, ["t"], ["a"]),
+        _event(3, "MessageReceived", {"id": "b", "text": "late"}),
+        _event(4, "SessionEnded", {"result": {"status": "success"}}),
+    ]
+    todo = plan(replay(events), unknown=[], was_running=True, session_id="s")
+    assert todo.end_with == {"status": "success"}
+    assert [mid for mid, _ in todo.sends] == ["b"]
+
+
+def test_a_log_without_message_ids_is_matched_by_text() -> None:
+    events = [
+        _event(1, "MessageReceived", {"text": "task"}),
+        _event(2, "MessageReceived", {"text": "note\n\ntask", "resumed": True}),
+        _transcript(3, 0, ["note\n\ntask"], []),
+    ]
+    state = replay(events)
+    assert len(state.messages) == 1 and state.pending == []

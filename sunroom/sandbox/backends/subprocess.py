@@ -20,7 +20,6 @@ import sys
 from pathlib import Path
 from typing import final
 
-import sunroom
 from sunroom.sandbox.backend import KernelProcess, LaunchSpec, kernel_env
 from sunroom.sandbox.identity import lease_if_root, require_reachable
 from sunroom.sandbox.process import LocalLaunch
@@ -33,7 +32,7 @@ BOOT = (
 
 def package_root() -> str:
     """The directory holding the ``sunroom`` package (put first on the kernel's sys.path)."""
-    return str(Path(sunroom.__file__).resolve().parent.parent)
+    return str(Path(__file__).resolve().parents[3])  # .../<root>/sunroom/sandbox/backends/
 
 
 @functools.cache

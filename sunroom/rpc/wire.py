@@ -1,4 +1,8 @@
-"""Conversion between kernel-side Python objects and msgpack-safe values.
+"""Conversion between Python objects and msgpack-safe values, shared by both ends.
+
+Lives in ``rpc`` because the host (argument and result conversion in
+:mod:`sunroom.sandbox.functions`) and the kernel (:mod:`sunroom.prelude.hostcall`) both use it;
+like the rest of ``rpc`` it imports only the standard library.
 
 Host functions' pydantic models arrive in the kernel as plain dataclasses and enums (generated
 source). :func:`to_wire` flattens such objects for the wire; :func:`from_wire` rebuilds them from
