@@ -368,6 +368,8 @@ class FunctionRegistry:
                 call = hf.fn(**kwargs)
             else:  # started already, or (with a limit) now that it holds a slot
                 call = started if started is not None else self._thread.start(hf.fn, kwargs)
+            if hf.timeout_s is None:
+                return await call  # (asyncio.timeout(None) costs a Timeout and a task lookup)
             async with asyncio.timeout(hf.timeout_s):
                 return await call
         except TimeoutError:
