@@ -16,6 +16,9 @@ alternates from one round to the next, and the figures are medians over ``--roun
 (ratios: the median of the per-round ratios). Targets on a 2-core machine: start <= 40 ms;
 async execute <= 6x the echo; sync execute <= 1.2x the async one; host calls <= 4x the echo.
 
+``--pin CPU`` runs everything on one CPU: on a shared 2-core VM the figures then move far less
+from run to run (which CPU a woken process lands on otherwise dominates them).
+
 ``--compare subprocess,bwrap,docker`` adds start and execute p50 per backend, each as a ratio to
 ``subprocess`` measured in the same run (targets: bwrap start <= 60 ms and execute within 1.5x
 of subprocess; docker start <= 400 ms).
@@ -160,15 +163,15 @@ HOST_CALL_CELL = (
     "    t = time.perf_counter_ns()\n"
     "    {fn}(i)\n"
     "    ts.append(time.perf_counter_ns() - t)\n"
-    "ts"
+    "print(','.join(map(str, ts)))"  # stdout, not the value: a long repr is cut in the middle
 )
 
 
 async def bench_host_call(k: AsyncKernel, fn: str, n: int) -> list[float]:
     """Round trips of a host call, timed inside the kernel around the generated wrapper."""
     r = await k.execute(HOST_CALL_CELL.format(fn=fn, n=n, warmup=WARMUP))
-    assert r.ok and r.value is not None, r
-    return [int(x) / 1000 for x in r.value.strip("[]").split(",")]
+    assert r.ok and r.truncated_bytes == 0, r
+    return [int(x) / 1000 for x in r.stdout.split(",")]
 
 
 async def ping(x: int) -> int:
@@ -264,7 +267,16 @@ def main() -> None:
     parser.add_argument("--starts", type=int, default=20)
     parser.add_argument("--compare", default="", help="comma-separated backends to compare")
     parser.add_argument("--loop", choices=["asyncio", "uvloop"], default="asyncio")
+    parser.add_argument(
+        "--pin",
+        type=int,
+        default=None,
+        metavar="CPU",
+        help="run on this CPU only (the kernels and the echo client inherit it)",
+    )
     args = parser.parse_args()
+    if args.pin is not None:
+        os.sched_setaffinity(0, {args.pin})
     factory = None
     if args.loop == "uvloop":
         import uvloop  # optional: pip install uvloop
@@ -272,7 +284,8 @@ def main() -> None:
         factory = uvloop.new_event_loop
     print(
         f"sunroom {sunroom.__version__} kernel benchmarks, backend={args.backend}, "
-        f"loop={args.loop}, python {sys.version.split()[0]}, {os.cpu_count()} cpus, "
+        f"loop={args.loop}, python {sys.version.split()[0]}, {os.cpu_count()} cpus"
+        f"{'' if args.pin is None else f' (pinned to cpu {args.pin})'}, "
         f"{args.rounds} rounds x {args.n} samples"
     )
     with asyncio.Runner(loop_factory=factory) as runner:
