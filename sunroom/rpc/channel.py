@@ -466,7 +466,8 @@ class Channel(asyncio.Protocol):
     async def _serve_one(self, req_id: int, method: str, params: Any, *, known: bool) -> None:
         error: RpcError | None = None
         result: Any = None
-        await self._writable()  # no work for a peer that is not reading its answers
+        if not self._write_ready.is_set():  # (no coroutine to create when it is)
+            await self._writable()  # no work for a peer that is not reading its answers
         if self._handler is None or not known:
             error = RpcError("MethodNotFound", f"no handler for {cut(method, 60)!r}")
         else:
@@ -480,7 +481,8 @@ class Channel(asyncio.Protocol):
                 error = RpcError("Cancelled", "the call was cancelled on the host")
             except Exception as exc:
                 error = RpcError(type(exc).__name__, str(exc))
-        await self._writable()
+        if not self._write_ready.is_set():
+            await self._writable()
         if self.closed.done():
             return
         if error is not None:
