@@ -71,7 +71,8 @@ MAX_ERROR_TEXT: Final = 1000
 """Longest error message the channel sends to the peer (longer ones are cut)."""
 
 MAX_PENDING_SWEEP: Final = 1024
-"""Requests awaiting an answer beyond which the channel forgets those abandoned meanwhile."""
+"""Requests awaiting an answer beyond which the channel forgets those abandoned meanwhile (the
+next sweep waits until there are twice as many left as after this one)."""
 
 _Payload = bytes | mmap.mmap
 
@@ -183,6 +184,7 @@ class Channel(asyncio.Protocol):
         self._decoder: asyncio.Task[None] | None = None
         self._deadline: asyncio.TimerHandle | None = None
         self._pending: dict[int, tuple[asyncio.Future[Any], str, Checker | None]] = {}
+        self._sweep_at = MAX_PENDING_SWEEP
         self._next_id = 0
         self._abandoned: set[int] = set()
         self._tasks: set[asyncio.Task[None]] = set()
@@ -466,7 +468,8 @@ class Channel(asyncio.Protocol):
     async def _serve_one(self, req_id: int, method: str, params: Any, *, known: bool) -> None:
         error: RpcError | None = None
         result: Any = None
-        await self._writable()  # no work for a peer that is not reading its answers
+        if not self._write_ready.is_set():  # (no coroutine to create when it is)
+            await self._writable()  # no work for a peer that is not reading its answers
         if self._handler is None or not known:
             error = RpcError("MethodNotFound", f"no handler for {cut(method, 60)!r}")
         else:
@@ -480,7 +483,8 @@ class Channel(asyncio.Protocol):
                 error = RpcError("Cancelled", "the call was cancelled on the host")
             except Exception as exc:
                 error = RpcError(type(exc).__name__, str(exc))
-        await self._writable()
+        if not self._write_ready.is_set():
+            await self._writable()
         if self.closed.done():
             return
         if error is not None:
@@ -517,7 +521,7 @@ class Channel(asyncio.Protocol):
             self._write([0, req_id, method, params])
         except WireError as exc:
             raise ProtocolError(f"cannot send {method!r}: {exc}") from None
-        if len(self._pending) >= MAX_PENDING_SWEEP:
+        if len(self._pending) >= self._sweep_at:
             self._sweep()
         # an abandoned request (its future done before the answer came) stays here until its
         # answer arrives and is dropped, or until a sweep: no done callback per request
@@ -531,6 +535,7 @@ class Channel(asyncio.Protocol):
             if len(self._abandoned) >= 4096:
                 self._abandoned.clear()
             self._abandoned.add(req_id)
+        self._sweep_at = max(MAX_PENDING_SWEEP, 2 * len(self._pending))  # amortised O(1)
 
     async def call(self, method: str, params: Any = None, *, check: Checker | None = None) -> Any:
         """Send a request and await its result; see :meth:`request` for *check* and errors.

@@ -187,9 +187,10 @@ async def test_abandoned_requests_are_dropped_and_swept() -> None:
     peer = BlockingChannel(peer_sock)
     ch = await Channel.open(host_sock)
     try:
-        abandoned = [ch.request("x", i) for i in range(MAX_PENDING_SWEEP + 10)]
-        for fut in abandoned:
-            fut.cancel()
+        abandoned = []
+        for i in range(MAX_PENDING_SWEEP + 10):
+            abandoned.append(ch.request("x", i))
+            abandoned[-1].cancel()  # abandoned at once: the sweep at 1,024 pending drops them
         live = ch.request("y", None)
         assert len(ch._pending) <= 11  # the sweep moved the abandoned ones out
 
@@ -205,6 +206,27 @@ async def test_abandoned_requests_are_dropped_and_swept() -> None:
         await asyncio.to_thread(peer.respond, 999_999, None, "forged")
         await asyncio.wait_for(ch.closed, 5)
         assert isinstance(ch.close_reason, ProtocolError)
+    finally:
+        await ch.aclose()
+        peer.close()
+
+
+async def test_many_live_requests_survive_the_sweeps() -> None:
+    host_sock, peer_sock = socket.socketpair()
+    peer = BlockingChannel(peer_sock)
+    ch = await Channel.open(host_sock)
+    count = 3 * MAX_PENDING_SWEEP
+    try:
+        live = [ch.request("x", i) for i in range(count)]  # sweeps find none to drop
+
+        def answer_all() -> None:
+            for _ in range(count):
+                req = peer.next_request()
+                peer.respond(req.id, None, req.params)
+
+        await asyncio.to_thread(answer_all)
+        assert await asyncio.gather(*live) == list(range(count))
+        assert not ch._pending and not ch.closed.done()
     finally:
         await ch.aclose()
         peer.close()
