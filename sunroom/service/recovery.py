@@ -71,7 +71,8 @@ class Replay:
     Attributes:
         transcript: the model transcript as last recorded.
         messages: every accepted user message, oldest first.
-        run_open: a run was in progress (a message after the last run end).
+        run_open: a run was in progress (a message received or taken in after the last run
+            end).
         submit: ``{"output": value}`` when the open run's ``submit`` was accepted, else None.
         last_result: the result of the last ``SessionEnded`` (None when none).
         last_seq: the seq of the last event.
@@ -110,6 +111,10 @@ def replay(events: Sequence[StoredEvent]) -> Replay:
             for mid in p.get("taken") or ():
                 if (m := by_id.get(str(mid))) is not None:
                     m.taken = True
+                    # a run took it in and has not ended yet (the journal writes a run's
+                    # transcript before its SessionEnded): a message that came while the
+                    # previous run was ending is taken in by a new run after that end
+                    run_open = True
         elif e.kind == MESSAGE_RECEIVED:
             run_open = True
             if "id" not in p and p.get("resumed"):

@@ -92,3 +92,23 @@ def test_a_log_without_message_ids_is_matched_by_text() -> None:
     ]
     state = replay(events)
     assert len(state.messages) == 1 and state.pending == []
+
+
+def test_a_late_message_taken_after_the_run_ended_opens_a_run() -> None:
+    # found by the crash suite: "b" came while the run was ending; the service started a new
+    # run that took it in (its Transcript follows the SessionEnded), then the server was killed.
+    # The resume ended that open run with the old result, so "b" was taken but never answered.
+    events = [
+        _event(1, "MessageReceived", {"id": "a", "text": "t"}),
+        _transcript(2, 0, ["t"], ["a"]),
+        _event(3, "MessageReceived", {"id": "b", "text": "late"}),
+        _event(4, "SessionEnded", {"result": {"status": "success", "output": "s3"}}),
+        _transcript(5, 1, ["late", "note"], ["b"]),
+    ]
+    state = replay(events)
+    assert state.run_open and state.pending == []
+    todo = plan(state, unknown=[], was_running=True, session_id="s")
+    assert todo.end_with is None  # the open run continues (with the note) and answers "b"
+    assert [mid for mid, _ in todo.sends] == [None]
+    ended = [*events, _event(6, "SessionEnded", {"result": {"status": "success"}})]
+    assert all(m.taken and m.answered for m in replay(ended).messages)
