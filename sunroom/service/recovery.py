@@ -23,6 +23,7 @@ from sunroom.service.journal import TRANSCRIPT
 from sunroom.store import CallRecord, StoredEvent
 
 __all__ = [
+    "CALL_OUTCOME_UNKNOWN",
     "MESSAGE_RECEIVED",
     "Plan",
     "ReceivedMessage",
@@ -32,11 +33,16 @@ __all__ = [
     "replay",
     "restart_note",
     "submit_result",
+    "unreported_unknown",
 ]
 
 MESSAGE_RECEIVED = "MessageReceived"
 """Kind of the event recording a user message (payload ``id``, ``text``), appended once, before
 the session gets it; a resume re-sends an untaken message under the same id, unrecorded."""
+
+CALL_OUTCOME_UNKNOWN = "CallOutcomeUnknown"
+"""Kind of the event reporting a host call whose process died while it ran (payload
+``call_id``, ``name``, ``args``, ``idempotency_key``); a resume appends one per such call."""
 
 RUN_ENDED = "SessionEnded"
 USAGE_UPDATED = "UsageUpdated"
@@ -77,6 +83,7 @@ class Replay:
         last_result: the result of the last ``SessionEnded`` (None when none).
         last_seq: the seq of the last event.
         spent: the session's spend as its last ``UsageUpdated`` event recorded it.
+        reported_unknown: ids of the calls a ``CallOutcomeUnknown`` event reported.
     """
 
     transcript: list[Message]
@@ -86,6 +93,7 @@ class Replay:
     last_result: dict[str, Any] | None = None
     last_seq: int = 0
     spent: Spend = Spend()
+    reported_unknown: frozenset[str] = frozenset()
 
     @property
     def pending(self) -> list[ReceivedMessage]:
@@ -103,6 +111,7 @@ def replay(events: Sequence[StoredEvent]) -> Replay:
     submit: dict[str, Any] | None = None
     last_result: dict[str, Any] | None = None
     spent = Spend()
+    reported: set[str] = set()
     for e in events:
         p = e.payload
         if e.kind == TRANSCRIPT:
@@ -136,6 +145,8 @@ def replay(events: Sequence[StoredEvent]) -> Replay:
                 m.answered = m.answered or m.taken
         elif e.kind == USAGE_UPDATED:
             spent = _spend_from(p)
+        elif e.kind == CALL_OUTCOME_UNKNOWN:
+            reported.add(str(p["call_id"]))
     _match_legacy(transcript, legacy)
     return Replay(
         transcript=transcript,
@@ -145,7 +156,23 @@ def replay(events: Sequence[StoredEvent]) -> Replay:
         last_result=last_result,
         last_seq=events[-1].seq if events else 0,
         spent=spent,
+        reported_unknown=frozenset(reported),
     )
+
+
+def unreported_unknown(state: Replay, calls: Sequence[CallRecord]) -> list[CallRecord]:
+    """The calls a resume must report unknown: no outcome, or ``unknown`` but never reported.
+
+    A call without an outcome was running when its process died. A call already marked
+    ``unknown`` whose ``CallOutcomeUnknown`` is not in the log was marked by a resume killed
+    before it appended the event (or by a cancel: its process stopped while it ran); reporting
+    it now keeps "every unknown call is reported once, and the model told" true.
+    """
+    return [
+        c
+        for c in calls
+        if c.outcome is None or (c.outcome == "unknown" and c.call_id not in state.reported_unknown)
+    ]
 
 
 def _match_legacy(transcript: Sequence[Message], legacy: Sequence[ReceivedMessage]) -> None:
@@ -231,10 +258,11 @@ def plan(
 ) -> Plan:
     """Decide what the resumed session does from its :class:`Replay`.
 
-    *unknown* are the calls the crash left without an outcome, *was_running* whether its record
-    said ``running``. A run the log shows ended, or whose ``submit`` was accepted, ends with
-    that result; an open run otherwise continues; every message no run took in is sent (once,
-    under its id), starting a new run when none is open.
+    *unknown* are the calls whose outcome is unknown and not yet reported
+    (:func:`unreported_unknown`), *was_running* whether its record said ``running``. A run the
+    log shows ended, or whose ``submit`` was accepted, ends with that result; an open run
+    otherwise continues; every message no run took in is sent (once, under its id), starting a
+    new run when none is open.
     """
     note = restart_note(unknown)
     if not was_running:

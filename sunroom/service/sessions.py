@@ -38,7 +38,13 @@ from sunroom.service.problems import (
     NotFoundError,
     OwnedElsewhereError,
 )
-from sunroom.service.recovery import MESSAGE_RECEIVED, plan, replay
+from sunroom.service.recovery import (
+    CALL_OUTCOME_UNKNOWN,
+    MESSAGE_RECEIVED,
+    plan,
+    replay,
+    unreported_unknown,
+)
 from sunroom.service.schemas import CreateSession, output_type
 from sunroom.service.signals import Signals
 from sunroom.store import EventStore, SessionRecord, SessionStatus, SQLiteStore, StoredEvent
@@ -289,9 +295,10 @@ class SessionManager:
         request = CreateSession.model_validate(record.config)
         state = replay(await self._all_events(sid))
         calls = await self.store.calls(sid)
-        unknown = [c for c in calls if c.outcome is None]
+        unknown = unreported_unknown(state, calls)
         for c in unknown:
-            await self.store.mark_unknown(sid, c.call_id, owner=self.owner)
+            if c.outcome is None:
+                await self.store.mark_unknown(sid, c.call_id, owner=self.owner)
         todo = plan(state, unknown=unknown, was_running=record.status == "running", session_id=sid)
         live = await self._open(
             sid,
@@ -303,7 +310,7 @@ class SessionManager:
         )
         for c in unknown:
             await live.journal.append(
-                "CallOutcomeUnknown",
+                CALL_OUTCOME_UNKNOWN,
                 {"call_id": c.call_id, "name": c.name, "args": c.args,
                  "idempotency_key": c.idempotency_key},
             )  # fmt: skip
