@@ -12,6 +12,7 @@ only carries the plan out.
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, final
@@ -34,6 +35,7 @@ __all__ = [
     "restart_note",
     "submit_result",
     "unreported_unknown",
+    "untold_unknown",
 ]
 
 MESSAGE_RECEIVED = "MessageReceived"
@@ -84,6 +86,9 @@ class Replay:
         last_seq: the seq of the last event.
         spent: the session's spend as its last ``UsageUpdated`` event recorded it.
         reported_unknown: ids of the calls a ``CallOutcomeUnknown`` event reported.
+        untold_unknown: ids of those no ``Transcript`` message mentioned since (as
+            :func:`restart_note` does): the model was not told, or the note died with its
+            process (an idle session holds it in memory until the next message).
     """
 
     transcript: list[Message]
@@ -94,6 +99,7 @@ class Replay:
     last_seq: int = 0
     spent: Spend = Spend()
     reported_unknown: frozenset[str] = frozenset()
+    untold_unknown: frozenset[str] = frozenset()
 
     @property
     def pending(self) -> list[ReceivedMessage]:
@@ -112,11 +118,15 @@ def replay(events: Sequence[StoredEvent]) -> Replay:
     last_result: dict[str, Any] | None = None
     spent = Spend()
     reported: set[str] = set()
+    untold: set[str] = set()
     for e in events:
         p = e.payload
         if e.kind == TRANSCRIPT:
             start = int(p["start"])
             transcript = transcript[:start] + [message_from_json(m) for m in p["messages"]]
+            if untold:
+                text = json.dumps(p["messages"])
+                untold -= {cid for cid in untold if _mention(cid) in text}
             for mid in p.get("taken") or ():
                 if (m := by_id.get(str(mid))) is not None:
                     m.taken = True
@@ -147,6 +157,7 @@ def replay(events: Sequence[StoredEvent]) -> Replay:
             spent = _spend_from(p)
         elif e.kind == CALL_OUTCOME_UNKNOWN:
             reported.add(str(p["call_id"]))
+            untold.add(str(p["call_id"]))
     _match_legacy(transcript, legacy)
     return Replay(
         transcript=transcript,
@@ -157,6 +168,7 @@ def replay(events: Sequence[StoredEvent]) -> Replay:
         last_seq=events[-1].seq if events else 0,
         spent=spent,
         reported_unknown=frozenset(reported),
+        untold_unknown=frozenset(untold),
     )
 
 
@@ -173,6 +185,21 @@ def unreported_unknown(state: Replay, calls: Sequence[CallRecord]) -> list[CallR
         for c in calls
         if c.outcome is None or (c.outcome == "unknown" and c.call_id not in state.reported_unknown)
     ]
+
+
+def untold_unknown(state: Replay, calls: Sequence[CallRecord]) -> list[CallRecord]:
+    """The calls a resume's note names (the model is to be told their outcome is unknown).
+
+    :func:`unreported_unknown`, and the reported calls no transcript message mentions yet
+    (the note that named them was lost in a crash).
+    """
+    unreported = {c.call_id for c in unreported_unknown(state, calls)}
+    return [c for c in calls if c.call_id in unreported or c.call_id in state.untold_unknown]
+
+
+def _mention(call_id: str) -> str:
+    """How :func:`restart_note` names call *call_id* (as it reads inside JSON, too)."""
+    return f"(call {call_id}) was running"
 
 
 def _match_legacy(transcript: Sequence[Message], legacy: Sequence[ReceivedMessage]) -> None:
@@ -209,7 +236,7 @@ def restart_note(unknown: Sequence[CallRecord]) -> str:
     for c in unknown:
         args = ", ".join(f"{k}={v!r}" for k, v in c.args.items())
         lines.append(
-            f"- {c.name}({args}) (call {c.call_id}) was running: its outcome is UNKNOWN. It may "
+            f"- {c.name}({args}) {_mention(c.call_id)}: its outcome is UNKNOWN. It may "
             "or may not have taken effect; it was not repeated. Check before doing it again."
         )
     return "\n".join(lines)
@@ -258,8 +285,8 @@ def plan(
 ) -> Plan:
     """Decide what the resumed session does from its :class:`Replay`.
 
-    *unknown* are the calls whose outcome is unknown and not yet reported
-    (:func:`unreported_unknown`), *was_running* whether its record said ``running``. A run the
+    *unknown* are the calls whose unknown outcome the model is to be told
+    (:func:`untold_unknown`), *was_running* whether its record said ``running``. A run the
     log shows ended, or whose ``submit`` was accepted, ends with that result; an open run
     otherwise continues; every message no run took in is sent (once, under its id), starting a
     new run when none is open.

@@ -44,6 +44,7 @@ from sunroom.service.recovery import (
     plan,
     replay,
     unreported_unknown,
+    untold_unknown,
 )
 from sunroom.service.schemas import CreateSession, output_type
 from sunroom.service.signals import Signals
@@ -299,7 +300,12 @@ class SessionManager:
         for c in unknown:
             if c.outcome is None:
                 await self.store.mark_unknown(sid, c.call_id, owner=self.owner)
-        todo = plan(state, unknown=unknown, was_running=record.status == "running", session_id=sid)
+        todo = plan(
+            state,
+            unknown=untold_unknown(state, calls),
+            was_running=record.status == "running",
+            session_id=sid,
+        )
         live = await self._open(
             sid,
             request,
