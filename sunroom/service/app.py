@@ -183,15 +183,17 @@ def create_app(
                 await kernels().aclose()
                 await sessions().aclose()
 
-    async def healthz(request: Request) -> Response:
+    def health() -> dict[str, Any]:
+        """The body of ``/healthz``. Only reads counts: safe from the health gate's thread."""
         ok = "sessions" in state
-        return JSONResponse(
-            {
-                "ok": ok,
-                "sessions": sessions().live if ok else 0,
-                "kernels": kernels().live if ok else 0,
-            }
-        )
+        return {
+            "ok": ok,
+            "sessions": sessions().live if ok else 0,
+            "kernels": kernels().live if ok else 0,
+        }
+
+    async def healthz(request: Request) -> Response:
+        return JSONResponse(health())
 
     async def create_session(request: Request) -> Response:
         body = await _body(request, CreateSession)
@@ -249,14 +251,16 @@ def create_app(
         return JSONResponse({"session_id": sid, "deleted": True})
 
     async def create_kernel(request: Request) -> Response:
-        kid = await kernels().create(await _body(request, CreateKernel))
+        with kernels().admitted():
+            kid = await kernels().create(await _body(request, CreateKernel))
         return JSONResponse({"kernel_id": kid}, status_code=201)
 
     async def execute(request: Request) -> Response:
-        body = await _body(request, Execute)
-        out = await kernels().execute(
-            request.path_params["kid"], body.code, timeout_s=body.timeout_s
-        )
+        with kernels().admitted():
+            body = await _body(request, Execute)
+            out = await kernels().execute(
+                request.path_params["kid"], body.code, timeout_s=body.timeout_s
+            )
         return JSONResponse(out.to_dict())
 
     async def delete_kernel(request: Request) -> Response:
@@ -336,6 +340,7 @@ def create_app(
         lifespan=lifespan,
     )
     app.state.closing = closing
+    app.state.health = health  # answered off the loop by server.serve's health gate
     return app
 
 

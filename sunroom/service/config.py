@@ -51,6 +51,10 @@ class ServiceConfig(pydantic.BaseModel):
             at an endpoint the operator listed (``SUNROOM_ALLOWED_BASE_URLS``, comma-separated).
         max_body_bytes: largest request body (413 beyond), checked while reading.
         max_sessions / max_kernels: live sessions / raw kernels per server (429 beyond).
+        max_kernel_requests: kernel requests (``POST /kernels`` and executes) in flight or
+            queued at once, over all raw kernels (1 to 65,536); one more is answered 429 with
+            ``Retry-After: 1`` before its body is read. The default, 256, is twice
+            ``max_kernels``: every kernel may run a cell and have one more waiting.
         sse_batch: events one SSE read takes from the store at a time (the bounded buffer).
         sse_send_timeout_s: a client that does not take an event within this is disconnected.
         sse_keepalive_s: a comment line is sent after this much silence.
@@ -82,6 +86,7 @@ class ServiceConfig(pydantic.BaseModel):
     max_body_bytes: int = pydantic.Field(default=1024 * 1024, gt=0)
     max_sessions: int = pydantic.Field(default=64, gt=0)
     max_kernels: int = pydantic.Field(default=128, gt=0)
+    max_kernel_requests: int = pydantic.Field(default=256, ge=1, le=65536)
     sse_batch: int = pydantic.Field(default=256, gt=0)
     sse_send_timeout_s: float = pydantic.Field(default=10.0, gt=0)
     sse_keepalive_s: float = pydantic.Field(default=15.0, gt=0)

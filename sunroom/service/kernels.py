@@ -3,14 +3,20 @@
 A raw kernel is an :class:`~sunroom.sandbox.kernel.AsyncKernel` the client drives itself, one
 cell at a time; it is not persisted (a server restart loses it). Cells of one kernel run one
 after another, in arrival order.
+
+Admission: at most ``config.max_kernel_requests`` kernel requests (starts and executes) are in
+flight or queued at once, over all kernels; :meth:`KernelManager.admitted` refuses one more
+with :class:`~sunroom.service.problems.CapacityError` (429, ``Retry-After: 1``) before any of
+its work (reading the body included) is done, so the queue in front of the kernels stays bounded.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import final
 
 from sunroom.sandbox.functions import HostFunction
@@ -37,11 +43,35 @@ class KernelManager:
         self._functions = tuple(functions)
         self._kernels: dict[str, AsyncKernel] = {}
         self._starting = 0
+        self._in_flight = 0
 
     @property
     def live(self) -> int:
         """Kernels running (or starting) now."""
         return len(self._kernels) + self._starting
+
+    @property
+    def in_flight(self) -> int:
+        """Kernel requests admitted by :meth:`admitted` and not finished yet."""
+        return self._in_flight
+
+    @contextlib.contextmanager
+    def admitted(self) -> Iterator[None]:
+        """Count one kernel request (a start or an execute) as in flight while the block runs.
+
+        Raises CapacityError (429, ``Retry-After: 1``) at once, before the block runs, when
+        ``config.max_kernel_requests`` are in flight or queued already.
+        """
+        bound = self.config.max_kernel_requests
+        if self._in_flight >= bound:
+            raise CapacityError(
+                f"this server has its limit of {bound} kernel requests in flight; retry later"
+            )
+        self._in_flight += 1
+        try:
+            yield
+        finally:
+            self._in_flight -= 1
 
     async def create(self, request: CreateKernel) -> str:
         """Start a kernel and return its id.

@@ -1,7 +1,9 @@
 """Serving the app with uvicorn: :func:`bind` and :func:`serve`.
 
 The socket is bound before uvicorn starts, so the caller knows the port (also for port 0)
-and can print the URL and token first.
+and can print the URL and token first. Connections are accepted by a
+:class:`~sunroom.service.health.HealthGate` thread, which answers ``GET /healthz`` itself and
+hands every other connection to uvicorn on the event loop.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 from sunroom.sandbox.functions import HostFunction
 from sunroom.service.app import create_app
 from sunroom.service.config import MAX_HEADER_BYTES, ServiceConfig
+from sunroom.service.health import HealthGate
 from sunroom.service.models import resolve_model
 from sunroom.service.sessions import ModelResolver
 
@@ -119,15 +122,71 @@ def _protocol(config: ServiceConfig) -> type[H11Protocol]:
 
 
 class _Server(uvicorn.Server):
-    """The uvicorn server, ending cleanly on SIGTERM/SIGINT.
+    """The uvicorn server, ending cleanly on SIGTERM/SIGINT, accepting through a health gate.
 
     The signal is not re-raised at the end (``sunroom serve`` exits 0), and open SSE streams
-    are told to end before the connections are drained.
+    are told to end before the connections are drained. The listening socket is not given to
+    uvicorn: a :class:`HealthGate` accepts on it once the app has started, answers health
+    checks in its thread and hands the other connections to uvicorn's protocol on the loop.
     """
 
-    def __init__(self, config: uvicorn.Config, closing: asyncio.Event) -> None:
+    def __init__(
+        self,
+        config: uvicorn.Config,
+        closing: asyncio.Event,
+        *,
+        health: Callable[[], dict[str, Any]],
+        service: ServiceConfig,
+    ) -> None:
         super().__init__(config)
         self._closing = closing
+        self._health = health
+        self._service = service
+        self._gate: HealthGate | None = None
+        self._adopting: set[asyncio.Task[Any]] = set()
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        """Start the app (lifespan), then the gate on the one socket in *sockets*."""
+        if sockets is None or len(sockets) != 1:
+            raise ValueError("the server is started with exactly one listening socket")
+        await super().startup(sockets=[])  # uvicorn listens on nothing: the gate accepts
+        if not self.started:
+            return
+        loop = asyncio.get_running_loop()
+        config = self.config
+
+        def protocol() -> asyncio.Protocol:  # what uvicorn's startup builds for its listener
+            made: asyncio.Protocol = config.http_protocol_class(  # type: ignore[call-arg]
+                config=config, server_state=self.server_state, app_state=self.lifespan.state
+            )
+            return made
+
+        async def adopt(sock: socket.socket) -> None:
+            try:
+                await loop.connect_accepted_socket(protocol, sock)
+            except OSError:
+                sock.close()  # reset by the client meanwhile
+
+        def schedule(sock: socket.socket) -> None:  # on the loop, from the gate's call
+            task = loop.create_task(adopt(sock))
+            self._adopting.add(task)
+            task.add_done_callback(self._adopting.discard)
+
+        def hand_over(sock: socket.socket) -> None:  # from the gate's thread
+            loop.call_soon_threadsafe(schedule, sock)
+
+        def failed() -> None:
+            self.should_exit = True
+
+        self._gate = HealthGate(
+            sockets[0],
+            health=self._health,
+            host_allowed=self._service.host_allowed,
+            max_head=MAX_HEADER_BYTES,
+            adopt=hand_over,
+            failed=failed,
+        )
+        self._gate.start()
 
     @contextmanager
     def capture_signals(self) -> Generator[None, None, None]:
@@ -146,6 +205,8 @@ class _Server(uvicorn.Server):
 
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
         self._closing.set()
+        if self._gate is not None:
+            self._gate.stop()  # no new connections; then uvicorn drains the open ones
         await super().shutdown(sockets)
 
 
@@ -194,6 +255,8 @@ async def serve(
             access_log=False,
         ),
         closing=app.state.closing,
+        health=app.state.health,
+        service=config,
     )
     if started is not None:
 
