@@ -16,6 +16,7 @@ use until it is gone). uids that name a user or group in the host's databases ar
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import errno
 import fcntl
@@ -183,6 +184,29 @@ def lease_identity() -> IdentityLease:
 def lease_if_root() -> IdentityLease | None:
     """A lease when this process runs as root (kernels must drop to it), else None."""
     return lease_identity() if os.geteuid() == 0 else None
+
+
+async def lease_if_root_off_loop() -> IdentityLease | None:
+    """:func:`lease_if_root` in a worker thread, so the event loop keeps serving meanwhile.
+
+    A lease reads ``/proc`` and the user databases (tens of ms with a hundred kernels, growing
+    with their number), which must not hold the loop of a server. If the caller is cancelled,
+    the lease the thread still takes is released. Raises what :func:`lease_identity` raises.
+    """
+    if os.geteuid() != 0:
+        return None
+    leasing = asyncio.ensure_future(asyncio.to_thread(lease_identity))
+    try:
+        return await asyncio.shield(leasing)
+    except asyncio.CancelledError:
+        leasing.add_done_callback(_release_unwanted)
+        raise
+
+
+def _release_unwanted(leasing: asyncio.Future[IdentityLease]) -> None:
+    """Release the lease a cancelled :func:`lease_if_root_off_loop` took after all."""
+    if not leasing.cancelled() and leasing.exception() is None:
+        leasing.result().release()
 
 
 def unreachable(paths: list[str]) -> str | None:

@@ -8,12 +8,15 @@ with the host itself.
 
 from __future__ import annotations
 
+import asyncio
 import ctypes
 import fcntl
 import os
 import platform
 import secrets
 import subprocess
+import threading
+import time
 from collections.abc import AsyncIterator, Iterator
 
 import psutil
@@ -21,6 +24,7 @@ import pytest
 
 from sunroom import AsyncKernel, Limits
 from sunroom.errors import SandboxUnavailableError
+from sunroom.sandbox import identity
 from sunroom.sandbox.identity import lease_identity, live_uids, uid_range
 
 root_only = pytest.mark.skipif(os.geteuid() != 0, reason="per-kernel uids need a root host")
@@ -331,3 +335,42 @@ def test_unreadable_interpreter_is_refused_with_a_fix(
     os.chmod(hidden, 0o700)
     with pytest.raises(SandboxUnavailableError, match="not searchable by other users"):
         require_reachable([str(hidden / "python")], "bwrap")
+
+
+@root_only
+async def test_a_lease_is_taken_off_the_loop_and_a_cancelled_one_is_given_back(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    base = uid_range().start + 40_000 + secrets.randbelow(20_000)
+    monkeypatch.setenv("SUNROOM_UID_BASE", str(base))
+    monkeypatch.setenv("SUNROOM_UID_COUNT", "1")
+    started = threading.Event()
+    real = identity.live_uids
+
+    def slow_live_uids() -> set[int]:  # the /proc scan, made slow enough to cancel during
+        started.set()
+        time.sleep(0.3)
+        return real()
+
+    monkeypatch.setattr(identity, "live_uids", slow_live_uids)
+    leasing = asyncio.create_task(identity.lease_if_root_off_loop())
+    ticks = 0
+    assert await asyncio.to_thread(started.wait, 10)  # the thread scans /proc now
+    while not leasing.done() and ticks < 5:  # meanwhile the loop keeps running
+        await asyncio.sleep(0.01)
+        ticks += 1
+    assert ticks == 5 and not leasing.done()
+    leasing.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await leasing
+    monkeypatch.setattr(identity, "live_uids", real)
+    deadline = time.monotonic() + 10
+    while True:  # the thread's lease of the only uid is released once it is taken
+        try:
+            lease = lease_identity()
+            break
+        except SandboxUnavailableError:
+            assert time.monotonic() < deadline, "the cancelled lease was never released"
+            await asyncio.sleep(0.05)
+    assert lease.identity.uid == base
+    lease.release()

@@ -36,7 +36,7 @@ from typing import Any, Final, final
 from sunroom.errors import SandboxUnavailableError
 from sunroom.sandbox.backend import SAFE_PATH, KernelProcess, LaunchSpec, kernel_env
 from sunroom.sandbox.backends.subprocess import BOOT, kernel_sys_path, package_root
-from sunroom.sandbox.identity import lease_if_root, require_reachable
+from sunroom.sandbox.identity import lease_if_root_off_loop, require_reachable
 from sunroom.sandbox.process import LocalLaunch
 from sunroom.sandbox.seccomp import compile_bpf
 
@@ -193,7 +193,7 @@ class BwrapBackend:
         limits = spec.limits
         prefix, python_inside = self._python_layout()
         code_binds, sys_path = self._code_binds()
-        lease = lease_if_root()
+        lease = await lease_if_root_off_loop()
         try:
             if lease is not None:
                 sources = [prefix, *(code_binds[i + 1] for i in range(0, len(code_binds), 3))]

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import final
 
 from sunroom.sandbox.backend import KernelProcess, LaunchSpec, kernel_env
-from sunroom.sandbox.identity import lease_if_root, require_reachable
+from sunroom.sandbox.identity import lease_if_root_off_loop, require_reachable
 from sunroom.sandbox.process import LocalLaunch
 
 BOOT = (
@@ -76,7 +76,7 @@ class SubprocessBackend:
     async def launch(self, spec: LaunchSpec) -> tuple[KernelProcess, socket.socket]:
         """Start the supervisor and kernel; see ``Backend.launch``."""
         limits = spec.limits
-        lease = lease_if_root()
+        lease = await lease_if_root_off_loop()
         if lease is not None:
             try:
                 require_reachable([self._python, sys.base_prefix, *kernel_sys_path()], self.name)
