@@ -15,7 +15,8 @@ At the end :func:`violations` checks the log, the call records and the ledger:
   ends by ``submit`` or by a text answer, so any other end is a bug);
 - every side effect happened once (a ledger key once, a charged amount once per session), has
   its call record, and every call record has exactly one outcome (``ok``, or ``unknown`` with
-  one ``CallOutcomeUnknown`` event, and the model told) that agrees with the ledger;
+  one ``CallOutcomeUnknown`` event, named to the model with the next message it got) that
+  agrees with the ledger;
 - every message answered 202 is recorded exactly once (``MessageReceived``), reached the model
   exactly once (the transcript) and was taken in and answered by a run; a message whose request never connected is not recorded, one whose
   answer was lost in a kill at most once; nothing else is recorded;
@@ -47,7 +48,7 @@ from typing import Any
 import httpx
 import pytest
 
-from sunroom.providers import UserMessage
+from sunroom.providers import Message, UserMessage
 from sunroom.service.codec import message_to_json
 from sunroom.service.recovery import replay
 from sunroom.store import (
@@ -269,12 +270,35 @@ def _session_violations(sid: str, log: SessionLog) -> list[str]:
                 f"{s}: call {c.call_id} ({c.outcome}) has {unknown_events[c.call_id]} "
                 "CallOutcomeUnknown events"
             )
-    told = json.dumps([message_to_json(m) for m in state.transcript])
-    for c in log.calls:
-        if c.outcome == "unknown" and f"(call {c.call_id}) was running" not in told:
-            out.append(f"{s}: the model was never told that call {c.call_id} is unknown")
+    out += _untold(s, log, state.transcript)
     if len({c.call_id for c in log.calls}) != len(log.calls):
         out.append(f"{s}: duplicated call ids")
+    return out
+
+
+def _untold(s: str, log: SessionLog, transcript: list[Message]) -> list[str]:
+    """Unknown calls the model got a message after their report without being told of.
+
+    The note naming them goes with the first user message after the resume that reported
+    them (an idle session holds it until its next message), so a call is untold only when a
+    user message reached the transcript after its ``CallOutcomeUnknown`` and the transcript
+    never names it.
+    """
+    out: list[str] = []
+    told = json.dumps([message_to_json(m) for m in transcript])
+    reported = {
+        str(e.payload["call_id"]): e.seq for e in log.events if e.kind == "CallOutcomeUnknown"
+    }
+    users_at = [
+        e.seq
+        for e in log.events
+        if e.kind == "Transcript" and any(m.get("role") == "user" for m in e.payload["messages"])
+    ]
+    for c in log.calls:
+        if c.outcome != "unknown" or f"(call {c.call_id}) was running" in told:
+            continue
+        if any(seq > reported.get(c.call_id, 0) for seq in users_at):
+            out.append(f"{s}: the model was never told that call {c.call_id} is unknown")
     return out
 
 
@@ -585,6 +609,14 @@ def _drop(kind: str, nth: int = -1) -> Any:
     return doctor
 
 
+def _retell(text: str) -> Any:
+    def doctor(steps: list[tuple[str, dict[str, Any]]]) -> None:
+        i = max(i for i, (k, _) in enumerate(steps) if k == "Transcript")
+        steps[i] = ("Transcript", {"start": 2, "messages": [message_to_json(UserMessage(text))]})
+
+    return doctor
+
+
 def _edit(seen: Observed, **changes: Any) -> None:
     log = seen.sessions["a"]
     if "record" in changes:
@@ -612,7 +644,7 @@ DOCTORED: list[tuple[str, Any, dict[str, Any], str]] = [
      "charge(3) happened 2 times"),
     ("no-outcome", None, {"calls": {"2": {"outcome": None}}}, "has outcome None"),
     ("unknown-unreported", _drop("CallOutcomeUnknown"), {}, "0 CallOutcomeUnknown events"),
-    ("model-not-told", _drop("Transcript"), {}, "never told that call 2"),
+    ("model-not-told", _retell("a note"), {}, "never told that call 2"),
     ("seq-gap", None, {"seq": 13}, "event seqs are not"),
     ("message-twice", _insert(7, "MessageReceived", {"id": "m3", "text": "message 0"}), {},
      "'message 0' recorded 2 times"),
