@@ -113,3 +113,32 @@ def test_the_bound_out_of_range_is_refused_at_start(value: int) -> None:
     assert message.startswith("invalid setting: max_kernel_requests: "), message
     assert ServiceConfig.from_env(max_kernel_requests=65536).max_kernel_requests == 65536
     assert ServiceConfig().max_kernel_requests == 256
+
+
+@pytest.mark.parametrize(
+    ("head", "close"),
+    [
+        (b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1:8765\r\n\r\n", False),
+        (b"GET /healthz?x=1 HTTP/1.1\r\nhost: localhost\r\nConnection: close\r\n\r\n", True),
+        (b"GET /healthz HTTP/1.0\r\n\r\n", True),
+        (b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 0\r\n\r\n", False),
+        (b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n", None),  # not whole yet: the loop's
+        (b"GET /healthz HTTP/1.1\r\n\r\n", None),  # no Host
+        (b"GET /healthz HTTP/1.1\r\nHost: evil.example\r\n\r\n", None),
+        (b"GET /healthz HTTP/1.1\r\nHost: a\r\nHost: 127.0.0.1\r\n\r\n", None),
+        (b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 2\r\n\r\n{}", None),
+        (b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nTransfer-Encoding: chunked\r\n\r\n", None),
+        (b"GET /healthzz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", None),
+        (b"POST /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", None),
+        (b"GET /sessions HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", None),
+        (b"GET /healthz HTTP/2\r\nHost: 127.0.0.1\r\n\r\n", None),
+        (b"GET /healthz HTTP/1.1\r\n Host: 127.0.0.1\r\n\r\n", None),
+        (b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nX: " + b"a" * 100 + b"\r\n\r\n", None),
+    ],
+)
+def test_only_a_plain_health_check_is_answered_by_the_gate(head: bytes, close: bool | None) -> None:
+    from sunroom.service.health import parse_health_request
+
+    expected = None if close is None else (len(head), close)  # the whole head is consumed
+    config = ServiceConfig()
+    assert parse_health_request(head, host_allowed=config.host_allowed, max_head=100) == expected
