@@ -262,13 +262,18 @@ async def main() -> None:
         "--lockstep", action="store_true", help="every client fires at the same instant"
     )
     ap.add_argument("--health-rate", type=float, default=10.0, help="/healthz probes a second")
+    ap.add_argument(
+        "--max-kernel-requests", type=int, default=None, help="the server's admission bound"
+    )
     args = ap.parse_args()
     token = secrets.token_urlsafe(24)
     tmp = Path(tempfile.mkdtemp(prefix="sunroom-load-"))
     env = {**os.environ, "SUNROOM_TOKEN": token, "PYTHONPATH": str(ROOT)}
     server = subprocess.Popen(  # noqa: ASYNC220 - started once, before the load
         [sys.executable, "-m", "sunroom.cli", "serve", "--port", "0", "--db", str(tmp / "s.db"),
-         "--backend", args.backend, "--functions", "benchmarks.service_load:tick"],
+         "--backend", args.backend, "--functions", "benchmarks.service_load:tick",
+         *(["--max-kernel-requests", str(args.max_kernel_requests)]
+           if args.max_kernel_requests else [])],
         cwd=ROOT, env=env, stdout=subprocess.PIPE, text=True,
     )  # fmt: skip
     assert server.stdout is not None

@@ -212,6 +212,13 @@ def serve(
         str | None, typer.Option(help="Host functions, comma-separated module:attribute.")
     ] = None,
     lease_s: Annotated[float | None, typer.Option(help="Session lease in seconds.")] = None,
+    max_kernel_requests: Annotated[
+        int | None,
+        typer.Option(
+            help="Kernel starts and executes in flight or queued at once (1 to 65536; "
+            "429 beyond). [default: 256]"
+        ),
+    ] = None,
 ) -> None:
     """Run the HTTP/SSE service (token from SUNROOM_TOKEN, or generated and printed)."""
     from sunroom.service import ServiceConfig, bind
@@ -222,7 +229,7 @@ def serve(
         base = ServiceConfig.from_env(
             host=host, port=port, db_path=db, expose=expose or None, backend=backend,
             model=_model_spec(model or os.environ.get("SUNROOM_MODEL")), base_url=base_url,
-            functions=fns, lease_s=lease_s,
+            functions=fns, lease_s=lease_s, max_kernel_requests=max_kernel_requests,
         )  # fmt: skip
         _check_service(base)
     except SunroomError as exc:

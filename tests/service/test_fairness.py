@@ -3,10 +3,14 @@ bound, and one more request is answered 429 with Retry-After at once instead of 
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import httpx
 import pytest
@@ -16,6 +20,7 @@ from sunroom.sandbox.functions import host_function
 from sunroom.service import ServiceConfig
 from tests.service.conftest import Server
 
+ROOT = Path(__file__).resolve().parents[2]
 HOLD_S = 0.25
 """How long one call of the inline host function holds the server's event loop."""
 
@@ -142,3 +147,17 @@ def test_only_a_plain_health_check_is_answered_by_the_gate(head: bytes, close: b
     expected = None if close is None else (len(head), close)  # the whole head is consumed
     config = ServiceConfig()
     assert parse_health_request(head, host_allowed=config.host_allowed, max_head=100) == expected
+
+
+def test_sunroom_serve_refuses_the_bound_out_of_range(tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "sunroom.cli", "serve", "--port", "0", "--db",
+         str(tmp_path / "s.db"), "--max-kernel-requests", "65537"],
+        cwd=ROOT, env={**os.environ, "SUNROOM_TOKEN": "t" * 24}, capture_output=True, text=True,
+        timeout=60,
+    )  # fmt: skip
+    assert proc.returncode == 2, (proc.returncode, proc.stderr)
+    assert "listening" not in proc.stdout
+    assert proc.stderr.strip() == (
+        "sunroom: invalid setting: max_kernel_requests: Input should be less than or equal to 65536"
+    )
