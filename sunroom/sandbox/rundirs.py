@@ -52,11 +52,20 @@ def make_rundir(prefix: str, *, parent: str | os.PathLike[str] | None = None) ->
 
 
 def remove_tree(path: Path) -> None:
-    """Remove *path* even where the kernel made directories read-only."""
+    """Remove *path* even where the kernel made directories read-only.
+
+    Only directories inside *path* (and *path* itself) are made writable; its parent (the
+    shared temporary directory) is never touched, and a *path* another process removed first
+    (a concurrent sweep) is left at that.
+    """
+    top = os.path.abspath(path)
 
     def fix(p: str) -> None:
-        with contextlib.suppress(OSError):
-            os.chmod(os.path.dirname(p), stat.S_IRWXU)
+        if not os.path.lexists(p):
+            return  # removed meanwhile
+        if os.path.abspath(p) != top:
+            with contextlib.suppress(OSError):
+                os.chmod(os.path.dirname(p), stat.S_IRWXU)
         with contextlib.suppress(OSError):
             if os.path.isdir(p) and not os.path.islink(p):
                 os.chmod(p, stat.S_IRWXU)
