@@ -35,8 +35,10 @@ import json
 import os
 import random
 import signal
+import stat
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections import Counter
@@ -514,10 +516,15 @@ def _seed() -> int:
 
 def _crash_suite(tmp: Path, kills: int) -> None:
     seed = _seed()
+    shared = tempfile.gettempdir()
+    mode = stat.S_IMODE(os.stat(shared).st_mode)
     try:
         seen, figures = run_suite(tmp, kills=kills, seed=seed)
     except AssertionError as exc:
         raise AssertionError(f"{exc}\n(reproduce with {SEED_ENV}={seed})") from exc
+    # the sweeps of the killed servers' run directories leave the shared directory as it was
+    after = stat.S_IMODE(os.stat(shared).st_mode)
+    assert after == mode, f"{SEED_ENV}={seed}: {shared} went from {mode:o} to {after:o}"
     print(figures)
     print(Counter((p.status, p.detail[:80]) for p in seen.posts if p.status not in (None, 202)))
     problems = violations(seen)
