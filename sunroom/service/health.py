@@ -130,6 +130,7 @@ class HealthGate:
         self._wake_r, self._wake_w = socket.socketpair()
         self._held: dict[socket.socket, tuple[float, bool]] = {}  # deadline, new (adopt then)
         self._stopping = False
+        self._resume_at: float | None = None  # accepting paused after an error until then
         self._thread = threading.Thread(target=self._run, name="sunroom-health", daemon=True)
         self.answered = 0
         """Health checks answered by the gate (read by tests and diagnostics)."""
@@ -159,7 +160,12 @@ class HealthGate:
         try:
             while not self._stopping:
                 now = time.monotonic()
+                if self._resume_at is not None and now >= self._resume_at:
+                    self._resume_at = None
+                    self._selector.register(self._listener, selectors.EVENT_READ)
                 soonest = min((d for d, _ in self._held.values()), default=now + 1.0)
+                if self._resume_at is not None:
+                    soonest = min(soonest, self._resume_at)
                 for key, _ in self._selector.select(max(0.0, soonest - now)):
                     if key.fileobj is self._listener:
                         self._accept()
@@ -181,8 +187,10 @@ class HealthGate:
                 sock, _ = self._listener.accept()
             except (BlockingIOError, InterruptedError):
                 return
-            except OSError as exc:  # e.g. EMFILE: the loop would fail the same way
-                log.warning("accepting a connection failed: %s", exc)
+            except OSError as exc:  # e.g. EMFILE: pause, as asyncio's own accept loop does
+                log.warning("accepting a connection failed (retrying in 1 s): %s", exc)
+                self._selector.unregister(self._listener)
+                self._resume_at = time.monotonic() + 1.0
                 return
             if len(self._held) >= MAX_HELD:
                 self._hand_over(sock)
