@@ -111,7 +111,7 @@ async def test_timeout_budget_and_concurrency(backend: str) -> None:
 
     # host_function(...) is typed as returning Any in sunroom/sandbox/functions.py (needs
     # overloads); drop these ignores once it returns Callable[[Callable[..., Any]], HostFunction].
-    @host_function(max_concurrency=2)  # type: ignore[untyped-decorator, unused-ignore]
+    @host_function(max_concurrency=2)
     async def limited() -> int:
         nonlocal running, peak
         running += 1
@@ -120,11 +120,11 @@ async def test_timeout_budget_and_concurrency(backend: str) -> None:
         running -= 1
         return peak
 
-    @host_function(timeout_s=0.2)  # type: ignore[untyped-decorator, unused-ignore]
+    @host_function(timeout_s=0.2)
     async def slow() -> None:
         await asyncio.sleep(5)
 
-    @host_function(budget=2, name="twice")  # type: ignore[untyped-decorator, unused-ignore]
+    @host_function(budget=2, name="twice")
     def counted() -> str:
         return "ok"
 
