@@ -294,6 +294,11 @@ class Pair:
     held: Held
 
 
+async def linger() -> None:
+    """A host function that takes a while: a second request with its id is a duplicate."""
+    await asyncio.sleep(1.0)
+
+
 async def big_answer() -> str:
     """A host function whose answer is 1 MiB (the same string every time)."""
     return _BIG_ANSWER
@@ -307,7 +312,7 @@ async def pair(isolated_backend: str) -> Any:
     held = Held(backends.resolve(isolated_backend))
     async with (
         AsyncKernel(backend=isolated_backend, limits=LIMITS) as bystander,
-        AsyncKernel(backend=held, limits=LIMITS, functions=[big_answer]) as attacker,
+        AsyncKernel(backend=held, limits=LIMITS, functions=[big_answer, linger]) as attacker,
     ):
         for _ in range(50):  # warm both up
             await bystander.execute("x = 1")
@@ -487,6 +492,36 @@ async def test_answers_wait_for_a_kernel_that_stops_reading(pair: Pair) -> None:
     done = await pair.attacker.execute("t.join(30)\nt.is_alive()")
     assert done.value == "False", done
     assert (await pair.attacker.execute("len(big_answer())")).value == str(1 << 20)
+
+
+async def test_a_thousand_refused_frames_are_survived_and_spare_the_bystander(pair: Pair) -> None:
+    """1,000 frames the host refuses but survives: requests for unknown methods, notifications
+    nobody listens to, and calls with ids already in flight (duplicates), sent as fast as the
+    kernel can write them. Each is counted, none closes the channel, the kernel works after."""
+    send = (
+        "ids = list(range(3_000_000, 3_000_010))\n"
+        "call = msgpack.packb({'name': 'linger', 'args': {}})\n"
+        "for i in range(1000):\n"
+        "    kind = i % 3\n"
+        "    if kind == 0:\n"
+        "        raw(b'\\x94\\x00', msgpack.packb(4_000_000 + i), b'\\xa5other', b'\\x90')\n"
+        "    elif kind == 1:\n"
+        "        raw(b'\\x93\\x02', b'\\xa5noise', msgpack.packb(i))\n"
+        "    else:  # the same ten ids again and again: a duplicate while the first is served\n"
+        "        raw(b'\\x94\\x00', msgpack.packb(ids[i % 10]), b'\\xa4call', call)\n"
+        "'sent'"
+    )
+    channel = pair.attacker._channel
+    assert channel is not None
+    before = channel.refused
+
+    def check(r: ExecutionResult) -> None:
+        assert r.ok and r.value == "'sent'", r
+
+    await under_attack(pair, None, send, check)
+    assert pair.attacker._channel is channel  # never closed: no restart
+    assert channel.refused - before >= 667  # the unknowns at least, in every attempt
+    await still_works(pair.attacker)
 
 
 # -- without a kernel: what the host echoes and what it returns -----------------------------------
