@@ -213,3 +213,49 @@ def test_call_from_inside_the_portal_loop_is_refused() -> None:
         portal.call(nested())
     finally:
         portal.close()
+
+
+def test_portal_calls_values_errors_and_close() -> None:
+    portal = Portal(what="the thing")
+
+    async def value(x: int) -> int:
+        await asyncio.sleep(0)
+        return x
+
+    async def fail() -> None:
+        raise KeyError("k")
+
+    try:
+        assert portal.call(value(3)) == 3
+        assert portal.call(value(4), eager=True) == 4
+        with pytest.raises(KeyError):
+            portal.call(fail())
+        with pytest.raises(KeyError):
+            portal.call(fail(), eager=True)
+        # from many threads at once
+        out: list[int] = []
+        threads = [
+            threading.Thread(target=lambda i=i: out.append(portal.call(value(i)))) for i in range(8)
+        ]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert sorted(out) == list(range(8))
+    finally:
+        portal.close()
+    coro = value(1)
+    with pytest.raises(ClosedError, match="the thing is closed"):
+        portal.call(coro)
+
+
+async def test_portal_works_inside_a_running_loop() -> None:
+    portal = Portal()
+
+    async def answer() -> int:
+        return 42
+
+    try:
+        assert portal.call(answer()) == 42  # blocks this loop, as a notebook cell would
+    finally:
+        portal.close()

@@ -1,7 +1,7 @@
 """The fast paths keep the semantics of the slow ones.
 
 Eager serving, the pending-request table without per-request callbacks, the reusable packer
-and the Portal's hand-off. No timing assertions: benchmarks/kernel.py measures the speed.
+and the Framer. No timing assertions: benchmarks/kernel.py measures the speed.
 """
 
 from __future__ import annotations
@@ -9,21 +9,19 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import socket
-import threading
 from typing import Any
 
 import msgpack
 import pytest
 
 from sunroom import AsyncKernel
-from sunroom.errors import ClosedError, ProtocolError
+from sunroom.errors import ProtocolError
 from sunroom.rpc import frame
 from sunroom.rpc.blocking import BlockingChannel
 from sunroom.rpc.channel import MAX_PENDING_SWEEP, Channel
 from sunroom.rpc.codec import Framer, WireError
 from sunroom.rpc.eager import in_task, start_eagerly
 from sunroom.rpc.messages import Notification, Request, Response, RpcError, parse_message
-from sunroom.sandbox.portal import Portal
 
 FAST = "subprocess"
 marker: contextvars.ContextVar[str] = contextvars.ContextVar("marker", default="unset")
@@ -259,76 +257,6 @@ def test_records_stay_small_frozen_values() -> None:
     assert parse_message([0, 3, "execute", {}]) == Request(3, "execute", {})
     with pytest.raises(AttributeError):
         err.type = "other"
-
-
-def test_portal_calls_values_errors_and_close() -> None:
-    portal = Portal(what="the thing")
-
-    async def value(x: int) -> int:
-        await asyncio.sleep(0)
-        return x
-
-    async def fail() -> None:
-        raise KeyError("k")
-
-    try:
-        assert portal.call(value(3)) == 3
-        assert portal.call(value(4), eager=True) == 4
-        with pytest.raises(KeyError):
-            portal.call(fail())
-        with pytest.raises(KeyError):
-            portal.call(fail(), eager=True)
-        # from many threads at once
-        out: list[int] = []
-        threads = [
-            threading.Thread(target=lambda i=i: out.append(portal.call(value(i)))) for i in range(8)
-        ]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        assert sorted(out) == list(range(8))
-    finally:
-        portal.close()
-    coro = value(1)
-    with pytest.raises(ClosedError, match="the thing is closed"):
-        portal.call(coro)
-
-
-def test_portal_close_wakes_a_waiting_caller() -> None:
-    portal = Portal(what="the thing")
-    started = threading.Event()
-    outcome: list[BaseException] = []
-
-    async def forever() -> None:
-        started.set()
-        await asyncio.sleep(60)
-
-    def caller() -> None:
-        try:
-            portal.call(forever())
-        except BaseException as exc:  # noqa: BLE001 - recorded for the assertion
-            outcome.append(exc)
-
-    t = threading.Thread(target=caller)
-    t.start()
-    assert started.wait(5)
-    portal.close()
-    t.join(5)
-    assert not t.is_alive()
-    assert len(outcome) == 1 and isinstance(outcome[0], ClosedError)
-
-
-async def test_portal_works_inside_a_running_loop() -> None:
-    portal = Portal()
-
-    async def answer() -> int:
-        return 42
-
-    try:
-        assert portal.call(answer()) == 42  # blocks this loop, as a notebook cell would
-    finally:
-        portal.close()
 
 
 async def test_cancelled_execute_abandons_its_answer_and_the_kernel_goes_on() -> None:
