@@ -12,7 +12,7 @@ JSON Schema is the one description of a type that crosses a boundary. An output 
 Both report a failure as :class:`ValueError` whose message is one sentence per problem, naming
 the path that failed (``output.items[2].age: -5 is less than the minimum of 0``), never a raw
 validator dump. Only local references (``#/$defs/...``) are allowed: a schema never makes the
-host fetch anything.
+host fetch anything, and its regular expressions run in linear time (:mod:`sunroom.agent.patterns`).
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ import pydantic
 import referencing
 from jsonschema.exceptions import ValidationError, best_match, relevance
 
+from sunroom.agent.patterns import check_patterns, linear_time
 from sunroom.errors import UsageError
 
 __all__ = [
@@ -148,6 +149,8 @@ class JsonSchema:
         problems = _json_problems(validator_cls(validator_cls.META_SCHEMA).iter_errors(plain), what)
         if problems:
             raise UsageError(f"invalid JSON Schema: {_sentences(problems)}")
+        check_patterns(plain, what=what)  # kernels send schemas: no backtracking on the host
+        validator_cls = linear_time(validator_cls)
         validator = validator_cls(
             plain,
             registry=referencing.Registry(),  # no retrieval: refs resolve inside the schema
