@@ -399,9 +399,9 @@ class AsyncKernel:
         :class:`~sunroom.File` / :class:`~sunroom.Directory` inputs. The bwrap and docker
         backends mount file inputs when the kernel starts, so binding one into a running
         kernel of theirs raises UsageError (pass it in ``inputs=``, or bind it before the
-        first use). Raises UsageError for bad names or values, KernelError when the kernel
-        refuses them, ProtocolError when its answer is malformed (the kernel is then
-        restarted on next use).
+        kernel is started: bind() then starts it with the mount). Raises UsageError for bad
+        names or values, KernelError when the kernel refuses them, ProtocolError when its
+        answer is malformed (the kernel is then restarted on next use).
         """
         self._check_names(values)
         async with self._lock:
@@ -417,7 +417,7 @@ class AsyncKernel:
                     raise UsageError(
                         f"the {name} kernel is running and its mounts were fixed when it "
                         "started; pass File and Directory inputs in inputs= (or bind them "
-                        "before the kernel's first use)"
+                        "before the kernel is started)"
                     )
                 self._files.update(files)
             await self._ensure()
