@@ -6,12 +6,12 @@ Two ways to give a kernel big data:
   frame caps (bytes or values per frame) is not sent in one frame: the host encodes the values
   in pieces (a big ``str``/``bytes`` as a header plus a view of its UTF-8/raw bytes; a big list
   or dict in batches of items) and sends them as ``bind_chunk`` requests of at most
-  :data:`CHUNK_BYTES` each, one at a time (each answered before the next is sent, so at most
-  one chunk is in flight); the kernel feeds them to a streaming ``msgpack.Unpacker`` with the
-  codec's usual per-object caps (:mod:`sunroom.prelude.inputs`) and a final ``bind`` names
-  the streamed total. The per-frame caps are unchanged. The host keeps only a reference to the
-  caller's object (for re-binding after a restart); the encoding is transient: at most one
-  item batch (or one big string's UTF-8 bytes) and one chunk at a time.
+  :data:`CHUNK_BYTES` each, at most :data:`WINDOW` unanswered at a time. The kernel keeps the
+  chunks and decodes them once with the codec's usual per-object caps
+  (:mod:`sunroom.prelude.inputs`) when the final ``bind`` names the streamed total. The
+  per-frame caps are unchanged. The host keeps only a reference to the caller's object (for
+  re-binding after a restart); the encoding is transient: one item batch (or one big string's
+  UTF-8 bytes) and a few chunks at a time.
 * **Files** (:class:`File`, :class:`Directory`): the host path is resolved (``realpath``) and
   checked on the host, mounted read-only when the kernel starts (bwrap ``--ro-bind``, docker a
   read-only bind mount, subprocess: the host path itself) at :data:`INPUTS_DIR`/NAME, and bound
@@ -21,8 +21,11 @@ Two ways to give a kernel big data:
 
 from __future__ import annotations
 
+import asyncio
+import itertools
 import os
 import stat
+from collections import deque
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Literal, get_args
@@ -54,6 +57,9 @@ CHUNK_BYTES: Final = 4 * 1024 * 1024
 SMALL_BYTES: Final = 1024 * 1024
 SMALL_VALUES: Final = 16_384
 """A value under both bounds is sent inline in the ``bind`` frame, as before."""
+
+WINDOW: Final = 2
+"""Chunks in flight at once (sent, not yet acknowledged): encoding overlaps decoding."""
 
 BATCH_ITEMS: Final = 4096
 """List items (or dict entries) encoded at a time when streaming."""
@@ -214,7 +220,7 @@ def _pieces(value: Any) -> Iterator[bytes | memoryview]:
     """The msgpack encoding of *value* (wire form) in pieces, without one encoding of it all.
 
     Big strings and bytes become a header and a view of their bytes; lists and dicts are
-    encoded :data:`BATCH_ITEMS` items at a time (each item whole).
+    encoded :data:`BATCH_ITEMS` items at a time (one ``packb`` per batch, its own header cut).
     """
     if isinstance(value, str) and len(value) > SMALL_BYTES:
         data = value.encode("utf-8", "surrogatepass")
@@ -226,18 +232,20 @@ def _pieces(value: Any) -> Iterator[bytes | memoryview]:
     elif isinstance(value, list | tuple):
         yield _header("array", len(value))
         for i in range(0, len(value), BATCH_ITEMS):
-            for item in value[i : i + BATCH_ITEMS]:
-                if isinstance(item, str | bytes) and len(item) > SMALL_BYTES:
-                    yield from _pieces(item)
-                else:
-                    yield _pack(item)
+            batch = value[i : i + BATCH_ITEMS]
+            yield memoryview(_pack(batch))[_header_size(len(batch)) :]
     elif isinstance(value, dict):
         yield _header("map", len(value))
-        for key, item in value.items():
-            yield _pack(key)
-            yield from _pieces(item) if not is_small(item) else (_pack(item),)
+        items = iter(value.items())
+        while entries := dict(itertools.islice(items, BATCH_ITEMS)):
+            yield memoryview(_pack(entries))[_header_size(len(entries)) :]
     else:
         yield _pack(value)
+
+
+def _header_size(n: int) -> int:
+    """Bytes of the header msgpack writes for an array or map of *n* items."""
+    return 1 if n < 16 else 3 if n < 65536 else 5
 
 
 def _chunks(values: Mapping[str, Any], size: int) -> Iterator[bytes | memoryview]:
@@ -285,10 +293,20 @@ async def send_bind(
     if big:
         size = max(1024, min(CHUNK_BYTES, max_frame // 2))
         first = True
-        for chunk in _chunks(big, size):
-            streamed += len(chunk)
-            await channel.request("bind_chunk", {"data": chunk, "first": first}, check=_ack)
-            first = False
+        window: deque[asyncio.Future[Any]] = deque()
+        try:
+            for chunk in _chunks(big, size):
+                streamed += len(chunk)
+                piece = {"data": chunk, "first": first}
+                window.append(channel.request("bind_chunk", piece, check=_ack))
+                first = False
+                if len(window) >= WINDOW:
+                    await window.popleft()
+            while window:
+                await window.popleft()
+        finally:
+            for fut in window:
+                fut.cancel()
     params: dict[str, Any] = {"values": inline, "types": dict(types)}
     if files:
         params["files"] = dict(files)

@@ -405,7 +405,7 @@ class AsyncKernel:
         """
         self._check_names(values)
         async with self._lock:
-            files = self._resolve_files(values)
+            files = await asyncio.to_thread(self._resolve_files, values)  # stats, walks
             if files:
                 if self._backend is None:
                     self._backend = backends.resolve(self._backend_arg)
