@@ -146,7 +146,7 @@ def resolve(name: str, value: File | Directory) -> Resolved:
 
 
 def _check_links(name: str, root: str) -> None:
-    """Refuse a directory holding a symlink that resolves outside it (or dangles)."""
+    """Refuse a directory holding a symlink that resolves outside it."""
     prefix = root.rstrip("/") + "/"
     for top, dirs, files in os.walk(root, followlinks=False):
         for entry in (*dirs, *files):
