@@ -32,7 +32,7 @@ from typing import Any, Final, Literal, get_args
 
 import msgpack
 
-from sunroom.errors import UsageError
+from sunroom.errors import ProtocolError, UsageError
 from sunroom.rpc import schema
 from sunroom.rpc.channel import Channel
 from sunroom.rpc.codec import WireError
@@ -285,7 +285,9 @@ async def send_bind(
     """Bind *values* (wire form) and *files* (kernel path specs) in the kernel.
 
     Small values go inline in the ``bind`` request; the others are streamed first in
-    ``bind_chunk`` requests. Raises what :meth:`Channel.request` and its future raise.
+    ``bind_chunk`` requests. Raises UsageError when a value cannot be encoded or a frame cannot
+    be sent (nothing is bound then; a partial stream is dropped by the kernel at the next
+    bind), and what the requests' futures raise (RemoteError, ProtocolError, ClosedError).
     """
     inline = {n: v for n, v in values.items() if is_small(v)}
     big = {n: v for n, v in values.items() if n not in inline}
@@ -294,11 +296,17 @@ async def send_bind(
         size = max(1024, min(CHUNK_BYTES, max_frame // 2))
         first = True
         window: deque[asyncio.Future[Any]] = deque()
+        chunks = _chunks(big, size)
         try:
-            for chunk in _chunks(big, size):
+            while True:
+                try:
+                    chunk = next(chunks, None)
+                except (TypeError, ValueError, OverflowError) as exc:
+                    raise UsageError(f"cannot bind: cannot encode a value: {exc}") from None
+                if chunk is None:
+                    break
                 streamed += len(chunk)
-                piece = {"data": chunk, "first": first}
-                window.append(channel.request("bind_chunk", piece, check=_ack))
+                window.append(_request(channel, "bind_chunk", {"data": chunk, "first": first}))
                 first = False
                 if len(window) >= WINDOW:
                     await window.popleft()
@@ -312,7 +320,16 @@ async def send_bind(
         params["files"] = dict(files)
     if big:
         params["streamed"] = streamed
-    await channel.request("bind", params, check=schema.names)
+    await _request(channel, "bind", params)
+
+
+def _request(channel: Channel, method: str, params: dict[str, Any]) -> asyncio.Future[Any]:
+    """Send one bind request; UsageError when it cannot be encoded or exceeds the frame cap."""
+    check = _ack if method == "bind_chunk" else schema.names
+    try:
+        return channel.request(method, params, check=check)
+    except ProtocolError as exc:
+        raise UsageError(f"cannot bind: {exc}") from None
 
 
 def _ack(result: Any) -> int:

@@ -365,11 +365,7 @@ class AsyncKernel:
             max_frame=self.limits.max_frame_bytes,
         )
         try:
-            await answer  # ProtocolError here: the values cannot be sent, or a broken kernel
-        except ProtocolError as exc:
-            if "cannot send" in str(exc):
-                raise UsageError(f"cannot bind: {exc}") from None
-            raise
+            await answer  # UsageError: cannot be sent; ProtocolError: the kernel broke it
         except RemoteError as exc:
             raise KernelError(f"bind failed: {cut(str(exc), 300)}") from None
         except (ClosedError, ConnectionError) as exc:

@@ -196,3 +196,26 @@ def test_input_names_are_validated(shared_dir: Path, name: str) -> None:
     data = _write(shared_dir / "n.txt", "n")
     with pytest.raises(UsageError, match="must be a public Python identifier"):
         AsyncKernel(backend="subprocess", inputs={name: File(data)})
+
+
+async def test_an_unencodable_big_value_is_refused_and_the_kernel_keeps_working(
+    backend: str,
+) -> None:
+    async with AsyncKernel(backend=backend) as k:
+        await k.bind(keep=1)
+        with pytest.raises(UsageError, match="cannot bind"):
+            await k.bind(bad=[*range(100_000), 2**70])  # too big for msgpack, late in the list
+        docs = [f"d{i}" for i in range(100_000)]
+        await k.bind(docs=docs)  # a fresh stream after the abandoned one
+        assert await _value(k, "keep, len(docs), docs[-1], 'bad' in dir()") == repr(
+            (1, 100_000, "d99999", False)
+        )
+
+
+@pytest.mark.slow
+async def test_a_million_item_list(backend: str) -> None:
+    docs = [f"document number {i}" for i in range(1_000_000)]
+    want = _sha("\n".join(docs).encode())
+    async with AsyncKernel(backend=backend, inputs={"docs": docs}) as k:
+        code = "import hashlib\nhashlib.sha256('\\n'.join(docs).encode()).hexdigest()"
+        assert await _value(k, code) == repr(want)
