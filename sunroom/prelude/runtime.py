@@ -1,9 +1,9 @@
 """The kernel process: connects to the host, then serves requests on its main thread.
 
 Boot order: adopt the inherited socket, capture fd 1/2, send ``hello`` (protocol version, pid,
-Python version, the nonce it was given), then serve ``execute``, ``bind``, ``install``,
-``variables`` and ``shutdown`` one at a time on the main thread (so SIGINT reaches user code as
-``KeyboardInterrupt``). The kernel exits when the host connection closes.
+Python version, the nonce it was given), then serve ``execute``, ``bind``, ``bind_chunk``,
+``install``, ``variables`` and ``shutdown`` one at a time on the main thread (so SIGINT reaches
+user code as ``KeyboardInterrupt``). The kernel exits when the host connection closes.
 """
 
 from __future__ import annotations
