@@ -141,6 +141,8 @@ class Runtime:
         values: dict[str, Any] = params["values"]
         if "streamed" in params:  # the big values came first, in bind_chunk requests
             values.update(self.incoming.take(int(params["streamed"])))
+        else:
+            self.incoming.reset()  # drop what an abandoned streamed bind left
         types_by_name: dict[str, str] = params.get("types") or {}
         module = sys.modules.get("sunroom_functions")
         for name, value in values.items():
