@@ -51,8 +51,9 @@ MOUNTING_BACKENDS: Final = frozenset({"bwrap", "docker"})
 PATH_BACKENDS: Final = frozenset({"subprocess"})
 """Backends whose kernels see the host's filesystem: the kernel gets the host path itself."""
 
-CHUNK_BYTES: Final = 4 * 1024 * 1024
-"""Largest ``bind_chunk`` payload (and at most half the frame cap)."""
+CHUNK_BYTES: Final = 1024 * 1024
+"""Largest ``bind_chunk`` payload (and at most half the frame cap). 1 MiB measured faster
+than 4 or 8 MiB for a 200 MB str (about 1.1 s against 1.25-1.55 s, same kernel, same run)."""
 
 SMALL_BYTES: Final = 1024 * 1024
 SMALL_VALUES: Final = 16_384
