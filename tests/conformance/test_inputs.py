@@ -219,3 +219,18 @@ async def test_a_million_item_list(backend: str) -> None:
     async with AsyncKernel(backend=backend, inputs={"docs": docs}) as k:
         code = "import hashlib\nhashlib.sha256('\\n'.join(docs).encode()).hexdigest()"
         assert await _value(k, code) == repr(want)
+
+
+async def test_a_pooled_kernel_takes_file_inputs_only_where_nothing_is_mounted(
+    backend: str, shared_dir: Path
+) -> None:
+    from sunroom import KernelPool
+
+    data = _write(shared_dir / "p.txt", "pooled")
+    async with KernelPool(backend=backend, size=1) as pool:
+        if backend == "subprocess":
+            async with AsyncKernel(pool=pool, inputs={"p": File(data)}) as k:
+                assert await _value(k, "p.read_text()") == repr("pooled")
+        else:
+            with pytest.raises(UsageError, match="pooled kernel"):
+                AsyncKernel(pool=pool, inputs={"p": File(data)})
