@@ -19,6 +19,8 @@ _EXPORTS: dict[str, str] = {
     "Kernel": "sunroom.sandbox.sync",
     "KernelPool": "sunroom.sandbox.pool",
     "Limits": "sunroom.sandbox.limits",
+    "File": "sunroom.sandbox.inputs",
+    "Directory": "sunroom.sandbox.inputs",
     "ExecutionResult": "sunroom.sandbox.result",
     "CellError": "sunroom.sandbox.result",
     "Variable": "sunroom.sandbox.result",
@@ -66,7 +68,9 @@ __all__ = [
     "BudgetExceededError",
     "ClosedError",
     "CellError",
+    "Directory",
     "ExecutionResult",
+    "File",
     "FunctionModel",
     "Hooks",
     "HostFunction",
@@ -135,6 +139,7 @@ if TYPE_CHECKING:
         model,
     )
     from sunroom.sandbox.functions import HostFunction, host_function
+    from sunroom.sandbox.inputs import Directory, File
     from sunroom.sandbox.kernel import AsyncKernel
     from sunroom.sandbox.limits import Limits
     from sunroom.sandbox.pool import KernelPool

@@ -1,7 +1,8 @@
 """The ``sunroom`` command.
 
-- ``sunroom exec [--backend NAME] [--timeout S] [--json] PATH|-`` runs a file (or stdin) of
-  UTF-8 Python source in a fresh kernel and prints its output, or the whole result as JSON.
+- ``sunroom exec [--backend NAME] [--timeout S] [--input NAME=FILE ...] [--json] PATH|-`` runs
+  a file (or stdin) of UTF-8 Python source in a fresh kernel and prints its output, or the
+  whole result as JSON; each ``--input`` binds a host file read-only as a ``pathlib.Path``.
   Exit status: 0 ok, 1 the code raised, 124 timeout, 125 the kernel died, 2 usage or setup
   error.
 - ``sunroom serve [--host H] [--port P] [--db PATH] [--expose] [--model M] ...`` runs the
@@ -40,6 +41,7 @@ from rich.table import Column, Table
 
 from sunroom.errors import SunroomError
 from sunroom.sandbox.backends import DEFAULT_BACKEND, NAMES
+from sunroom.sandbox.inputs import File
 from sunroom.sandbox.kernel import AsyncKernel
 from sunroom.sandbox.limits import Limits
 from sunroom.sandbox.result import CellError, ExecutionResult
@@ -116,7 +118,9 @@ def _read_text(path: str, *, what: str) -> str:
         ) from None
 
 
-async def _execute_once(code: str, *, backend: str, limits: Limits) -> ExecutionResult:
+async def _execute_once(
+    code: str, *, backend: str, limits: Limits, inputs: dict[str, File] | None = None
+) -> ExecutionResult:
     """Run *code* in a fresh kernel that is closed afterwards: the one cell of ``exec``.
 
     The deadline is kept here, not by the kernel: at ``limits.timeout_s`` the cell gets SIGINT
@@ -124,7 +128,7 @@ async def _execute_once(code: str, *, backend: str, limits: Limits) -> Execution
     ``limits.interrupt_grace_s`` the kernel is killed and, unlike the kernel's own timeout,
     no fresh one is started (nothing runs after this cell). Raises what ``AsyncKernel`` raises.
     """
-    async with AsyncKernel(backend=backend, limits=limits) as kernel:
+    async with AsyncKernel(backend=backend, limits=limits, inputs=inputs) as kernel:
         started = time.perf_counter()
         # the kernel's own timeout is out of the way; the waits below enforce the limit
         slack = limits.timeout_s + limits.interrupt_grace_s + 3600.0
@@ -167,8 +171,15 @@ def exec_(
     timeout: Annotated[float, typer.Option(help="Seconds the code may run.")] = 30.0,
     memory_mb: Annotated[int, typer.Option(help="Memory limit in MB.")] = 2048,
     as_json: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
+    inputs: Annotated[
+        list[str] | None,
+        typer.Option("--input", help="NAME=FILE: the file, read-only, as a pathlib.Path NAME."),
+    ] = None,
 ) -> None:
     """Run a file in a fresh kernel and print its output.
+
+    Each ``--input NAME=FILE`` binds the host file read-only (mounted at /inputs/NAME on bwrap
+    and docker) as the variable NAME, a ``pathlib.Path``; nothing is copied.
 
     Exit status: 0 ok, 1 the code raised, 124 timeout, 125 the kernel died, 2 usage or setup
     error (one line on stderr).
@@ -179,7 +190,10 @@ def exec_(
     if memory_mb <= 0:
         raise _fail(f"--memory-mb must be a positive number of MB, got {memory_mb}")
     limits = Limits(timeout_s=timeout, memory_mb=memory_mb)
-    result = _guarded(lambda: _execute_once(code, backend=backend, limits=limits))
+    files = _file_inputs(inputs or [])
+    result = _guarded(
+        lambda: _execute_once(code, backend=backend, limits=limits, inputs=files or None)
+    )
     if as_json:
         typer.echo(json.dumps(result.to_dict()))
     else:
@@ -283,6 +297,19 @@ def _inputs(pairs: list[str]) -> dict[str, str]:
         if not sep or not name.isidentifier():
             raise _fail(f"--input takes NAME=FILE, got {pair!r}")
         out[name] = _read_text(file, what="--input binds text")
+    return out
+
+
+def _file_inputs(pairs: list[str]) -> dict[str, File]:
+    """``--input NAME=FILE`` pairs as File inputs; exits 2 on a malformed pair or missing file."""
+    out: dict[str, File] = {}
+    for pair in pairs:
+        name, sep, file = pair.partition("=")
+        if not sep or not name.isidentifier() or not file:
+            raise _fail(f"--input takes NAME=FILE, got {pair!r}")
+        if not os.path.isfile(file):
+            raise _fail(f"--input {name}: {file} is not a readable file")
+        out[name] = File(file)
     return out
 
 

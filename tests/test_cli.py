@@ -114,3 +114,29 @@ def test_exec_timeout_of_a_cell_that_ignores_sigint_restarts_no_kernel() -> None
     assert proc.returncode == 124, err
     assert len(kernels) == 1, f"{len(kernels)} kernels were started"
     assert err.startswith("sunroom: timed out after 0.5 s") and err.count("\n") == 1, err
+
+
+def test_exec_input_binds_files_read_only() -> None:
+    import shutil
+    import tempfile
+
+    folder = Path(tempfile.mkdtemp(prefix="sunroom-test-cli-", dir="/tmp"))
+    try:
+        folder.chmod(0o755)
+        (folder / "a.txt").write_text("alpha")
+        (folder / "b.txt").write_text("beta")
+        for f in folder.iterdir():
+            f.chmod(0o644)
+        code = "type(a).__name__, a.read_text(), b.read_text()"
+        proc = run(
+            "exec", "--backend", "subprocess", "--input", f"a={folder / 'a.txt'}",
+            "--input", f"b={folder / 'b.txt'}", "-", stdin=code,
+        )  # fmt: skip
+        assert proc.returncode == 0, proc.stderr
+        assert proc.stdout == "('PosixPath', 'alpha', 'beta')\n"
+        for bad in ("noequals", f"1x={folder / 'a.txt'}", f"x={folder / 'missing.txt'}"):
+            proc = run("exec", "--backend", "subprocess", "--input", bad, "-", stdin="1")
+            assert proc.returncode == 2, proc.stderr
+            assert proc.stderr.startswith("sunroom: ") and proc.stderr.count("\n") == 1
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)

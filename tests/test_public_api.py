@@ -9,9 +9,15 @@ import sunroom
 def test_public_names_resolve() -> None:
     for name in sunroom.__all__:
         assert getattr(sunroom, name) is not None
-    assert {"AsyncKernel", "Kernel", "Limits", "ExecutionResult", "host_function"} <= set(
-        sunroom.__all__
-    )
+    assert {
+        "AsyncKernel",
+        "Kernel",
+        "Limits",
+        "ExecutionResult",
+        "host_function",
+        "File",
+        "Directory",
+    } <= set(sunroom.__all__)
 
 
 def test_kernel_side_imports_no_host_dependencies() -> None:

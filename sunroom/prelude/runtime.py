@@ -1,9 +1,9 @@
 """The kernel process: connects to the host, then serves requests on its main thread.
 
 Boot order: adopt the inherited socket, capture fd 1/2, send ``hello`` (protocol version, pid,
-Python version, the nonce it was given), then serve ``execute``, ``bind``, ``install``,
-``variables`` and ``shutdown`` one at a time on the main thread (so SIGINT reaches user code as
-``KeyboardInterrupt``). The kernel exits when the host connection closes.
+Python version, the nonce it was given), then serve ``execute``, ``bind``, ``bind_chunk``,
+``install``, ``variables`` and ``shutdown`` one at a time on the main thread (so SIGINT reaches
+user code as ``KeyboardInterrupt``). The kernel exits when the host connection closes.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import threading
 import time
 import types
 
-from sunroom.prelude import capture, hostcall, sources
+from sunroom.prelude import capture, hostcall, inputs, sources
 from sunroom.prelude.executor import Executor
 from sunroom.rpc.blocking import BlockingChannel
 from sunroom.rpc.codec import DEFAULT_MAX_FRAME, PROTOCOL_VERSION
@@ -39,6 +39,7 @@ class Runtime:
         self.namespace: dict[str, Any] = {"__name__": "__main__", "__builtins__": builtins}
         self.executor = Executor(self.namespace)
         self.installed: set[str] = set()
+        self.incoming = inputs.Incoming()
         self.executing = False
         self.out, self.err = capture.install(self._stream)
         hostcall.attach(self.channel)
@@ -138,13 +139,23 @@ class Runtime:
 
     def _do_bind(self, params: dict[str, Any]) -> list[str]:
         values: dict[str, Any] = params["values"]
+        if "streamed" in params:  # the big values came first, in bind_chunk requests
+            values.update(self.incoming.take(int(params["streamed"])))
+        else:
+            self.incoming.reset()  # drop what an abandoned streamed bind left
         types_by_name: dict[str, str] = params.get("types") or {}
         module = sys.modules.get("sunroom_functions")
         for name, value in values.items():
             type_name = types_by_name.get(name)
             tp = getattr(module, type_name, None) if module and type_name else None
             self.namespace[name] = from_wire(tp, value)
-        return list(values)
+        files: dict[str, dict[str, Any]] = params.get("files") or {}
+        for name, spec in files.items():
+            self.namespace[name] = inputs.load_file(spec)
+        return [*values, *files]
+
+    def _do_bind_chunk(self, params: dict[str, Any]) -> int:
+        return self.incoming.chunk(params)
 
     def _do_variables(self, params: Any) -> list[dict[str, str]]:
         out = []

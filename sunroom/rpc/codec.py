@@ -136,7 +136,8 @@ def take_frames(buf: bytearray, max_frame: int = DEFAULT_MAX_FRAME) -> list[byte
             raise WireError(f"frame of {size} bytes exceeds the {max_frame}-byte cap")
         if end - pos - 4 < size:
             break
-        payloads.append(bytes(buf[pos + 4 : pos + 4 + size]))
+        with memoryview(buf) as view:  # one copy, not a bytearray slice and then bytes
+            payloads.append(bytes(view[pos + 4 : pos + 4 + size]))
         pos += 4 + size
     if pos:
         del buf[:pos]

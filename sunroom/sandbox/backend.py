@@ -20,13 +20,26 @@ from sunroom.sandbox.limits import Limits
 SAFE_PATH = "/usr/local/bin:/usr/bin:/bin"
 
 
+@dataclass(frozen=True, slots=True)
+class InputMount:
+    """A host path (already resolved and checked) mounted read-only at *target* in the kernel."""
+
+    source: str
+    target: str
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class LaunchSpec:
-    """What a backend needs to start one kernel."""
+    """What a backend needs to start one kernel.
+
+    ``mounts`` are file inputs (:mod:`sunroom.sandbox.inputs`): a backend that isolates the
+    filesystem must mount each read-only at its target, or refuse to launch.
+    """
 
     limits: Limits
     nonce: str
     env: Mapping[str, str] = field(default_factory=dict)
+    mounts: tuple[InputMount, ...] = ()
 
 
 @runtime_checkable

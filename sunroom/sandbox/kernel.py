@@ -28,6 +28,7 @@ from sunroom.rpc.channel import Channel, RemoteError, RpcFailure, cut
 from sunroom.rpc.eager import in_task
 from sunroom.rpc.messages import RpcError
 from sunroom.sandbox import backends
+from sunroom.sandbox import inputs as host_inputs
 from sunroom.sandbox.backend import Backend, KernelProcess
 from sunroom.sandbox.codegen import generate
 from sunroom.sandbox.functions import FunctionRegistry, HostFunction, rpc_error, to_wire
@@ -48,7 +49,9 @@ class AsyncKernel:
         backend: ``"bwrap"`` (default, isolated), ``"docker"``, ``"subprocess"`` (not a
             boundary; must be asked for by name) or a Backend instance.
         functions: host functions (typed callables or ``host_function`` objects), frozen at boot.
-        inputs: variables bound in the namespace at every (re)start.
+        inputs: variables bound in the namespace at every (re)start: values of any size, and
+            :class:`~sunroom.File` / :class:`~sunroom.Directory` inputs, mounted read-only
+            when the kernel starts (see docs/data.md).
         limits: resource limits; see :class:`Limits`.
         env: extra environment variables for the kernel (the host's own are never passed).
         on_output: called with (stream, text) while a cell runs.
@@ -81,8 +84,10 @@ class AsyncKernel:
         self.registry = FunctionRegistry(functions)
         self._wrappers = generate(self.registry.functions.values())
         self._inputs: dict[str, Any] = {}
+        self._files: dict[str, host_inputs.Resolved] = {}
         if inputs:
             self._check_names(inputs)
+            self._files = self._resolve_files(inputs)
             self._inputs.update(inputs)
         self._env = dict(env or {})
         self._on_output = on_output
@@ -121,7 +126,8 @@ class AsyncKernel:
         if self._pool is not None:
             ready = await self._pool.acquire()
         else:
-            ready = await launch(self._backend, limits=self.limits, env=self._env)
+            mounts = host_inputs.mounts(self._backend.name, self._files)
+            ready = await launch(self._backend, limits=self.limits, env=self._env, mounts=mounts)
         self._proc, self._channel = ready.proc, ready.channel
         ready.router.on_output = self._on_output
         ready.channel.serve_with(self._serve, eager=True)
@@ -318,25 +324,48 @@ class AsyncKernel:
             if name in self.registry.functions:
                 raise UsageError(f"input {name!r} would shadow the host function of that name")
 
+    def _resolve_files(self, values: Mapping[str, Any]) -> dict[str, host_inputs.Resolved]:
+        """Resolve and check the File/Directory inputs among *values* (UsageError if bad)."""
+        found = {
+            n: host_inputs.resolve(n, v) for n, v in values.items() if host_inputs.is_file_input(v)
+        }
+        if found and self._pool is not None:
+            pooled = self._pool.backend
+            backend = pooled if isinstance(pooled, str) else pooled.name
+            if backend not in host_inputs.PATH_BACKENDS:
+                raise UsageError(
+                    "a pooled kernel is started before its inputs are known, so File and "
+                    "Directory inputs cannot be mounted in it; use a kernel without a pool"
+                )
+        return found
+
     async def _send_bind(self, values: Mapping[str, Any]) -> None:
         assert self._channel is not None
+        assert self._backend is not None
+        plain = {n: v for n, v in values.items() if not host_inputs.is_file_input(v)}
         try:
-            wire = {name: to_wire(value) for name, value in values.items()}
+            wire = {name: to_wire(value) for name, value in plain.items()}
+            files = {
+                n: host_inputs.file_spec(self._backend.name, self._files[n])
+                for n in values
+                if n not in plain
+            }
         except TypeError as exc:
             raise UsageError(f"cannot bind: {exc}") from None
         types = {
             name: self._wrappers.type_names[type(v)]
-            for name, v in values.items()
+            for name, v in plain.items()
             if type(v) in self._wrappers.type_names
         }
+        answer = host_inputs.send_bind(
+            self._channel,
+            wire,
+            types=types,
+            files=files,
+            max_frame=self.limits.max_frame_bytes,
+        )
         try:
-            answer = self._channel.request(
-                "bind", {"values": wire, "types": types}, check=schema.names
-            )
-        except ProtocolError as exc:  # raised at once: the values cannot be sent
-            raise UsageError(f"cannot bind: {exc}") from None
-        try:
-            await answer  # ProtocolError here: the kernel broke the protocol
+            await answer  # UsageError: cannot be sent; ProtocolError: the kernel broke it
         except RemoteError as exc:
             raise KernelError(f"bind failed: {cut(str(exc), 300)}") from None
         except (ClosedError, ConnectionError) as exc:
@@ -362,12 +391,31 @@ class AsyncKernel:
         """Set variables in the namespace; they are bound again after every restart.
 
         Values must be msgpack-representable (str, bytes, numbers, bool, None, lists, dicts,
-        pydantic models and dataclasses). Raises UsageError for bad names or values,
-        KernelError when the kernel refuses them, ProtocolError when its answer is malformed
-        (the kernel is then restarted on next use).
+        pydantic models and dataclasses), of any size (big ones are streamed in chunks), or
+        :class:`~sunroom.File` / :class:`~sunroom.Directory` inputs. The bwrap and docker
+        backends mount file inputs when the kernel starts, so binding one into a running
+        kernel of theirs raises UsageError (pass it in ``inputs=``, or bind it before the
+        kernel is started: bind() then starts it with the mount). Raises UsageError for bad
+        names or values, KernelError when the kernel refuses them, ProtocolError when its
+        answer is malformed (the kernel is then restarted on next use).
         """
         self._check_names(values)
         async with self._lock:
+            files = await asyncio.to_thread(self._resolve_files, values)  # stats, walks
+            if files:
+                if self._backend is None:
+                    self._backend = backends.resolve(self._backend_arg)
+                running = self._channel is not None and not self._channel.closed.done()
+                name = self._backend.name
+                for item in files.values():
+                    host_inputs.kernel_path(name, item)  # UsageError for a backend that cannot
+                if running and name not in host_inputs.PATH_BACKENDS:
+                    raise UsageError(
+                        f"the {name} kernel is running and its mounts were fixed when it "
+                        "started; pass File and Directory inputs in inputs= (or bind them "
+                        "before the kernel is started)"
+                    )
+                self._files.update(files)
             await self._ensure()
             await self._send_bind(values)
             self._inputs.update(values)

@@ -16,7 +16,7 @@ from typing import Any, final
 from sunroom.errors import KernelError, KernelStartError
 from sunroom.rpc.channel import Channel
 from sunroom.rpc.codec import PROTOCOL_VERSION
-from sunroom.sandbox.backend import Backend, KernelProcess, LaunchSpec
+from sunroom.sandbox.backend import Backend, InputMount, KernelProcess, LaunchSpec
 from sunroom.sandbox.limits import Limits
 
 
@@ -78,7 +78,13 @@ async def failure_detail(proc: KernelProcess) -> str:
     return f"\n--- kernel log ---\n{tail.strip()}" if tail.strip() else ""
 
 
-async def launch(backend: Backend, *, limits: Limits, env: dict[str, str]) -> Ready:
+async def launch(
+    backend: Backend,
+    *,
+    limits: Limits,
+    env: dict[str, str],
+    mounts: tuple[InputMount, ...] = (),
+) -> Ready:
     """Launch a kernel and wait for its hello; the caller owns the result and must discard it.
 
     Raises SandboxUnavailableError when the backend cannot provide its boundary and
@@ -86,7 +92,9 @@ async def launch(backend: Backend, *, limits: Limits, env: dict[str, str]) -> Re
     before saying hello, said it wrong, or stayed silent past ``limits.start_timeout_s``.
     """
     nonce = secrets.token_hex(16)
-    proc, sock = await backend.launch(LaunchSpec(limits=limits, nonce=nonce, env=env))
+    proc, sock = await backend.launch(
+        LaunchSpec(limits=limits, nonce=nonce, env=env, mounts=mounts)
+    )
     router = Router(asyncio.get_running_loop().create_future())
     channel: Channel | None = None
     try:

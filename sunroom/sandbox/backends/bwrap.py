@@ -243,6 +243,7 @@ class BwrapBackend:
             prefix,
             PYTHON_DIR,
             *code_binds,
+            *(arg for m in spec.mounts for arg in ("--ro-bind", m.source, m.target)),
             "--proc",
             "/proc",
             *_proc_masks(str(empty)),

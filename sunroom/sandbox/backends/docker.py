@@ -383,6 +383,9 @@ class DockerBackend:
         argv, binds, env = self._command(spec)
         mounts = [sdk.types.Mount(t, s, type="bind", read_only=True) for s, t in binds]
         mounts.append(sdk.types.Mount(RUN_DIR, str(sockdir), type="bind", read_only=True))
+        mounts += [
+            sdk.types.Mount(m.target, m.source, type="bind", read_only=True) for m in spec.mounts
+        ]
         resolv = str(sockdir.parent / RESOLV_NAME)
         mounts.append(sdk.types.Mount("/etc/resolv.conf", resolv, type="bind", read_only=True))
         me = os.getpid()
