@@ -23,6 +23,7 @@ _EXPORTS: dict[str, str] = {
     "Directory": "sunroom.sandbox.inputs",
     "ExecutionResult": "sunroom.sandbox.result",
     "CellError": "sunroom.sandbox.result",
+    "DisplayItem": "sunroom.sandbox.result",
     "Variable": "sunroom.sandbox.result",
     "HostFunction": "sunroom.sandbox.functions",
     "host_function": "sunroom.sandbox.functions",
@@ -69,6 +70,7 @@ __all__ = [
     "ClosedError",
     "CellError",
     "Directory",
+    "DisplayItem",
     "ExecutionResult",
     "File",
     "FunctionModel",
@@ -143,7 +145,7 @@ if TYPE_CHECKING:
     from sunroom.sandbox.kernel import AsyncKernel
     from sunroom.sandbox.limits import Limits
     from sunroom.sandbox.pool import KernelPool
-    from sunroom.sandbox.result import CellError, ExecutionResult, Variable
+    from sunroom.sandbox.result import CellError, DisplayItem, ExecutionResult, Variable
     from sunroom.sandbox.sync import Kernel
     from sunroom.store import SQLiteStore
 

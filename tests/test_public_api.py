@@ -17,6 +17,7 @@ def test_public_names_resolve() -> None:
         "host_function",
         "File",
         "Directory",
+        "DisplayItem",
     } <= set(sunroom.__all__)
 
 

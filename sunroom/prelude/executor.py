@@ -12,7 +12,7 @@ import _ast
 import os
 import types
 
-from sunroom.prelude import sources
+from sunroom.prelude import display, sources
 
 TYPE_CHECKING = False  # typing costs the kernel ~10 ms to import; annotations are lazy
 if TYPE_CHECKING:
@@ -60,6 +60,11 @@ class Executor:
         if result is None:
             return CellOutcome()
         self.namespace["_"] = result
+        try:
+            if display.has_rich_repr(result):  # a DataFrame, an image ...: as Jupyter shows it
+                display.display(result)
+        except BaseException as exc:  # an interrupt while a repr hangs: the cell's timeout
+            return CellOutcome(error=_describe(exc))
         return CellOutcome(value=_safe_repr(result))
 
     def _compile(self, code: str, filename: str) -> tuple[types.CodeType, types.CodeType | None]:
@@ -117,6 +122,11 @@ def _trim(tb: types.TracebackType | None) -> types.TracebackType | None:
         frames.pop()
     frames[-1].tb_next = None
     return first
+
+
+def describe(exc: BaseException) -> dict[str, str]:
+    """*exc* as the error of a cell (type, message, trimmed traceback)."""
+    return _describe(exc)
 
 
 def _describe(exc: BaseException, *, syntax: bool = False) -> dict[str, str]:

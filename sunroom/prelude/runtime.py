@@ -19,8 +19,8 @@ import threading
 import time
 import types
 
-from sunroom.prelude import capture, hostcall, inputs, sources
-from sunroom.prelude.executor import Executor
+from sunroom.prelude import capture, display, hostcall, inputs, sources
+from sunroom.prelude.executor import CellOutcome, Executor, describe
 from sunroom.rpc.blocking import BlockingChannel
 from sunroom.rpc.codec import DEFAULT_MAX_FRAME, PROTOCOL_VERSION
 from sunroom.rpc.messages import Request, RpcError
@@ -43,6 +43,9 @@ class Runtime:
         self.executing = False
         self.out, self.err = capture.install(self._stream)
         hostcall.attach(self.channel)
+        display.install()
+        # matplotlib, if a cell imports it: Agg, and plt.show() emits display items
+        os.environ.setdefault("MPLBACKEND", "module://sunroom.prelude.mplbackend")
         sys.stdin = open(os.devnull)  # noqa: SIM115 - input() must raise EOFError
         os.dup2(sys.stdin.fileno(), 0)
         self._sigint_handler = self._on_sigint  # one bound method, compared by identity
@@ -102,12 +105,19 @@ class Runtime:
         # a cell may have replaced it (_signal: signal.getsignal raises and catches per call)
         if _signal.getsignal(_signal.SIGINT) is not self._sigint_handler:
             signal.signal(signal.SIGINT, self._sigint_handler)
+        display.OUTPUTS.begin(int(params.get("max_display_bytes", display.DEFAULT_MAX_BYTES)))
         started = time.perf_counter()
         self.executing = True
         try:
             outcome = self.executor.run(code)
+            try:
+                display.capture_figures(display.OUTPUTS)  # open figures: PNG items, closed
+            except KeyboardInterrupt as exc:  # rendering ran past the cell's timeout
+                if outcome.error is None:
+                    outcome = CellOutcome(error=describe(exc))
         finally:
             self.executing = False
+        outputs, dropped_outputs = display.OUTPUTS.end()
         duration = time.perf_counter() - started
         _flush(sys.stdout)
         _flush(sys.stderr)
@@ -122,6 +132,8 @@ class Runtime:
             "error": outcome.error,
             "duration_s": duration,
             "truncated_bytes": dropped_out + dropped_err,
+            "outputs": outputs,
+            "dropped_outputs": dropped_outputs,
         }
 
     def _do_install(self, params: dict[str, Any]) -> list[str]:

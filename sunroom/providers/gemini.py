@@ -319,7 +319,8 @@ class GeminiModel(VendorModel["Client"]):
     async def _complete_once(
         self, client: Client, request: Request, settings: Settings, limit: float | None
     ) -> Response:
-        system, contents = encode_contents(request)
+        system, encoded = encode_contents(request)
+        contents: Any = encoded  # the SDK's union of content types; plain dicts are one
         # The attempt's limit is enforced around this call; a per-request HTTP timeout here
         # would only make google-genai rebuild its request options (measurably slower).
         config: Any = encode_config(request, settings, None, system)
@@ -331,7 +332,8 @@ class GeminiModel(VendorModel["Client"]):
     async def _open_stream(
         self, client: Client, request: Request, settings: Settings, limit: float | None
     ) -> Any:
-        system, contents = encode_contents(request)
+        system, encoded = encode_contents(request)
+        contents: Any = encoded  # the SDK's union of content types; plain dicts are one
         config: Any = encode_config(request, settings, limit, system)
         return await client.aio.models.generate_content_stream(
             model=self.name, contents=contents, config=config
@@ -394,7 +396,9 @@ class GeminiModel(VendorModel["Client"]):
         """
         from .tokens import estimate_text_tokens, estimate_tokens
 
-        system, contents = encode_contents(request)
+        system, encoded = encode_contents(request)
+
+        contents: Any = encoded  # the SDK's union of content types; plain dicts are one
         extra = estimate_tokens(Request((), tools=request.tools))
         extra += estimate_text_tokens(system or "")
 

@@ -163,12 +163,82 @@ def check_prefix(prefix: bytes) -> None:
 # -- results of the host's requests ------------------------------------------------------------
 
 
-def execute_result(max_output_bytes: int) -> Checker:
+MAX_DISPLAY_ITEMS: Final = 100
+"""Display items one execute result may carry (the kernel keeps at most this many)."""
+
+_BINARY_MIMES: Final = frozenset({"image/png", "image/jpeg", "image/gif", "image/webp"})
+
+
+def _json_value(value: Any, what: str, depth: int = 0) -> Any:
+    """Plain JSON data (None, bool, int, float, str, lists, str-keyed maps), at most 32 deep."""
+    if depth > 32:
+        raise WireError(f"{what} is nested too deeply")
+    if value is None or type(value) in (bool, int, float, str):
+        return value
+    if type(value) is list:
+        return [_json_value(v, what, depth + 1) for v in value]
+    if type(value) is dict:
+        out = {}
+        for key, item in value.items():
+            if type(key) is not str:
+                raise WireError(f"{what} has a key that is not a str")
+            out[key] = _json_value(item, what, depth + 1)
+        return out
+    raise WireError(f"{what} holds a {_kind(value)}, which is not JSON")
+
+
+def display_items(value: Any, max_display_bytes: int) -> list[dict[str, Any]]:
+    """The ``outputs`` of an execute result: display items within the cell's byte cap.
+
+    ``[{"output_type": "display_data", "data": {mime: str | bytes | json}, "metadata": {...}}]``;
+    image mime types carry bytes, other text types a str, ``application/json`` (and ``+json``)
+    plain JSON. The lengths of all values together stay within *max_display_bytes* plus slack.
+    """
+    if type(value) is not list:
+        raise WireError(f"execute.outputs must be a list, got {_kind(value)}")
+    if len(value) > MAX_DISPLAY_ITEMS:
+        raise WireError(f"execute.outputs holds {len(value)} items, over {MAX_DISPLAY_ITEMS}")
+    used = 0
+    items: list[dict[str, Any]] = []
+    for raw in value:
+        item = _map(raw, "a display item")
+        if item.get("output_type") != "display_data":
+            raise WireError("a display item's output_type must be 'display_data'")
+        data = _map(item.get("data"), "a display item's data")
+        checked: dict[str, Any] = {}
+        for mime, datum in data.items():
+            mime = _str(mime, "a mime type", longest=MAX_NAME)
+            if mime in _BINARY_MIMES:
+                if type(datum) is not bytes:
+                    raise WireError(f"display data {mime} must be bytes, got {_kind(datum)}")
+                used += len(datum)
+            elif mime == "application/json" or mime.endswith("+json"):
+                datum = _json_value(datum, f"display data {mime}")
+                used += len(repr(datum))
+            else:
+                datum = _str(datum, f"display data {mime}")
+                used += len(datum)
+            checked[mime] = datum
+        if "text/plain" not in checked:
+            raise WireError("a display item must carry text/plain")
+        metadata = _json_value(item.get("metadata", {}), "a display item's metadata")
+        if type(metadata) is not dict:
+            raise WireError("a display item's metadata must be a map")
+        used += len(repr(metadata))
+        if used > max_display_bytes + OUTPUT_MARKER_SLACK * (len(items) + 1):
+            raise WireError(f"execute.outputs hold more than {max_display_bytes} bytes")
+        items.append({"output_type": "display_data", "data": checked, "metadata": metadata})
+    return items
+
+
+def execute_result(max_output_bytes: int, max_display_bytes: int = 8 << 20) -> Checker:
     """The checker of an ``execute`` result for a cell run with *max_output_bytes*.
 
     ``{"stdout": str, "stderr": str, "value": str | None, "error": None | {"type": str,
-    "message": str, "traceback": str}, "duration_s": number >= 0, "truncated_bytes": int >= 0}``;
-    each output stream holds at most ``max_output_bytes`` characters plus the drop marker.
+    "message": str, "traceback": str}, "duration_s": number >= 0, "truncated_bytes": int >= 0,
+    "outputs": [display item], "dropped_outputs": int >= 0}``; each output stream holds at most
+    ``max_output_bytes`` characters plus the drop marker, the display items at most
+    ``max_display_bytes`` (:func:`display_items`).
     """
     longest = max_output_bytes + OUTPUT_MARKER_SLACK
 
@@ -193,6 +263,10 @@ def execute_result(max_output_bytes: int) -> Checker:
             "duration_s": duration,
             "truncated_bytes": _int(
                 result.get("truncated_bytes"), "execute.truncated_bytes", least=0
+            ),
+            "outputs": display_items(result.get("outputs", []), max_display_bytes),
+            "dropped_outputs": _int(
+                result.get("dropped_outputs", 0), "execute.dropped_outputs", least=0
             ),
         }
 

@@ -35,7 +35,7 @@ from sunroom.sandbox.functions import FunctionRegistry, HostFunction, rpc_error,
 from sunroom.sandbox.launch import failure_detail, launch
 from sunroom.sandbox.limits import Limits
 from sunroom.sandbox.pool import KernelPool
-from sunroom.sandbox.result import CellError, ExecutionResult, Variable
+from sunroom.sandbox.result import CellError, DisplayItem, ExecutionResult, Variable
 
 OutputCallback = Callable[[str, str], None]
 """Called with (stream name, text) as a cell writes output."""
@@ -91,7 +91,9 @@ class AsyncKernel:
             self._inputs.update(inputs)
         self._env = dict(env or {})
         self._on_output = on_output
-        self._check_execute = schema.execute_result(self.limits.max_output_bytes)
+        self._check_execute = schema.execute_result(
+            self.limits.max_output_bytes, self.limits.max_display_bytes
+        )
         self._lock = asyncio.Lock()
         self._backend: Backend | None = None
         self._proc: KernelProcess | None = None
@@ -218,7 +220,11 @@ class AsyncKernel:
             assert self._channel is not None
             assert self._proc is not None
             started = time.perf_counter()
-            params = {"code": code, "max_output_bytes": self.limits.max_output_bytes}
+            params = {
+                "code": code,
+                "max_output_bytes": self.limits.max_output_bytes,
+                "max_display_bytes": self.limits.max_display_bytes,
+            }
             self._running_cell = True
             try:
                 call = self._channel.request("execute", params, check=self._check_execute)
@@ -272,6 +278,8 @@ class AsyncKernel:
             error=error,
             duration_s=time.perf_counter() - started,
             truncated_bytes=raw["truncated_bytes"],
+            outputs=tuple(DisplayItem(i["data"], i["metadata"]) for i in raw["outputs"]),
+            dropped_outputs=raw["dropped_outputs"],
         )
 
     async def _after_death(self, exc: BaseException, started: float) -> ExecutionResult:

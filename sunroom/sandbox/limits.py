@@ -27,6 +27,10 @@ class Limits:
         cpu_quota: CPU cores the kernel may use at once (cgroup CPU quota); None for no limit.
         max_output_bytes: output kept per stream per cell (head + tail); the rest is dropped
             and counted in ``ExecutionResult.truncated_bytes``.
+        max_display_bytes: rich outputs kept per cell (images, HTML ...: ``display()``,
+            figures); items past it are dropped and counted in
+            ``ExecutionResult.dropped_outputs``. At most half of ``max_frame_bytes``: a cell's
+            result travels in one frame.
         file_size_mb: largest file the kernel may write (``RLIMIT_FSIZE``).
         open_files: most open file descriptors (``RLIMIT_NOFILE``).
         disk_mb: size cap of the workdir where the backend can enforce one (tmpfs).
@@ -42,6 +46,7 @@ class Limits:
     cpu_s: int | None = None
     cpu_quota: float | None = None
     max_output_bytes: int = 1_000_000
+    max_display_bytes: int = 8 << 20
     file_size_mb: int = 1024
     open_files: int = 1024
     disk_mb: int = 1024
@@ -55,6 +60,7 @@ class Limits:
             "memory_mb",
             "pids",
             "max_output_bytes",
+            "max_display_bytes",
             "file_size_mb",
             "open_files",
             "disk_mb",
@@ -81,6 +87,11 @@ class Limits:
             raise UsageError("Limits.address_space_slack_mb must be >= 0")
         if self.max_frame_bytes < 1024:
             raise UsageError("Limits.max_frame_bytes must be at least 1024")
+        if self.max_display_bytes > self.max_frame_bytes // 2:
+            raise UsageError(
+                f"Limits.max_display_bytes ({self.max_display_bytes}) must be at most half of "
+                f"max_frame_bytes ({self.max_frame_bytes}): a cell's result is one frame"
+            )
 
     def rlimits(self) -> dict[str, int]:
         """The rlimits the kernel process sets on itself, in bytes/seconds/count."""

@@ -18,6 +18,14 @@ GOOD_RESULT: dict[str, Any] = {
     "error": None,
     "duration_s": 0.5,
     "truncated_bytes": 0,
+    "outputs": [],
+    "dropped_outputs": 0,
+}
+
+PNG_ITEM: dict[str, Any] = {
+    "output_type": "display_data",
+    "data": {"image/png": b"\x89PNG", "text/plain": "<Figure>", "application/json": {"a": [1]}},
+    "metadata": {"sunroom": {"errors": {"text/html": "ValueError: no"}}},
 }
 
 
@@ -60,11 +68,34 @@ def test_a_good_execute_result_is_rebuilt_with_known_keys_only() -> None:
         with_(truncated_bytes=1.5),
         with_(truncated_bytes=False),
         with_(stdout="x" * (1000 + schema.OUTPUT_MARKER_SLACK + 1)),
+        with_(outputs="png"),
+        with_(outputs=[1]),
+        with_(outputs=[{**PNG_ITEM, "output_type": "stream"}]),
+        with_(outputs=[{**PNG_ITEM, "data": {"image/png": "iVBOR", "text/plain": "x"}}]),
+        with_(outputs=[{**PNG_ITEM, "data": {"text/html": b"<b>", "text/plain": "x"}}]),
+        with_(outputs=[{**PNG_ITEM, "data": {"image/png": b"x"}}]),  # no text/plain
+        with_(outputs=[{**PNG_ITEM, "data": {"application/json": {1: 2}, "text/plain": "x"}}]),
+        with_(outputs=[{**PNG_ITEM, "metadata": [1]}]),
+        with_(outputs=[{**PNG_ITEM, "metadata": {"x": b"bytes"}}]),
+        with_(outputs=[PNG_ITEM] * (schema.MAX_DISPLAY_ITEMS + 1)),
+        with_(outputs=[{**PNG_ITEM, "data": {"image/png": b"x" * 5000, "text/plain": "x"}}]),
+        with_(dropped_outputs=-1),
     ],
 )
 def test_malformed_execute_results_are_wire_errors(bad: Any) -> None:
     with pytest.raises(WireError):
-        schema.execute_result(1000)(bad)
+        schema.execute_result(1000, 1000)(bad)
+
+
+def test_display_items_are_rebuilt_with_known_keys_only() -> None:
+    check = schema.execute_result(1000, 1000)
+    extra = {**PNG_ITEM, "more": 1}
+    out = check(with_(outputs=[extra, extra], dropped_outputs=3))
+    assert out["outputs"] == [PNG_ITEM, PNG_ITEM]
+    assert out["dropped_outputs"] == 3
+    legacy = dict(GOOD_RESULT)
+    del legacy["outputs"], legacy["dropped_outputs"]
+    assert check(legacy) == GOOD_RESULT  # a result without them has none
 
 
 def test_notifications() -> None:

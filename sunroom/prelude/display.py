@@ -1,0 +1,270 @@
+"""Rich display inside the kernel: ``display()``, mime bundles, and matplotlib figures.
+
+``display(obj, ...)`` (a builtin in every kernel) turns each object into a mime bundle the way
+Jupyter does: ``_repr_mimebundle_(include, exclude)`` first, then ``_repr_png_``,
+``_repr_jpeg_``, ``_repr_svg_``, ``_repr_html_``, ``_repr_markdown_``, ``_repr_json_`` and
+``_repr_latex_``, and always ``text/plain`` (the repr). A repr method that raises or returns the
+wrong type is left out of the bundle, and the item's metadata says why
+(``metadata["sunroom"]["errors"]``): a bad repr never fails the cell. Binary images are bytes
+(a base64 ``str`` from a repr method is decoded, as IPython does).
+
+The items of one cell are kept in order within two caps: ``MAX_ITEMS`` items, and the cell's
+byte cap (the ``max_display_bytes`` of the execute request) over all items, an item counting
+the lengths of its values. What does not fit is dropped and counted.
+
+matplotlib: the kernel starts with ``MPLBACKEND`` naming :mod:`sunroom.prelude.mplbackend`
+(Agg, no display server), so nothing of matplotlib loads unless the cell imports it. At the end
+of each cell, if ``matplotlib.pyplot`` was imported, every open figure is rendered as a PNG item
+and closed; ``plt.show()`` does the same at once. Standard library only.
+"""
+
+from __future__ import annotations
+
+import binascii
+import builtins
+import sys
+
+TYPE_CHECKING = False  # typing costs the kernel ~10 ms to import; annotations are lazy
+if TYPE_CHECKING:
+    from typing import Any, Final
+
+MAX_ITEMS: Final = 100
+"""Display items kept per cell; the rest are dropped and counted."""
+
+DEFAULT_MAX_BYTES: Final = 8 << 20
+"""The byte cap over one cell's items when the request names none."""
+
+MAX_VALUES: Final = 50_000
+"""Values (strings, numbers, list and map entries) over one cell's items: the execute result
+travels in one frame, which holds at most 131,072 values."""
+
+_TEXT_REPRS: Final = (
+    ("image/svg+xml", "_repr_svg_"),
+    ("text/html", "_repr_html_"),
+    ("text/markdown", "_repr_markdown_"),
+    ("text/latex", "_repr_latex_"),
+)
+_BINARY_REPRS: Final = (("image/png", "_repr_png_"), ("image/jpeg", "_repr_jpeg_"))
+_MAX_REPR: Final = 20_000
+
+
+class Outputs:
+    """The display items of the cell that is running (one per kernel)."""
+
+    def __init__(self) -> None:
+        self.items: list[dict[str, Any]] = []
+        self.dropped = 0
+        self._cap = DEFAULT_MAX_BYTES
+        self._used = 0
+        self._values = 0
+
+    def begin(self, cap: int) -> None:
+        """Start a cell whose items may hold *cap* bytes in all."""
+        self.items, self.dropped, self._cap, self._used, self._values = [], 0, cap, 0, 0
+
+    def add(self, data: dict[str, Any], metadata: dict[str, Any]) -> None:
+        """Keep one item, or count it as dropped when it would pass a cap."""
+        size = sum(_size(v) for v in data.values()) + _size(metadata)
+        values = _count(data) + _count(metadata)
+        if (
+            len(self.items) >= MAX_ITEMS
+            or self._used + size > self._cap
+            or self._values + values > MAX_VALUES
+        ):
+            self.dropped += 1
+            return
+        self._used += size
+        self._values += values
+        self.items.append({"output_type": "display_data", "data": data, "metadata": metadata})
+
+    def end(self) -> tuple[list[dict[str, Any]], int]:
+        """The cell's items and how many were dropped (the runtime captured its figures)."""
+        items, dropped = self.items, self.dropped
+        self.items, self.dropped, self._used, self._values = [], 0, 0, 0
+        return items, dropped
+
+
+OUTPUTS = Outputs()
+
+
+def _size(value: Any) -> int:
+    if isinstance(value, str | bytes):
+        return len(value)
+    return len(repr(value))  # application/json, metadata: close enough to the encoded size
+
+
+def _count(value: Any, depth: int = 0) -> int:
+    """How many msgpack values *value* is (checked JSON-like data: bounded depth)."""
+    if isinstance(value, dict):
+        return 1 + sum(1 + _count(v, depth + 1) for v in value.values())
+    if isinstance(value, list | tuple):
+        return 1 + sum(_count(v, depth + 1) for v in value)
+    return 1
+
+
+def display(*objs: Any, metadata: dict[str, Any] | None = None) -> None:
+    """Show each object as a rich output of this cell (Jupyter's display protocol)."""
+    for obj in objs:
+        data, meta = bundle(obj)
+        if metadata:
+            meta = {**meta, **metadata}
+        OUTPUTS.add(data, meta)
+
+
+def has_rich_repr(obj: Any) -> bool:
+    """Whether *obj* has a repr method beyond ``text/plain`` (a class attribute, not a probe)."""
+    cls = type(obj)
+    if getattr(cls, "_repr_mimebundle_", None) is not None:
+        return True
+    return any(
+        getattr(cls, method, None) is not None
+        for _, method in (*_BINARY_REPRS, *_TEXT_REPRS, ("application/json", "_repr_json_"))
+    )
+
+
+def bundle(obj: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The mime bundle of *obj* and its metadata; never raises for what a repr does."""
+    data: dict[str, Any] = {}
+    meta: dict[str, Any] = {}
+    errors: dict[str, str] = {}
+    method = _method(obj, "_repr_mimebundle_")
+    if method is not None:
+        try:
+            got = method(include=None, exclude=None)
+            extra: Any = {}
+            if isinstance(got, tuple) and len(got) == 2:
+                got, extra = got
+            if not isinstance(got, dict):
+                raise TypeError(f"it returned {type(got).__name__}, not a dict")
+            for mime, value in got.items():
+                checked = _check(str(mime), value)
+                if checked is not None:
+                    data[str(mime)] = checked
+                else:
+                    errors[str(mime)] = f"a {type(value).__name__} is not a {mime} value"
+            if isinstance(extra, dict):
+                meta.update({str(k): v for k, v in extra.items() if _jsonable(v)})
+        except BaseException as exc:  # noqa: BLE001 - a bad repr is reported, never fatal
+            if isinstance(exc, KeyboardInterrupt):
+                raise
+            errors["_repr_mimebundle_"] = _error(exc)
+    for mime, name in (*_BINARY_REPRS, *_TEXT_REPRS, ("application/json", "_repr_json_")):
+        if mime in data:
+            continue
+        method = _method(obj, name)
+        if method is None:
+            continue
+        try:
+            value = method()
+            if isinstance(value, tuple) and len(value) == 2:
+                value, extra_meta = value
+                if isinstance(extra_meta, dict) and _jsonable(extra_meta):
+                    meta[mime] = extra_meta
+            if value is None:
+                continue
+            checked = _check(mime, value)
+            if checked is None:
+                errors[mime] = f"{name}() returned a {type(value).__name__}"
+            else:
+                data[mime] = checked
+        except BaseException as exc:  # noqa: BLE001 - a bad repr is reported, never fatal
+            if isinstance(exc, KeyboardInterrupt):
+                raise
+            errors[mime] = _error(exc)
+    if "text/plain" not in data:
+        data["text/plain"] = _plain(obj)
+    if errors:
+        meta["sunroom"] = {"errors": errors}
+    return data, meta
+
+
+def _method(obj: Any, name: str) -> Any:
+    try:
+        method = getattr(obj, name, None)
+    except BaseException:  # noqa: BLE001 - a hostile __getattr__
+        return None
+    return method if callable(method) else None
+
+
+def _check(mime: str, value: Any) -> Any:
+    """*value* as it travels for *mime*, or None when it is not a value of that type."""
+    if mime in ("image/png", "image/jpeg", "image/gif", "image/webp"):
+        if isinstance(value, bytes | bytearray | memoryview):
+            return bytes(value)
+        if isinstance(value, str):
+            try:
+                return binascii.a2b_base64(value.encode("ascii"))
+            except (ValueError, binascii.Error):
+                return None
+        return None
+    if mime == "application/json" or mime.endswith("+json"):
+        return value if _jsonable(value) else None
+    return value if isinstance(value, str) else None
+
+
+def _jsonable(value: Any, depth: int = 0) -> bool:
+    if depth > 32:
+        return False
+    if value is None or isinstance(value, bool | int | float | str):
+        return True
+    if isinstance(value, list | tuple):
+        return all(_jsonable(v, depth + 1) for v in value)
+    if isinstance(value, dict):
+        return all(isinstance(k, str) and _jsonable(v, depth + 1) for k, v in value.items())
+    return False
+
+
+def _plain(obj: Any) -> str:
+    try:
+        text = repr(obj)
+    except BaseException as exc:  # noqa: BLE001 - as the REPL's repr shows it
+        if isinstance(exc, KeyboardInterrupt):
+            raise
+        return f"<repr failed: {type(exc).__name__}>"
+    if len(text) > _MAX_REPR:
+        return text[: _MAX_REPR // 2] + " ... " + text[-_MAX_REPR // 2 :]
+    return text
+
+
+def _error(exc: BaseException) -> str:
+    try:
+        message = str(exc)
+    except BaseException:  # noqa: BLE001
+        message = ""
+    return f"{type(exc).__name__}: {message}"[:300]
+
+
+def capture_figures(outputs: Outputs) -> None:
+    """Render every open matplotlib figure as a PNG item, then close it (if pyplot is loaded)."""
+    pyplot = sys.modules.get("matplotlib.pyplot")
+    if pyplot is None:
+        return
+    try:
+        numbers = list(pyplot.get_fignums())
+    except Exception:  # noqa: BLE001 - a broken pyplot: nothing to capture
+        return
+    for number in numbers:
+        figure = pyplot.figure(number)
+        try:
+            import io
+
+            buffer = io.BytesIO()
+            figure.savefig(buffer, format="png")
+            outputs.add({"image/png": buffer.getvalue(), "text/plain": repr(figure)}, {})
+        except Exception as exc:  # noqa: BLE001 - e.g. too large to render: said, not fatal
+            outputs.add(
+                {"text/plain": f"<figure {number} could not be rendered: {_error(exc)}>"},
+                {"sunroom": {"errors": {"image/png": _error(exc)}}},
+            )
+        finally:
+            pyplot.close(figure)
+
+
+def show(*args: Any, **kwargs: Any) -> None:
+    """``plt.show()`` in a kernel: emit the open figures now (the backend's ``show``)."""
+    capture_figures(OUTPUTS)
+
+
+def install() -> None:
+    """Make ``display`` a builtin (the kernel calls this once, at start)."""
+    builtins.display = display  # type: ignore[attr-defined]
