@@ -92,7 +92,7 @@ class AsyncKernel:
         self._env = dict(env or {})
         self._on_output = on_output
         self._check_execute = schema.execute_result(
-            self.limits.max_output_bytes, self.limits.max_display_bytes
+            self.limits.max_output_bytes, self.limits.display_bytes
         )
         self._lock = asyncio.Lock()
         self._backend: Backend | None = None
@@ -223,7 +223,7 @@ class AsyncKernel:
             params = {
                 "code": code,
                 "max_output_bytes": self.limits.max_output_bytes,
-                "max_display_bytes": self.limits.max_display_bytes,
+                "max_display_bytes": self.limits.display_bytes,
             }
             self._running_cell = True
             try:

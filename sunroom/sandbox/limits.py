@@ -29,8 +29,9 @@ class Limits:
             and counted in ``ExecutionResult.truncated_bytes``.
         max_display_bytes: rich outputs kept per cell (images, HTML ...: ``display()``,
             figures); items past it are dropped and counted in
-            ``ExecutionResult.dropped_outputs``. At most half of ``max_frame_bytes``: a cell's
-            result travels in one frame.
+            ``ExecutionResult.dropped_outputs``. None (the default): 8 MiB, or half of
+            ``max_frame_bytes`` when that is smaller. At most half of ``max_frame_bytes``: a
+            cell's result travels in one frame. :attr:`display_bytes` is the figure in force.
         file_size_mb: largest file the kernel may write (``RLIMIT_FSIZE``).
         open_files: most open file descriptors (``RLIMIT_NOFILE``).
         disk_mb: size cap of the workdir where the backend can enforce one (tmpfs).
@@ -46,7 +47,7 @@ class Limits:
     cpu_s: int | None = None
     cpu_quota: float | None = None
     max_output_bytes: int = 1_000_000
-    max_display_bytes: int = 8 << 20
+    max_display_bytes: int | None = None
     file_size_mb: int = 1024
     open_files: int = 1024
     disk_mb: int = 1024
@@ -60,7 +61,6 @@ class Limits:
             "memory_mb",
             "pids",
             "max_output_bytes",
-            "max_display_bytes",
             "file_size_mb",
             "open_files",
             "disk_mb",
@@ -87,11 +87,23 @@ class Limits:
             raise UsageError("Limits.address_space_slack_mb must be >= 0")
         if self.max_frame_bytes < 1024:
             raise UsageError("Limits.max_frame_bytes must be at least 1024")
-        if self.max_display_bytes > self.max_frame_bytes // 2:
+        display = self.max_display_bytes
+        if display is not None and (
+            not isinstance(display, int) or isinstance(display, bool) or display <= 0
+        ):
+            raise UsageError(f"Limits.max_display_bytes must be a positive int, got {display!r}")
+        if display is not None and display > self.max_frame_bytes // 2:
             raise UsageError(
                 f"Limits.max_display_bytes ({self.max_display_bytes}) must be at most half of "
                 f"max_frame_bytes ({self.max_frame_bytes}): a cell's result is one frame"
             )
+
+    @property
+    def display_bytes(self) -> int:
+        """The byte cap over one cell's display items in force (see ``max_display_bytes``)."""
+        if self.max_display_bytes is not None:
+            return self.max_display_bytes
+        return min(8 << 20, self.max_frame_bytes // 2)
 
     def rlimits(self) -> dict[str, int]:
         """The rlimits the kernel process sets on itself, in bytes/seconds/count."""

@@ -38,6 +38,7 @@ RANGES: Final[dict[str, tuple[float, float, str]]] = {
     "limits.cpu_s": (1, 604_800, "CPU seconds"),
     "limits.pids": (1, 65_536, "processes"),
     "limits.max_output_bytes": (1, 2 * 1024 * 1024, "bytes"),
+    "limits.max_display_bytes": (1, 8 * 1024 * 1024, "bytes"),
     "budget.max_model_calls": (1, 1_000_000, "calls"),
     "budget.max_tokens": (1, 10**10, "tokens"),
     "budget.max_cost_micro_usd": (1, 10**12, "micro-USD"),
@@ -86,6 +87,7 @@ _MemoryMb = Annotated[int, _b("limits.memory_mb"), _a("limits.memory_mb")]
 _CpuS = Annotated[int, _b("limits.cpu_s"), _a("limits.cpu_s")]
 _Pids = Annotated[int, _b("limits.pids"), _a("limits.pids")]
 _OutputBytes = Annotated[int, _b("limits.max_output_bytes"), _a("limits.max_output_bytes")]
+_DisplayBytes = Annotated[int, _b("limits.max_display_bytes"), _a("limits.max_display_bytes")]
 _ModelCalls = Annotated[int, _b("budget.max_model_calls"), _a("budget.max_model_calls")]
 _Tokens = Annotated[int, _b("budget.max_tokens"), _a("budget.max_tokens")]
 _Cost = Annotated[int, _b("budget.max_cost_micro_usd"), _a("budget.max_cost_micro_usd")]
@@ -103,6 +105,7 @@ class LimitsIn(pydantic.BaseModel):
     cpu_s: _CpuS | None = None
     pids: _Pids | None = None
     max_output_bytes: _OutputBytes | None = None
+    max_display_bytes: _DisplayBytes | None = None
 
     def build(self) -> Limits:
         """The Limits (defaults for what is unset). Raises UsageError."""
