@@ -1,6 +1,6 @@
 """Data in/out benchmarks. Sections are separate functions selected by flags.
 
-Run: ``.venv/bin/python benchmarks/io.py --inputs [--backend subprocess] [--rounds 5]``.
+Run: ``.venv/bin/python benchmarks/io.py --inputs|--display [--backend subprocess] [--rounds 5]``.
 
 ``--inputs`` (large inputs, docs/data.md "Inputs"): each figure is a median over ``--rounds``
 rounds, and is shown with its ratio to a plain ``cp`` of the same bytes measured in the same
@@ -11,6 +11,12 @@ run (page cache warm, to a file in the same temp directory):
 * bind a 200 MB ``str`` value into a running kernel (target <= 1.5 s) with the host's peak RSS
   growth during the bind, as a multiple of the value's UTF-8 size (target <= 1.2x);
 * bind a list of 1,000,000 short strings (target <= 2 s).
+
+``--display`` (rich display, docs/data.md "Display"): the time a matplotlib figure's PNG adds
+after the cell's own code ends (a cell that draws a 640x480 figure and leaves it open, against
+the same cell closing it; alternating, the difference of the medians; target <= 50 ms), and a
+plain ``x += 1`` cell in a kernel that never imports matplotlib, against the same cell with the
+display hooks bypassed in the same kernel (the ratio; target: within the noise).
 """
 
 from __future__ import annotations
@@ -165,18 +171,95 @@ def run_inputs(args: argparse.Namespace) -> None:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+# -- display ---------------------------------------------------------------------------------
+
+DRAW = "fig, ax = plt.subplots()\nax.plot([1, 3, 2, 4])\n"
+# the same cell run with display's per-cell hooks made no-ops (the baseline of their cost)
+NO_HOOKS = (
+    "from sunroom.prelude import display as _d\n"
+    "_d.Outputs.begin = lambda self, cap: None\n"
+    "_d.Outputs.end = lambda self: ([], 0)\n"
+    "_d.capture_figures = lambda outputs: None\n"
+)
+
+
+async def _timed(k: AsyncKernel, code: str) -> float:
+    started = time.perf_counter()
+    r = await k.execute(code)
+    if not r.ok:
+        raise RuntimeError(f"the benchmark cell failed: {r.error}")
+    return time.perf_counter() - started
+
+
+async def display_figure(backend: str, n: int) -> tuple[float, float]:
+    """Medians (s) of a drawing cell with its figure left open (captured) and closed."""
+    async with AsyncKernel(backend=backend, limits=Limits(timeout_s=60)) as k:
+        await k.execute("import matplotlib.pyplot as plt\n" + DRAW + "plt.close('all')")
+        await k.execute(DRAW)  # the first PNG loads fonts
+        kept: list[float] = []
+        closed: list[float] = []
+        for i in range(n):
+            order = [(kept, DRAW), (closed, DRAW + "plt.close(fig)\n")]
+            for samples, code in order if i % 2 == 0 else order[::-1]:
+                samples.append(await _timed(k, code))
+        r = await k.execute(DRAW)
+        if len(r.outputs) != 1 or "image/png" not in r.outputs[0].data:
+            raise RuntimeError("the drawing cell did not return one PNG")
+    return statistics.median(kept), statistics.median(closed)
+
+
+async def display_plain(backend: str, n: int) -> tuple[float, float]:
+    """Medians (s) of ``x += 1`` with the display hooks, then in a kernel without them."""
+    medians = []
+    for bypass in (False, True):
+        async with AsyncKernel(backend=backend) as k:
+            if bypass:
+                await k.execute(NO_HOOKS)
+            await k.execute("x = 0")
+            for _ in range(50):
+                await k.execute("x += 1")
+            medians.append(statistics.median([await _timed(k, "x += 1") for _ in range(n)]))
+            loaded = await k.execute("import sys\n'matplotlib' in sys.modules")
+            if loaded.value != "False":
+                raise RuntimeError("a plain kernel imported matplotlib")
+    return medians[0], medians[1]
+
+
+def run_display(args: argparse.Namespace) -> None:
+    """Print the display figures (medians over the rounds)."""
+    capture: list[float] = []
+    with_hooks: list[float] = []
+    without: list[float] = []
+    for _ in range(args.rounds):
+        kept, closed = asyncio.run(display_figure(args.backend, 20))
+        capture.append(kept - closed)
+        hooked, bare = asyncio.run(display_plain(args.backend, 1000))
+        with_hooks.append(hooked)
+        without.append(bare)
+    med = statistics.median
+    print(f"display ({args.backend}, {os.cpu_count()} cpus, {args.rounds} rounds):")
+    print(f"  figure PNG after the cell's code  {med(capture) * 1e3:8.1f} ms  (target <= 50 ms)")
+    print(
+        f"  plain cell x += 1                 {med(with_hooks) * 1e6:8.1f} us, without the "
+        f"display hooks {med(without) * 1e6:.1f} us: {med(with_hooks) / med(without):.2f}x"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--inputs", action="store_true", help="run the large-inputs section")
+    parser.add_argument("--display", action="store_true", help="run the display section")
     parser.add_argument("--backend", default="subprocess")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--str-mb", type=int, default=200)
     parser.add_argument("--items", type=int, default=1_000_000)
     args = parser.parse_args()
-    if not args.inputs:
-        parser.error("choose a section: --inputs")
+    if not (args.inputs or args.display):
+        parser.error("choose a section: --inputs, --display")
     if args.inputs:
         run_inputs(args)
+    if args.display:
+        run_display(args)
 
 
 if __name__ == "__main__":
