@@ -2,8 +2,9 @@
 
 Boot order: adopt the inherited socket, capture fd 1/2, send ``hello`` (protocol version, pid,
 Python version, the nonce it was given), then serve ``execute``, ``bind``, ``install``,
-``variables`` and ``shutdown`` one at a time on the main thread (so SIGINT reaches user code as
-``KeyboardInterrupt``). The kernel exits when the host connection closes.
+``variables``, ``shutdown`` and the ``file_*`` requests (:mod:`sunroom.prelude.files`) one at
+a time on the main thread (so SIGINT reaches user code as ``KeyboardInterrupt``). The kernel
+exits when the host connection closes.
 """
 
 from __future__ import annotations
@@ -40,6 +41,8 @@ class Runtime:
         self.executor = Executor(self.namespace)
         self.installed: set[str] = set()
         self.executing = False
+        self.workdir = os.getcwd()  # the files API's root, fixed before any cell can chdir
+        self._files: Any = None  # sunroom.prelude.files.FileServer, made on first use
         self.out, self.err = capture.install(self._stream)
         hostcall.attach(self.channel)
         sys.stdin = open(os.devnull)  # noqa: SIM115 - input() must raise EOFError
@@ -80,6 +83,8 @@ class Runtime:
 
     def _handle(self, req: Request) -> None:
         handler = getattr(self, f"_do_{req.method}", None)
+        if handler is None and req.method.startswith("file_"):
+            handler = self._file_handler(req.method)
         if handler is None:
             self.channel.respond(req.id, RpcError("MethodNotFound", f"unknown method {req.method}"))
             return
@@ -92,6 +97,13 @@ class Runtime:
             self.channel.respond(req.id, RpcError(type(exc).__name__, str(exc)))
             return
         self.channel.respond(req.id, None, result)
+
+    def _file_handler(self, method: str) -> Any:
+        if self._files is None:
+            from sunroom.prelude.files import FileServer  # ctypes and re: only when used
+
+            self._files = FileServer(self.workdir)
+        return self._files.handlers.get(method)
 
     def _do_execute(self, params: dict[str, Any]) -> dict[str, Any]:
         code = params["code"]

@@ -30,6 +30,7 @@ from sunroom.rpc.messages import RpcError
 from sunroom.sandbox import backends
 from sunroom.sandbox.backend import Backend, KernelProcess
 from sunroom.sandbox.codegen import generate
+from sunroom.sandbox.files import KernelFiles
 from sunroom.sandbox.functions import FunctionRegistry, HostFunction, rpc_error, to_wire
 from sunroom.sandbox.launch import failure_detail, launch
 from sunroom.sandbox.limits import Limits
@@ -96,6 +97,7 @@ class AsyncKernel:
         self._running_cell = False
         self.restarts = 0
         self.kernel_info: dict[str, Any] = {}
+        self._files = KernelFiles(self)
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -179,6 +181,14 @@ class AsyncKernel:
     def process(self) -> KernelProcess | None:
         """The running process handle (for tests and diagnostics)."""
         return self._proc
+
+    @property
+    def files(self) -> KernelFiles:
+        """The workdir's files: ``write``, ``read``, ``read_stream``, ``list``, ``delete``.
+
+        See :class:`~sunroom.sandbox.files.KernelFiles`; operations wait for a running cell.
+        """
+        return self._files
 
     # -- host functions --------------------------------------------------------------------
 
