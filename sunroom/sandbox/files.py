@@ -19,10 +19,12 @@ function while its cell runs: that would wait for itself.
 from __future__ import annotations
 
 import math
+import os
 from collections import deque
 from collections.abc import AsyncGenerator, AsyncIterable, AsyncIterator, Iterable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Final, final
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, BinaryIO, Final, final
 
 from sunroom.errors import ClosedError, FileError, KernelError, UsageError
 from sunroom.prelude.files import MAX_GLOB, MAX_LIST, PathRefused, normalize
@@ -36,7 +38,7 @@ if TYPE_CHECKING:
     from sunroom.sandbox.kernel import AsyncKernel
     from sunroom.sandbox.portal import Portal
 
-__all__ = ["CHUNK_BYTES", "FileInfo", "Files", "KernelFiles"]
+__all__ = ["CHUNK_BYTES", "FileInfo", "Files", "KernelFiles", "copy_out"]
 
 CHUNK_BYTES: Final = 1024 * 1024
 """Data bytes in one frame of a transfer."""
@@ -126,6 +128,11 @@ def _listing(result: Any) -> list[FileInfo]:
         mtime: Any = row.get("mtime")
         if type(path) is not str or not path or len(path) > 4096:
             raise WireError("a file listing path must be a non-empty str")
+        try:
+            if normalize(path) != path:
+                raise WireError("a file listing path must be normalized")
+        except PathRefused:  # '..', absolute, NUL: never used on the host
+            raise WireError("a file listing path must stay inside the workdir") from None
         if type(size) is not int or size < 0:
             raise WireError("a file listing size must be an int >= 0")
         if type(mtime) not in (int, float) or not math.isfinite(mtime):
@@ -296,6 +303,58 @@ class KernelFiles:
                 await channel.call("file_delete", {"path": rel}, check=_none)
             except (RemoteError, ClosedError, ConnectionError) as exc:
                 raise await self._failed("files.delete", exc) from None
+
+
+async def copy_out(
+    files: KernelFiles, dest: Path, globs: Iterable[str] = ("**/*",)
+) -> tuple[list[str], list[str]]:
+    """Copy the workdir files matching any of *globs* into the host directory *dest*.
+
+    Returns (copied, skipped) workdir paths; a file the kernel refuses to read (a link out of
+    the workdir) is skipped. The paths come from the kernel, so they are checked again here: a
+    file lands strictly inside *dest* (made if missing), is opened without following a link,
+    and replaces what was there. Raises FileError, UsageError (a path that would leave
+    *dest*), OSError from the host's own filesystem, and what the kernel's calls raise.
+    """
+    root = _made(dest)
+    seen: dict[str, FileInfo] = {}
+    for pattern in globs:
+        for info in await files.list(pattern):
+            seen.setdefault(info.path, info)
+    copied, skipped = [], []
+    for rel in sorted(seen):
+        if seen[rel].is_dir:
+            continue
+        try:
+            stream = files.read_stream(rel)
+            first = await anext(stream, b"")
+        except FileError as exc:
+            if exc.reason != "refused":
+                raise
+            skipped.append(rel)
+            continue
+        with _target(root, rel) as out:
+            out.write(first)
+            async for chunk in stream:
+                out.write(chunk)
+        copied.append(rel)
+    return copied, skipped
+
+
+def _made(dest: Path) -> Path:
+    root = dest.resolve()
+    root.mkdir(parents=True, exist_ok=True)
+    return root
+
+
+def _target(root: Path, rel: str) -> BinaryIO:
+    """The host file for workdir path *rel* under *root*, opened for writing (no link)."""
+    target = root / rel
+    if not target.parent.resolve().is_relative_to(root):
+        raise UsageError("a workdir file would be copied outside the output directory")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC
+    return os.fdopen(os.open(target, flags, 0o644), "wb")
 
 
 async def _once(data: bytes) -> AsyncIterator[bytes]:
