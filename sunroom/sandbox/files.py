@@ -205,11 +205,19 @@ class KernelFiles:
                 async for piece in data:
                     if not isinstance(piece, bytes | bytearray | memoryview):
                         raise UsageError("data must yield bytes")
-                    buf += piece
-                    while len(buf) >= size:
-                        chunk = bytes(buf[:size])
-                        del buf[:size]
-                        await self._send(channel, flight, handle, chunk)
+                    view = memoryview(piece).cast("B")
+                    if buf:  # top up the partial chunk first
+                        take = size - len(buf)
+                        buf += view[:take]
+                        view = view[take:]
+                        if len(buf) < size:
+                            continue
+                        await self._send(channel, flight, handle, bytes(buf))
+                        buf.clear()
+                    while len(view) >= size:  # whole chunks straight from the piece
+                        await self._send(channel, flight, handle, bytes(view[:size]))
+                        view = view[size:]
+                    buf += view
                 if buf:
                     await self._send(channel, flight, handle, bytes(buf))
                 while flight:
