@@ -88,6 +88,7 @@ def files_service(src: Path, dst: Path, *, backend: str) -> dict[str, float]:
         "SUNROOM_TOKEN": token,
         "PYTHONPATH": str(ROOT),
         "SUNROOM_MAX_FILE_BYTES": str(size + MIB),
+        "SUNROOM_READ_TIMEOUT_S": "120",  # the upload must arrive within it
     }
     server = subprocess.Popen(
         [sys.executable, "-m", "sunroom.cli", "serve", "--port", "0",

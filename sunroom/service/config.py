@@ -71,7 +71,8 @@ class ServiceConfig(pydantic.BaseModel):
             loopback names and ``host`` (against DNS rebinding; ``SUNROOM_ALLOWED_HOSTS``,
             comma-separated; ``*`` allows any).
         read_timeout_s: a request's head and body must arrive within this from its first byte
-            (408 and the connection closed otherwise).
+            (408 and the connection closed otherwise; ``SUNROOM_READ_TIMEOUT_S``: a big file
+            upload must arrive whole within it).
         max_connections / max_connections_per_client: open connections in total / from one
             client address (the connection is answered 503 and closed beyond).
     """
@@ -145,8 +146,9 @@ class ServiceConfig(pydantic.BaseModel):
         """Settings from the environment, then *overrides* (None values are ignored).
 
         Reads ``SUNROOM_TOKEN``, ``SUNROOM_MODEL``, ``SUNROOM_BASE_URL``, ``SUNROOM_DB``,
-        ``SUNROOM_BACKEND``, ``SUNROOM_MAX_FILE_BYTES``, ``SUNROOM_ALLOWED_BASE_URLS``,
-        ``SUNROOM_ALLOWED_HOSTS`` and ``SUNROOM_FUNCTIONS`` (the last three comma-separated).
+        ``SUNROOM_BACKEND``, ``SUNROOM_MAX_FILE_BYTES``, ``SUNROOM_READ_TIMEOUT_S``,
+        ``SUNROOM_ALLOWED_BASE_URLS``, ``SUNROOM_ALLOWED_HOSTS`` and ``SUNROOM_FUNCTIONS`` (the
+        last three comma-separated).
         Raises UsageError with one line naming each bad setting (never its value: the token is
         a secret).
         """
@@ -159,6 +161,7 @@ class ServiceConfig(pydantic.BaseModel):
             ("db_path", "SUNROOM_DB"),
             ("backend", "SUNROOM_BACKEND"),
             ("max_file_bytes", "SUNROOM_MAX_FILE_BYTES"),
+            ("read_timeout_s", "SUNROOM_READ_TIMEOUT_S"),
         ):
             if env.get(var):
                 values[field] = env[var]

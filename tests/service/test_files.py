@@ -163,3 +163,12 @@ def test_the_file_routes_need_the_token(
 ) -> None:
     server = make_server()
     assert server.anon.request(method, path, content=b"x").status_code == 401
+
+
+def test_file_settings_come_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    from sunroom.service import ServiceConfig
+
+    monkeypatch.setenv("SUNROOM_MAX_FILE_BYTES", "12345")
+    monkeypatch.setenv("SUNROOM_READ_TIMEOUT_S", "60")
+    config = ServiceConfig.from_env()
+    assert config.max_file_bytes == 12345 and config.read_timeout_s == 60
