@@ -100,9 +100,17 @@ class Runtime:
 
     def _file_handler(self, method: str) -> Any:
         if self._files is None:
-            from sunroom.prelude.files import FileServer  # ctypes and re: only when used
+            try:
+                from sunroom.prelude.files import FileServer  # ctypes and re: only when used
 
-            self._files = FileServer(self.workdir)
+                self._files = FileServer(self.workdir)
+            except Exception as exc:  # answered as the request's error; the kernel goes on
+                failure = exc
+
+                def unavailable(params: Any) -> None:
+                    raise failure
+
+                return unavailable
         return self._files.handlers.get(method)
 
     def _do_execute(self, params: dict[str, Any]) -> dict[str, Any]:
