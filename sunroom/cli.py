@@ -1,8 +1,9 @@
 """The ``sunroom`` command.
 
-- ``sunroom exec [--backend NAME] [--timeout S] [--input NAME=FILE ...] [--json] PATH|-`` runs
-  a file (or stdin) of UTF-8 Python source in a fresh kernel and prints its output, or the
-  whole result as JSON; each ``--input`` binds a host file read-only as a ``pathlib.Path``.
+- ``sunroom exec [--backend NAME] [--timeout S] [--input NAME=FILE ...] [--json]
+  [--output DIR [--output-glob P ...]] PATH|-`` runs a file (or stdin) of UTF-8 Python source
+  in a fresh kernel and prints its output, or the whole result as JSON; each ``--input`` binds a
+  host file read-only as a ``pathlib.Path``; ``--output`` copies the files it wrote into DIR.
   Exit status: 0 ok, 1 the code raised, 124 timeout, 125 the kernel died, 2 usage or setup
   error.
 - ``sunroom serve [--host H] [--port P] [--db PATH] [--expose] [--model M] ...`` runs the
@@ -30,7 +31,7 @@ import shlex
 import sys
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
@@ -41,6 +42,7 @@ from rich.table import Column, Table
 
 from sunroom.errors import SunroomError
 from sunroom.sandbox.backends import DEFAULT_BACKEND, NAMES
+from sunroom.sandbox.files import copy_out
 from sunroom.sandbox.inputs import File
 from sunroom.sandbox.kernel import AsyncKernel
 from sunroom.sandbox.limits import Limits
@@ -119,47 +121,69 @@ def _read_text(path: str, *, what: str) -> str:
 
 
 async def _execute_once(
-    code: str, *, backend: str, limits: Limits, inputs: dict[str, File] | None = None
+    code: str,
+    *,
+    backend: str,
+    limits: Limits,
+    inputs: dict[str, File] | None = None,
+    output: Path | None = None,
+    output_globs: Sequence[str] = (),
 ) -> ExecutionResult:
     """Run *code* in a fresh kernel that is closed afterwards: the one cell of ``exec``.
 
     The deadline is kept here, not by the kernel: at ``limits.timeout_s`` the cell gets SIGINT
     (it raises KeyboardInterrupt; the result is ``timeout``); if it is still running after
     ``limits.interrupt_grace_s`` the kernel is killed and, unlike the kernel's own timeout,
-    no fresh one is started (nothing runs after this cell). Raises what ``AsyncKernel`` raises.
+    no fresh one is started (nothing runs after this cell). With *output*, the workdir files
+    matching *output_globs* (default all) are copied there after the cell, unless the kernel
+    was lost. Raises what ``AsyncKernel`` raises.
     """
     async with AsyncKernel(backend=backend, limits=limits, inputs=inputs) as kernel:
-        started = time.perf_counter()
-        # the kernel's own timeout is out of the way; the waits below enforce the limit
-        slack = limits.timeout_s + limits.interrupt_grace_s + 3600.0
-        cell = asyncio.ensure_future(kernel.execute(code, timeout_s=slack))
-        done, _ = await asyncio.wait({cell}, timeout=limits.timeout_s)
-        if done:
-            return cell.result()
-        kernel.interrupt()
-        done, _ = await asyncio.wait({cell}, timeout=limits.interrupt_grace_s)
-        if not done:
-            cell.cancel()
-            await asyncio.wait({cell})
-            message = (
-                f"the cell ran past its {limits.timeout_s:g} s limit and ignored the interrupt; "
-                "the kernel was killed"
-            )
-            return ExecutionResult(
-                status="timeout",
-                error=CellError("TimeoutError", message, ""),
-                duration_s=time.perf_counter() - started,
-                state_lost=True,
-            )
-        result = cell.result()
-        if result.error is None or result.error.type != "KeyboardInterrupt":
-            return result  # it finished (or failed) on its own just as the limit fired
+        result = await _run_cell(kernel, code, limits)
+        if output is not None and not result.state_lost:
+            await _copy_output(kernel, output, output_globs)
+        return result
+
+
+async def _copy_output(kernel: AsyncKernel, output: Path, globs: Sequence[str]) -> None:
+    _, skipped = await copy_out(kernel.files, output, globs or ("**/*",))
+    for rel in skipped:
+        sys.stderr.write(f"sunroom: skipped {rel!r}: a link that leads out of the workdir\n")
+
+
+async def _run_cell(kernel: AsyncKernel, code: str, limits: Limits) -> ExecutionResult:
+    """Run *code* as the one cell, keeping the deadline here (see _execute_once)."""
+    started = time.perf_counter()
+    # the kernel's own timeout is out of the way; the waits below enforce the limit
+    slack = limits.timeout_s + limits.interrupt_grace_s + 3600.0
+    cell = asyncio.ensure_future(kernel.execute(code, timeout_s=slack))
+    done, _ = await asyncio.wait({cell}, timeout=limits.timeout_s)
+    if done:
+        return cell.result()
+    kernel.interrupt()
+    done, _ = await asyncio.wait({cell}, timeout=limits.interrupt_grace_s)
+    if not done:
+        cell.cancel()
+        await asyncio.wait({cell})
         message = (
-            f"the cell ran past its {limits.timeout_s:g} s limit and was interrupted "
-            "(the kernel's state is kept)"
+            f"the cell ran past its {limits.timeout_s:g} s limit and ignored the interrupt; "
+            "the kernel was killed"
         )
-        error = CellError("TimeoutError", message, result.error.traceback)
-        return dataclasses.replace(result, status="timeout", error=error)
+        return ExecutionResult(
+            status="timeout",
+            error=CellError("TimeoutError", message, ""),
+            duration_s=time.perf_counter() - started,
+            state_lost=True,
+        )
+    result = cell.result()
+    if result.error is None or result.error.type != "KeyboardInterrupt":
+        return result  # it finished (or failed) on its own just as the limit fired
+    message = (
+        f"the cell ran past its {limits.timeout_s:g} s limit and was interrupted "
+        "(the kernel's state is kept)"
+    )
+    error = CellError("TimeoutError", message, result.error.traceback)
+    return dataclasses.replace(result, status="timeout", error=error)
 
 
 @app.command("exec")
@@ -175,6 +199,16 @@ def exec_(
         list[str] | None,
         typer.Option("--input", help="NAME=FILE: the file, read-only, as a pathlib.Path NAME."),
     ] = None,
+    output: Annotated[
+        Path | None,
+        typer.Option(help="Copy the files the code wrote in its workdir into this directory."),
+    ] = None,
+    output_glob: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="Copy only workdir files matching this glob (repeatable; ** spans dirs)."
+        ),
+    ] = None,
 ) -> None:
     """Run a file in a fresh kernel and print its output.
 
@@ -189,10 +223,19 @@ def exec_(
         raise _fail(f"--timeout must be a positive number of seconds, got {timeout:g}")
     if memory_mb <= 0:
         raise _fail(f"--memory-mb must be a positive number of MB, got {memory_mb}")
+    if output_glob and output is None:
+        raise _fail("--output-glob needs --output DIR")
     limits = Limits(timeout_s=timeout, memory_mb=memory_mb)
     files = _file_inputs(inputs or [])
     result = _guarded(
-        lambda: _execute_once(code, backend=backend, limits=limits, inputs=files or None)
+        lambda: _execute_once(
+            code,
+            backend=backend,
+            limits=limits,
+            inputs=files or None,
+            output=output,
+            output_globs=output_glob or (),
+        )
     )
     if as_json:
         typer.echo(json.dumps(result.to_dict()))

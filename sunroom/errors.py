@@ -6,7 +6,8 @@ caller can catch by *who must act*::
 
     SunroomError
     ├── UsageError                  the caller misused the API (fix the calling code)
-    │   └── ClosedError             the kernel/model/session was already closed
+    │   ├── ClosedError             the kernel/model/session was already closed
+    │   └── FileError               a workdir file operation was refused or failed (``reason``)
     ├── KernelError                 the kernel failed; it is (or will be) restarted
     │   ├── KernelStartError        the kernel could not be started
     │   ├── KernelDiedError         the kernel process died (exit code / signal / OOM)
@@ -56,6 +57,7 @@ __all__ = [
     "CircuitOpenError",
     "ClosedError",
     "ContextTooLongError",
+    "FileError",
     "HostFunctionArgumentError",
     "HostFunctionBudgetExceeded",
     "HostFunctionBusy",
@@ -94,6 +96,22 @@ class UsageError(SunroomError, ValueError):
 
 class ClosedError(UsageError):
     """An operation was attempted on something already closed."""
+
+
+@final
+class FileError(UsageError):
+    """A file operation in a kernel's workdir was refused or failed; nothing was changed.
+
+    ``reason`` says why, as a short token the caller can branch on: ``"refused"`` (the path is
+    absolute, has ``..`` or NUL, or leads out of the workdir through a symbolic link),
+    ``"not_found"``, ``"is_dir"``, ``"not_dir"``, ``"no_space"`` (the workdir's size limit or
+    the kernel's file size limit), ``"too_many"`` (a listing over its cap, too many transfers
+    open) or ``"failed"`` (another operating system error).
+    """
+
+    def __init__(self, message: str, *, reason: str) -> None:
+        super().__init__(message)
+        self.reason = reason
 
 
 # --- the kernel failed ---------------------------------------------------------------------

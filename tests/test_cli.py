@@ -140,3 +140,44 @@ def test_exec_input_binds_files_read_only() -> None:
             assert proc.stderr.startswith("sunroom: ") and proc.stderr.count("\n") == 1
     finally:
         shutil.rmtree(folder, ignore_errors=True)
+
+
+WRITER = """
+import os
+os.makedirs('out/deep', exist_ok=True)
+open('out/deep/r.csv', 'w').write('a,b\\n')
+open('report.txt', 'w').write('done')
+open('skip.log', 'w').write('noise')
+os.symlink('/etc/passwd', 'leak')
+print('wrote')
+"""
+
+
+def test_exec_output_copies_the_files_the_code_wrote(tmp_path: Path) -> None:
+    dest = tmp_path / "results"
+    proc = run("exec", "--backend", "subprocess", "--output", str(dest), "-", stdin=WRITER)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "wrote\n"
+    assert "skipped 'leak'" in proc.stderr  # a link out of the workdir is never followed
+    assert sorted(str(p.relative_to(dest)) for p in dest.rglob("*") if p.is_file()) == [
+        "out/deep/r.csv",
+        "report.txt",
+        "skip.log",
+    ]
+    assert (dest / "out/deep/r.csv").read_text() == "a,b\n"
+    assert not (dest / "leak").exists()
+
+
+def test_exec_output_glob_picks_files(tmp_path: Path) -> None:
+    dest = tmp_path / "results"
+    proc = run(
+        "exec", "--backend", "subprocess", "--output", str(dest),
+        "--output-glob", "**/*.csv", "--output-glob", "*.txt", "-", stdin=WRITER,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert sorted(str(p.relative_to(dest)) for p in dest.rglob("*") if p.is_file()) == [
+        "out/deep/r.csv",
+        "report.txt",
+    ]
+    proc = run("exec", "--backend", "subprocess", "--output-glob", "*.txt", "-", stdin="1")
+    assert proc.returncode == 2 and "--output-glob needs --output" in proc.stderr

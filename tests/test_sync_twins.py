@@ -103,3 +103,18 @@ def test_session_events_unsubscribe_when_the_consumer_stops_early() -> None:
             time.sleep(0.01)
         assert bus._subscribers == []
         assert s.result().status == "success"
+
+
+def test_the_files_twin_mirrors_kernel_files() -> None:
+    from sunroom.sandbox.files import Files, KernelFiles
+
+    def methods(cls: type) -> dict[str, list[str]]:
+        return {
+            name: list(inspect.signature(getattr(cls, name)).parameters)
+            for name in dir(cls)
+            if not name.startswith("_")
+        }
+
+    assert methods(Files) == methods(KernelFiles)
+    assert isinstance(inspect.getattr_static(Kernel, "files"), property)
+    assert isinstance(inspect.getattr_static(AsyncKernel, "files"), property)

@@ -2,8 +2,9 @@
 
 Boot order: adopt the inherited socket, capture fd 1/2, send ``hello`` (protocol version, pid,
 Python version, the nonce it was given), then serve ``execute``, ``bind``, ``bind_chunk``,
-``install``, ``variables`` and ``shutdown`` one at a time on the main thread (so SIGINT reaches
-user code as ``KeyboardInterrupt``). The kernel exits when the host connection closes.
+``install``, ``variables``, ``shutdown`` and the ``file_*`` requests (:mod:`sunroom.prelude.files`)
+one at a time on the main thread (so SIGINT reaches user code as ``KeyboardInterrupt``). The
+kernel exits when the host connection closes.
 """
 
 from __future__ import annotations
@@ -41,6 +42,8 @@ class Runtime:
         self.installed: set[str] = set()
         self.incoming = inputs.Incoming()
         self.executing = False
+        self.workdir = os.getcwd()  # the files API's root, fixed before any cell can chdir
+        self._files: Any = None  # sunroom.prelude.files.FileServer, made on first use
         self.out, self.err = capture.install(self._stream)
         hostcall.attach(self.channel)
         display.install()
@@ -84,6 +87,8 @@ class Runtime:
 
     def _handle(self, req: Request) -> None:
         handler = getattr(self, f"_do_{req.method}", None)
+        if handler is None and req.method.startswith("file_"):
+            handler = self._file_handler(req.method)
         if handler is None:
             self.channel.respond(req.id, RpcError("MethodNotFound", f"unknown method {req.method}"))
             return
@@ -96,6 +101,21 @@ class Runtime:
             self.channel.respond(req.id, RpcError(type(exc).__name__, str(exc)))
             return
         self.channel.respond(req.id, None, result)
+
+    def _file_handler(self, method: str) -> Any:
+        if self._files is None:
+            try:
+                from sunroom.prelude.files import FileServer  # ctypes and re: only when used
+
+                self._files = FileServer(self.workdir)
+            except Exception as exc:  # answered as the request's error; the kernel goes on
+                failure = exc
+
+                def unavailable(params: Any) -> None:
+                    raise failure
+
+                return unavailable
+        return self._files.handlers.get(method)
 
     def _do_execute(self, params: dict[str, Any]) -> dict[str, Any]:
         code = params["code"]

@@ -92,8 +92,12 @@ def _model_part(part: AssistantPart) -> dict[str, Any] | None:
     return _with_sig({"text": part.text, "thought": True}, part.origin)
 
 
-def encode_contents(request: Request) -> tuple[str | None, list[dict[str, Any]]]:
-    """Return ``(system_instruction, contents)`` for ``generate_content``."""
+def encode_contents(request: Request) -> tuple[str | None, list[Any]]:
+    """Return ``(system_instruction, contents)`` for ``generate_content``.
+
+    The contents are plain dicts; typed ``list[Any]`` because google-genai's parameter type
+    changes with the packages installed beside it (Pillow adds its ``Image``).
+    """
     system: list[str] = []
     contents: list[dict[str, Any]] = []
     names: dict[str, str] = {}

@@ -31,6 +31,7 @@ from sunroom.sandbox import backends
 from sunroom.sandbox import inputs as host_inputs
 from sunroom.sandbox.backend import Backend, KernelProcess
 from sunroom.sandbox.codegen import generate
+from sunroom.sandbox.files import KernelFiles
 from sunroom.sandbox.functions import FunctionRegistry, HostFunction, rpc_error, to_wire
 from sunroom.sandbox.launch import failure_detail, launch
 from sunroom.sandbox.limits import Limits
@@ -84,10 +85,10 @@ class AsyncKernel:
         self.registry = FunctionRegistry(functions)
         self._wrappers = generate(self.registry.functions.values())
         self._inputs: dict[str, Any] = {}
-        self._files: dict[str, host_inputs.Resolved] = {}
+        self._file_inputs: dict[str, host_inputs.Resolved] = {}
         if inputs:
             self._check_names(inputs)
-            self._files = self._resolve_files(inputs)
+            self._file_inputs = self._resolve_files(inputs)
             self._inputs.update(inputs)
         self._env = dict(env or {})
         self._on_output = on_output
@@ -103,6 +104,7 @@ class AsyncKernel:
         self._running_cell = False
         self.restarts = 0
         self.kernel_info: dict[str, Any] = {}
+        self._files = KernelFiles(self)
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -128,7 +130,7 @@ class AsyncKernel:
         if self._pool is not None:
             ready = await self._pool.acquire()
         else:
-            mounts = host_inputs.mounts(self._backend.name, self._files)
+            mounts = host_inputs.mounts(self._backend.name, self._file_inputs)
             ready = await launch(self._backend, limits=self.limits, env=self._env, mounts=mounts)
         self._proc, self._channel = ready.proc, ready.channel
         ready.router.on_output = self._on_output
@@ -187,6 +189,14 @@ class AsyncKernel:
     def process(self) -> KernelProcess | None:
         """The running process handle (for tests and diagnostics)."""
         return self._proc
+
+    @property
+    def files(self) -> KernelFiles:
+        """The workdir's files: ``write``, ``read``, ``read_stream``, ``list``, ``delete``.
+
+        See :class:`~sunroom.sandbox.files.KernelFiles`; operations wait for a running cell.
+        """
+        return self._files
 
     # -- host functions --------------------------------------------------------------------
 
@@ -354,7 +364,7 @@ class AsyncKernel:
         try:
             wire = {name: to_wire(value) for name, value in plain.items()}
             files = {
-                n: host_inputs.file_spec(self._backend.name, self._files[n])
+                n: host_inputs.file_spec(self._backend.name, self._file_inputs[n])
                 for n in values
                 if n not in plain
             }
@@ -423,7 +433,7 @@ class AsyncKernel:
                         "started; pass File and Directory inputs in inputs= (or bind them "
                         "before the kernel is started)"
                     )
-                self._files.update(files)
+                self._file_inputs.update(files)
             await self._ensure()
             await self._send_bind(values)
             self._inputs.update(values)

@@ -7,6 +7,7 @@ from typing import Any, Self, final
 
 from sunroom.sandbox import backends
 from sunroom.sandbox.backend import Backend, KernelProcess
+from sunroom.sandbox.files import Files
 from sunroom.sandbox.functions import HostFunction
 from sunroom.sandbox.kernel import AsyncKernel, OutputCallback
 from sunroom.sandbox.limits import Limits
@@ -44,6 +45,7 @@ class Kernel:
         except BaseException:
             self._portal.close()
             raise
+        self._files = Files(self._portal, self._core.files)
 
     @property
     def core(self) -> AsyncKernel:
@@ -59,6 +61,11 @@ class Kernel:
     def limits(self) -> Limits:
         """The kernel's limits."""
         return self._core.limits
+
+    @property
+    def files(self) -> Files:
+        """The workdir's files, blocking; see ``AsyncKernel.files``."""
+        return self._files
 
     @property
     def state(self) -> TwinState:

@@ -12,6 +12,8 @@ Routes (all but ``/healthz`` need ``Authorization: Bearer <token>``):
 - ``POST /kernels``: :class:`~.schemas.CreateKernel` → 201 ``{"kernel_id"}``
 - ``POST /kernels/{id}/execute``: :class:`~.schemas.Execute` → ``ExecutionResult.to_dict()``
 - ``DELETE /kernels/{id}``: kill it → 200
+- ``PUT|GET|DELETE /kernels/{id}/files/{path}``, ``GET /kernels/{id}/files?glob=``, and the same
+  under ``/sessions/{id}``: the kernel's workdir (:mod:`sunroom.service.files`)
 
 Errors are ``{"error": {"type", "message"}}`` with the status of
 :func:`~sunroom.service.problems.status_for`; the message is one sentence and never echoes a
@@ -41,6 +43,7 @@ from sunroom.errors import SunroomError, UsageError
 from sunroom.sandbox.functions import HostFunction, as_host_function
 from sunroom.service.auth import BearerAuth, HostCheck
 from sunroom.service.config import MAX_HEADER_BYTES, ServiceConfig
+from sunroom.service.files import file_routes
 from sunroom.service.kernels import KernelManager
 from sunroom.service.limits import BodyLimit, BodyTooLarge, HeaderLimit
 from sunroom.service.models import resolve_model
@@ -269,8 +272,9 @@ def create_app(
         return JSONResponse({"kernel_id": kid, "deleted": True})
 
     async def on_error(request: Request, exc: Exception) -> Response:
-        if isinstance(exc, BodyTooLarge):
-            return JSONResponse(error_body("BodyTooLarge", str(exc)), status_code=413)
+        if isinstance(exc, BodyTooLarge):  # close: the rest of the body is never read
+            body = error_body("BodyTooLarge", str(exc))
+            return JSONResponse(body, status_code=413, headers={"Connection": "close"})
         if isinstance(exc, HTTPException):
             body = error_body("HTTPException", str(exc.detail))
             return JSONResponse(body, status_code=exc.status_code, headers=exc.headers)
@@ -320,6 +324,7 @@ def create_app(
             ("/kernels", "POST", create_kernel),
             ("/kernels/{kid}/execute", "POST", execute),
             ("/kernels/{kid}", "DELETE", delete_kernel),
+            *file_routes(kernels, sessions),
         ]
     ]
     handlers: dict[Any, Callable[..., Any]] = {
@@ -334,7 +339,9 @@ def create_app(
             Middleware(HeaderLimit, max_bytes=MAX_HEADER_BYTES),
             Middleware(HostCheck, allowed=config.host_allowed),
             Middleware(BearerAuth, token=config.token),
-            Middleware(BodyLimit, max_bytes=config.max_body_bytes),
+            Middleware(
+                BodyLimit, max_bytes=config.max_body_bytes, file_max_bytes=config.max_file_bytes
+            ),
         ],
         exception_handlers=handlers,
         lifespan=lifespan,

@@ -50,6 +50,10 @@ class ServiceConfig(pydantic.BaseModel):
             server's API keys go with every model call, so a request may only point a model
             at an endpoint the operator listed (``SUNROOM_ALLOWED_BASE_URLS``, comma-separated).
         max_body_bytes: largest request body (413 beyond), checked while reading.
+        max_file_bytes: largest file a ``PUT .../files/{path}`` may upload (413 beyond, and
+            nothing is written), checked while the body streams in; separate from
+            ``max_body_bytes`` (``SUNROOM_MAX_FILE_BYTES``; default 1 GiB). The upload must
+            also arrive within ``read_timeout_s``.
         max_sessions / max_kernels: live sessions / raw kernels per server (429 beyond).
         max_kernel_requests: kernel requests (``POST /kernels`` and executes) in flight or
             queued at once, over all raw kernels (1 to 65,536); one more is answered 429 with
@@ -67,7 +71,8 @@ class ServiceConfig(pydantic.BaseModel):
             loopback names and ``host`` (against DNS rebinding; ``SUNROOM_ALLOWED_HOSTS``,
             comma-separated; ``*`` allows any).
         read_timeout_s: a request's head and body must arrive within this from its first byte
-            (408 and the connection closed otherwise).
+            (408 and the connection closed otherwise; ``SUNROOM_READ_TIMEOUT_S``: a big file
+            upload must arrive whole within it).
         max_connections / max_connections_per_client: open connections in total / from one
             client address (the connection is answered 503 and closed beyond).
     """
@@ -84,6 +89,7 @@ class ServiceConfig(pydantic.BaseModel):
     base_url: str | None = None
     allowed_base_urls: tuple[str, ...] = ()
     max_body_bytes: int = pydantic.Field(default=1024 * 1024, gt=0)
+    max_file_bytes: int = pydantic.Field(default=1024**3, gt=0)
     max_sessions: int = pydantic.Field(default=64, gt=0)
     max_kernels: int = pydantic.Field(default=128, gt=0)
     max_kernel_requests: int = pydantic.Field(default=256, ge=1, le=65536)
@@ -140,9 +146,11 @@ class ServiceConfig(pydantic.BaseModel):
         """Settings from the environment, then *overrides* (None values are ignored).
 
         Reads ``SUNROOM_TOKEN``, ``SUNROOM_MODEL``, ``SUNROOM_BASE_URL``, ``SUNROOM_DB``,
-        ``SUNROOM_BACKEND``, ``SUNROOM_ALLOWED_BASE_URLS``, ``SUNROOM_ALLOWED_HOSTS`` and
-        ``SUNROOM_FUNCTIONS`` (the last three comma-separated). Raises UsageError with
-        one line naming each bad setting (never its value: the token is a secret).
+        ``SUNROOM_BACKEND``, ``SUNROOM_MAX_FILE_BYTES``, ``SUNROOM_READ_TIMEOUT_S``,
+        ``SUNROOM_ALLOWED_BASE_URLS``, ``SUNROOM_ALLOWED_HOSTS`` and ``SUNROOM_FUNCTIONS`` (the
+        last three comma-separated).
+        Raises UsageError with one line naming each bad setting (never its value: the token is
+        a secret).
         """
         env = os.environ
         values: dict[str, Any] = {}
@@ -152,6 +160,8 @@ class ServiceConfig(pydantic.BaseModel):
             ("base_url", "SUNROOM_BASE_URL"),
             ("db_path", "SUNROOM_DB"),
             ("backend", "SUNROOM_BACKEND"),
+            ("max_file_bytes", "SUNROOM_MAX_FILE_BYTES"),
+            ("read_timeout_s", "SUNROOM_READ_TIMEOUT_S"),
         ):
             if env.get(var):
                 values[field] = env[var]

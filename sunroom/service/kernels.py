@@ -95,6 +95,10 @@ class KernelManager:
         self._kernels[kid] = kernel
         return kid
 
+    def kernel(self, kid: str) -> AsyncKernel:
+        """The raw kernel *kid* (for its files). Raises NotFoundError."""
+        return self._get(kid)
+
     def _get(self, kid: str) -> AsyncKernel:
         kernel = self._kernels.get(kid)
         if kernel is None:

@@ -7,7 +7,8 @@ without one (chunked) is counted while it is read, and reading raises :class:`Bo
 
 from __future__ import annotations
 
-from typing import final
+import re
+from typing import Final, final
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -15,7 +16,10 @@ from sunroom.errors import UsageError
 from sunroom.service.auth import send_json
 from sunroom.service.problems import error_body
 
-__all__ = ["BodyLimit", "BodyTooLarge", "HeaderLimit"]
+__all__ = ["FILE_UPLOAD", "BodyLimit", "BodyTooLarge", "HeaderLimit"]
+
+FILE_UPLOAD: Final = re.compile(r"/(?:kernels|sessions)/[^/]+/files/.+")
+"""The path of a file upload (``PUT``), whose body has a limit of its own."""
 
 
 @final
@@ -25,27 +29,39 @@ class BodyTooLarge(UsageError):
 
 @final
 class BodyLimit:
-    """Refuses request bodies over *max_bytes* (see the module docstring)."""
+    """Refuses request bodies over *max_bytes* (see the module docstring).
 
-    def __init__(self, app: ASGIApp, *, max_bytes: int) -> None:
+    A file upload (``PUT`` on a :data:`FILE_UPLOAD` path) has *file_max_bytes* instead, when
+    given.
+    """
+
+    def __init__(self, app: ASGIApp, *, max_bytes: int, file_max_bytes: int | None = None) -> None:
         self.app = app
         self.max_bytes = max_bytes
+        self.file_max_bytes = file_max_bytes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Refuse a declared oversize body; count an undeclared one while it is read."""
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        limit = self.max_bytes
+        if (
+            self.file_max_bytes is not None
+            and scope.get("method") == "PUT"
+            and FILE_UPLOAD.fullmatch(scope.get("path", ""))
+        ):
+            limit = self.file_max_bytes
         for name, value in scope.get("headers", ()):
             if name == b"content-length":
                 try:
                     declared = int(value)
                 except ValueError:
                     declared = -1
-                if declared < 0 or declared > self.max_bytes:
-                    status = 413 if declared > self.max_bytes else 400
+                if declared < 0 or declared > limit:
+                    status = 413 if declared > limit else 400
                     message = (
-                        f"the request body is over the limit of {self.max_bytes} bytes"
+                        f"the request body is over the limit of {limit} bytes"
                         if status == 413
                         else "invalid Content-Length"
                     )
@@ -53,7 +69,6 @@ class BodyLimit:
                     await send_json(send, status, error_body(kind, message))
                     return
         seen = 0
-        limit = self.max_bytes
 
         async def counted() -> Message:
             nonlocal seen

@@ -28,6 +28,7 @@ from sunroom.errors import UsageError
 from sunroom.providers import Message, Model
 from sunroom.sandbox import backends
 from sunroom.sandbox.functions import HostFunction
+from sunroom.sandbox.kernel import AsyncKernel
 from sunroom.service import leases
 from sunroom.service.config import ServiceConfig
 from sunroom.service.journal import CallLedger, Journal
@@ -252,6 +253,19 @@ class SessionManager:
                 sid, status="cancelled", result={"error": "deleted"}, owner=None
             )
         self.signals.fire(sid)
+
+    async def kernel(self, sid: str) -> AsyncKernel:
+        """The kernel of session *sid*, which this process runs (for its files).
+
+        Raises NotFoundError (no such session), ConflictError (the session is not running in
+        this process: ended, or another server runs it).
+        """
+        live = self._live.get(sid)
+        if live is None:
+            await self._record(sid)  # NotFoundError
+            raise ConflictError("the session's kernel is not running in this server")
+        kernel: AsyncKernel = live.session._kernel  # noqa: SLF001 - the service's own session
+        return kernel
 
     async def get(self, sid: str) -> SessionRecord:
         """The session's record. Raises NotFoundError."""

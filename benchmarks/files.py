@@ -1,0 +1,200 @@
+"""I/O benchmarks. Section ``files``: moving files into and out of a kernel's workdir.
+
+``files`` (run with ``--files``, the default when no section is named):
+
+* through the service: ``sunroom serve`` in a subprocess (subprocess backend by default), one
+  raw kernel, a file of ``--mb`` MB (default 1000, made on the fly in a temporary directory and
+  removed after) uploaded with ``PUT /kernels/{id}/files/{path}`` (streamed from disk) and
+  downloaded with ``GET`` (streamed to disk); reports the seconds of each (target: at most 3 s
+  each for 1 GB on loopback) and the growth of the server's resident memory over its resting
+  size, sampled every 20 ms (target: at most 64 MB);
+* the Python API: ``AsyncKernel.files.write`` / ``read_stream`` of the same file in this
+  process, with ``Limits(disk_mb=..., file_size_mb=...)`` raised to fit it (bwrap and docker
+  keep the workdir in a size-capped tmpfs).
+
+Other sections of this file (other measures) live in their own functions below.
+
+    .venv/bin/python benchmarks/files.py [--files] [--mb 1000] [--backend subprocess]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import secrets
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import httpx
+import psutil
+
+ROOT = Path(__file__).resolve().parents[1]
+MIB = 1024 * 1024
+
+# -- files -----------------------------------------------------------------------------------------
+
+
+def make_file(path: Path, mb: int) -> None:
+    """Write *mb* MB (10**6 bytes each) of incompressible bytes to *path*."""
+    block = os.urandom(MIB)
+    left = mb * 1_000_000
+    with path.open("wb") as out:
+        while left:
+            n = min(left, len(block))
+            out.write(block[:n])
+            left -= n
+
+
+def pieces(path: Path, size: int = MIB) -> Iterator[bytes]:
+    """*path* in pieces of *size* bytes."""
+    with path.open("rb") as f:
+        while piece := f.read(size):
+            yield piece
+
+
+class RssPeak:
+    """Samples the RSS of process *pid* every 20 ms in a thread; ``peak`` in bytes."""
+
+    def __init__(self, pid: int) -> None:
+        self._proc = psutil.Process(pid)
+        self.peak = self._proc.memory_info().rss
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.02):
+            self.peak = max(self.peak, self._proc.memory_info().rss)
+
+    def stop(self) -> int:
+        """Stop sampling; the peak RSS seen."""
+        self._stop.set()
+        self._thread.join()
+        return self.peak
+
+
+def files_service(src: Path, dst: Path, *, backend: str) -> dict[str, float]:
+    """Upload *src* and download it to *dst* through a ``sunroom serve`` subprocess."""
+    size = src.stat().st_size
+    token = secrets.token_urlsafe(24)
+    env = {
+        **os.environ,
+        "SUNROOM_TOKEN": token,
+        "PYTHONPATH": str(ROOT),
+        "SUNROOM_MAX_FILE_BYTES": str(size + MIB),
+        "SUNROOM_READ_TIMEOUT_S": "120",  # the upload must arrive within it
+    }
+    server = subprocess.Popen(
+        [sys.executable, "-m", "sunroom.cli", "serve", "--port", "0",
+         "--db", str(src.parent / "s.db"), "--backend", backend],
+        cwd=ROOT, env=env, stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert server.stdout is not None
+    try:
+        url = server.stdout.readline().rsplit(" ", 1)[-1].strip()
+        headers = {"Authorization": f"Bearer {token}"}
+        with httpx.Client(base_url=url, headers=headers, timeout=120) as http:
+            for _ in range(200):
+                try:
+                    http.get("/healthz")
+                    break
+                except httpx.TransportError:
+                    time.sleep(0.05)
+            kid = http.post("/kernels", json={}).raise_for_status().json()["kernel_id"]
+            base = f"/kernels/{kid}/files"
+            http.put(f"{base}/warm", content=b"x" * MIB).raise_for_status()
+            resting = psutil.Process(server.pid).memory_info().rss
+            rss = RssPeak(server.pid)
+            t0 = time.perf_counter()
+            r = http.put(f"{base}/big.bin", content=pieces(src))
+            upload = time.perf_counter() - t0
+            r.raise_for_status()
+            assert r.json()["size"] == size, r.text
+            t0 = time.perf_counter()
+            got = 0
+            with http.stream("GET", f"{base}/big.bin") as resp, dst.open("wb") as out:
+                resp.raise_for_status()
+                for chunk in resp.iter_raw(MIB):
+                    out.write(chunk)
+                    got += len(chunk)
+            download = time.perf_counter() - t0
+            peak = rss.stop()
+            assert got == size, (got, size)
+    finally:
+        server.terminate()
+        server.wait(30)
+    return {
+        "upload_s": upload,
+        "download_s": download,
+        "upload_MBps": size / 1e6 / upload,
+        "download_MBps": size / 1e6 / download,
+        "server_rss_growth_MB": (peak - resting) / 1e6,
+    }
+
+
+async def files_api(src: Path, size: int, *, backend: str) -> dict[str, float]:
+    """Write *src* (*size* bytes) into a kernel and read it back with the Python API, in this process."""
+    sys.path.insert(0, str(ROOT))
+    from sunroom import AsyncKernel, Limits
+
+    mb = size // MIB + 64
+    limits = Limits(disk_mb=mb, file_size_mb=mb, memory_mb=max(2048, mb + 512))
+
+    async def body() -> AsyncIterator[bytes]:
+        for piece in pieces(src):
+            yield piece
+
+    async with AsyncKernel(backend=backend, limits=limits) as kernel:
+        t0 = time.perf_counter()
+        assert await kernel.files.write("big.bin", body()) == size
+        write = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        got = 0
+        async for chunk in kernel.files.read_stream("big.bin"):
+            got += len(chunk)
+        read = time.perf_counter() - t0
+        assert got == size
+    return {
+        "write_s": write,
+        "read_s": read,
+        "write_MBps": size / 1e6 / write,
+        "read_MBps": size / 1e6 / read,
+    }
+
+
+def run_files(mb: int, backend: str) -> None:
+    """The ``files`` section: print its figures, one per line."""
+    with tempfile.TemporaryDirectory(prefix="sunroom-io-") as tmp:
+        src, dst = Path(tmp) / "src.bin", Path(tmp) / "dst.bin"
+        make_file(src, mb)
+        print(f"files: {mb} MB, backend {backend}, {os.cpu_count()} cores")
+        service = files_service(src, dst, backend=backend)
+        dst.unlink()
+        for key, value in service.items():
+            print(f"  service {key}: {value:.2f}")
+        api = asyncio.run(files_api(src, src.stat().st_size, backend=backend))
+        for key, value in api.items():
+            print(f"  api {key}: {value:.2f}")
+        budget = 3 * mb / 1000  # 3 s per GB
+        ok = service["upload_s"] <= budget and service["download_s"] <= budget
+        ok = ok and service["server_rss_growth_MB"] <= 64
+        print(f"  targets (<= 3 s per GB each way, <= 64 MB RSS growth) met: {ok}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--files", action="store_true", help="run the files section")
+    ap.add_argument("--mb", type=int, default=1000, help="size of the file, in MB")
+    ap.add_argument("--backend", default="subprocess")
+    args = ap.parse_args()
+    run_files(args.mb, args.backend)
+
+
+if __name__ == "__main__":
+    main()

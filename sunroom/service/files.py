@@ -1,0 +1,147 @@
+"""The file routes: a kernel's workdir over HTTP, for raw kernels and for sessions' kernels.
+
+- ``PUT {base}/files/{path}``: the body, streamed into the workdir file *path* (parents made)
+  → 200 ``{"path", "size"}``. Its limit is ``ServiceConfig.max_file_bytes``, not the JSON
+  body limit: a declared ``Content-Length`` over it is answered 413 before the body is read; a
+  chunked body is counted as it arrives and answered 413 the moment it passes the limit. The
+  data goes to a temporary file that becomes *path* only when the whole body arrived, so a
+  refused or broken upload writes nothing.
+- ``GET {base}/files/{path}``: the file, streamed (``application/octet-stream``).
+- ``GET {base}/files?glob=PATTERN``: ``{"files": [{"path", "size", "mtime", "is_dir"}]}``
+  (default glob ``**/*``; at most 10,000 entries).
+- ``DELETE {base}/files/{path}``: remove a file, link or directory tree → 200.
+
+*base* is ``/kernels/{id}`` or ``/sessions/{id}`` (a session this server runs: 409 otherwise).
+File operations wait for a running cell. Errors: a refused path (absolute, ``..``, NUL, a link
+out of the workdir) 422, nothing there 404, a file where a directory is needed (or the other
+way round) 409, a full workdir 507.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Final
+
+from starlette.requests import ClientDisconnect, Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+
+from sunroom.errors import FileError
+from sunroom.sandbox.kernel import AsyncKernel
+from sunroom.service.kernels import KernelManager
+from sunroom.service.problems import error_body
+from sunroom.service.sessions import SessionManager
+
+__all__ = ["file_routes"]
+
+Endpoint = Callable[[Request], Awaitable[Response]]
+
+STATUS: Final = {
+    "refused": 422,
+    "not_found": 404,
+    "is_dir": 409,
+    "not_dir": 409,
+    "no_space": 507,
+    "too_many": 422,
+    "failed": 422,
+}
+"""The HTTP status of each FileError reason."""
+
+
+def _problem(exc: FileError) -> Response:
+    status = STATUS.get(exc.reason, 422)
+    return JSONResponse(error_body("FileError", str(exc)), status_code=status)
+
+
+def file_routes(
+    kernels: Callable[[], KernelManager], sessions: Callable[[], SessionManager]
+) -> list[tuple[str, str, Endpoint]]:
+    """The file routes (path, method, endpoint) for raw kernels and sessions."""
+
+    async def raw_kernel(request: Request) -> AsyncKernel:
+        return kernels().kernel(request.path_params["kid"])
+
+    async def session_kernel(request: Request) -> AsyncKernel:
+        return await sessions().kernel(request.path_params["sid"])
+
+    out: list[tuple[str, str, Endpoint]] = []
+    for base, find in (("/kernels/{kid}", raw_kernel), ("/sessions/{sid}", session_kernel)):
+        out += [
+            (f"{base}/files", "GET", _lister(find)),
+            (f"{base}/files/{{path:path}}", "PUT", _uploader(find)),
+            (f"{base}/files/{{path:path}}", "GET", _downloader(find)),
+            (f"{base}/files/{{path:path}}", "DELETE", _deleter(find)),
+        ]
+    return out
+
+
+Finder = Callable[[Request], Awaitable[AsyncKernel]]
+
+
+def _uploader(find: Finder) -> Endpoint:
+    async def put(request: Request) -> Response:
+        kernel = await find(request)
+        path: str = request.path_params["path"]
+
+        async def body() -> AsyncIterator[bytes]:
+            async for piece in request.stream():
+                if piece:
+                    yield piece
+
+        try:
+            size = await kernel.files.write(path, body())
+        except FileError as exc:
+            return _problem(exc)
+        except ClientDisconnect:  # nothing was written; nobody is left to answer
+            return Response(status_code=400)
+        return JSONResponse({"path": path, "size": size})
+
+    return put
+
+
+def _downloader(find: Finder) -> Endpoint:
+    async def get(request: Request) -> Response:
+        kernel = await find(request)
+        stream = kernel.files.read_stream(request.path_params["path"])
+        try:  # the first chunk before the head: a missing file is a 404, not a broken stream
+            first = await anext(stream)
+        except StopAsyncIteration:
+            return Response(b"", media_type="application/octet-stream")
+        except FileError as exc:
+            return _problem(exc)
+
+        async def rest() -> AsyncIterator[bytes]:
+            try:
+                yield first
+                async for chunk in stream:
+                    yield chunk
+            finally:
+                await stream.aclose()
+
+        return StreamingResponse(rest(), media_type="application/octet-stream")
+
+    return get
+
+
+def _lister(find: Finder) -> Endpoint:
+    async def listing(request: Request) -> Response:
+        kernel = await find(request)
+        try:
+            rows = await kernel.files.list(request.query_params.get("glob", "**/*"))
+        except FileError as exc:
+            return _problem(exc)
+        return JSONResponse({"files": [row.to_dict() for row in rows]})
+
+    return listing
+
+
+def _deleter(find: Finder) -> Endpoint:
+    async def delete(request: Request) -> Response:
+        kernel = await find(request)
+        path: str = request.path_params["path"]
+        try:
+            await kernel.files.delete(path)
+        except FileError as exc:
+            return _problem(exc)
+        return JSONResponse({"path": path, "deleted": True})
+
+    return delete

@@ -1,0 +1,184 @@
+"""kernel.files on every backend: transfers, listing, deleting, and the workdir jail."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import pytest
+
+from sunroom import AsyncKernel, Kernel, Limits
+from sunroom.errors import FileError, UsageError
+
+
+@pytest.fixture
+async def kernel(backend: str) -> AsyncIterator[AsyncKernel]:
+    async with AsyncKernel(backend=backend, limits=Limits(timeout_s=10)) as k:
+        yield k
+
+
+async def test_write_read_list_delete(kernel: AsyncKernel) -> None:
+    assert await kernel.files.write("in/data.bin", b"\x00\x01hello") == 7
+    assert await kernel.files.read("in/data.bin") == b"\x00\x01hello"
+    r = await kernel.execute("open('in/data.bin', 'rb').read()")
+    assert r.value == "b'\\x00\\x01hello'"
+    r = await kernel.execute(
+        "import os\nos.makedirs('out', exist_ok=True)\nopen('out/r.txt', 'w').write('result')"
+    )
+    assert r.ok, r
+    rows = await kernel.files.list()
+    assert [(f.path, f.is_dir) for f in rows] == [
+        ("in", True),
+        ("in/data.bin", False),
+        ("out", True),
+        ("out/r.txt", False),
+    ]
+    assert [f.path for f in await kernel.files.list("out/*.txt")] == ["out/r.txt"]
+    assert [f.path for f in await kernel.files.list("*")] == ["in", "out"]
+    assert (await kernel.files.list("out/r.txt"))[0].size == 6
+    await kernel.files.delete("in")
+    assert [f.path for f in await kernel.files.list()] == ["out", "out/r.txt"]
+    with pytest.raises(FileError, match="no such file") as err:
+        await kernel.files.read("in/data.bin")
+    assert err.value.reason == "not_found"
+
+
+async def test_chunked_transfer_round_trips(kernel: AsyncKernel) -> None:
+    data = bytes(range(256)) * (12 * 1024)  # 3 MiB: several frames each way, some in flight
+
+    async def pieces() -> AsyncIterator[bytes]:
+        for at in range(0, len(data), 100_000):
+            yield data[at : at + 100_000]
+
+    assert await kernel.files.write("big.bin", pieces()) == len(data)
+    chunks = [c async for c in kernel.files.read_stream("big.bin")]
+    assert len(chunks) == 3 and all(len(c) <= 1024 * 1024 for c in chunks)
+    assert b"".join(chunks) == data
+    assert (await kernel.execute("import os; os.path.getsize('big.bin')")).value == str(len(data))
+
+
+async def test_a_failed_upload_leaves_nothing(kernel: AsyncKernel) -> None:
+    await kernel.files.write("keep.txt", b"old")
+
+    async def broken() -> AsyncIterator[bytes]:
+        yield b"x" * 3_000_000
+        raise RuntimeError("the client went away")
+
+    with pytest.raises(RuntimeError, match="went away"):
+        await kernel.files.write("keep.txt", broken())
+    assert await kernel.files.read("keep.txt") == b"old"
+    assert [f.path for f in await kernel.files.list()] == ["keep.txt"]
+    r = await kernel.execute("import os; sorted(os.listdir('.'))")
+    assert r.value == "['keep.txt']"  # no temporary file left behind either
+
+
+@pytest.mark.parametrize(
+    ("path", "message"),
+    [
+        ("../outside", "'..'"),
+        ("a/../../outside", "'..'"),
+        ("/etc/passwd", "not absolute"),
+        ("a\x00b", "NUL"),
+        ("", "not the workdir"),
+        ("./.", "not the workdir"),
+    ],
+)
+async def test_bad_paths_are_refused(kernel: AsyncKernel, path: str, message: str) -> None:
+    for attempt in (
+        kernel.files.read(path),
+        kernel.files.write(path, b"x"),
+        kernel.files.delete(path),
+    ):
+        with pytest.raises(FileError, match=message) as err:
+            await attempt
+        assert err.value.reason == "refused"
+    assert (await kernel.execute("1 + 1")).value == "2"
+
+
+PLANT = """
+import os
+os.symlink('/etc/passwd', 'passwd')
+os.symlink('/etc', 'etc')
+os.makedirs('inside', exist_ok=True)
+open('inside/ok.txt', 'w').write('fine')
+"""
+
+
+async def test_symlink_escapes_are_refused(kernel: AsyncKernel) -> None:
+    assert (await kernel.execute(PLANT)).ok
+    for path in ("passwd", "etc/passwd", "etc/hostname"):
+        with pytest.raises(FileError, match="symbolic link") as err:
+            await kernel.files.read(path)
+        assert err.value.reason == "refused"
+    with pytest.raises(FileError, match="symbolic link"):
+        await kernel.files.write("etc/planted", b"x")  # through a symlinked directory
+    with pytest.raises(FileError, match="symbolic link"):
+        await kernel.files.delete("etc/passwd")
+    # writing *at* a link replaces the link itself; its target is never opened
+    await kernel.files.write("passwd", b"mine")
+    r = await kernel.execute("import os; (os.path.islink('passwd'), open('passwd').read())")
+    assert r.value == "(False, 'mine')"
+    r = await kernel.execute(
+        "import os; not os.path.exists('/etc/passwd') or b'mine' not in open('/etc/passwd', 'rb').read()"
+    )
+    assert r.value == "True"
+    # deleting a link removes the link, not its target
+    await kernel.files.delete("etc")
+    r = await kernel.execute("import os; (os.path.lexists('etc'), os.path.isdir('/etc'))")
+    assert r.value == "(False, True)"
+    assert await kernel.files.read("inside/ok.txt") == b"fine"
+
+
+async def test_a_file_or_directory_where_the_other_is_needed(kernel: AsyncKernel) -> None:
+    await kernel.files.write("d/f", b"x")
+    with pytest.raises(FileError) as err:
+        await kernel.files.read("d")
+    assert err.value.reason == "is_dir"
+    with pytest.raises(FileError) as err:
+        await kernel.files.write("d", b"x")
+    assert err.value.reason == "is_dir"
+    with pytest.raises(FileError) as err:
+        await kernel.files.write("d/f/g", b"x")
+    assert err.value.reason == "not_dir"
+    assert await kernel.files.read("d/f") == b"x"
+
+
+async def test_a_full_workdir_is_a_clear_error(backend: str) -> None:
+    limits = Limits(timeout_s=10, file_size_mb=1)
+    async with AsyncKernel(backend=backend, limits=limits) as k:
+        with pytest.raises(FileError, match="no room") as err:
+            await k.files.write("big", b"x" * (3 * 1024 * 1024))
+        assert err.value.reason == "no_space"
+        assert await k.files.list() == []
+        assert (await k.execute("1")).ok
+
+
+async def test_file_ops_wait_for_a_running_cell(kernel: AsyncKernel) -> None:
+    import asyncio
+
+    cell = asyncio.ensure_future(
+        kernel.execute("import time\ntime.sleep(0.5)\nopen('late.txt', 'w').write('done')")
+    )
+    await asyncio.sleep(0.1)
+    assert await kernel.files.read("late.txt") == b"done"  # ran after the cell, not during it
+    assert (await cell).ok
+
+
+async def test_usage_errors(kernel: AsyncKernel) -> None:
+    with pytest.raises(UsageError, match="bytes"):
+        await kernel.files.write("x", "text")  # type: ignore[arg-type]
+    with pytest.raises(UsageError, match="glob"):
+        await kernel.files.list("\x00")
+
+
+def test_the_sync_twin(backend: str) -> None:
+    with Kernel(backend=backend) as k:
+        assert k.files.write("a.txt", [b"he", b"llo"]) == 5
+        assert k.files.read("a.txt") == b"hello"
+        assert list(k.files.read_stream("a.txt")) == [b"hello"]
+        stream = k.files.read_stream("a.txt")
+        assert next(stream) == b"hello"
+        del stream  # abandoned early: the generator closes the read and frees the kernel
+        assert (k.execute("1")).ok
+        assert [f.path for f in k.files.list()] == ["a.txt"]
+        k.files.delete("a.txt")
+        assert k.files.list() == []
