@@ -40,7 +40,7 @@ import typer
 from rich.console import Console
 from rich.table import Column, Table
 
-from sunroom.errors import SunroomError
+from sunroom.errors import SunroomError, UsageError
 from sunroom.sandbox.backends import DEFAULT_BACKEND, NAMES
 from sunroom.sandbox.files import copy_out
 from sunroom.sandbox.inputs import File
@@ -589,6 +589,31 @@ def sessions_show(
     for e in events:
         renderer.show(e)
     renderer.close()
+
+
+@sessions_app.command("export")
+def sessions_export(
+    session_id: Annotated[str, typer.Argument(help="The session id.")],
+    ipynb: Annotated[Path, typer.Option("--ipynb", help="Write the session as this notebook.")],
+    db: DbOption = None,
+) -> None:
+    """Export a session's transcript as a Jupyter notebook (cells, outputs and images)."""
+    from sunroom.notebook import transcript_from_events, write_notebook
+
+    async def job(store: Any) -> tuple[Any, list[Any]]:
+        record = await store.get_session(session_id)
+        events = [] if record is None else await store.events(session_id)
+        return record, events
+
+    record, events = _guarded(lambda: _store_do(db, job))
+    if record is None:
+        raise _fail(f"no session {session_id!r}")
+    transcript = transcript_from_events(events)
+    try:
+        cells = write_notebook(transcript, ipynb, title=f"sunroom session {session_id}")
+    except UsageError as exc:
+        raise _fail(str(exc)) from None
+    typer.echo(f"wrote {ipynb} ({cells} cells)")
 
 
 @sessions_app.command("resume")

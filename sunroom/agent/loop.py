@@ -23,6 +23,7 @@ from sunroom.agent import events as ev
 from sunroom.agent.calls import ModelGate, Publish
 from sunroom.agent.guard import Guard
 from sunroom.agent.hooks import Hooks, ask
+from sunroom.agent.images import IMAGES_INTRO, ImageBudget, TurnImages
 from sunroom.agent.presets import EXECUTE_TOOL, extract_code, render_result, truncate
 from sunroom.agent.result import RunResult, Status
 from sunroom.agent.submit import Submission
@@ -68,6 +69,7 @@ class LoopConfig:
     needs_submit: bool
     sub_session: bool
     reinstall: Callable[[], Awaitable[None]]
+    images: ImageBudget = ImageBudget()
 
 
 @dataclass(slots=True)
@@ -85,6 +87,7 @@ class Loop:
         self.c = config
         self.messages: list[Message] = [SystemMessage(system)]
         self._pending: list[Message] = []
+        self._images = TurnImages(config.images)
 
     def steer(self, text: str, *, interrupt: bool) -> None:
         """Queue a user message (or an interrupt) for the next model call."""
@@ -168,17 +171,21 @@ class Loop:
             return _Outcome(
                 "model_error", error=f"the model stopped with {response.finish_reason!r}"
             )
+        self._images = TurnImages(c.images, getattr(c.model, "accepts_images", True))
         if message.tool_calls:
             for call in message.tool_calls:
                 content, is_error = await self._tool(turn, call)
                 self.messages.append(
                     ToolResultMessage(call.id, content, is_error=is_error, name=call.name)
                 )
+            if self._images.parts:
+                self.messages.append(UserMessage([IMAGES_INTRO, *self._images.parts]))
         else:
             code = extract_code(message.text)
             if code is not None:
                 content, _ = await self._cell(turn, code, "fenced")
-                self.messages.append(UserMessage(f"Output of your code:\n{content}"))
+                text = f"Output of your code:\n{content}"
+                self.messages.append(UserMessage([text, *self._images.parts]))
             elif not c.submission.accepted:
                 if not c.needs_submit:
                     return _Outcome("success", output=c.guard.redact(message.text))
@@ -231,7 +238,13 @@ class Loop:
         result = await c.kernel.execute(code, timeout_s=timeout)
         if result.state_lost:
             await c.reinstall()
-        shown, cut = truncate(c.guard.redact(render_result(result)), c.max_output_chars)
+        rendered = render_result(result)
+        if result.outputs or result.dropped_outputs:
+            lines = self._images.take(result.outputs, result.dropped_outputs)
+            rendered = (
+                "\n".join([rendered, *lines]) if rendered != "(no output)" else "\n".join(lines)
+            )
+        shown, cut = truncate(c.guard.redact(rendered), c.max_output_chars)
         c.publish(
             ev.ExecutionFinished,
             turn=turn,

@@ -83,7 +83,11 @@ def encode_messages(request: Request) -> tuple[str | None, list[dict[str, Any]]]
         if isinstance(message, SystemMessage):
             system.append(message.text)
         elif isinstance(message, UserMessage):
-            out.append({"role": "user", "content": [_user_block(p) for p in message.content]})
+            blocks = [_user_block(p) for p in message.content]
+            if out and out[-1]["role"] == "user":  # e.g. images after tool results: one turn
+                out[-1]["content"].extend(blocks)
+            else:
+                out.append({"role": "user", "content": blocks})
         elif isinstance(message, AssistantMessage):
             blocks = [b for p in message.content if (b := _assistant_block(p)) is not None]
             if blocks:

@@ -33,6 +33,10 @@ class Model(ABC):
     #: The model's name, as configured (``"claude-sonnet-4-5"``).
     name: str = ""
 
+    #: Whether the model takes images in user messages; the agent sends a placeholder line
+    #: for each displayed image instead when False.
+    accepts_images: bool = True
+
     @abstractmethod
     async def complete(self, request: Request) -> Response:
         """Send ``request`` and return the whole reply.
