@@ -420,6 +420,10 @@ def run(
             "tool calling (small local models)."
         ),
     ] = "tool",
+    images: Annotated[
+        Path | None,
+        typer.Option(help="Save the images the code displays (plots ...) in this folder."),
+    ] = None,
     db: DbOption = None,
     as_json: JsonOption = False,
 ) -> None:
@@ -464,7 +468,7 @@ def run(
 
         async with _manager(db) as manager:
             await manager.create(request, session_id=sid)
-            renderer = Renderer(console)
+            renderer = Renderer(console, images=images)
             try:
                 await follow(
                     manager.store,

@@ -317,3 +317,24 @@ def test_run_code_mode_fenced_for_models_without_tool_calling(
     assert [e["via"] for e in shown["events"] if e["type"] == "CodeSubmitted"] == ["fenced"] * 2
     err = one_line_error(cli("run", "x", "--code-mode", "telepathy", env=env))
     assert "--code-mode" in err and "fenced" in err
+
+
+def test_run_saves_the_images_the_code_displays(tmp_path: Path, env: dict[str, str]) -> None:
+    script = {
+        "replies": [
+            {"code": "import matplotlib.pyplot as plt\nplt.plot([1, 3, 2])\nprint('drawn')"},
+            "A line that rises, then falls.",
+        ]
+    }
+    (tmp_path / "plot.json").write_text(json.dumps(script))
+    plot_env = {**env, "SUNROOM_MODEL": f"scripted:{tmp_path / 'plot.json'}"}
+    folder = tmp_path / "images"
+    args = ["run", "plot it", "--backend", "subprocess"]
+    proc = cli(*args, "--images", str(folder), env=plot_env)
+    assert proc.returncode == 0, proc.stderr
+    saved = sorted(folder.iterdir())
+    assert [p.name for p in saved] == ["image-001.png"]
+    assert saved[0].read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
+    assert str(saved[0]) in proc.stdout.replace("\n", "")
+    without = cli(*args, env=plot_env)
+    assert "image/png" in without.stdout and "--images DIR saves it" in without.stdout

@@ -10,7 +10,7 @@ Text fields are already redacted: no registered secret appears in any event.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal, TypeAlias, final
+from typing import TYPE_CHECKING, Any, Literal, TypeAlias, final
 
 from sunroom.providers import Usage
 
@@ -81,7 +81,9 @@ class ExecutionFinished(_Base):
 
     ``status`` is the kernel's (``ok``, ``error``, ``timeout``, ``died``) or ``vetoed``;
     ``truncated_chars`` counts characters cut for the model, ``truncated_bytes`` bytes the
-    kernel dropped at the source.
+    kernel dropped at the source. ``outputs`` are the cell's display items in Jupyter's
+    ``display_data`` shape, JSON-ready (images base64, as in ``.ipynb``; see
+    :meth:`sunroom.DisplayItem.to_dict`).
     """
 
     turn: int
@@ -91,6 +93,7 @@ class ExecutionFinished(_Base):
     truncated_bytes: int
     duration_s: float
     state_lost: bool
+    outputs: tuple[dict[str, Any], ...] = ()
 
 
 @final

@@ -254,5 +254,6 @@ class Loop:
             truncated_bytes=result.truncated_bytes,
             duration_s=result.duration_s,
             state_lost=result.state_lost,
+            outputs=tuple(item.to_dict() for item in result.outputs),
         )
         return shown, not result.ok

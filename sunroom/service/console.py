@@ -9,7 +9,10 @@ session's log as it grows (the same way the SSE stream does) until no run is in 
 from __future__ import annotations
 
 import asyncio
+import base64
+import binascii
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, final
 
 from rich.console import Console
@@ -24,6 +27,13 @@ from sunroom.store import EventStore, StoredEvent
 
 __all__ = ["Renderer", "follow", "money"]
 
+_IMAGE_SUFFIX = {
+    "image/png": ".png",
+    "image/jpeg": ".jpg",
+    "image/gif": ".gif",
+    "image/webp": ".webp",
+}
+
 
 def money(micro_usd: int | None) -> str:
     """``$0.0123``, or ``cost unknown``."""
@@ -34,8 +44,14 @@ def money(micro_usd: int | None) -> str:
 class Renderer:
     """Prints stored events on *console* (see the module docstring)."""
 
-    def __init__(self, console: Console) -> None:
+    def __init__(self, console: Console, *, images: Path | None = None) -> None:
+        """Print on *console*; save displayed images in the folder *images*, if given.
+
+        Without *images*, an image is a line saying its type and size.
+        """
         self.console = console
+        self._images = images
+        self._saved = 0
         self._progress: Progress | None = None
         self._bars: dict[int, TaskID] = {}
         self._handlers: dict[str, Callable[[dict[str, Any]], None]] = {
@@ -89,6 +105,29 @@ class Renderer:
         self.console.print(head)
         if p["output"]:
             self.console.print(Text(p["output"], style="dim"))
+        for item in p.get("outputs") or ():
+            self._display(item)
+
+    def _display(self, item: dict[str, Any]) -> None:
+        data = item.get("data") or {}
+        mime = next((m for m in _IMAGE_SUFFIX if isinstance(data.get(m), str)), None)
+        if mime is None:
+            return  # text items are in the output the model was shown
+        try:
+            image = base64.b64decode(data[mime], validate=True)
+        except (ValueError, binascii.Error):
+            self._line("🖼 image", "yellow", f"{mime}: not valid base64, not saved")
+            return
+        if self._images is None:
+            self._line(
+                "🖼 image", "magenta", f"{mime}, {len(image):,} bytes (--images DIR saves it)"
+            )
+            return
+        self._images.mkdir(parents=True, exist_ok=True)
+        self._saved += 1
+        path = self._images / f"image-{self._saved:03d}{_IMAGE_SUFFIX[mime]}"
+        path.write_bytes(image)
+        self._line("🖼 image", "magenta", str(path))
 
     def _host_call(self, p: dict[str, Any]) -> None:
         style = "red" if p.get("error") else "blue"

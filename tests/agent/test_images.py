@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
+import base64
+import json
+from collections.abc import AsyncIterator
+
 from sunroom.agent import AsyncSession
+from sunroom.agent import events as ev
 from sunroom.agent.images import ImageBudget, TurnImages
 from sunroom.providers import ImagePart, ScriptedModel, ToolResultMessage, UserMessage
 from sunroom.sandbox.result import DisplayItem
@@ -32,6 +38,27 @@ async def test_a_tool_cell_image_follows_its_tool_result() -> None:
     images = _images(messages[-1])
     assert len(images) == 2 and all(i.data and i.data.startswith(PNG) for i in images)
     assert images[0].media_type == "image/png"
+
+
+async def test_the_execution_event_carries_the_display_items() -> None:
+    model = ScriptedModel([code(PIL_IMAGES), "two squares"])
+    async with AsyncSession(model=model, backend=FAST) as s:
+        events = s.events()
+        run = asyncio.create_task(s.run("draw"))
+        finished = [e async for e in _until_ended(events) if isinstance(e, ev.ExecutionFinished)]
+        assert (await run).ok
+    (cell,) = finished
+    assert [item["output_type"] for item in cell.outputs] == ["display_data", "display_data"]
+    png = base64.b64decode(cell.outputs[0]["data"]["image/png"])
+    assert png.startswith(PNG)
+    json.dumps(cell.outputs)  # JSON-ready, as the service stores and streams it
+
+
+async def _until_ended(events: AsyncIterator[ev.Event]) -> AsyncIterator[ev.Event]:
+    async for event in events:
+        yield event
+        if isinstance(event, ev.SessionEnded):
+            return
 
 
 async def test_fenced_cell_images_ride_with_the_output() -> None:
