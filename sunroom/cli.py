@@ -561,6 +561,20 @@ def _record(r: Any) -> dict[str, Any]:
     }  # fmt: skip
 
 
+def _session_and_events(db: Path | None, session_id: str) -> tuple[Any, list[Any]]:
+    """The stored record of *session_id* and its events; exits 2 when there is no such session."""
+
+    async def job(store: Any) -> tuple[Any, list[Any]]:
+        record = await store.get_session(session_id)
+        events = [] if record is None else await store.events(session_id)
+        return record, events
+
+    record, events = _guarded(lambda: _store_do(db, job))
+    if record is None:
+        raise _fail(f"no session {session_id!r}")
+    return record, events
+
+
 @sessions_app.command("show")
 def sessions_show(
     session_id: Annotated[str, typer.Argument(help="The session id.")],
@@ -571,14 +585,7 @@ def sessions_show(
     from sunroom.service.console import Renderer
     from sunroom.service.journal import TRANSCRIPT
 
-    async def job(store: Any) -> tuple[Any, list[Any]]:
-        record = await store.get_session(session_id)
-        events = [] if record is None else await store.events(session_id)
-        return record, events
-
-    record, events = _guarded(lambda: _store_do(db, job))
-    if record is None:
-        raise _fail(f"no session {session_id!r}")
+    record, events = _session_and_events(db, session_id)
     if as_json:
         shown = [
             {"seq": e.seq, "ts": e.ts, "type": e.kind, **e.payload}
@@ -604,14 +611,7 @@ def sessions_export(
     """Export a session's transcript as a Jupyter notebook (cells, outputs and images)."""
     from sunroom.notebook import transcript_from_events, write_notebook
 
-    async def job(store: Any) -> tuple[Any, list[Any]]:
-        record = await store.get_session(session_id)
-        events = [] if record is None else await store.events(session_id)
-        return record, events
-
-    record, events = _guarded(lambda: _store_do(db, job))
-    if record is None:
-        raise _fail(f"no session {session_id!r}")
+    _, events = _session_and_events(db, session_id)
     transcript = transcript_from_events(events)
     try:
         cells = write_notebook(transcript, ipynb, title=f"sunroom session {session_id}")
