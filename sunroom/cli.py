@@ -12,7 +12,8 @@
   FILE] [--backend B] [--code-mode tool|fenced] [--json]`` runs an agent session here, rendered
   live (or one JSON object with ``--json``). Exit status: 0 success, 1 the run did not
   succeed, 2 usage or setup error (nothing is recorded), 130 Ctrl-C (it says how to resume).
-- ``sunroom sessions list|show|resume|purge`` looks after the sessions in the store.
+- ``sunroom sessions list|show|export|resume|purge`` looks after the sessions in the store
+  (:mod:`sunroom.cli_sessions`; what the commands share is in :mod:`sunroom.cli_support`).
 
 Every error sunroom reports is one line on stderr (``sunroom: ...``) that never shows a secret.
 The model comes from ``--model``/``SUNROOM_MODEL`` (``scripted:FILE.json`` needs no key) and
@@ -27,20 +28,29 @@ import dataclasses
 import json
 import logging
 import os
-import shlex
 import sys
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import pydantic
 import typer
 from rich.console import Console
-from rich.table import Column, Table
 
-from sunroom.errors import SunroomError, UsageError
+from sunroom.cli_sessions import sessions_app
+from sunroom.cli_support import (
+    DbOption,
+    JsonOption,
+    fail,
+    guarded,
+    interrupted_exit,
+    one_line,
+    open_manager,
+    run_summary,
+)
+from sunroom.errors import SunroomError
 from sunroom.sandbox.backends import DEFAULT_BACKEND, NAMES
 from sunroom.sandbox.files import copy_out
 from sunroom.sandbox.inputs import File
@@ -62,47 +72,12 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_show_locals=False,  # a traceback of a bug must not print keys in locals
 )
-sessions_app = typer.Typer(
-    help="List, show, resume and purge stored sessions.", no_args_is_help=True
-)
 app.add_typer(sessions_app, name="sessions")
-
-DbOption = Annotated[
-    Path | None,
-    typer.Option("--db", help="The SQLite store (default: $SUNROOM_DB or ~/.local/state)."),
-]
-JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON.")]
 
 
 @app.callback()
 def _root() -> None:
     """A fast, typed, isolated runtime for agents that act by writing Python."""
-
-
-def _fail(message: str) -> typer.Exit:
-    """Print ``sunroom: <message>`` (one line) on stderr; the Exit(2) to raise."""
-    typer.echo(f"sunroom: {message}", err=True)
-    return typer.Exit(2)
-
-
-def _message(exc: BaseException) -> str:
-    """One line for an error the user must act on: no traceback, no class name, no input value."""
-    if isinstance(exc, pydantic.ValidationError):
-        from sunroom.service.problems import validation_message
-
-        return validation_message(exc)
-    if isinstance(exc, OSError) and exc.strerror:
-        where = f" ({exc.filename})" if exc.filename else ""
-        return f"{exc.strerror[:1].lower()}{exc.strerror[1:]}{where}"
-    return str(exc)
-
-
-def _guarded(work: Callable[[], Coroutine[Any, Any, T]]) -> T:
-    """Run *work* on a fresh loop; sunroom, config and OS errors exit 2 with one line."""
-    try:
-        return asyncio.run(work())
-    except (SunroomError, pydantic.ValidationError, OSError) as exc:
-        raise _fail(_message(exc)) from None
 
 
 def _read_text(path: str, *, what: str) -> str:
@@ -111,11 +86,11 @@ def _read_text(path: str, *, what: str) -> str:
     try:
         data = sys.stdin.buffer.read() if path == "-" else Path(path).read_bytes()
     except OSError as exc:
-        raise _fail(f"cannot read {name}: {exc.strerror or exc}") from None
+        raise fail(f"cannot read {name}: {exc.strerror or exc}") from None
     try:
         return data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
-        raise _fail(
+        raise fail(
             f"{name} is not UTF-8 text (byte {exc.start} is {data[exc.start]:#04x}): {what}"
         ) from None
 
@@ -220,14 +195,14 @@ def exec_(
     """
     code = _read_text(path, what="exec runs Python source")
     if not timeout > 0:
-        raise _fail(f"--timeout must be a positive number of seconds, got {timeout:g}")
+        raise fail(f"--timeout must be a positive number of seconds, got {timeout:g}")
     if memory_mb <= 0:
-        raise _fail(f"--memory-mb must be a positive number of MB, got {memory_mb}")
+        raise fail(f"--memory-mb must be a positive number of MB, got {memory_mb}")
     if output_glob and output is None:
-        raise _fail("--output-glob needs --output DIR")
+        raise fail("--output-glob needs --output DIR")
     limits = Limits(timeout_s=timeout, memory_mb=memory_mb)
     files = _file_inputs(inputs or [])
-    result = _guarded(
+    result = guarded(
         lambda: _execute_once(
             code,
             backend=backend,
@@ -290,11 +265,11 @@ def serve(
         )  # fmt: skip
         _check_service(base)
     except SunroomError as exc:
-        raise _fail(str(exc)) from None
+        raise fail(str(exc)) from None
     try:
         sock = bind(base)
     except OSError as exc:
-        raise _fail(f"cannot listen on {base.host}:{base.port}: {_message(exc)}") from None
+        raise fail(f"cannot listen on {base.host}:{base.port}: {one_line(exc)}") from None
     config = base.with_token()
     bound_port = sock.getsockname()[1]
     shown = f"[{config.host}]" if ":" in config.host else config.host
@@ -308,7 +283,7 @@ def serve(
     logging.basicConfig(  # the service's errors, with their tracebacks, on stderr
         level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
-    _guarded(lambda: run_server(config, sock=sock, log_level="warning"))
+    guarded(lambda: run_server(config, sock=sock, log_level="warning"))
 
 
 def _model_spec(spec: str | None) -> str | None:
@@ -338,7 +313,7 @@ def _inputs(pairs: list[str]) -> dict[str, str]:
     for pair in pairs:
         name, sep, file = pair.partition("=")
         if not sep or not name.isidentifier():
-            raise _fail(f"--input takes NAME=FILE, got {pair!r}")
+            raise fail(f"--input takes NAME=FILE, got {pair!r}")
         out[name] = _read_text(file, what="--input binds text")
     return out
 
@@ -349,9 +324,9 @@ def _file_inputs(pairs: list[str]) -> dict[str, File]:
     for pair in pairs:
         name, sep, file = pair.partition("=")
         if not sep or not name.isidentifier() or not file:
-            raise _fail(f"--input takes NAME=FILE, got {pair!r}")
+            raise fail(f"--input takes NAME=FILE, got {pair!r}")
         if not os.path.isfile(file):
-            raise _fail(f"--input {name}: {file} is not a readable file")
+            raise fail(f"--input {name}: {file} is not a readable file")
         out[name] = File(file)
     return out
 
@@ -359,40 +334,6 @@ def _file_inputs(pairs: list[str]) -> dict[str, File]:
 def _flag(field: str) -> str:
     """The ``sunroom run`` option that sets a session field (``max_turns`` → ``--max-turns``)."""
     return {"inputs": "--input"}.get(field, f"--{field.replace('_', '-')}")
-
-
-def _interrupted(sid: str, db: Path | None) -> typer.Exit:
-    """Say what became of session *sid* after Ctrl-C, and how to resume it; Exit(130).
-
-    A run in progress stays ``running`` in the store (released: it can be resumed at once).
-    """
-    try:
-        record = _guarded(lambda: _store_do(db, lambda s: s.get_session(sid)))
-    except KeyboardInterrupt:
-        record = None
-    if record is None:
-        message = "interrupted before the session was recorded"
-    elif record.status == "running":
-        where = f" --db {shlex.quote(str(db))}" if db is not None else ""
-        message = (
-            f"interrupted; session {sid} is kept, resume it with: "
-            f"sunroom sessions resume {sid}{where}"
-        )
-    else:
-        message = f"interrupted; session {sid} ended {record.status}"
-    typer.echo(f"sunroom: {message}", err=True)
-    return typer.Exit(130)
-
-
-def _summary(sid: str, result: dict[str, Any] | None) -> dict[str, Any]:
-    r = result or {}
-    return {
-        "status": r.get("status", "cancelled"),
-        "output": r.get("output"),
-        "usage": r.get("usage"),
-        "cost_micro_usd": r.get("cost_micro_usd"),
-        "session_id": sid,
-    }
 
 
 @app.command()
@@ -437,21 +378,21 @@ def run(
     from sunroom.service.schemas import CreateSession
 
     if preset not in PRESETS:
-        raise _fail(f"--preset must be one of {', '.join(PRESETS)}, got {preset!r}")
+        raise fail(f"--preset must be one of {', '.join(PRESETS)}, got {preset!r}")
     if code_mode not in ("tool", "fenced"):
-        raise _fail(f"--code-mode must be tool or fenced, got {code_mode!r}")
+        raise fail(f"--code-mode must be tool or fenced, got {code_mode!r}")
     model = _model_spec(model or os.environ.get("SUNROOM_MODEL"))
     if not model:
-        raise _fail("no model: pass --model provider:name or set SUNROOM_MODEL")
+        raise fail("no model: pass --model provider:name or set SUNROOM_MODEL")
     bound = _inputs(inputs or [])
     schema = None
     if output_schema is not None:
         try:
             schema = json.loads(output_schema.read_text())
         except OSError as exc:
-            raise _fail(f"cannot read the output schema: {_message(exc)}") from None
+            raise fail(f"cannot read the output schema: {one_line(exc)}") from None
         except ValueError as exc:
-            raise _fail(f"the output schema {output_schema} is not JSON: {exc}") from None
+            raise fail(f"the output schema {output_schema} is not JSON: {exc}") from None
     try:
         request = CreateSession(
             task=task, model=model, base_url=base_url, inputs=bound, output_schema=schema,
@@ -459,14 +400,14 @@ def run(
             code_mode=code_mode,  # type: ignore[arg-type]
         )  # fmt: skip
     except pydantic.ValidationError as exc:
-        raise _fail(validation_message(exc, field=_flag)) from None
+        raise fail(validation_message(exc, field=_flag)) from None
     console = Console(stderr=as_json)
     sid = uuid.uuid4().hex  # known before anything runs: Ctrl-C says what to resume
 
     async def work() -> dict[str, Any] | None:
         from sunroom.service.console import Renderer, follow
 
-        async with _manager(db) as manager:
+        async with open_manager(db) as manager:
             await manager.create(request, session_id=sid)
             renderer = Renderer(console, images=images)
             try:
@@ -483,205 +424,13 @@ def run(
             return out
 
     try:
-        result = _guarded(work)
+        result = guarded(work)
     except KeyboardInterrupt:
-        raise _interrupted(sid, db) from None
-    summary = _summary(sid, result)
+        raise interrupted_exit(sid, db) from None
+    summary = run_summary(sid, result)
     if as_json:
         typer.echo(json.dumps(summary))
     raise typer.Exit(0 if summary["status"] == "success" else 1)
-
-
-class _manager:
-    """``async with _manager(db) as m``: a store and a session manager for this command."""
-
-    def __init__(self, db: Path | None) -> None:
-        self._db = db
-
-    async def __aenter__(self) -> Any:
-        from sunroom.service import ServiceConfig, SessionManager, load_functions, resolve_model
-        from sunroom.store import SQLiteStore
-
-        config = ServiceConfig.from_env(db_path=self._db, resume_orphans=False)
-        self._store = await SQLiteStore.open(config.db_path)
-        try:
-            self._m = SessionManager(
-                self._store, config=config, resolve_model=resolve_model,
-                functions=load_functions(config.functions),
-            )  # fmt: skip
-            await self._m.start()
-        except BaseException:
-            await self._store.aclose()
-            raise
-        return self._m
-
-    async def __aexit__(self, *exc: object) -> None:
-        try:
-            await self._m.aclose()
-        finally:
-            await self._store.aclose()
-
-
-async def _store_do(db: Path | None, job: Callable[[Any], Awaitable[T]]) -> T:
-    from sunroom.service import ServiceConfig
-    from sunroom.store import SQLiteStore
-
-    config = ServiceConfig.from_env(db_path=db)
-    async with SQLiteStore(config.db_path) as store:
-        return await job(store)
-
-
-@sessions_app.command("list")
-def sessions_list(
-    status: Annotated[str | None, typer.Option(help="Only sessions with this status.")] = None,
-    limit: Annotated[int, typer.Option(help="At most this many.")] = 50,
-    db: DbOption = None,
-    as_json: JsonOption = False,
-) -> None:
-    """List stored sessions, newest first."""
-    records = _guarded(lambda: _store_do(db, lambda s: s.list_sessions(status=status, limit=limit)))
-    if as_json:
-        typer.echo(json.dumps([_record(r) for r in records]))
-        return
-    table = Table("status", "model", "created", "result")
-    table.columns.insert(0, Column("session", no_wrap=True, min_width=32))
-    import datetime
-
-    for r in records:
-        created = datetime.datetime.fromtimestamp(r.created_at).strftime("%Y-%m-%d %H:%M:%S")
-        outcome = (r.result or {}).get("status", "")
-        table.add_row(r.session_id, r.status, str(r.config.get("model")), created, str(outcome))
-    Console().print(table)
-
-
-def _record(r: Any) -> dict[str, Any]:
-    return {
-        "session_id": r.session_id, "status": r.status, "config": r.config, "result": r.result,
-        "created_at": r.created_at, "finished_at": r.finished_at, "owner": r.owner,
-    }  # fmt: skip
-
-
-def _session_and_events(db: Path | None, session_id: str) -> tuple[Any, list[Any]]:
-    """The stored record of *session_id* and its events; exits 2 when there is no such session."""
-
-    async def job(store: Any) -> tuple[Any, list[Any]]:
-        record = await store.get_session(session_id)
-        events = [] if record is None else await store.events(session_id)
-        return record, events
-
-    record, events = _guarded(lambda: _store_do(db, job))
-    if record is None:
-        raise _fail(f"no session {session_id!r}")
-    return record, events
-
-
-@sessions_app.command("show")
-def sessions_show(
-    session_id: Annotated[str, typer.Argument(help="The session id.")],
-    db: DbOption = None,
-    as_json: JsonOption = False,
-) -> None:
-    """Show a session's record and its events."""
-    from sunroom.service.console import Renderer
-    from sunroom.service.journal import TRANSCRIPT
-
-    record, events = _session_and_events(db, session_id)
-    if as_json:
-        shown = [
-            {"seq": e.seq, "ts": e.ts, "type": e.kind, **e.payload}
-            for e in events
-            if e.kind != TRANSCRIPT
-        ]
-        typer.echo(json.dumps({**_record(record), "events": shown}))
-        return
-    console = Console()
-    console.print(f"session {record.session_id} · {record.status}")
-    renderer = Renderer(console)
-    for e in events:
-        renderer.show(e)
-    renderer.close()
-
-
-@sessions_app.command("export")
-def sessions_export(
-    session_id: Annotated[str, typer.Argument(help="The session id.")],
-    ipynb: Annotated[Path, typer.Option("--ipynb", help="Write the session as this notebook.")],
-    db: DbOption = None,
-) -> None:
-    """Export a session's transcript as a Jupyter notebook (cells, outputs and images)."""
-    from sunroom.notebook import transcript_from_events, write_notebook
-
-    _, events = _session_and_events(db, session_id)
-    transcript = transcript_from_events(events)
-    try:
-        cells = write_notebook(transcript, ipynb, title=f"sunroom session {session_id}")
-    except UsageError as exc:
-        raise _fail(str(exc)) from None
-    typer.echo(f"wrote {ipynb} ({cells} cells)")
-
-
-@sessions_app.command("resume")
-def sessions_resume(
-    session_id: Annotated[str, typer.Argument(help="The session id.")],
-    message: Annotated[str | None, typer.Option(help="A message to send once resumed.")] = None,
-    db: DbOption = None,
-    as_json: JsonOption = False,
-) -> None:
-    """Take over a session (e.g. one a crashed service left running) and run it here."""
-    console = Console(stderr=as_json)
-
-    async def work() -> dict[str, Any] | None:
-        from sunroom.service.console import Renderer, follow
-
-        async with _manager(db) as manager:
-            before = (
-                await manager.store.last_seq(session_id)
-                if await manager.store.get_session(session_id)
-                else 0
-            )
-            await manager.resume(session_id)
-            if message is not None:
-                await manager.send(session_id, message)
-            renderer = Renderer(console)
-            try:
-                show = (lambda e: None) if as_json else renderer.show
-                await follow(manager.store, manager.signals, session_id, show, after=before)
-            finally:
-                renderer.close()
-            _, result = await manager.result(session_id, timeout_s=0)
-            out: dict[str, Any] | None = result
-            return out
-
-    try:
-        result = _guarded(work)
-    except KeyboardInterrupt:
-        raise _interrupted(session_id, db) from None
-    summary = _summary(session_id, result)
-    if as_json:
-        typer.echo(json.dumps(summary))
-    raise typer.Exit(0 if summary["status"] == "success" else 1)
-
-
-def _age(text: str) -> float:
-    units = {"s": 1, "m": 60, "h": 3600, "d": 86400}
-    try:
-        if text[-1:] in units:
-            return float(text[:-1]) * units[text[-1]]
-        return float(text)
-    except ValueError:
-        raise _fail(f"--older-than takes seconds or a number with s/m/h/d, got {text!r}") from None
-
-
-@sessions_app.command("purge")
-def sessions_purge(
-    older_than: Annotated[str, typer.Option(help="Age: seconds, or 30d, 12h, 15m.")] = "30d",
-    db: DbOption = None,
-    as_json: JsonOption = False,
-) -> None:
-    """Delete finished sessions older than the given age (running ones are kept)."""
-    seconds = _age(older_than)
-    count = _guarded(lambda: _store_do(db, lambda s: s.purge(older_than_s=seconds)))
-    typer.echo(json.dumps({"purged": count}) if as_json else f"purged {count} sessions")
 
 
 def main() -> None:

@@ -1,0 +1,126 @@
+"""What the ``sunroom`` commands share: one-line failures, the store, a session manager.
+
+Every error is one line on stderr (``sunroom: ...``, exit 2) that never shows a secret.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shlex
+from collections.abc import Awaitable, Callable, Coroutine
+from pathlib import Path
+from typing import Annotated, Any, TypeVar
+
+import pydantic
+import typer
+
+from sunroom.errors import SunroomError
+
+T = TypeVar("T")
+
+DbOption = Annotated[
+    Path | None,
+    typer.Option("--db", help="The SQLite store (default: $SUNROOM_DB or ~/.local/state)."),
+]
+JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON.")]
+
+
+def fail(message: str) -> typer.Exit:
+    """Print ``sunroom: <message>`` (one line) on stderr; the Exit(2) to raise."""
+    typer.echo(f"sunroom: {message}", err=True)
+    return typer.Exit(2)
+
+
+def one_line(exc: BaseException) -> str:
+    """One line for an error the user must act on: no traceback, no class name, no input value."""
+    if isinstance(exc, pydantic.ValidationError):
+        from sunroom.service.problems import validation_message
+
+        return validation_message(exc)
+    if isinstance(exc, OSError) and exc.strerror:
+        where = f" ({exc.filename})" if exc.filename else ""
+        return f"{exc.strerror[:1].lower()}{exc.strerror[1:]}{where}"
+    return str(exc)
+
+
+def guarded(work: Callable[[], Coroutine[Any, Any, T]]) -> T:
+    """Run *work* on a fresh loop; sunroom, config and OS errors exit 2 with one line."""
+    try:
+        return asyncio.run(work())
+    except (SunroomError, pydantic.ValidationError, OSError) as exc:
+        raise fail(one_line(exc)) from None
+
+
+def interrupted_exit(sid: str, db: Path | None) -> typer.Exit:
+    """Say what became of session *sid* after Ctrl-C, and how to resume it; Exit(130).
+
+    A run in progress stays ``running`` in the store (released: it can be resumed at once).
+    """
+    try:
+        record = guarded(lambda: with_store(db, lambda s: s.get_session(sid)))
+    except KeyboardInterrupt:
+        record = None
+    if record is None:
+        message = "interrupted before the session was recorded"
+    elif record.status == "running":
+        where = f" --db {shlex.quote(str(db))}" if db is not None else ""
+        message = (
+            f"interrupted; session {sid} is kept, resume it with: "
+            f"sunroom sessions resume {sid}{where}"
+        )
+    else:
+        message = f"interrupted; session {sid} ended {record.status}"
+    typer.echo(f"sunroom: {message}", err=True)
+    return typer.Exit(130)
+
+
+def run_summary(sid: str, result: dict[str, Any] | None) -> dict[str, Any]:
+    """What ``run`` and ``sessions resume`` print for a run's *result* (``--json``)."""
+    r = result or {}
+    return {
+        "status": r.get("status", "cancelled"),
+        "output": r.get("output"),
+        "usage": r.get("usage"),
+        "cost_micro_usd": r.get("cost_micro_usd"),
+        "session_id": sid,
+    }
+
+
+class open_manager:
+    """``async with open_manager(db) as m``: a store and a session manager for this command."""
+
+    def __init__(self, db: Path | None) -> None:
+        self._db = db
+
+    async def __aenter__(self) -> Any:
+        from sunroom.service import ServiceConfig, SessionManager, load_functions, resolve_model
+        from sunroom.store import SQLiteStore
+
+        config = ServiceConfig.from_env(db_path=self._db, resume_orphans=False)
+        self._store = await SQLiteStore.open(config.db_path)
+        try:
+            self._m = SessionManager(
+                self._store, config=config, resolve_model=resolve_model,
+                functions=load_functions(config.functions),
+            )  # fmt: skip
+            await self._m.start()
+        except BaseException:
+            await self._store.aclose()
+            raise
+        return self._m
+
+    async def __aexit__(self, *exc: object) -> None:
+        try:
+            await self._m.aclose()
+        finally:
+            await self._store.aclose()
+
+
+async def with_store(db: Path | None, job: Callable[[Any], Awaitable[T]]) -> T:
+    """``await job(store)`` with the store of *db* (or the configured one) open."""
+    from sunroom.service import ServiceConfig
+    from sunroom.store import SQLiteStore
+
+    config = ServiceConfig.from_env(db_path=db)
+    async with SQLiteStore(config.db_path) as store:
+        return await job(store)
