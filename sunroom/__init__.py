@@ -32,6 +32,7 @@ _EXPORTS: dict[str, str] = {
     "KernelError": "sunroom.errors",
     "KernelStartError": "sunroom.errors",
     "KernelDiedError": "sunroom.errors",
+    "ForkError": "sunroom.errors",
     "SandboxUnavailableError": "sunroom.errors",
     "ProtocolError": "sunroom.errors",
     "HostFunctionError": "sunroom.errors",
@@ -73,6 +74,7 @@ __all__ = [
     "DisplayItem",
     "ExecutionResult",
     "File",
+    "ForkError",
     "FunctionModel",
     "Hooks",
     "HostFunction",
@@ -113,6 +115,7 @@ if TYPE_CHECKING:
     from sunroom.errors import (
         BudgetExceededError,
         ClosedError,
+        ForkError,
         HostFunctionError,
         KernelDiedError,
         KernelError,

@@ -65,6 +65,7 @@ __all__ = [
     "HostFunctionNotFound",
     "HostFunctionTimeout",
     "KernelDiedError",
+    "ForkError",
     "KernelError",
     "KernelStartError",
     "OverloadedError",
@@ -131,6 +132,14 @@ class KernelDiedError(KernelError):
     def __init__(self, message: str, *, reason: str = "") -> None:
         super().__init__(message)
         self.reason = reason
+
+
+class ForkError(KernelError):
+    """The kernel cannot be forked in its present state; nothing was copied.
+
+    It is busy (a cell, a bind, a file transfer) or its code left threads running; the kernel
+    goes on as it was.
+    """
 
 
 class SandboxUnavailableError(KernelError):

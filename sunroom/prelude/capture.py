@@ -60,7 +60,39 @@ class StreamCapture:
         self._tail_cap = 0
         self._dropped = 0
         self._idle_sent = 0
-        threading.Thread(target=self._run, name=f"sunroom-{name}", daemon=True).start()
+        self._target_fd = target_fd
+        self.thread = threading.Thread(target=self._run, name=f"sunroom-{name}", daemon=True)
+        self.thread.start()
+
+    @property
+    def lock(self) -> threading.Lock:
+        """The lock the reader thread holds while it handles output (held across a fork)."""
+        return self._lock
+
+    def close_inherited(self) -> None:
+        """In a forked child: close the read end once (the reader is gone); idempotent."""
+        if self._rfd >= 0:
+            with contextlib.suppress(OSError):
+                os.close(self._rfd)
+            self._rfd = -1
+
+    def after_fork(self) -> None:
+        """In a kernel's copy: a new pipe, a new reader thread; the parent's pipe is let go."""
+        self.close_inherited()
+        rfd, wfd = os.pipe()
+        with contextlib.suppress(OSError):
+            fcntl.fcntl(wfd, F_SETPIPE_SZ, READ_SIZE)
+        os.dup2(wfd, self._target_fd)
+        os.close(wfd)
+        self._rfd = rfd
+        self._lock = threading.Lock()
+        self._decoder = codecs.getincrementaldecoder("utf-8")("replace")
+        self._active = False
+        self._head, self._head_left = [], 0
+        self._tail, self._tail_size = deque(), 0
+        self._dropped = self._idle_sent = 0
+        self.thread = threading.Thread(target=self._run, name=f"sunroom-{self.name}", daemon=True)
+        self.thread.start()
 
     def begin(self, cap: int) -> None:
         """Start a cell: stream up to ``cap // 2`` bytes, keep a ``cap // 2`` tail."""

@@ -2,7 +2,8 @@
 
 Boot order: adopt the inherited socket, capture fd 1/2, send ``hello`` (protocol version, pid,
 Python version, the nonce it was given), then serve ``execute``, ``bind``, ``bind_chunk``,
-``install``, ``variables``, ``shutdown`` and the ``file_*`` requests (:mod:`sunroom.prelude.files`)
+``install``, ``variables``, ``fork`` (:mod:`sunroom.prelude.forking`), ``shutdown`` and the
+``file_*`` requests (:mod:`sunroom.prelude.files`)
 one at a time on the main thread (so SIGINT reaches user code as ``KeyboardInterrupt``). The
 kernel exits when the host connection closes.
 """
@@ -35,7 +36,12 @@ if TYPE_CHECKING:
 class Runtime:
     """One kernel: a namespace, an executor, output capture and the channel to the host."""
 
-    def __init__(self, sock: _socket.socket, *, nonce: str, max_frame: int) -> None:
+    def __init__(
+        self, sock: _socket.socket, *, nonce: str, max_frame: int, registry_fd: int | None = None
+    ) -> None:
+        self.max_frame = max_frame
+        self.registry_fd = registry_fd  # the supervisor learns our copies' pids here
+        self.copies: set[int] = set()  # our copies' supervisors: our children, reaped by us
         self.channel = BlockingChannel(sock, max_frame=max_frame)
         self.namespace: dict[str, Any] = {"__name__": "__main__", "__builtins__": builtins}
         self.executor = Executor(self.namespace)
@@ -53,6 +59,9 @@ class Runtime:
         os.dup2(sys.stdin.fileno(), 0)
         self._sigint_handler = self._on_sigint  # one bound method, compared by identity
         signal.signal(signal.SIGINT, self._sigint_handler)
+        self._hello(nonce)
+
+    def _hello(self, nonce: str) -> None:
         self.channel.notify(
             "hello",
             {
@@ -62,6 +71,62 @@ class Runtime:
                 "nonce": nonce,
             },
         )
+
+    # -- fork (sunroom.prelude.forking) ----------------------------------------------------
+
+    def _do_fork(self, params: dict[str, Any]) -> list[int]:
+        from sunroom.prelude import forking  # only kernels that fork pay for it
+
+        return forking.fork(self, params)
+
+    def capture_threads(self) -> list[threading.Thread]:
+        """The runtime's own threads (output readers): a fork quiets them, not refuses."""
+        return [self.out.thread, self.err.thread]
+
+    def fork_locks(self) -> list[threading.Lock]:
+        """Every lock the runtime's own threads take, in a fixed order."""
+        return [self.out.lock, self.err.lock, self.channel.send_lock]
+
+    def note_copy(self, pid: int) -> None:
+        """Tell the supervisor that *pid* supervises a copy, so it outlives this kernel."""
+        if self.registry_fd is not None:
+            os.write(self.registry_fd, f"{pid}\n".encode())
+
+    def forget_parent_links(self) -> None:
+        """In a forked child: close the fds that belong to this kernel, not to the child."""
+        fd = self.channel.raw_socket().fileno()
+        self.channel.detach()
+        with contextlib.suppress(OSError):
+            os.close(fd)
+        if self.registry_fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(self.registry_fd)
+            self.registry_fd = None
+        self.out.close_inherited()
+        self.err.close_inherited()
+
+    def become_copy(self, fd: int, *, nonce: str, workdir: str, registry_fd: int) -> None:
+        """In a copy's runtime: take socket *fd* and a copy of the workdir, then say hello.
+
+        Called after :meth:`forget_parent_links` (in the copy's supervisor, before its fork).
+        """
+        import shutil
+
+        self.registry_fd = registry_fd
+        self.copies = set()  # the parent's copies are not ours
+        self.channel = BlockingChannel(_socket.socket(fileno=fd), max_frame=self.max_frame)
+        hostcall.attach(self.channel)
+        self.out.after_fork()
+        self.err.after_fork()
+        shutil.copytree(self.workdir, workdir, symlinks=True, dirs_exist_ok=True)
+        os.chmod(workdir, 0o700)
+        for key in ("HOME", "TMPDIR"):
+            if os.environ.get(key) == self.workdir:
+                os.environ[key] = workdir
+        os.chdir(workdir)
+        self.workdir = workdir
+        self._files = None
+        self._hello(nonce)
 
     def _stream(self, name: str, text: str) -> None:
         self.channel.notify("stream", {"name": name, "text": text})
@@ -118,6 +183,10 @@ class Runtime:
         return self._files.handlers.get(method)
 
     def _do_execute(self, params: dict[str, Any]) -> dict[str, Any]:
+        if self.copies:  # reap the supervisors of copies that have ended
+            from sunroom.prelude import forking
+
+            forking.reap(self)
         code = params["code"]
         cap = int(params.get("max_output_bytes", 1_000_000))
         self.out.begin(cap)
@@ -213,10 +282,12 @@ def _flush(stream: Any) -> None:
         pass
 
 
-def main(fd: int, nonce: str, max_frame: int = DEFAULT_MAX_FRAME) -> None:
+def main(
+    fd: int, nonce: str, max_frame: int = DEFAULT_MAX_FRAME, *, registry_fd: int | None = None
+) -> None:
     """Run a kernel on inherited socket *fd*; returns when the host says shutdown or leaves."""
     sock = _socket.socket(fileno=fd)
-    runtime = Runtime(sock, nonce=nonce, max_frame=max_frame)
+    runtime = Runtime(sock, nonce=nonce, max_frame=max_frame, registry_fd=registry_fd)
     threading.current_thread().name = "sunroom-kernel"
     runtime.serve()
     for stream in (sys.stdout, sys.stderr):

@@ -6,7 +6,8 @@ child subreaper (``PR_SET_CHILD_SUBREAPER``) so that every orphaned descendant, 
 (``PR_SET_PDEATHSIG``); applies rlimits (the host has already put it in the kernel's cgroup);
 then forks the kernel runtime (no second interpreter start). When the kernel exits, or on
 ``SIGTERM``, it stops and kills every descendant, reaps them all, reports the kernel's exit on
-the status fd and exits.
+the status fd and exits. A kernel's copies (:mod:`sunroom.prelude.forking`) outlive it: each
+has a supervisor of its own, and this one waits for them before it exits.
 """
 
 from __future__ import annotations
@@ -29,18 +30,17 @@ PR_SET_DUMPABLE = 4
 PR_SET_CHILD_SUBREAPER = 36
 
 
-class _Terminate(Exception):
-    pass
-
-
 def _prctl(option: int, value: int) -> None:
     libc = ctypes.CDLL(None, use_errno=True)
     if libc.prctl(option, value, 0, 0, 0) != 0:
         raise OSError(ctypes.get_errno(), f"prctl({option}) failed")
 
 
-def descendants(root: int) -> list[int]:
-    """Every live descendant of *root*, read from ``/proc/<pid>/task/*/children``."""
+def descendants(root: int, spare: frozenset[int] | set[int] = frozenset()) -> list[int]:
+    """Every live descendant of *root*, read from ``/proc/<pid>/task/*/children``.
+
+    The processes in *spare* and their own descendants are left out.
+    """
     found: list[int] = []
     stack = [root]
     while stack:
@@ -55,17 +55,21 @@ def descendants(root: int) -> list[int]:
                     kids = [int(x) for x in f.read().split()]
             except OSError:
                 continue
+            kids = [k for k in kids if k not in spare]
             found.extend(kids)
             stack.extend(kids)
     return found
 
 
-def sweep(deadline_s: float = 10.0) -> None:
-    """Stop, kill and reap every descendant until none is left (or the deadline passes)."""
+def sweep(deadline_s: float = 10.0, spare: frozenset[int] | set[int] = frozenset()) -> None:
+    """Stop, kill and reap every descendant until none is left (or the deadline passes).
+
+    The processes in *spare* (copies' supervisors) and their descendants are left alone.
+    """
     me = os.getpid()
     end = time.monotonic() + deadline_s
-    while time.monotonic() < end:
-        pids = descendants(me)
+    while True:
+        pids = descendants(me, spare)
         for sig in (signal.SIGSTOP, signal.SIGKILL):
             for pid in pids:
                 with contextlib.suppress(OSError):
@@ -77,8 +81,9 @@ def sweep(deadline_s: float = 10.0) -> None:
                 return
             if pid == 0:
                 break
-        if not pids:
-            time.sleep(0.001)
+        if not pids or time.monotonic() > end:
+            return
+        time.sleep(0.001)
 
 
 def _apply_rlimits(limits: dict[str, int]) -> None:
@@ -96,8 +101,12 @@ def _apply_rlimits(limits: dict[str, int]) -> None:
         resource.setrlimit(key, (soft, soft))
 
 
+_STOP = [False]
+"""Set by ``SIGTERM``: kill every descendant and exit."""
+
+
 def _on_term(signum: int, frame: Any) -> None:
-    raise _Terminate
+    _STOP[0] = True
 
 
 def _connect(path: str) -> int:
@@ -129,7 +138,7 @@ def main(config_json: str) -> None:
     """
     config = json.loads(config_json)
     status_fd: int | None = config.get("status_fd")
-    signal.signal(signal.SIGTERM, _on_term)
+    signal.signal(signal.SIGTERM, _on_term)  # noted now, acted on once supervise() runs
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     _prctl(PR_SET_CHILD_SUBREAPER, 1)
     _prctl(PR_SET_DUMPABLE, 0)  # the kernel's code may not ptrace or read our memory
@@ -141,32 +150,87 @@ def main(config_json: str) -> None:
     fd: int = config["fd"] if "fd" in config else _connect(config["connect"])
     from sunroom.prelude import runtime  # import before fork: the kernel starts warm
 
+    registry_r, registry_w = os.pipe()  # the runtime names its copies' supervisors here
     kernel = os.fork()
     if kernel == 0:
         try:
+            os.close(registry_r)
             _prctl(PR_SET_DUMPABLE, 1)  # the runtime is the user's own process
             if status_fd is not None:
                 os.close(status_fd)
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
             signal.signal(signal.SIGINT, signal.default_int_handler)
             _apply_rlimits(config.get("rlimits", {}))
-            runtime.main(fd, config["nonce"], config["max_frame"])
+            runtime.main(fd, config["nonce"], config["max_frame"], registry_fd=registry_w)
         except BaseException:
             import traceback
 
             traceback.print_exc()
         os._exit(1)
     os.close(fd)
-    if config.get("forward_sigint"):
-        signal.signal(signal.SIGINT, lambda *_: _relay(kernel))
-    status = "terminated"
+    os.close(registry_w)
+    code = supervise(
+        kernel,
+        status_fd=status_fd,
+        registry_fd=registry_r,
+        forward_sigint=bool(config.get("forward_sigint")),
+    )
+    sys.stdout.flush()
+    os._exit(code)
+
+
+def supervise(
+    kernel: int,
+    *,
+    status_fd: int | None,
+    registry_fd: int | None,
+    hangup_fd: int | None = None,
+    forward_sigint: bool = False,
+) -> int:
+    """Wait for *kernel* (our child), then stop every descendant; return the exit code to use.
+
+    When the kernel ends, every descendant is killed except the supervisors of the kernel's
+    copies (:mod:`sunroom.prelude.forking`),
+    whose pids the runtime writes to *registry_fd*, one per line: a copy outlives the kernel it
+    was forked from; then the kernel's status goes to *status_fd*, so a host that reads it
+    knows the kernel's processes are gone. This process then waits, reaping, until the last
+    copy is gone. On
+    ``SIGTERM`` every descendant is killed, copies included. When *hangup_fd* (a copy's
+    socket) reports that the host hung up, the kernel is killed (it may be stuck in a cell).
+    With no *status_fd* the kernel's own exit status is returned (``128 + signal`` for a
+    signal), else 0.
+    """
+    import select
+
+    wake_r, wake_w = os.pipe()
+    os.set_blocking(wake_r, False)
+    os.set_blocking(wake_w, False)
+    stop = _STOP
+    signal.set_wakeup_fd(wake_w)
+    signal.signal(signal.SIGTERM, _on_term)
+    signal.signal(signal.SIGCHLD, lambda *_: None)  # a handler, so the wakeup fd is written
+    signal.signal(signal.SIGINT, (lambda *_: _relay(kernel)) if forward_sigint else signal.SIG_IGN)
+    poller = select.poll()
+    poller.register(wake_r, select.POLLIN)
+    if hangup_fd is not None:
+        poller.register(hangup_fd, 0)  # POLLHUP and POLLERR are always reported
+    copies: set[int] = set()
+    registry = _Registry(registry_fd, copies)
+    if registry_fd is not None:
+        os.set_blocking(registry_fd, False)
+        poller.register(registry_fd, select.POLLIN)
+    status: str | None = None
+    reported = False
     exit_code = 0
-    try:
-        while True:
+    while not stop[0]:
+        while True:  # reap every child that has ended: the kernel, orphans, copies
             try:
-                pid, code = os.waitpid(-1, 0)
+                pid, code = os.waitpid(-1, os.WNOHANG)
             except ChildProcessError:
+                pid = 0
+            if pid == 0:
                 break
+            copies.discard(pid)
             if pid == kernel:
                 if os.WIFSIGNALED(code):
                     status = f"signal:{os.WTERMSIG(code)}"
@@ -174,18 +238,68 @@ def main(config_json: str) -> None:
                 else:
                     exit_code = os.waitstatus_to_exitcode(code)
                     status = f"exit:{exit_code}"
+        if status is not None:
+            registry.drain()  # every copy the kernel made is named before it ended
+            copies &= set(descendants(os.getpid()))
+            sweep(spare=copies)
+            if not reported:  # the kernel and its processes are gone: say so at once
+                _report(status_fd, status)
+                reported = True
+            if not copies:
                 break
-    except _Terminate:
-        pass
+        try:
+            events = poller.poll(1000)
+        except InterruptedError:
+            continue
+        for fd, _ in events:
+            if fd == wake_r:
+                with contextlib.suppress(BlockingIOError):
+                    os.read(wake_r, 512)
+            elif fd == registry_fd:
+                if not registry.drain():
+                    poller.unregister(fd)
+            elif fd == hangup_fd:  # the host closed the kernel or died: end the kernel
+                poller.unregister(fd)
+                if status is None:
+                    with contextlib.suppress(OSError):
+                        os.kill(kernel, signal.SIGKILL)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     sweep()
+    if status is None:
+        _report(status_fd, "terminated")
+    return 0 if status_fd is not None else exit_code
+
+
+class _Registry:
+    """The read end of the pipe the runtime names its copies' supervisors on, one pid a line."""
+
+    def __init__(self, fd: int | None, copies: set[int]) -> None:
+        self.fd = fd
+        self.copies = copies
+        self.pending = b""
+
+    def drain(self) -> bool:
+        """Read what is there into the copies; False once the pipe is closed (or absent)."""
+        if self.fd is None:
+            return False
+        while True:
+            try:
+                data = os.read(self.fd, 4096)
+            except BlockingIOError:
+                return True
+            if not data:
+                os.close(self.fd)
+                self.fd = None
+                return False
+            *lines, self.pending = (self.pending + data).split(b"\n")
+            self.copies.update(int(x) for x in lines if x.strip().isdigit())
+
+
+def _report(status_fd: int | None, status: str) -> None:
     if status_fd is not None:
         with contextlib.suppress(OSError):
             os.write(status_fd, status.encode())
-        exit_code = 0
-    sys.stdout.flush()
-    os._exit(exit_code)
 
 
 def _relay(kernel: int) -> None:

@@ -82,6 +82,26 @@ class BlockingChannel:
         self._closed: BaseException | None = None
 
     @property
+    def send_lock(self) -> threading.Lock:
+        """The lock every send holds (a fork holds it, so no thread owns it in the child)."""
+        return self._send_lock
+
+    def raw_socket(self) -> _socket.socket:
+        """The socket itself, for the one exchange that is not framed (fds for a fork)."""
+        return self._sock
+
+    def input_idle(self) -> bool:
+        """Whether nothing received is waiting: no partial frame and no queued request."""
+        with self._lock:
+            return not self._buf and not self._requests and not self._reading
+
+    def detach(self) -> None:
+        """Let go of the socket without closing it: its fd is closed by whoever owns it now."""
+        with self._lock:
+            self._closed = self._closed or ConnectionError("detached")
+        self._sock.detach()
+
+    @property
     def closed(self) -> bool:
         """Whether the connection is gone."""
         return self._closed is not None

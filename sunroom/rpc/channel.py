@@ -30,6 +30,7 @@ import asyncio
 import contextlib
 import logging
 import mmap
+import os
 import socket
 from collections import deque
 from collections.abc import Awaitable, Callable, Mapping
@@ -545,6 +546,21 @@ class Channel(asyncio.Protocol):
         fut = self.request(method, params, check=check)
         await self._writable()
         return await fut
+
+    def send_fds(self, fds: list[int]) -> None:
+        """Pass *fds* to the peer in one ``SCM_RIGHTS`` message carrying the byte ``F``.
+
+        For the one exchange that is not framed (a fork's sockets): the peer must be waiting
+        for it, and nothing may be queued for writing, so the byte cannot land inside a frame.
+        Raises ConnectionError when the channel is closed, ProtocolError when output is queued.
+        """
+        if self._transport is None or self.closed.done():
+            raise ConnectionError("the channel is closed")
+        if self._transport.get_write_buffer_size():
+            raise ProtocolError("cannot pass fds while frames wait to be written")
+        raw = self._transport.get_extra_info("socket")
+        with socket.socket(fileno=os.dup(raw.fileno())) as dup:
+            socket.send_fds(dup, [b"F"], fds)
 
     def notify(self, method: str, params: Any = None) -> None:
         """Send a notification; raises ClosedError if the channel is closed."""

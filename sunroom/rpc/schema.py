@@ -99,7 +99,17 @@ def stream(params: Any) -> dict[str, str]:
     return {"name": name, "text": _str(params.get("text"), "stream.text")}
 
 
-NOTIFICATIONS: Final[Mapping[str, Checker]] = {"hello": hello, "stream": stream}
+def fork_ready(params: Any) -> dict[str, int]:
+    """The kernel waits for the copies' fds (one ``SCM_RIGHTS`` message): ``{"copies": int}``."""
+    params = _map(params, "fork_ready")
+    return {"copies": _int(params.get("copies"), "fork_ready.copies", least=1)}
+
+
+NOTIFICATIONS: Final[Mapping[str, Checker]] = {
+    "hello": hello,
+    "stream": stream,
+    "fork_ready": fork_ready,
+}
 """Every notification a kernel may send, by method."""
 
 
@@ -278,6 +288,13 @@ def names(result: Any) -> list[str]:
     if type(result) is not list:
         raise WireError(f"the result must be a list of names, got {_kind(result)}")
     return [_str(name, "a bound name") for name in result]
+
+
+def pids(result: Any) -> list[int]:
+    """The result of ``fork``: the copies' supervisors' pids, ``[int]``."""
+    if type(result) is not list:
+        raise WireError(f"the fork result must be a list of pids, got {_kind(result)}")
+    return [_int(pid, "a copy's pid", least=1) for pid in result]
 
 
 def variables(result: Any) -> list[dict[str, str]]:

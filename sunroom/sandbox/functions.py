@@ -278,6 +278,10 @@ class FunctionRegistry:
         self._on_call = on_call
         self._thread = _WarmThread()
 
+    def copy(self) -> FunctionRegistry:
+        """The same functions and call hook with fresh per-kernel usage (for a kernel's copy)."""
+        return FunctionRegistry(self._functions.values(), on_call=self._on_call)
+
     def close(self) -> None:
         """Let the warm thread go; a call running on it finishes, later ones use the pool."""
         self._thread.close()

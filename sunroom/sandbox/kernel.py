@@ -17,6 +17,7 @@ from typing import Any, Self, final
 
 from sunroom.errors import (
     ClosedError,
+    ForkError,
     KernelDiedError,
     KernelError,
     KernelStartError,
@@ -27,13 +28,13 @@ from sunroom.rpc import schema
 from sunroom.rpc.channel import Channel, RemoteError, RpcFailure, cut
 from sunroom.rpc.eager import in_task
 from sunroom.rpc.messages import RpcError
-from sunroom.sandbox import backends
+from sunroom.sandbox import backends, forking
 from sunroom.sandbox import inputs as host_inputs
 from sunroom.sandbox.backend import Backend, KernelProcess
 from sunroom.sandbox.codegen import generate
 from sunroom.sandbox.files import KernelFiles
 from sunroom.sandbox.functions import FunctionRegistry, HostFunction, rpc_error, to_wire
-from sunroom.sandbox.launch import failure_detail, launch
+from sunroom.sandbox.launch import Ready, Router, failure_detail, launch
 from sunroom.sandbox.limits import Limits
 from sunroom.sandbox.pool import KernelPool
 from sunroom.sandbox.result import CellError, DisplayItem, ExecutionResult, Variable
@@ -100,6 +101,7 @@ class AsyncKernel:
         self._proc: KernelProcess | None = None
         self._closing: asyncio.Task[None] | None = None
         self._channel: Channel | None = None
+        self._router: Router | None = None
         self._closed = False
         self._running_cell = False
         self.restarts = 0
@@ -132,7 +134,7 @@ class AsyncKernel:
         else:
             mounts = host_inputs.mounts(self._backend.name, self._file_inputs)
             ready = await launch(self._backend, limits=self.limits, env=self._env, mounts=mounts)
-        self._proc, self._channel = ready.proc, ready.channel
+        self._proc, self._channel, self._router = ready.proc, ready.channel, ready.router
         ready.router.on_output = self._on_output
         ready.channel.serve_with(self._serve, eager=True)
         self.kernel_info = ready.info
@@ -197,6 +199,72 @@ class AsyncKernel:
         See :class:`~sunroom.sandbox.files.KernelFiles`; operations wait for a running cell.
         """
         return self._files
+
+    # -- fork ------------------------------------------------------------------------------
+
+    async def fork(
+        self, n: int = 1, *, on_output: OutputCallback | None = None
+    ) -> list[AsyncKernel]:
+        """Copies of this idle kernel's live state, each a kernel of its own (docs/fork.md).
+
+        The copies are made by ``fork()`` of the kernel's runtime: its namespace, imports,
+        bound inputs and host-function wrappers are the same memory, copied on write. Each copy
+        has its own socket, supervisor, cgroup (where cgroups are used), a copy of the workdir,
+        fresh host-function usage counts and the same limits; it lives in this kernel's sandbox
+        and outlives this kernel (the sandbox goes with the last of them). A copy that is
+        restarted (timeout, crash) starts cold, with this kernel's inputs and functions.
+        *on_output* receives the copies' streamed output.
+
+        Raises ForkError when the kernel is busy (a cell, a bind, a file transfer) or refuses
+        (its code left threads running); UsageError for an *n* outside 1-64 or on a backend
+        that cannot fork (docker, for now); KernelStartError when a copy does not come up (no
+        copy is left running then); ClosedError after close.
+        """
+        if not isinstance(n, int) or isinstance(n, bool):
+            raise UsageError("n must be an int")
+        if self._lock.locked():
+            raise ForkError(
+                "cannot fork while the kernel is busy (a cell, a bind or a file transfer runs)"
+            )
+        async with self._lock:
+            await self._ensure()
+            assert self._backend is not None
+            assert self._proc is not None
+            channel, router = self._channel, self._router
+            assert channel is not None
+            assert router is not None
+            family, member = forking.family_of(self._proc, self._backend.name)
+            self._proc = member
+            try:
+                readies = await forking.fork(
+                    channel,
+                    router,
+                    member,
+                    family,
+                    backend=self._backend.name,
+                    n=n,
+                    limits=self.limits,
+                )
+            except RemoteError as exc:
+                why = cut(exc.error.message, 400)
+                raise ForkError(f"the kernel refused to fork: {why}") from None
+            except (ClosedError, ConnectionError) as exc:
+                raise await self._died("fork", exc) from None
+        return [self._adopt_copy(ready, on_output) for ready in readies]
+
+    def _adopt_copy(self, ready: Ready, on_output: OutputCallback | None) -> AsyncKernel:
+        copy = AsyncKernel(backend=self._backend_arg, limits=self.limits, env=self._env)
+        copy.registry = self.registry.copy()
+        copy._wrappers = self._wrappers
+        copy._inputs = dict(self._inputs)
+        copy._file_inputs = dict(self._file_inputs)
+        copy._on_output = on_output
+        copy._backend = self._backend
+        copy._proc, copy._channel, copy._router = ready.proc, ready.channel, ready.router
+        ready.router.on_output = on_output
+        ready.channel.serve_with(copy._serve, eager=True)
+        copy.kernel_info = ready.info
+        return copy
 
     # -- host functions --------------------------------------------------------------------
 

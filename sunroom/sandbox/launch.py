@@ -23,10 +23,15 @@ from sunroom.sandbox.limits import Limits
 @final
 @dataclass(eq=False)
 class Router:
-    """Routes a kernel's notifications: the hello to a future, output to ``on_output``."""
+    """Routes a kernel's notifications: the hello to a future, output to ``on_output``.
+
+    ``fork_ready`` (the kernel waits for a fork's fds) sets the future in :attr:`fork_ready`
+    when one is set; at any other time it is ignored.
+    """
 
     hello: asyncio.Future[Any]
     on_output: Callable[[str, str], None] | None = None
+    fork_ready: asyncio.Future[Any] | None = None
 
     def __call__(self, method: str, params: Any) -> None:
         """Handle one notification (the channel calls this)."""
@@ -37,6 +42,8 @@ class Router:
                     self.on_output(name, text)
         elif method == "hello" and not self.hello.done():
             self.hello.set_result(params)
+        elif method == "fork_ready" and self.fork_ready is not None and not self.fork_ready.done():
+            self.fork_ready.set_result(params)
 
 
 @final
@@ -55,7 +62,8 @@ class Ready:
         await self.proc.kill()
 
 
-def _check_hello(info: Any, nonce: str) -> None:
+def check_hello(info: Any, nonce: str) -> None:
+    """Raise KernelStartError unless *info* is a hello with *nonce*, our protocol and a pid."""
     if not isinstance(info, dict) or not secrets.compare_digest(str(info.get("nonce", "")), nonce):
         raise KernelStartError("the kernel's hello did not carry the expected nonce")
     if info.get("protocol") != PROTOCOL_VERSION:
@@ -112,7 +120,7 @@ async def launch(
                 f"the kernel did not say hello within {limits.start_timeout_s:g} s"
             )
         info = router.hello.result()
-        _check_hello(info, nonce)
+        check_hello(info, nonce)
         proc.adopt(int(info["pid"]))
         return Ready(proc, channel, router, dict(info))
     except BaseException as exc:

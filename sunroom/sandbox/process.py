@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import select
 import signal
 import socket
 from pathlib import Path
@@ -62,6 +63,11 @@ class SupervisedProcess:
         return self._proc.pid
 
     @property
+    def kernel_pid(self) -> int | None:
+        """The runtime's host pid, once :meth:`adopt` found it."""
+        return self._kernel_pid
+
+    @property
     def workdir(self) -> Path:
         """The kernel's working directory."""
         return self._workdir
@@ -88,7 +94,7 @@ class SupervisedProcess:
         host pid is found through the ``NSpid`` line of ``/proc/<pid>/status``.
         """
         for pid in self.descendants():
-            if _innermost_pid(pid) == kernel_pid:
+            if innermost_pid(pid) == kernel_pid:
                 self._kernel_pid = pid
                 return
 
@@ -159,14 +165,42 @@ class SupervisedProcess:
         except (BlockingIOError, OSError):
             self._status = None
 
+    async def wait_reported(self, within_s: float) -> bool:
+        """Wait until the supervisor reports the runtime's end (or exits); False on time out.
+
+        The report comes once the runtime and its processes are gone, whether or not the
+        supervisor stays on for the kernel's copies.
+        """
+        try:
+            await asyncio.wait_for(self._status_or_exit(), within_s)
+        except TimeoutError:
+            return False
+        return True
+
+    async def _status_or_exit(self) -> None:
+        wait = asyncio.ensure_future(self._proc.wait())
+        try:
+            while not wait.done() and self._status is None:
+                try:
+                    if select.select([self._status_fd], [], [], 0)[0]:
+                        return
+                except (OSError, ValueError):  # closed by a teardown
+                    return
+                await asyncio.wait({wait}, timeout=0.01)
+        finally:
+            wait.cancel()
+
     async def log_tail(self, size: int = 4000) -> str:
         """The end of the kernel's own stderr before its output capture began (start failures)."""
         return await asyncio.to_thread(_tail, self._rundir / "kernel.log", size)
 
     async def exit_reason(self) -> str:
-        """Classify the death: out of memory, a signal, or an exit status."""
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._proc.wait(), 5.0)
+        """Classify the death: out of memory, a signal, or an exit status.
+
+        Waits (up to 5 s) for the supervisor to report the runtime's end: it does so at once,
+        and exits later when the kernel's copies still run.
+        """
+        await self.wait_reported(5.0)
         self._read_status()
         oom = self._cgroup is not None and self._cgroup.oom_kills() > self._oom_before
         status = self._status or ""
@@ -193,7 +227,7 @@ def _tail(path: Path, size: int) -> str:
         return ""
 
 
-def _innermost_pid(pid: int) -> int | None:
+def innermost_pid(pid: int) -> int | None:
     """The pid of *pid* in its innermost PID namespace (itself outside any namespace)."""
     try:
         with open(f"/proc/{pid}/status") as f:

@@ -37,6 +37,7 @@ class Kernel:
         on_output: OutputCallback | None = None,
     ) -> None:
         self._portal = Portal("sunroom-kernel-loop", what="the kernel")
+        self._users = [1]  # kernels sharing the portal: this one and its copies
         self._state = TwinState.UNOPENED
         try:
             self._core: AsyncKernel = self._portal.call(
@@ -46,6 +47,16 @@ class Kernel:
             self._portal.close()
             raise
         self._files = Files(self._portal, self._core.files)
+
+    @classmethod
+    def _copy_of(cls, parent: Kernel, core: AsyncKernel) -> Kernel:
+        copy = cls.__new__(cls)
+        copy._portal, copy._users = parent._portal, parent._users
+        copy._users[0] += 1
+        copy._state = TwinState.OPENED
+        copy._core = core
+        copy._files = Files(copy._portal, core.files)
+        return copy
 
     @property
     def core(self) -> AsyncKernel:
@@ -105,6 +116,14 @@ class Kernel:
         """Restart with the same inputs and host functions."""
         self._portal.call(self._core.restart())
 
+    def fork(self, n: int = 1, *, on_output: OutputCallback | None = None) -> list[Kernel]:
+        """Copies of this idle kernel's live state; see :meth:`AsyncKernel.fork`.
+
+        The copies share this kernel's event-loop thread, which stops with the last of them.
+        """
+        cores = self._portal.call(self._core.fork(n, on_output=on_output))
+        return [Kernel._copy_of(self, core) for core in cores]
+
     def close(self) -> None:
         """Kill the whole process tree, wait for it and stop the loop thread. Idempotent."""
         if self._state is TwinState.CLOSED:
@@ -113,7 +132,9 @@ class Kernel:
         try:
             self._portal.call(self._core.aclose())
         finally:
-            self._portal.close()
+            self._users[0] -= 1
+            if self._users[0] == 0:
+                self._portal.close()
 
 
 async def _build(

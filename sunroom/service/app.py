@@ -11,6 +11,9 @@ Routes (all but ``/healthz`` need ``Authorization: Bearer <token>``):
 - ``DELETE /sessions/{id}``: cancel and close it → 200
 - ``POST /kernels``: :class:`~.schemas.CreateKernel` → 201 ``{"kernel_id"}``
 - ``POST /kernels/{id}/execute``: :class:`~.schemas.Execute` → ``ExecutionResult.to_dict()``
+- ``POST /kernels/{id}/fork``: :class:`~.schemas.Fork` (``{"n": k}``, 1-64) → 201
+  ``{"kernel_ids": [...]}``: copies of the kernel's live state, raw kernels of their own
+  (409 while it is busy or runs threads of its own; see docs/fork.md)
 - ``DELETE /kernels/{id}``: kill it → 200
 - ``PUT|GET|DELETE /kernels/{id}/files/{path}``, ``GET /kernels/{id}/files?glob=``, and the same
   under ``/sessions/{id}``: the kernel's workdir (:mod:`sunroom.service.files`)
@@ -54,7 +57,7 @@ from sunroom.service.problems import (
     status_for,
     validation_message,
 )
-from sunroom.service.schemas import CreateKernel, CreateSession, Execute, MessageIn
+from sunroom.service.schemas import CreateKernel, CreateSession, Execute, Fork, MessageIn
 from sunroom.service.sessions import ModelResolver, SessionManager
 from sunroom.service.sse import EventStream
 from sunroom.store import SessionRecord, SQLiteStore
@@ -266,6 +269,12 @@ def create_app(
             )
         return JSONResponse(out.to_dict())
 
+    async def fork_kernel(request: Request) -> Response:
+        with kernels().admitted():
+            body = await _body(request, Fork)
+            ids = await kernels().fork(request.path_params["kid"], body.n)
+        return JSONResponse({"kernel_ids": ids}, status_code=201)
+
     async def delete_kernel(request: Request) -> Response:
         kid = request.path_params["kid"]
         await kernels().delete(kid)
@@ -323,6 +332,7 @@ def create_app(
             ("/sessions/{sid}/result", "GET", result),
             ("/kernels", "POST", create_kernel),
             ("/kernels/{kid}/execute", "POST", execute),
+            ("/kernels/{kid}/fork", "POST", fork_kernel),
             ("/kernels/{kid}", "DELETE", delete_kernel),
             *file_routes(kernels, sessions),
         ]

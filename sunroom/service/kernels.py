@@ -95,6 +95,29 @@ class KernelManager:
         self._kernels[kid] = kernel
         return kid
 
+    async def fork(self, kid: str, n: int) -> list[str]:
+        """Fork kernel *kid* into *n* copies (raw kernels of their own); return their ids.
+
+        The copies count against ``config.max_kernels``. Raises NotFoundError, CapacityError,
+        ForkError (busy, or threads of its own), UsageError (a backend that cannot fork).
+        """
+        kernel = self._get(kid)
+        if self.live + n > self.config.max_kernels:
+            raise CapacityError(
+                f"this server runs its limit of {self.config.max_kernels} kernels; "
+                f"{n} more would pass it"
+            )
+        self._starting += n
+        try:
+            copies = await kernel.fork(n)
+        finally:
+            self._starting -= n
+        ids = []
+        for copy in copies:
+            ids.append(uuid.uuid4().hex)
+            self._kernels[ids[-1]] = copy
+        return ids
+
     def kernel(self, kid: str) -> AsyncKernel:
         """The raw kernel *kid* (for its files). Raises NotFoundError."""
         return self._get(kid)

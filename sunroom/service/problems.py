@@ -16,6 +16,7 @@ import pydantic
 from sunroom.errors import (
     AuthenticationError,
     ClosedError,
+    ForkError,
     HostFunctionError,
     KernelError,
     KernelStartError,
@@ -73,6 +74,7 @@ _STATUS: Final[tuple[tuple[type[BaseException], int], ...]] = (
     (StoreNotFoundError, 404),
     (ConflictError, 409),
     (ClosedError, 409),
+    (ForkError, 409),
     (StoreConflictError, 409),
     (CapacityError, 429),
     (OwnedElsewhereError, 503),

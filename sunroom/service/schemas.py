@@ -164,6 +164,14 @@ class CreateKernel(pydantic.BaseModel):
     limits: LimitsIn | None = None
 
 
+class Fork(pydantic.BaseModel):
+    """``POST /kernels/{id}/fork``: copies of a raw kernel's live state."""
+
+    model_config = _Strict
+
+    n: Annotated[int, pydantic.Field(ge=1, le=64)] = 1
+
+
 class Execute(pydantic.BaseModel):
     """``POST /kernels/{id}/execute``: one cell."""
 

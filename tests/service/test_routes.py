@@ -24,6 +24,7 @@ ROUTES = [
     ("GET", "/sessions/x/result"),
     ("POST", "/kernels"),
     ("POST", "/kernels/x/execute"),
+    ("POST", "/kernels/x/fork"),
     ("DELETE", "/kernels/x"),
 ]
 
@@ -221,6 +222,50 @@ def test_raw_kernels_execute_with_host_functions(make_server: Callable[..., Serv
     assert server.client.get("/healthz").json()["kernels"] == 1
     assert server.client.delete(f"/kernels/{kid}").status_code == 200
     assert server.client.post(f"/kernels/{kid}/execute", json={"code": "1"}).status_code == 404
+
+
+def test_raw_kernels_fork(make_server: Callable[..., Server]) -> None:
+    def double(x: int) -> int:
+        """Twice x."""
+        return 2 * x
+
+    server = make_server(functions=[double], max_kernels=3)
+    kid = server.client.post("/kernels", json={"inputs": {"n": 21}}).json()["kernel_id"]
+    server.client.post(f"/kernels/{kid}/execute", json={"code": "seen = ['parent']"})
+    r = server.client.post(f"/kernels/{kid}/fork", json={"n": 2})
+    assert r.status_code == 201, r.text
+    copies = r.json()["kernel_ids"]
+    assert len(copies) == 2 and kid not in copies
+    for i, cid in enumerate(copies):
+        out = server.client.post(
+            f"/kernels/{cid}/execute", json={"code": f"seen.append({i})\n(seen, double(n))"}
+        ).json()
+        assert out["value"] == f"(['parent', {i}], 42)", out
+    out = server.client.post(f"/kernels/{kid}/execute", json={"code": "seen"}).json()
+    assert out["value"] == "['parent']"
+    assert server.client.get("/healthz").json()["kernels"] == 3
+    r = server.client.post(f"/kernels/{kid}/fork", json={})
+    assert r.status_code == 429 and r.json()["error"]["type"] == "CapacityError"
+    for bad in ({"n": 0}, {"n": 65}, {"n": "two"}):
+        r = server.client.post(f"/kernels/{kid}/fork", json=bad)
+        assert r.status_code == 422, bad
+    assert server.client.post("/kernels/nope/fork", json={}).status_code == 404
+    server.client.delete(f"/kernels/{kid}")  # the copies outlive it
+    out = server.client.post(f"/kernels/{copies[0]}/execute", json={"code": "seen"}).json()
+    assert out["value"] == "['parent', 0]"
+    server.client.post(
+        f"/kernels/{copies[1]}/execute",
+        json={
+            "code": "import threading\nthreading.Thread(target=__import__('time').sleep, "
+            "args=(30,), daemon=True, name='sleeper').start()"
+        },
+    )
+    r = server.client.post(f"/kernels/{copies[1]}/fork", json={})
+    assert r.status_code == 409, r.text
+    assert r.json()["error"]["type"] == "ForkError"
+    assert "sleeper" in r.json()["error"]["message"]
+    for cid in copies:
+        assert server.client.delete(f"/kernels/{cid}").status_code == 200
 
 
 def test_host_calls_are_recorded_with_idempotency_keys(

@@ -44,6 +44,7 @@ SANDBOX_UID: Final = 1000
 PYTHON_DIR: Final = "/opt/sunroom/python"
 LIB_DIR: Final = "/opt/sunroom/lib"
 WORKDIR: Final = "/work"
+FORKS_DIR: Final = "/forks"
 TMP_MB: Final = 64
 MASKED_PROC_FILES: Final = (
     "kcore",
@@ -253,6 +254,10 @@ class BwrapBackend:
             str(limits.disk_mb * 1024 * 1024),
             "--tmpfs",
             WORKDIR,
+            "--size",
+            str(limits.disk_mb * 1024 * 1024),
+            "--tmpfs",
+            FORKS_DIR,  # the workdirs of this kernel's copies (sunroom.sandbox.forking)
             "--size",
             str(TMP_MB * 1024 * 1024),
             "--tmpfs",

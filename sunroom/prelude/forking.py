@@ -1,0 +1,201 @@
+"""Forking a live kernel: each copy is the runtime's own state, copied on write by ``fork()``.
+
+The host asks with a ``fork`` request naming one ``{"nonce", "workdir"}`` per copy. The runtime
+refuses if code it ran left Python threads running (a copy would inherit their locks, not the
+threads), says ``fork_ready``, and receives the copies' ends of their sockets and status pipes in
+one ``SCM_RIGHTS`` message. For each copy it then forks the copy's supervisor (a subreaper),
+whose pid goes to the kernel supervisor's registry so that it outlives this kernel (when this
+runtime ends, it is re-parented to that supervisor); the copy's supervisor forks the copy's
+runtime, which takes its new socket, new output pipes and a copy of the workdir, and says
+``hello`` with its nonce. This runtime reaps the supervisors of its copies that end. Nothing of
+the state is pickled or replayed: it is the same memory, shared until written (the collector's
+objects are frozen across the fork so that a collection does not touch every page).
+
+Sockets opened by cells, files outside the workdir and threads are not copied (see docs/fork.md).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import os
+import shutil
+import signal
+import socket
+import sys
+import threading
+
+from sunroom.prelude import supervisor
+
+TYPE_CHECKING = False  # typing costs the kernel ~10 ms to import; annotations are lazy
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+    from typing import Any
+
+    from sunroom.prelude.runtime import Runtime
+
+MAX_COPIES = 64
+"""The most copies one ``fork`` request may ask for."""
+
+FDS_TIMEOUT_S = 10.0
+"""How long the runtime waits for the host's ``SCM_RIGHTS`` message after ``fork_ready``."""
+
+
+def fork(runtime: Runtime, params: dict[str, Any]) -> list[int]:
+    """Make the copies *params* asks for; return their supervisors' pids (this namespace)."""
+    copies = params.get("copies")
+    if not isinstance(copies, list) or not 1 <= len(copies) <= MAX_COPIES:
+        raise ValueError(f"a fork asks for 1 to {MAX_COPIES} copies")
+    for spec in copies:
+        if not isinstance(spec, dict) or not all(
+            isinstance(spec.get(k), str) for k in ("nonce", "workdir")
+        ):
+            raise ValueError("each copy needs a nonce and a workdir")
+    reap(runtime)
+    _refuse_threads(runtime)
+    if not runtime.channel.input_idle():
+        raise RuntimeError("the host sent more requests while asking for a fork")
+    runtime.channel.notify("fork_ready", {"copies": len(copies)})
+    fds = _receive_fds(runtime, 2 * len(copies))
+    _flush()
+    pids: list[int] = []
+    gc.freeze()  # a collection in a copy must not write to every tracked object's page
+    try:
+        for i, spec in enumerate(copies):
+            pids.append(_spawn(runtime, spec, fds[2 * i], fds[2 * i + 1], fds))
+    finally:
+        gc.unfreeze()
+        for fd in fds:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+    return pids
+
+
+def _refuse_threads(runtime: Runtime) -> None:
+    ours = {threading.main_thread(), *runtime.capture_threads()}
+    others = [t for t in threading.enumerate() if t not in ours]
+    if others:
+        names = ", ".join(sorted(t.name for t in others)[:5])
+        raise RuntimeError(
+            f"the kernel has {len(others)} thread(s) of its own code running ({names}); "
+            "a copy would inherit their locks but not the threads, so stop or join them "
+            "before forking"
+        )
+
+
+def _receive_fds(runtime: Runtime, count: int) -> list[int]:
+    sock = runtime.channel.raw_socket()
+    sock.settimeout(FDS_TIMEOUT_S)
+    try:
+        msg, fds, _, _ = socket.recv_fds(sock, 1, count, socket.MSG_CMSG_CLOEXEC)  # type: ignore[arg-type]
+    except TimeoutError:
+        raise RuntimeError("the host did not pass the copies' sockets in time") from None
+    finally:
+        sock.settimeout(None)
+    if msg != b"F" or len(fds) != count:
+        for fd in fds:
+            os.close(fd)
+        raise RuntimeError("the host passed the copies' sockets in a malformed message")
+    return list(fds)
+
+
+def _flush() -> None:
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(BaseException):
+            stream.flush()
+
+
+@contextlib.contextmanager
+def _quiet(runtime: Runtime) -> Iterator[None]:
+    """Hold the locks the runtime's own threads take, so none is held across the fork."""
+    locks = runtime.fork_locks()
+    for lock in locks:
+        lock.acquire()
+    try:
+        yield
+    finally:
+        for lock in reversed(locks):
+            lock.release()
+
+
+def _spawn(
+    runtime: Runtime, spec: dict[str, Any], sock_fd: int, status_fd: int, fds: list[int]
+) -> int:
+    """Fork one copy's supervisor; return its pid (this runtime reaps it, see :func:`reap`)."""
+    with _quiet(runtime):
+        pid = os.fork()
+        if pid == 0:
+            _copy_supervisor(runtime, spec, sock_fd, status_fd, fds)
+    runtime.copies.add(pid)
+    runtime.note_copy(pid)  # the kernel's supervisor spares it when this kernel ends
+    return pid
+
+
+def reap(runtime: Runtime) -> None:
+    """Reap the supervisors of this kernel's copies that have ended (they are its children)."""
+    for pid in list(runtime.copies):
+        try:
+            done, _ = os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:  # a cell reaped it (os.wait) or it is gone
+            done = pid
+        if done:
+            runtime.copies.discard(pid)
+
+
+def _copy_supervisor(
+    runtime: Runtime, spec: dict[str, Any], sock_fd: int, status_fd: int, fds: list[int]
+) -> None:
+    """The copy's supervisor; never returns."""
+    code = 1
+    try:
+        gc.disable()  # this process only waits: it must not touch the copied heap
+        for fd in fds:
+            if fd not in (sock_fd, status_fd):
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+        runtime.forget_parent_links()
+        supervisor._prctl(supervisor.PR_SET_CHILD_SUBREAPER, 1)
+        supervisor._prctl(supervisor.PR_SET_DUMPABLE, 0)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        hangup = os.dup(sock_fd)
+        registry_r, registry_w = os.pipe()
+        kernel = os.fork()
+        if kernel == 0:
+            os.close(registry_r)
+            os.close(status_fd)
+            os.close(hangup)
+            _copy_runtime(runtime, spec, sock_fd, registry_w)
+        os.close(sock_fd)
+        os.close(registry_w)
+        code = supervisor.supervise(
+            kernel, status_fd=status_fd, registry_fd=registry_r, hangup_fd=hangup
+        )
+        with contextlib.suppress(OSError):
+            shutil.rmtree(spec["workdir"])
+    except BaseException:
+        import traceback
+
+        traceback.print_exc()  # to the forked kernel's output: its host sees it
+    finally:
+        os._exit(code)
+
+
+def _copy_runtime(runtime: Runtime, spec: dict[str, Any], sock_fd: int, registry_fd: int) -> None:
+    """The copy's runtime: takes its socket and workdir, says hello, serves; never returns."""
+    try:
+        supervisor._prctl(supervisor.PR_SET_DUMPABLE, 1)  # the runtime is the user's own process
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        signal.set_wakeup_fd(-1)
+        gc.enable()
+        runtime.become_copy(
+            sock_fd, nonce=spec["nonce"], workdir=spec["workdir"], registry_fd=registry_fd
+        )
+        runtime.serve()
+        _flush()
+    except BaseException:
+        import traceback
+
+        traceback.print_exc()
+        os._exit(1)
+    os._exit(0)

@@ -1,0 +1,468 @@
+"""The host side of :meth:`AsyncKernel.fork`: copies of a live kernel in the same sandbox.
+
+A kernel and its copies form a :class:`Family` that shares one sandbox (the launched process
+tree: the bwrap namespaces, the subprocess supervisor). Each member is a kernel of its own: its
+own socket, its own supervisor (which reaps its descendants), its own cgroup with the kernel's
+limits where cgroups are used, its own workdir (a copy of the parent's at fork time). Closing a
+member kills only its processes; the sandbox itself is torn down with the last member, so no
+process of the family can outlive all of its kernels. The kernel side is
+:mod:`sunroom.prelude.forking`; the semantics are in docs/fork.md.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import secrets
+import select
+import signal
+import socket
+import time
+from pathlib import Path
+from typing import Final, final
+
+from sunroom.errors import KernelStartError, UsageError
+from sunroom.rpc import schema
+from sunroom.rpc.channel import Channel
+from sunroom.sandbox.backend import KernelProcess
+from sunroom.sandbox.backends.bwrap import FORKS_DIR
+from sunroom.sandbox.cgroup import Cgroup
+from sunroom.sandbox.launch import Ready, Router, check_hello
+from sunroom.sandbox.limits import Limits
+from sunroom.sandbox.process import SupervisedProcess, innermost_pid
+
+MAX_COPIES: Final = 64
+"""The most copies one :meth:`AsyncKernel.fork` call makes (the kernel's own cap too)."""
+
+FORK_BACKENDS: Final = ("subprocess", "bwrap")
+"""Backends whose kernels can be forked."""
+
+
+_SIGNAL_NAMES = {s.value: s.name for s in signal.Signals}
+
+
+@final
+class Family:
+    """One sandbox shared by a kernel and its copies; torn down with its last member."""
+
+    def __init__(self, root: SupervisedProcess) -> None:
+        self.root = root
+        self.members: set[KernelProcess] = set()
+        self._forks_dir: str | None = None
+        self._deferred: list[Cgroup] = []
+
+    def join(self, member: KernelProcess) -> None:
+        """Count *member* in: the sandbox lives while any member does."""
+        self.members.add(member)
+
+    def defer(self, cgroup: Cgroup) -> None:
+        """Remove *cgroup* with the sandbox (it still holds copies' supervisors)."""
+        self._deferred.append(cgroup)
+
+    async def leave(self, member: KernelProcess) -> None:
+        """Count *member* out; the last one out tears the sandbox down."""
+        self.members.discard(member)
+        if not self.members:
+            await self.root.kill()
+            for cgroup in self._deferred:
+                await asyncio.to_thread(cgroup.remove)
+            self._deferred.clear()
+
+    def forks_dir(self, backend: str) -> str:
+        """The directory (as the kernel sees it) under which copies' workdirs are made."""
+        if self._forks_dir is None:
+            if backend == "bwrap":
+                self._forks_dir = FORKS_DIR
+            else:
+                path = self.root.rundir / "forks"
+                path.mkdir(mode=0o700, exist_ok=True)
+                ident = self.root.identity
+                if ident is not None:
+                    os.chown(path, ident.uid, ident.gid)
+                self._forks_dir = str(path)
+        return self._forks_dir
+
+
+@final
+class RootMember:
+    """The forked kernel's own handle once it has copies: closing it spares the copies."""
+
+    def __init__(self, family: Family) -> None:
+        self.family = family
+        self.root = family.root
+        family.join(self)
+        self._closed = False
+
+    @property
+    def workdir(self) -> Path:
+        """The kernel's working directory as the host sees it."""
+        return self.root.workdir
+
+    @property
+    def cgroup(self) -> Cgroup | None:
+        """The kernel's cgroup (the sandbox's)."""
+        return self.root.cgroup
+
+    def adopt(self, kernel_pid: int) -> None:
+        """The runtime was adopted at launch; nothing to do."""
+
+    def interrupt(self) -> None:
+        """SIGINT the runtime."""
+        self.root.interrupt()
+
+    def alive(self) -> bool:
+        """Whether the kernel's runtime is still running."""
+        pid = self.root.kernel_pid
+        return not self._closed and pid is not None and _running(pid)
+
+    async def kill(self) -> None:
+        """Kill this kernel's processes (its supervisor spares the copies); idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            if self.family.members - {self}:
+                pid = self.root.kernel_pid
+                if pid is not None:
+                    with contextlib.suppress(OSError):
+                        os.kill(pid, signal.SIGKILL)
+                    await self.root.wait_reported(3.0)
+        finally:
+            await self.family.leave(self)
+
+    async def exit_reason(self) -> str:
+        """How the runtime ended (its supervisor reports it at once, copies or not)."""
+        return await self.root.exit_reason()
+
+    async def log_tail(self) -> str:
+        """The sandbox's early log."""
+        return await self.root.log_tail()
+
+
+@final
+class ForkedProcess:
+    """A copy's handle: its supervisor and runtime (host pids), status pipe and cgroup."""
+
+    def __init__(
+        self,
+        family: Family,
+        *,
+        supervisor_pid: int,
+        runtime_pid: int,
+        status_fd: int,
+        cgroup: Cgroup | None,
+        memory_mb: int,
+    ) -> None:
+        self.family = family
+        self._supervisor = supervisor_pid
+        self._supervisor_fd = os.pidfd_open(supervisor_pid)
+        self._runtime_fd = os.pidfd_open(runtime_pid)
+        self.runtime_pid = runtime_pid
+        self._status_fd = status_fd
+        self._status: str | None = None
+        self.cgroup = cgroup
+        self._memory_mb = memory_mb
+        self._oom_before = cgroup.oom_kills() if cgroup is not None else 0
+        self._teardown: asyncio.Task[None] | None = None
+        family.join(self)
+
+    @property
+    def workdir(self) -> Path:
+        """The sandbox's workdir as the host sees it (the copy's own lives beside it)."""
+        return self.family.root.workdir
+
+    @property
+    def pid(self) -> int:
+        """The copy's supervisor's pid (host namespace)."""
+        return self._supervisor
+
+    def adopt(self, kernel_pid: int) -> None:
+        """The runtime was found when the copy said hello; nothing to do."""
+
+    def interrupt(self) -> None:
+        """SIGINT the copy's runtime."""
+        with contextlib.suppress(OSError):
+            signal.pidfd_send_signal(self._runtime_fd, signal.SIGINT)
+
+    def alive(self) -> bool:
+        """Whether the copy's supervisor is still running."""
+        return self._teardown is None and not _ended(self._supervisor_fd)
+
+    async def kill(self) -> None:
+        """Kill the copy's processes and leave the family; idempotent, cancellation-safe."""
+        if self._teardown is None:
+            self._teardown = asyncio.get_running_loop().create_task(
+                self._kill_ladder(), name=f"sunroom-kill-copy-{self._supervisor}"
+            )
+        await asyncio.shield(self._teardown)
+
+    async def _kill_ladder(self) -> None:
+        try:
+            # the runtime, not the supervisor: it then kills the copy's processes but spares
+            # the copies' own copies, reports, and stays on until they are gone too
+            with contextlib.suppress(OSError):
+                signal.pidfd_send_signal(self._runtime_fd, signal.SIGKILL)
+            if not await self._wait_status(3.0):
+                await asyncio.to_thread(self._hard_kill)
+            if self.cgroup is not None:
+                if _ended(self._supervisor_fd):
+                    await asyncio.to_thread(self.cgroup.remove)
+                else:  # the supervisors of its copies were born in it; removed with the family
+                    self.family.defer(self.cgroup)
+        finally:
+            for fd in (self._status_fd, self._supervisor_fd, self._runtime_fd):
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+            await self.family.leave(self)
+
+    async def _wait_status(self, within_s: float) -> bool:
+        end = time.monotonic() + within_s
+        while True:
+            self._read_status()
+            if self._status is not None or _ended(self._supervisor_fd):
+                return True
+            if time.monotonic() > end:
+                return False
+            await asyncio.sleep(0.002)
+
+    def _hard_kill(self) -> None:
+        pids = _tree(self._supervisor)
+        for pid in [self._supervisor, *pids]:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+        if self.cgroup is not None:
+            self.cgroup.kill_all()
+
+    def _read_status(self) -> None:
+        if self._status is not None:
+            return
+        with contextlib.suppress(OSError):  # BlockingIOError: not yet
+            os.set_blocking(self._status_fd, False)
+            self._status = os.read(self._status_fd, 64).decode("ascii", "replace") or None
+
+    async def exit_reason(self) -> str:
+        """Classify the copy's death: out of memory, a signal, or an exit status."""
+        await self._wait_status(5.0)
+        oom = self.cgroup is not None and self.cgroup.oom_kills() > self._oom_before
+        return describe_status(self._status or "", oom=oom, memory_mb=self._memory_mb)
+
+
+def describe_status(status: str, *, oom: bool, memory_mb: int) -> str:
+    """A person's sentence for a supervisor's status word (``exit:N``, ``signal:N``)."""
+    if oom:
+        return f"the kernel ran out of memory (limit {memory_mb} MB) and was killed"
+    if status.startswith("signal:"):
+        num = int(status.split(":")[1])
+        name = _SIGNAL_NAMES.get(num, str(num))
+        if num == signal.SIGKILL:
+            return f"the kernel was killed by {name} (possibly out of memory)"
+        return f"the kernel died from signal {name}"
+    if status.startswith("exit:"):
+        return f"the kernel process exited with status {status.split(':')[1]}"
+    return "the kernel's supervisor ended without saying how the kernel did"
+
+
+def family_of(proc: KernelProcess, backend: str) -> tuple[Family, KernelProcess]:
+    """The family of the kernel behind *proc*, made on its first fork; and its member handle.
+
+    Raises UsageError for a backend whose kernels cannot be forked.
+    """
+    if isinstance(proc, RootMember | ForkedProcess):
+        return proc.family, proc
+    if backend not in FORK_BACKENDS or not isinstance(proc, SupervisedProcess):
+        raise UsageError(
+            f"kernels of the {backend} backend cannot be forked yet; fork works on "
+            f"{' and '.join(FORK_BACKENDS)} kernels"
+        )
+    family = Family(proc)
+    return family, RootMember(family)
+
+
+async def fork(
+    channel: Channel,
+    router: Router,
+    member: KernelProcess,
+    family: Family,
+    *,
+    backend: str,
+    n: int,
+    limits: Limits,
+) -> list[Ready]:
+    """Fork the idle kernel on *channel* into *n* copies; return them ready (hello checked).
+
+    Raises UsageError for a bad *n* or when the kernel refuses (threads of its own), and
+    KernelStartError when a copy does not come up; no copy is left running then.
+    """
+    if not 1 <= n <= MAX_COPIES:
+        raise UsageError(f"fork makes 1 to {MAX_COPIES} copies at a time, not {n}")
+    forks_dir = await asyncio.to_thread(family.forks_dir, backend)
+    nonces = [secrets.token_hex(16) for _ in range(n)]
+    pairs = [socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM) for _ in range(n)]
+    pipes = [os.pipe() for _ in range(n)]
+    loop = asyncio.get_running_loop()
+    routers = [Router(loop.create_future()) for _ in range(n)]
+    channels: list[Channel] = []
+    try:
+        copies = [{"nonce": nonce, "workdir": f"{forks_dir}/{nonce[:16]}"} for nonce in nonces]
+        router.fork_ready = loop.create_future()
+        call = channel.request("fork", {"copies": copies}, check=schema.pids)
+        await asyncio.wait({router.fork_ready, call}, return_when=asyncio.FIRST_COMPLETED)
+        if router.fork_ready.done():
+            fds = [pair[1].fileno() for pair in pairs]
+            fds += [w for _, w in pipes]
+            channel.send_fds([fd for i in range(n) for fd in (fds[i], fds[n + i])])
+        await call  # RemoteError when the kernel refused
+        for _, kernel_end in pairs:
+            kernel_end.close()
+        for _, w in pipes:
+            os.close(w)
+        for (host_end, _), r in zip(pairs, routers, strict=True):
+            channels.append(
+                await Channel.open(host_end, on_notification=r, max_frame=limits.max_frame_bytes)
+            )
+        await _hellos(routers, channels, nonces, limits.start_timeout_s)
+        infos = [r.hello.result() for r in routers]
+        runtimes = await asyncio.to_thread(_find_runtimes, family.root, [i["pid"] for i in infos])
+        ready: list[Ready] = []
+        for i in range(n):
+            runtime_pid = runtimes[i]
+            supervisor_pid = _parent(runtime_pid)
+            cgroup = await asyncio.to_thread(_cgroup_for, family.root, nonces[i], limits)
+            if cgroup is not None:
+                # the runtime only: its supervisor just waits (one move, each costs an RCU sync)
+                await asyncio.to_thread(_move, cgroup, runtime_pid)
+            proc = ForkedProcess(
+                family,
+                supervisor_pid=supervisor_pid,
+                runtime_pid=runtime_pid,
+                status_fd=pipes[i][0],
+                cgroup=cgroup,
+                memory_mb=limits.memory_mb,
+            )
+            pipes[i] = (-1, -1)
+            ready.append(Ready(proc, channels[i], routers[i], dict(infos[i])))
+        return ready
+    except BaseException:
+        for c in channels:
+            await c.aclose()
+        for host_end, kernel_end in pairs:
+            host_end.close()
+            kernel_end.close()
+        for pipe in pipes:
+            for fd in pipe:
+                if fd >= 0:
+                    with contextlib.suppress(OSError):
+                        os.close(fd)
+        raise
+    finally:
+        router.fork_ready = None
+
+
+async def _hellos(
+    routers: list[Router], channels: list[Channel], nonces: list[str], within_s: float
+) -> None:
+    waits = {r.hello for r in routers} | {c.closed for c in channels}
+    end = loop_time() + within_s
+    while not all(r.hello.done() for r in routers):
+        left = end - loop_time()
+        if left <= 0:
+            raise KernelStartError(f"a copy did not say hello within {within_s:g} s")
+        done, _ = await asyncio.wait(waits, timeout=left, return_when=asyncio.FIRST_COMPLETED)
+        for r, c in zip(routers, channels, strict=True):
+            if c.closed.done() and not r.hello.done():
+                raise KernelStartError("a copy ended before saying hello")
+        waits -= done
+    for r, nonce in zip(routers, nonces, strict=True):
+        check_hello(r.hello.result(), nonce)
+
+
+def loop_time() -> float:
+    """The running loop's clock."""
+    return asyncio.get_running_loop().time()
+
+
+def _find_runtimes(root: SupervisedProcess, ns_pids: list[int]) -> list[int]:
+    """The host pids of the copies' runtimes, given their pids as the sandbox sees them."""
+    wanted = {pid: i for i, pid in enumerate(ns_pids)}
+    found: dict[int, int] = {}
+    for pid in _tree(root.pid):
+        inner = innermost_pid(pid)
+        if inner in wanted:
+            found[wanted[inner]] = pid
+    if len(found) != len(ns_pids):
+        raise KernelStartError("a copy said hello from a process outside its kernel's sandbox")
+    return [found[i] for i in range(len(ns_pids))]
+
+
+def _parent(pid: int) -> int:
+    with open(f"/proc/{pid}/stat") as f:
+        return int(f.read().rpartition(")")[2].split()[1])
+
+
+def _cgroup_for(root: SupervisedProcess, nonce: str, limits: Limits) -> Cgroup | None:
+    if root.cgroup is None:
+        return None
+    cgroup = Cgroup.create(
+        f"sunroom-{nonce[:16]}",
+        memory_mb=limits.memory_mb,
+        pids=limits.pids,
+        cpu_quota=limits.cpu_quota,
+    )
+    if cgroup is None:
+        raise KernelStartError("could not create the copy's cgroup")
+    return cgroup
+
+
+def _move(cgroup: Cgroup, *pids: int) -> None:
+    try:
+        for pid in pids:
+            cgroup.add(pid)
+    except OSError as exc:
+        cgroup.remove()
+        raise KernelStartError(f"cannot move a copy into its cgroup: {exc.strerror}") from exc
+
+
+def _tree(root: int) -> list[int]:
+    """Every live descendant of *root* (host pids), from ``/proc/<pid>/task/*/children``."""
+    found: list[int] = []
+    stack = [root]
+    while stack:
+        pid = stack.pop()
+        try:
+            tids = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            continue
+        for tid in tids:
+            try:
+                with open(f"/proc/{pid}/task/{tid}/children") as f:
+                    kids = [int(x) for x in f.read().split()]
+            except OSError:
+                continue
+            found.extend(kids)
+            stack.extend(kids)
+    return found
+
+
+def _ended(pidfd: int) -> bool:
+    try:
+        return bool(select.select([pidfd], [], [], 0)[0])
+    except (OSError, ValueError):
+        return True
+
+
+def _running(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rpartition(")")[2].split()[0] not in ("Z", "X")
+    except OSError:
+        return False
+
+
+async def _wait_ended(pidfd: int, within_s: float) -> bool:
+    end = time.monotonic() + within_s
+    while not _ended(pidfd):
+        if time.monotonic() > end:
+            return False
+        await asyncio.sleep(0.005)
+    return True

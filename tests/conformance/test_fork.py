@@ -1,0 +1,274 @@
+"""Fork: copies of a live kernel on every backend that forks (subprocess, bwrap).
+
+Every test ends with no process of its own left: the autouse fixture compares this process's
+descendants before and after.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Iterator
+
+import psutil
+import pytest
+
+from sunroom import AsyncKernel, Kernel, Limits
+from sunroom.errors import ForkError, UsageError
+from sunroom.sandbox.forking import ForkedProcess
+from tests.conftest import _require, backends_under_test
+
+FORK_BACKENDS = backends_under_test(("subprocess", "bwrap"))
+
+
+def _descendants() -> set[int]:
+    """This process's descendants, but the docker watchdog (one per host process, by design)."""
+    out = set()
+    for p in psutil.Process().children(recursive=True):
+        try:
+            if not any("docker_watchdog" in part for part in p.cmdline()):
+                out.add(p.pid)
+        except psutil.Error:
+            pass
+    return out
+
+
+def _live(pids: set[int]) -> set[int]:
+    out = set()
+    for pid in pids:
+        try:
+            if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+                out.add(pid)
+        except psutil.NoSuchProcess:
+            pass
+    return out
+
+
+@pytest.fixture(autouse=True)
+def no_process_left() -> Iterator[None]:
+    """Every process a test started is gone when it ends."""
+    before = _descendants()
+    yield
+    deadline = time.monotonic() + 10
+    while (left := _live(_descendants() - before)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not left, f"processes left behind: {sorted(left)}"
+
+
+@pytest.fixture(params=FORK_BACKENDS)
+def fork_backend(request: pytest.FixtureRequest) -> str:
+    """The backends whose kernels fork (checked before any loop runs)."""
+    return _require(request.param)
+
+
+@pytest.fixture
+def docker_backend() -> str:
+    """Docker, when it is among the backends under test."""
+    if "docker" not in backends_under_test(("docker",)):
+        pytest.skip("docker is not among the backends under test")
+    return _require("docker")
+
+
+@pytest.fixture
+async def kernel(fork_backend: str) -> AsyncIterator[AsyncKernel]:
+    backend = fork_backend
+    async with AsyncKernel(backend=backend, functions=[triple], limits=Limits(timeout_s=5)) as k:
+        yield k
+
+
+def triple(x: int) -> int:
+    """Three times *x*."""
+    return 3 * x
+
+
+async def _close(*kernels: AsyncKernel) -> None:
+    for k in kernels:
+        await k.aclose()
+
+
+async def test_copies_start_from_the_parents_state_and_then_diverge(kernel: AsyncKernel) -> None:
+    r = await kernel.execute(
+        "import os\nx = [1]\nopen('before.txt', 'w').write('parent')\nparent_dir = os.getcwd()"
+    )
+    assert r.ok, r
+    a, b = await kernel.fork(2)
+    try:
+        for i, copy in enumerate((a, b)):
+            r = await copy.execute(
+                f"x.append({i})\nopen('mine.txt', 'w').write('copy {i}')\n"
+                "(x, open('before.txt').read(), os.getcwd() != parent_dir)"
+            )
+            assert r.ok, r
+            assert r.value == f"([1, {i}], 'parent', True)"
+        r = await kernel.execute("(x, os.path.exists('mine.txt'), sorted(os.listdir('.')))")
+        assert r.value == "([1], False, ['before.txt'])"
+        assert (await kernel.files.list()) and [e.path for e in await kernel.files.list()] == [
+            "before.txt"
+        ]
+        assert await a.files.read("mine.txt") == b"copy 0"
+        assert await b.files.read("mine.txt") == b"copy 1"
+        await kernel.execute("open('after.txt', 'w').write('late')")
+        assert (await a.execute("os.path.exists('after.txt')")).value == "False"
+    finally:
+        await _close(a, b)
+
+
+async def test_host_functions_and_output_work_in_a_copy(kernel: AsyncKernel) -> None:
+    seen: list[tuple[str, str]] = []
+    (copy,) = await kernel.fork(on_output=lambda name, text: seen.append((name, text)))
+    try:
+        r = await copy.execute("print('from the copy')\ntriple(14)")
+        assert r.ok, r
+        assert r.value == "42"
+        assert r.stdout == "from the copy\n"
+        assert "".join(text for name, text in seen if name == "stdout") == "from the copy\n"
+        assert (await kernel.execute("triple(2)")).value == "6"
+        r = await kernel.execute("print('parent')")
+        assert r.stdout == "parent\n"
+    finally:
+        await copy.aclose()
+
+
+async def test_a_copy_has_its_own_process_supervisor_and_cgroup(kernel: AsyncKernel) -> None:
+    (copy,) = await kernel.fork()
+    try:
+        proc = copy.process
+        assert isinstance(proc, ForkedProcess)
+        parent_pid = await kernel.execute("__import__('os').getpid()")
+        copy_pid = await copy.execute("__import__('os').getpid()")
+        assert parent_pid.value != copy_pid.value
+        root = kernel.process
+        assert root is not None
+        root_cgroup = getattr(root, "cgroup", None)
+        if root_cgroup is not None:
+            assert proc.cgroup is not None
+            assert proc.runtime_pid in proc.cgroup.pids()
+            assert proc.runtime_pid not in root_cgroup.pids()
+    finally:
+        await copy.aclose()
+
+
+async def test_a_crash_or_timeout_in_a_copy_leaves_the_others_alone(kernel: AsyncKernel) -> None:
+    await kernel.execute("x = 7")
+    a, b = await kernel.fork(2)
+    try:
+        r = await a.execute("import os\nos._exit(3)")
+        assert r.status == "died" and r.state_lost
+        assert r.error is not None and "status 3" in r.error.message
+        assert (await a.execute("'x' in globals()")).value == "False"  # restarted cold
+        r = await b.execute(
+            "import signal, time\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\n"
+            "while True: time.sleep(0.01)",
+            timeout_s=0.5,
+        )
+        assert r.status == "timeout" and r.state_lost
+        r = await b.execute("x", timeout_s=0.5)
+        assert r.ok is False or r.value != "7"
+        assert (await kernel.execute("x")).value == "7"
+        (c,) = await kernel.fork()
+        try:
+            r = await c.execute("while True: pass", timeout_s=0.5)
+            assert r.status == "timeout" and not r.state_lost  # interrupted, state kept
+            assert (await c.execute("x")).value == "7"
+        finally:
+            await c.aclose()
+    finally:
+        await _close(a, b)
+
+
+async def test_closing_a_copy_reaps_its_daemons_and_spares_the_parent(
+    kernel: AsyncKernel,
+) -> None:
+    (copy,) = await kernel.fork()
+    r = await copy.execute(
+        "import subprocess, time\n"
+        "subprocess.Popen(['/bin/sh', '-c', '(setsid sleep 1013 &) ; exit 0']).wait()\n"
+        "time.sleep(0.2)"
+    )
+    assert r.ok, r
+
+    def strays() -> list[int]:
+        return [
+            p.pid
+            for p in psutil.process_iter(["cmdline"])
+            if p.info["cmdline"] and p.info["cmdline"][-1:] == ["1013"]
+        ]
+
+    assert strays()
+    await copy.aclose()
+    deadline = time.monotonic() + 5
+    while strays() and time.monotonic() < deadline:  # noqa: ASYNC110 - polling the OS
+        await asyncio.sleep(0.05)
+    assert strays() == []
+    assert (await kernel.execute("1 + 1")).value == "2"
+
+
+async def test_copies_outlive_the_parent_and_the_last_closes_the_sandbox(
+    kernel: AsyncKernel,
+) -> None:
+    await kernel.execute("x = 5")
+    root = kernel.process
+    assert root is not None
+    a, b = await kernel.fork(2)
+    await kernel.aclose()
+    try:
+        assert (await a.execute("x + 1")).value == "6"
+        await a.aclose()
+        assert (await b.execute("x + 2")).value == "7"
+        (grandchild,) = await b.fork()
+        await b.aclose()
+        assert (await grandchild.execute("x + 3")).value == "8"
+    finally:
+        await _close(a, b)
+    await grandchild.aclose()
+
+
+async def test_a_fork_of_a_fork(kernel: AsyncKernel) -> None:
+    await kernel.execute("depth = 0")
+    (child,) = await kernel.fork()
+    await child.execute("depth += 1")
+    (grandchild,) = await child.fork()
+    try:
+        await grandchild.execute("depth += 1")
+        assert (await grandchild.execute("depth")).value == "2"
+        assert (await child.execute("depth")).value == "1"
+        assert (await kernel.execute("depth")).value == "0"
+        assert (await grandchild.execute("triple(depth)")).value == "6"
+    finally:
+        await _close(grandchild, child)
+
+
+async def test_fork_is_refused_while_busy_or_with_threads_running(kernel: AsyncKernel) -> None:
+    cell = asyncio.ensure_future(kernel.execute("import time\ntime.sleep(1)"))
+    await asyncio.sleep(0.2)
+    with pytest.raises(ForkError, match="busy"):
+        await kernel.fork()
+    assert (await cell).ok
+    r = await kernel.execute(
+        "import threading, time\nstop = threading.Event()\n"
+        "t = threading.Thread(target=stop.wait, name='worker-1')\nt.start()"
+    )
+    assert r.ok, r
+    with pytest.raises(ForkError, match="worker-1"):
+        await kernel.fork()
+    await kernel.execute("stop.set(); t.join()")
+    (copy,) = await kernel.fork()
+    await copy.aclose()
+    for bad in (0, 65):
+        with pytest.raises(UsageError, match="1 to 64"):
+            await kernel.fork(bad)
+
+
+async def test_fork_refuses_kernels_of_other_backends(docker_backend: str) -> None:
+    async with AsyncKernel(backend=docker_backend) as k:
+        with pytest.raises(UsageError, match="docker backend cannot be forked"):
+            await k.fork()
+
+
+def test_the_sync_twin_forks(fork_backend: str) -> None:
+    with Kernel(backend=fork_backend) as k:
+        k.execute("x = 1")
+        (copy,) = k.fork()
+        k.close()
+        assert copy.execute("x + 1").value == "2"
+        copy.close()
