@@ -19,6 +19,8 @@ async execute <= 6x the echo; sync execute <= 1.2x the async one; host calls <= 
 ``--pin CPU`` runs everything on one CPU: on a shared 2-core VM the figures then move far less
 from run to run (which CPU a woken process lands on otherwise dominates them).
 
+``--fork`` runs ``benchmarks/fork.py`` (forking a live kernel; its own flags may follow).
+
 ``--compare subprocess,bwrap,docker`` adds start and execute p50 per backend, each as a ratio to
 ``subprocess`` measured in the same run (targets: bwrap start <= 60 ms and execute within 1.5x
 of subprocess; docker start <= 400 ms).
@@ -35,6 +37,7 @@ import statistics
 import subprocess
 import sys
 import time
+from pathlib import Path
 from typing import Any, cast
 
 import msgpack
@@ -274,7 +277,18 @@ def main() -> None:
         metavar="CPU",
         help="run on this CPU only (the kernels and the echo client inherit it)",
     )
-    args = parser.parse_args()
+    parser.add_argument(
+        "--fork", action="store_true", help="run benchmarks/fork.py instead (its own flags follow)"
+    )
+    args, rest = parser.parse_known_args()
+    if args.fork:
+        import runpy
+
+        sys.argv = [str(Path(__file__).with_name("fork.py")), "--backend", args.backend, *rest]
+        runpy.run_path(sys.argv[0], run_name="__main__")
+        return
+    if rest:
+        parser.error(f"unrecognized arguments: {' '.join(rest)}")
     if args.pin is not None:
         os.sched_setaffinity(0, {args.pin})
     factory = None

@@ -39,3 +39,24 @@ def test_a_readme_snippet_runs_as_written(index: int) -> None:
     )
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip().splitlines()[-1] == EXPECTED[index], done.stdout
+
+
+# guides whose Python snippets run as written too: file -> what each snippet prints last
+GUIDES = {"docs/fork.md": ["[1, 2, 3]"]}
+
+
+@pytest.mark.parametrize("guide", sorted(GUIDES))
+def test_a_guide_snippet_runs_as_written(guide: str) -> None:
+    snippets = re.findall(r"```python\n(.*?)```", (ROOT / guide).read_text(), re.S)
+    assert len(snippets) == len(GUIDES[guide])
+    for snippet, expected in zip(snippets, GUIDES[guide], strict=True):
+        done = subprocess.run(
+            [sys.executable, "-c", snippet],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        assert done.returncode == 0, done.stderr[-2000:]
+        assert done.stdout.strip().splitlines()[-1] == expected
