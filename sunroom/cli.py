@@ -308,16 +308,6 @@ def _check_service(config: ServiceConfig) -> None:
         asyncio.run(resolve_model(config.model, config.base_url).aclose())
 
 
-def _inputs(pairs: list[str]) -> dict[str, str]:
-    out: dict[str, str] = {}
-    for pair in pairs:
-        name, sep, file = pair.partition("=")
-        if not sep or not name.isidentifier():
-            raise fail(f"--input takes NAME=FILE, got {pair!r}")
-        out[name] = _read_text(file, what="--input binds text")
-    return out
-
-
 def _file_inputs(pairs: list[str]) -> dict[str, File]:
     """``--input NAME=FILE`` pairs as File inputs; exits 2 on a malformed pair or missing file."""
     out: dict[str, File] = {}
@@ -333,7 +323,7 @@ def _file_inputs(pairs: list[str]) -> dict[str, File]:
 
 def _flag(field: str) -> str:
     """The ``sunroom run`` option that sets a session field (``max_turns`` → ``--max-turns``)."""
-    return {"inputs": "--input"}.get(field, f"--{field.replace('_', '-')}")
+    return {"inputs": "--input", "files": "--input"}.get(field, f"--{field.replace('_', '-')}")
 
 
 @app.command()
@@ -344,7 +334,8 @@ def run(
         str | None, typer.Option(help="Model endpoint (or SUNROOM_BASE_URL).")
     ] = None,
     inputs: Annotated[
-        list[str] | None, typer.Option("--input", help="NAME=FILE bound as a variable.")
+        list[str] | None,
+        typer.Option("--input", help="NAME=FILE: the file, read-only, as a pathlib.Path NAME."),
     ] = None,
     output_schema: Annotated[
         Path | None, typer.Option(help="A JSON schema file the answer must satisfy.")
@@ -370,12 +361,16 @@ def run(
 ) -> None:
     """Run an agent session here and show it live (it is stored like a service session).
 
+    Each ``--input NAME=FILE`` binds the host file read-only as a ``pathlib.Path`` (as in
+    ``exec``); the stored session records its path, size and modification time, never its
+    content, and a resumed session refuses a file that is gone or changed.
+
     Everything the options can get wrong is checked before the session is recorded. Ctrl-C
     stops the run and prints the command that resumes it (exit 130).
     """
     from sunroom.agent.presets import PRESETS
     from sunroom.service.problems import validation_message
-    from sunroom.service.schemas import CreateSession
+    from sunroom.service.schemas import CreateSession, FileInputIn
 
     if preset not in PRESETS:
         raise fail(f"--preset must be one of {', '.join(PRESETS)}, got {preset!r}")
@@ -384,7 +379,7 @@ def run(
     model = _model_spec(model or os.environ.get("SUNROOM_MODEL"))
     if not model:
         raise fail("no model: pass --model provider:name or set SUNROOM_MODEL")
-    bound = _inputs(inputs or [])
+    files = {n: FileInputIn(path=os.fspath(f.path)) for n, f in _file_inputs(inputs or []).items()}
     schema = None
     if output_schema is not None:
         try:
@@ -395,7 +390,7 @@ def run(
             raise fail(f"the output schema {output_schema} is not JSON: {exc}") from None
     try:
         request = CreateSession(
-            task=task, model=model, base_url=base_url, inputs=bound, output_schema=schema,
+            task=task, model=model, base_url=base_url, files=files, output_schema=schema,
             preset=preset, backend=backend, max_turns=max_turns,  # type: ignore[arg-type]
             code_mode=code_mode,  # type: ignore[arg-type]
         )  # fmt: skip

@@ -6,11 +6,14 @@ import asyncio
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -36,9 +39,10 @@ def env(tmp_path: Path) -> dict[str, str]:
         "replies": [
             {
                 "text": "Counting.",
-                "code": "print(len(doc))\nprint(predict_many('size?', ['a', 'b', 'c']))",
+                "code": "text = doc if isinstance(doc, str) else doc.read_text()\n"
+                "print(len(text))\nprint(predict_many('size?', ['a', 'b', 'c']))",
             },
-            {"code": "submit({'n': len(doc)})"},
+            {"code": "submit({'n': len(text)})"},
         ],
         "sub_reply": "small",
     }
@@ -56,17 +60,29 @@ def env(tmp_path: Path) -> dict[str, str]:
     return out
 
 
-def run_args(tmp_path: Path) -> list[str]:
-    (tmp_path / "doc.txt").write_text("hello world")
+@pytest.fixture
+def readable_dir() -> Iterator[Path]:
+    """A folder kernels can read when tests run as root (they run as an unprivileged uid)."""
+    folder = Path(tempfile.mkdtemp(prefix="sunroom-test-run-", dir="/tmp"))
+    folder.chmod(0o755)
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def run_args(tmp_path: Path, readable_dir: Path) -> list[str]:
+    (readable_dir / "doc.txt").write_text("hello world")
+    (readable_dir / "doc.txt").chmod(0o644)
     (tmp_path / "schema.json").write_text(
         json.dumps({"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]})
     )
-    return ["run", "How long is doc?", "--input", f"doc={tmp_path / 'doc.txt'}", "--output-schema",
+    return ["run", "How long is doc?", "--input", f"doc={readable_dir / 'doc.txt'}", "--output-schema",
             str(tmp_path / "schema.json"), "--backend", "subprocess", "--preset", "rlm"]  # fmt: skip
 
 
-def test_run_json_prints_one_object(tmp_path: Path, env: dict[str, str]) -> None:
-    proc = cli(*run_args(tmp_path), "--json", env=env)
+def test_run_json_prints_one_object(
+    tmp_path: Path, env: dict[str, str], readable_dir: Path
+) -> None:
+    proc = cli(*run_args(tmp_path, readable_dir), "--json", env=env)
     assert proc.returncode == 0, proc.stderr
     out: dict[str, Any] = json.loads(proc.stdout)
     assert set(out) == {"status", "output", "usage", "cost_micro_usd", "session_id"}
@@ -93,12 +109,14 @@ def test_run_json_prints_one_object(tmp_path: Path, env: dict[str, str]) -> None
     assert json.loads(cli("sessions", "list", "--json", env=env).stdout) == []
 
 
-def test_run_renders_cells_progress_and_cost(tmp_path: Path, env: dict[str, str]) -> None:
-    proc = cli(*run_args(tmp_path), env=env)
+def test_run_renders_cells_progress_and_cost(
+    tmp_path: Path, env: dict[str, str], readable_dir: Path
+) -> None:
+    proc = cli(*run_args(tmp_path, readable_dir), env=env)
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
     assert "› How long is doc?" in out
-    assert "print(len(doc))" in out and "cell · turn 1" in out
+    assert "print(len(text))" in out and "cell · turn 1" in out
     assert "predict_many" in out and "3/3" in out
     assert "calls ·" in out and " in / " in out and "cost unknown" in out
     assert "success" in out and "{'n': 11}" in out
@@ -216,9 +234,8 @@ def test_option_errors_are_one_line(tmp_path: Path, env: dict[str, str]) -> None
     assert "frobnicate" in err
     err = one_line_error(cli("run", "x", "--backend", "nonsense", env=env))
     assert "backend" in err
-    (tmp_path / "blob.bin").write_bytes(b"\xff\xfe\x00 not text")
-    err = one_line_error(cli("run", "x", "--input", f"doc={tmp_path / 'blob.bin'}", env=env))
-    assert "UTF-8" in err and "blob.bin" in err
+    err = one_line_error(cli("run", "x", "--input", f"doc={tmp_path / 'missing.txt'}", env=env))
+    assert "--input doc" in err and "missing.txt" in err
     err = one_line_error(cli("serve", "--port", "0", "--model", "nope:x", env=env))
     assert "unknown provider" in err
     no_key = {k: v for k, v in env.items() if k != "ANTHROPIC_API_KEY"}
@@ -304,12 +321,15 @@ def test_ctrl_c_says_which_session_and_how_to_resume_it(
 
 
 def test_run_code_mode_fenced_for_models_without_tool_calling(
-    tmp_path: Path, env: dict[str, str]
+    tmp_path: Path, env: dict[str, str], readable_dir: Path
 ) -> None:
-    script = [{"text": "Counting.", "code": "print(len(doc))"}, {"code": "submit({'n': len(doc)})"}]
+    script = [
+        {"text": "Counting.", "code": "print(len(doc.read_text()))"},
+        {"code": "submit({'n': len(doc.read_text())})"},
+    ]
     (tmp_path / "fenced.json").write_text(json.dumps(script))
     fenced = {**env, "SUNROOM_MODEL": f"scripted:{tmp_path / 'fenced.json'}"}
-    proc = cli(*run_args(tmp_path), "--code-mode", "fenced", "--json", env=fenced)
+    proc = cli(*run_args(tmp_path, readable_dir), "--code-mode", "fenced", "--json", env=fenced)
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
     assert out["output"] == {"n": 11}
@@ -338,3 +358,48 @@ def test_run_saves_the_images_the_code_displays(tmp_path: Path, env: dict[str, s
     assert str(saved[0]) in proc.stdout.replace("\n", "")
     without = cli(*args, env=plot_env)
     assert "image/png" in without.stdout and "--images DIR saves it" in without.stdout
+
+
+def test_run_input_binds_the_file_and_a_resume_binds_it_again_or_refuses(
+    tmp_path: Path, env: dict[str, str], readable_dir: Path
+) -> None:
+    data = readable_dir / "data.csv"
+    data.write_text("region,revenue\nnorth,3\nsouth,5\n")
+    data.chmod(0o644)
+    script = {
+        "replies": [
+            {"code": "print(type(doc).__name__, doc.read_text().count('\\n'))"},
+            "Three lines.",
+            {"code": "print(doc.read_text().splitlines()[-1])"},
+            "Still there.",
+        ]
+    }
+    (tmp_path / "files.json").write_text(json.dumps(script))
+    files_env = {**env, "SUNROOM_MODEL": f"scripted:{tmp_path / 'files.json'}"}
+    proc = cli("run", "Count the lines", "--input", f"doc={data}", "--backend", "subprocess",
+               "--json", env=files_env)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    sid = json.loads(proc.stdout)["session_id"]
+    shown = json.loads(cli("sessions", "show", sid, "--json", env=env).stdout)
+    outputs = [e["output"] for e in shown["events"] if e["type"] == "ExecutionFinished"]
+    assert "Path 3" in outputs[0], outputs  # a pathlib.Path (PosixPath), not the text
+    (record,) = stored_sessions(Path(env["SUNROOM_DB"]))
+    info = data.stat()
+    # the stored session names the file (resolved), its size and mtime: never its content
+    assert record.config["files"] == {
+        "doc": {"path": str(data.resolve()), "size": info.st_size, "mtime_ns": info.st_mtime_ns}
+    }
+    assert "north" not in json.dumps(record.config)
+    # resumed in a new process: the same file is bound again
+    resumed = cli("sessions", "resume", sid, "--message", "Last line?", "--json", env=files_env)
+    assert resumed.returncode == 0, resumed.stderr
+    shown = json.loads(cli("sessions", "show", sid, "--json", env=env).stdout)
+    outputs = [e["output"] for e in shown["events"] if e["type"] == "ExecutionFinished"]
+    assert "south,5" in outputs[-1], outputs
+    # changed, then gone: the resume refuses in one sentence
+    data.write_text("region,revenue\nnorth,4\n")
+    err = one_line_error(cli("sessions", "resume", sid, "--message", "x", env=files_env))
+    assert "'doc'" in err and "changed since the session started" in err, err
+    data.unlink()
+    err = one_line_error(cli("sessions", "resume", sid, "--message", "x", env=files_env))
+    assert "'doc'" in err and "is gone" in err, err

@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import ast
 import copy
+import os
 from collections.abc import Iterable, Mapping
 from typing import Any, Final
 
 from sunroom.sandbox.codegen import generate
 from sunroom.sandbox.functions import HostFunction
+from sunroom.sandbox.inputs import Directory, File
 
 __all__ = ["describe_functions", "describe_variables", "system_prompt"]
 
@@ -93,10 +95,34 @@ def _size(value: Any) -> str:
     return ""
 
 
+_LOADED: Final = {
+    None: "pathlib.Path",
+    "text": "str",
+    "bytes": "bytes",
+    "json": "JSON value",
+    "csv": "pandas.DataFrame",
+    "parquet": "pandas.DataFrame",
+}
+
+
+def _file(value: File | Directory) -> str:
+    """How a file input looks in the kernel: its type, and what it was read from."""
+    if isinstance(value, Directory):
+        return "pathlib.Path, a read-only directory"
+    try:
+        size = f" of {os.stat(value.path).st_size:,} bytes"
+    except OSError:
+        size = ""
+    return f"{_LOADED[value.load]}, from a read-only file{size}"
+
+
 def describe_variables(values: Mapping[str, Any], types: Mapping[str, str] | None = None) -> str:
     """One line per variable: name, type and size; never the value."""
     lines = []
     for name, value in values.items():
+        if isinstance(value, File | Directory):
+            lines.append(f"- {name}: {_file(value)}")
+            continue
         shown = (types or {}).get(name) or type(value).__name__
         lines.append(f"- {name}: {shown}{_size(value)}")
     return "\n".join(lines)

@@ -203,6 +203,11 @@ def create_app(
 
     async def create_session(request: Request) -> Response:
         body = await _body(request, CreateSession)
+        if body.files:  # they name paths on this host: for its own user (sunroom run), not clients
+            raise UsageError(
+                "files: the service binds no host files for its clients; send the data in "
+                "inputs (values) or write it with the kernel's file routes"
+            )
         scripted = body.model is not None and body.model.startswith("scripted:")
         if scripted and body.model != config.model:  # it names a file: clients must not pick
             raise UsageError(

@@ -23,6 +23,7 @@ __all__ = [
     "BudgetIn",
     "CreateKernel",
     "CreateSession",
+    "FileInputIn",
     "Execute",
     "LimitsIn",
     "MessageIn",
@@ -127,6 +128,20 @@ class BudgetIn(pydantic.BaseModel):
         return Budget(**self.model_dump())
 
 
+class FileInputIn(pydantic.BaseModel):
+    """A host file bound read-only as a variable (``sunroom run --input``; never over HTTP).
+
+    The session's stored config keeps the resolved path, size and modification time, never
+    the content: a resumed session binds the same file, and refuses one that changed.
+    """
+
+    model_config = _Strict
+
+    path: str = pydantic.Field(min_length=1)
+    size: int | None = pydantic.Field(default=None, ge=0)
+    mtime_ns: int | None = None
+
+
 class CreateSession(pydantic.BaseModel):
     """``POST /sessions``: a session, and optionally its first task (which starts a run)."""
 
@@ -137,6 +152,7 @@ class CreateSession(pydantic.BaseModel):
     preset: Literal["codeact", "rlm", "typed"] = "codeact"
     task: str | None = None
     inputs: dict[str, Any] = pydantic.Field(default_factory=dict)
+    files: dict[str, FileInputIn] = pydantic.Field(default_factory=dict)
     limits: LimitsIn | None = None
     budget: BudgetIn | None = None
     output_schema: dict[str, Any] | None = None

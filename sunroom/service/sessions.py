@@ -16,9 +16,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
+import stat
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, final
 
 from sunroom.agent.budget import Spend
@@ -28,6 +30,7 @@ from sunroom.errors import UsageError
 from sunroom.providers import Message, Model
 from sunroom.sandbox import backends
 from sunroom.sandbox.functions import HostFunction
+from sunroom.sandbox.inputs import File
 from sunroom.sandbox.kernel import AsyncKernel
 from sunroom.service import leases
 from sunroom.service.config import ServiceConfig
@@ -47,7 +50,7 @@ from sunroom.service.recovery import (
     unreported_unknown,
     untold_unknown,
 )
-from sunroom.service.schemas import CreateSession, output_type
+from sunroom.service.schemas import CreateSession, FileInputIn, output_type
 from sunroom.service.signals import Signals
 from sunroom.store import EventStore, SessionRecord, SessionStatus, SQLiteStore, StoredEvent
 
@@ -176,6 +179,7 @@ class SessionManager:
             )
         if request.base_url is None and self.config.base_url is not None:
             request = request.model_copy(update={"base_url": self.config.base_url})
+        request = pin_files(request)
         sid = session_id or uuid.uuid4().hex
         async with self._lock:
             self._check_capacity()
@@ -445,7 +449,7 @@ class SessionManager:
                 backend=backend,
                 limits=limits,
                 functions=[ledger.wrap(f) for f in self._functions],
-                inputs=request.inputs or None,
+                inputs={**request.inputs, **bound_files(request.files)} or None,
                 output=output,
                 budget=budget,
                 max_turns=request.max_turns,
@@ -595,3 +599,53 @@ class SessionManager:
             )
         except Exception:
             log.exception("session %s: recording that it was deleted failed", sid)
+
+
+def pin_files(request: CreateSession) -> CreateSession:
+    """*request* with each file input resolved (``realpath``) and its size and mtime recorded.
+
+    Raises UsageError (one sentence) for a missing path, one that is not a regular file, or a
+    name that is also a value input.
+    """
+    if not request.files:
+        return request
+    pinned: dict[str, FileInputIn] = {}
+    for name, spec in request.files.items():
+        if name in request.inputs:
+            raise UsageError(f"input {name!r} is given both as a value and as a file")
+        path = os.path.realpath(spec.path)
+        try:
+            info = os.stat(path)
+        except OSError as exc:
+            raise UsageError(
+                f"input {name!r}: {spec.path} cannot be bound: {exc.strerror}"
+            ) from None
+        if not stat.S_ISREG(info.st_mode):
+            raise UsageError(f"input {name!r}: {spec.path} is not a regular file")
+        pinned[name] = FileInputIn(path=path, size=info.st_size, mtime_ns=info.st_mtime_ns)
+    return request.model_copy(update={"files": pinned})
+
+
+def bound_files(files: Mapping[str, FileInputIn]) -> dict[str, File]:
+    """The File inputs of a session, checked against what its config recorded.
+
+    Raises UsageError (one sentence) when a file is gone or changed (its size or modification
+    time differs): a resumed session binds the file it started with, or nothing.
+    """
+    out: dict[str, File] = {}
+    for name, spec in files.items():
+        try:
+            info = os.stat(spec.path)
+        except OSError as exc:
+            raise UsageError(
+                f"input {name!r}: {spec.path} is gone ({exc.strerror}); the session was "
+                "started with it and binds nothing else"
+            ) from None
+        recorded = (spec.size, spec.mtime_ns)
+        if not stat.S_ISREG(info.st_mode) or recorded != (info.st_size, info.st_mtime_ns):
+            raise UsageError(
+                f"input {name!r}: {spec.path} changed since the session started (its size or "
+                "modification time differs); a resumed session binds only the file it started with"
+            )
+        out[name] = File(spec.path)
+    return out

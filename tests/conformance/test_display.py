@@ -179,3 +179,37 @@ async def test_a_cell_that_never_imports_matplotlib_loads_none_of_it(backend: st
         r = await k.execute("import sys\nsorted(m for m in sys.modules if 'matplotlib' in m)")
         assert r.value == "[]", r
         assert (await k.execute("display")).value is not None  # the builtin is there
+
+
+def _image(result: ExecutionResult) -> Image.Image:
+    png = _item(result)["image/png"]
+    assert isinstance(png, bytes)
+    return Image.open(io.BytesIO(png))
+
+
+async def test_figures_are_rgb_when_opaque_rgba_when_not_and_renderers_are_reused(
+    backend: str,
+) -> None:
+    async with AsyncKernel(backend=backend, limits=LIMITS) as k:
+        draw = "import matplotlib.pyplot as plt\nfig, ax = plt.subplots(figsize=(2, 1), dpi=50)\n"
+        opaque = await k.execute(draw + "ax.set_title('one')\nNone")
+        image = _image(opaque)
+        assert image.mode == "RGB" and image.size == (100, 50)
+        # the closed figure's renderer is reused by the next one of its size: a fresh drawing
+        again = await k.execute(
+            draw + "ax.plot([1, 2])\nr = fig.canvas.get_renderer()\n"
+            "from sunroom.prelude import display as d\nlen(d.RENDERERS._free)"
+        )
+        assert again.value == "0", again  # taken from the pool
+        second = _image(again).convert("RGB")
+        assert second.tobytes() != image.tobytes()
+        pooled = await k.execute("len(d.RENDERERS._free), r is d.RENDERERS._free[0][1]")
+        assert pooled.value == "(1, True)", pooled
+        clear = await k.execute(draw + "fig.patch.set_alpha(0)\nax.patch.set_alpha(0)\nNone")
+        image = _image(clear)
+        assert image.mode == "RGBA" and image.getchannel("A").getextrema()[0] == 0
+        # a later savefig of a captured figure draws afresh, into its own renderer
+        saved = await k.execute(
+            "import io\nb = io.BytesIO()\nfig.savefig(b, format='png')\nlen(b.getvalue()) > 0"
+        )
+        assert saved.value == "True", saved

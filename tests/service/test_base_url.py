@@ -48,3 +48,14 @@ def test_listed_base_urls_are_accepted(make_server: Callable[..., Server]) -> No
         "http://127.0.0.1:8080/v1",
         "http://127.0.0.1:8080/v1",
     ]
+
+
+def test_a_client_cannot_bind_host_files(make_server: Callable[..., Server]) -> None:
+    """File inputs name paths on the server's host: only its own user (sunroom run) binds them."""
+    seen: list[str | None] = []
+    server = make_server(resolve=_recording(seen))
+    r = server.client.post(
+        "/sessions", json={"task": "hi", "files": {"doc": {"path": "/etc/passwd"}}}
+    )
+    assert r.status_code == 422 and "binds no host files" in r.text, r.text
+    assert seen == [] and server.client.get("/sessions").json()["sessions"] == []

@@ -36,6 +36,7 @@ from typing import Any, Final, final
 from sunroom.errors import SandboxUnavailableError
 from sunroom.sandbox.backend import SAFE_PATH, KernelProcess, LaunchSpec, kernel_env
 from sunroom.sandbox.backends.subprocess import BOOT, kernel_sys_path, package_root
+from sunroom.sandbox.fontcache import KERNEL_DIR, font_cache, font_dirs
 from sunroom.sandbox.identity import lease_if_root_off_loop, require_reachable
 from sunroom.sandbox.process import LocalLaunch
 from sunroom.sandbox.seccomp import compile_bpf
@@ -176,6 +177,19 @@ class BwrapBackend:
             ) from None
         return str(prefix), f"{PYTHON_DIR}/{rel}"
 
+    def _font_cache(
+        self, prefix: str, python_inside: str, code_binds: list[str], sys_path: list[str]
+    ) -> Path | None:
+        """The matplotlib font cache for kernels of this layout (see fontcache.py), or None."""
+        sandbox = [
+            self._bwrap, "--unshare-all", "--unshare-user", "--die-with-parent",
+            "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID),
+            *_system_binds(), "--ro-bind", prefix, PYTHON_DIR, *code_binds, *font_dirs(),
+            "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--dir", "/etc",
+        ]  # fmt: skip
+        sources = [code_binds[i + 1] for i in range(0, len(code_binds), 3)]
+        return font_cache(sandbox, python_inside, sys_path, sources)
+
     def _code_binds(self) -> tuple[list[str], list[str]]:
         root = package_root()
         binds = ["--ro-bind", str(Path(root) / "sunroom"), f"{LIB_DIR}/sunroom"]
@@ -206,6 +220,9 @@ class BwrapBackend:
             if lease is not None:
                 lease.release()
             raise
+        fonts = await asyncio.to_thread(
+            self._font_cache, prefix, python_inside, code_binds, sys_path
+        )
         local = await LocalLaunch.prepare(
             prefix="sunroom-bwrap-", nonce=spec.nonce, limits=limits, cgroups=True, lease=lease
         )
@@ -223,7 +240,7 @@ class BwrapBackend:
         os.write(seccomp_fd, program)
         os.lseek(seccomp_fd, 0, os.SEEK_SET)
         config = local.supervisor_config(nonce=spec.nonce, limits=limits)
-        env = kernel_env(Path(WORKDIR), spec.env)
+        env = kernel_env(Path(WORKDIR), {"MPLCONFIGDIR": KERNEL_DIR, **spec.env})
         argv = [
             self._bwrap,
             "--unshare-all",
@@ -244,6 +261,7 @@ class BwrapBackend:
             prefix,
             PYTHON_DIR,
             *code_binds,
+            *font_dirs(),
             *(arg for m in spec.mounts for arg in ("--ro-bind", m.source, m.target)),
             "--proc",
             "/proc",
@@ -262,6 +280,7 @@ class BwrapBackend:
             str(TMP_MB * 1024 * 1024),
             "--tmpfs",
             "/tmp",
+            *(["--ro-bind", str(fonts), f"{KERNEL_DIR}/{fonts.name}"] if fonts else []),
             "--dir",
             "/etc",
             "--remount-ro",

@@ -79,6 +79,7 @@ from sunroom.sandbox.backends.docker_janitor import (
 )
 from sunroom.sandbox.backends.docker_process import DockerKernelProcess, _logs, _remove
 from sunroom.sandbox.backends.subprocess import BOOT, kernel_sys_path, package_root
+from sunroom.sandbox.fontcache import FONT_DIRS
 from sunroom.sandbox.identity import Identity, IdentityLease, lease_identity
 from sunroom.sandbox.rundirs import make_rundir
 from sunroom.sandbox.seccomp import docker_profile
@@ -104,7 +105,7 @@ SETUP_HINT: Final = (
 )
 _POLL_S: Final = 0.25
 _TOP_DIRS: Final = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
-_SYSTEM_EXTRAS: Final = ("/etc/ld.so.cache", "/etc/alternatives")
+_SYSTEM_EXTRAS: Final = ("/etc/ld.so.cache", "/etc/alternatives", *FONT_DIRS)
 
 _api_version: str | None = None
 
