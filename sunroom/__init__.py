@@ -18,6 +18,7 @@ _EXPORTS: dict[str, str] = {
     "AsyncKernel": "sunroom.sandbox.kernel",
     "Kernel": "sunroom.sandbox.sync",
     "KernelPool": "sunroom.sandbox.pool",
+    "Template": "sunroom.sandbox.template",
     "Limits": "sunroom.sandbox.limits",
     "File": "sunroom.sandbox.inputs",
     "Directory": "sunroom.sandbox.inputs",
@@ -100,6 +101,7 @@ __all__ = [
     "StoreError",
     "SunroomError",
     "SystemMessage",
+    "Template",
     "ToolCall",
     "ToolResultMessage",
     "ToolSpec",
@@ -150,6 +152,7 @@ if TYPE_CHECKING:
     from sunroom.sandbox.pool import KernelPool
     from sunroom.sandbox.result import CellError, DisplayItem, ExecutionResult, Variable
     from sunroom.sandbox.sync import Kernel
+    from sunroom.sandbox.template import Template
     from sunroom.store import SQLiteStore
 
 

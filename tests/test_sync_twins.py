@@ -28,8 +28,8 @@ def _state(twin: Kernel | Session) -> TwinState:
 
 @pytest.mark.parametrize(("sync", "core"), [(Kernel, AsyncKernel), (Session, AsyncSession)])
 def test_twins_have_the_same_explicit_signature(sync: type, core: type) -> None:
-    # a KernelPool is bound to the event loop it was made on, so only AsyncKernel takes one
-    loop_bound = {"pool"}
+    # a KernelPool or a Template is bound to the event loop it was made on: async cores only
+    loop_bound = {"pool", "template"}
     assert _params(sync) == [p for p in _params(core) if p[0] not in loop_bound]
     assert not any(p[1] is inspect.Parameter.VAR_KEYWORD for p in _params(sync))
     assert not [p for p in _params(core) if p[0].startswith("_")]

@@ -45,6 +45,8 @@ from sunroom.sandbox.limits import Limits
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
 
+    from sunroom.sandbox.template import Template
+
 __all__ = ["AsyncSession", "Inputs", "OutputSpec", "system_prompt_for"]
 
 Inputs: TypeAlias = "Mapping[str, object] | pydantic.BaseModel | DataclassInstance | None"
@@ -93,6 +95,9 @@ class AsyncSession:
             crash); the kernel is fresh, nothing in it is re-run.
         spent: what the session had already spent before a resume (model calls, tokens, cost);
             it counts against ``budget`` (wall time restarts).
+        template: start the kernel as a fork of this :class:`~sunroom.Template` (its setup
+            done; its backend and limits apply: omit ``limits``). The session's functions and
+            inputs are added on top; nested sessions start their own kernels.
 
     Raises UsageError for invalid options (before any kernel starts).
     """
@@ -122,6 +127,7 @@ class AsyncSession:
         session_id: str | None = None,
         transcript: Sequence[Message] = (),
         spent: Spend | None = None,
+        template: Template | None = None,
     ) -> None:
         self._setup(
             model=model,
@@ -146,6 +152,7 @@ class AsyncSession:
             session_id=session_id,
             transcript=transcript,
             spent=spent,
+            template=template,
             tracker=None,
             depth=0,
         )
@@ -182,6 +189,7 @@ class AsyncSession:
         session_id: str | None = None,
         transcript: Sequence[Message] = (),
         spent: Spend | None = None,
+        template: Template | None = None,
         tracker: BudgetTracker | None,
         depth: int,
     ) -> None:
@@ -246,6 +254,7 @@ class AsyncSession:
             ],
             inputs=values,
             limits=limits,
+            template=template,
         )
         self.limits = self._kernel.limits
         prompt = self._redact(

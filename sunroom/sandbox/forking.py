@@ -104,6 +104,11 @@ class RootMember:
         """The kernel's cgroup (the sandbox's)."""
         return self.root.cgroup
 
+    @property
+    def kernel_pid(self) -> int | None:
+        """The runtime's host pid."""
+        return self.root.kernel_pid
+
     def adopt(self, kernel_pid: int) -> None:
         """The runtime was adopted at launch; nothing to do."""
 

@@ -13,7 +13,7 @@ import asyncio
 import contextlib
 import time
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any, Self, final
+from typing import TYPE_CHECKING, Any, Self, final
 
 from sunroom.errors import (
     ClosedError,
@@ -39,6 +39,9 @@ from sunroom.sandbox.limits import Limits
 from sunroom.sandbox.pool import KernelPool
 from sunroom.sandbox.result import CellError, DisplayItem, ExecutionResult, Variable
 
+if TYPE_CHECKING:
+    from sunroom.sandbox.template import Template
+
 OutputCallback = Callable[[str, str], None]
 """Called with (stream name, text) as a cell writes output."""
 
@@ -59,6 +62,9 @@ class AsyncKernel:
         on_output: called with (stream, text) while a cell runs.
         pool: take started kernels from this :class:`KernelPool` (its backend, limits and env
             apply) instead of starting them cold, at start and at every restart.
+        template: start as a fork of this :class:`~sunroom.Template`'s warm kernel (its setup
+            done; its backend, limits, env, functions and inputs apply), at start and at every
+            restart. *functions* and *inputs* given here are added on top.
     """
 
     def __init__(
@@ -71,9 +77,24 @@ class AsyncKernel:
         env: Mapping[str, str] | None = None,
         on_output: OutputCallback | None = None,
         pool: KernelPool | None = None,
+        template: Template | None = None,
     ) -> None:
         self._pool = pool
-        if pool is not None:
+        self._template = template
+        base_functions: tuple[HostFunction, ...] = ()
+        if template is not None:
+            if pool is not None:
+                raise UsageError("a kernel comes from a pool or from a template, not both")
+            if limits is not None and limits != template.limits:
+                raise UsageError("a kernel from a template runs with its limits; omit limits=")
+            if env is not None and dict(env) != template.env:
+                raise UsageError("a kernel from a template runs with its env; omit env=")
+            limits, env, backend = template.limits, template.env, template.backend
+            base_functions = template.functions
+            clash = sorted(set(inputs or {}) & set(template.inputs))
+            if clash:
+                raise UsageError(f"input {clash[0]!r} is already bound by the template")
+        elif pool is not None:
             if limits is not None and limits != pool.limits:
                 raise UsageError("a pooled kernel runs with its pool's limits; omit limits=")
             if env is not None and dict(env) != pool.env:
@@ -83,7 +104,8 @@ class AsyncKernel:
         self.limits = limits or Limits()
         if not isinstance(self.limits, Limits):
             raise UsageError("limits must be a sunroom.Limits")
-        self.registry = FunctionRegistry(functions)
+        self.registry = FunctionRegistry([*base_functions, *functions])
+        self._own_functions = len(self.registry) > len(base_functions)
         self._wrappers = generate(self.registry.functions.values())
         self._inputs: dict[str, Any] = {}
         self._file_inputs: dict[str, host_inputs.Resolved] = {}
@@ -129,7 +151,9 @@ class AsyncKernel:
 
     async def _boot(self) -> None:
         assert self._backend is not None
-        if self._pool is not None:
+        if self._template is not None:
+            ready = await self._template.fork_ready()
+        elif self._pool is not None:
             ready = await self._pool.acquire()
         else:
             mounts = host_inputs.mounts(self._backend.name, self._file_inputs)
@@ -139,7 +163,8 @@ class AsyncKernel:
         ready.channel.serve_with(self._serve, eager=True)
         self.kernel_info = ready.info
         try:
-            if self.registry.functions:
+            # a template's fork has the template's functions and inputs already
+            if self._template is None and self.registry.functions or self._own_functions:
                 await self._channel.call(
                     "install",
                     {"source": self._wrappers.source, "exports": list(self._wrappers.exports)},
@@ -193,6 +218,14 @@ class AsyncKernel:
         return self._proc
 
     @property
+    def running(self) -> bool:
+        """Whether the kernel is started and alive: its process up and its channel open."""
+        channel, proc = self._channel, self._proc
+        return (
+            channel is not None and not channel.closed.done() and proc is not None and proc.alive()
+        )
+
+    @property
     def files(self) -> KernelFiles:
         """The workdir's files: ``write``, ``read``, ``read_stream``, ``list``, ``delete``.
 
@@ -220,6 +253,11 @@ class AsyncKernel:
         that cannot fork (docker, for now); KernelStartError when a copy does not come up (no
         copy is left running then); ClosedError after close.
         """
+        readies = await self._fork_ready(n)
+        return [self._adopt_copy(ready, on_output) for ready in readies]
+
+    async def _fork_ready(self, n: int) -> list[Ready]:
+        """Fork into *n* copies and return them ready, not yet adopted (see :meth:`fork`)."""
         if not isinstance(n, int) or isinstance(n, bool):
             raise UsageError("n must be an int")
         if self._lock.locked():
@@ -236,7 +274,7 @@ class AsyncKernel:
             family, member = forking.family_of(self._proc, self._backend.name)
             self._proc = member
             try:
-                readies = await forking.fork(
+                return await forking.fork(
                     channel,
                     router,
                     member,
@@ -250,7 +288,6 @@ class AsyncKernel:
                 raise ForkError(f"the kernel refused to fork: {why}") from None
             except (ClosedError, ConnectionError) as exc:
                 raise await self._died("fork", exc) from None
-        return [self._adopt_copy(ready, on_output) for ready in readies]
 
     def _adopt_copy(self, ready: Ready, on_output: OutputCallback | None) -> AsyncKernel:
         copy = AsyncKernel(backend=self._backend_arg, limits=self.limits, env=self._env)
@@ -260,6 +297,7 @@ class AsyncKernel:
         copy._file_inputs = dict(self._file_inputs)
         copy._on_output = on_output
         copy._backend = self._backend
+        copy._template, copy._own_functions = self._template, self._own_functions
         copy._proc, copy._channel, copy._router = ready.proc, ready.channel, ready.router
         ready.router.on_output = on_output
         ready.channel.serve_with(copy._serve, eager=True)
@@ -415,13 +453,15 @@ class AsyncKernel:
         found = {
             n: host_inputs.resolve(n, v) for n, v in values.items() if host_inputs.is_file_input(v)
         }
-        if found and self._pool is not None:
-            pooled = self._pool.backend
-            backend = pooled if isinstance(pooled, str) else pooled.name
+        early = self._pool or self._template
+        if found and early is not None:
+            ahead = early.backend
+            backend = ahead if isinstance(ahead, str) else ahead.name
             if backend not in host_inputs.PATH_BACKENDS:
                 raise UsageError(
-                    "a pooled kernel is started before its inputs are known, so File and "
-                    "Directory inputs cannot be mounted in it; use a kernel without a pool"
+                    "a pooled or templated kernel is started before its inputs are known, so "
+                    "File and Directory inputs cannot be mounted in it; give them to the "
+                    "template, or use a kernel without a pool"
                 )
         return found
 

@@ -69,6 +69,11 @@ class Kernel:
         return self._core.process
 
     @property
+    def running(self) -> bool:
+        """Whether the kernel is started and alive; see ``AsyncKernel.running``."""
+        return self._core.running
+
+    @property
     def limits(self) -> Limits:
         """The kernel's limits."""
         return self._core.limits

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 
 import psutil
 import pytest
@@ -16,57 +16,8 @@ import pytest
 from sunroom import AsyncKernel, Kernel, Limits
 from sunroom.errors import ForkError, UsageError
 from sunroom.sandbox.forking import ForkedProcess
-from tests.conftest import _require, backends_under_test
 
-FORK_BACKENDS = backends_under_test(("subprocess", "bwrap"))
-
-
-def _descendants() -> set[int]:
-    """This process's descendants, but the docker watchdog (one per host process, by design)."""
-    out = set()
-    for p in psutil.Process().children(recursive=True):
-        try:
-            if not any("docker_watchdog" in part for part in p.cmdline()):
-                out.add(p.pid)
-        except psutil.Error:
-            pass
-    return out
-
-
-def _live(pids: set[int]) -> set[int]:
-    out = set()
-    for pid in pids:
-        try:
-            if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
-                out.add(pid)
-        except psutil.NoSuchProcess:
-            pass
-    return out
-
-
-@pytest.fixture(autouse=True)
-def no_process_left() -> Iterator[None]:
-    """Every process a test started is gone when it ends."""
-    before = _descendants()
-    yield
-    deadline = time.monotonic() + 10
-    while (left := _live(_descendants() - before)) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert not left, f"processes left behind: {sorted(left)}"
-
-
-@pytest.fixture(params=FORK_BACKENDS)
-def fork_backend(request: pytest.FixtureRequest) -> str:
-    """The backends whose kernels fork (checked before any loop runs)."""
-    return _require(request.param)
-
-
-@pytest.fixture
-def docker_backend() -> str:
-    """Docker, when it is among the backends under test."""
-    if "docker" not in backends_under_test(("docker",)):
-        pytest.skip("docker is not among the backends under test")
-    return _require("docker")
+pytestmark = pytest.mark.usefixtures("no_process_left")
 
 
 @pytest.fixture

@@ -1,0 +1,128 @@
+"""Templates: warm kernels with their setup done, forked for every kernel made from them."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+
+import pytest
+
+from sunroom import AsyncKernel, AsyncSession, Limits, Template
+from sunroom.errors import ClosedError, KernelStartError, UsageError
+from sunroom.providers import AssistantMessage, TextPart
+from sunroom.providers.fakes import ScriptedModel
+
+pytestmark = pytest.mark.usefixtures("no_process_left")
+
+
+def triple(x: int) -> int:
+    """Three times *x*."""
+    return 3 * x
+
+
+def quadruple(x: int) -> int:
+    """Four times *x*."""
+    return 4 * x
+
+
+async def test_kernels_from_a_template_start_with_its_setup_done(fork_backend: str) -> None:
+    async with Template(
+        setup="import json\nloaded = {'rows': [1, 2]}",
+        backend=fork_backend,
+        functions=[triple],
+        inputs={"n": 5},
+        limits=Limits(timeout_s=5),
+    ) as template:
+        a = await template.kernel()
+        b = await template.kernel()
+        try:
+            r = await a.execute("loaded['rows'].append(3)\n(loaded, json.dumps(n), triple(n))")
+            assert r.value == "({'rows': [1, 2, 3]}, '5', 15)", r
+            assert (await b.execute("loaded['rows']")).value == "[1, 2]"
+            assert a.limits == template.limits
+        finally:
+            await a.aclose()
+            await b.aclose()
+
+
+async def test_a_template_kernel_adds_functions_and_inputs_and_restarts_from_the_template(
+    fork_backend: str,
+) -> None:
+    async with Template(
+        setup="base = 10", backend=fork_backend, functions=[triple], limits=Limits(timeout_s=5)
+    ) as template:
+        async with AsyncKernel(template=template, functions=[quadruple], inputs={"m": 2}) as k:
+            assert (await k.execute("(base, triple(m), quadruple(m))")).value == "(10, 6, 8)"
+            r = await k.execute(
+                "import signal, time\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\n"
+                "while True: time.sleep(0.01)",
+                timeout_s=0.5,
+            )
+            assert r.status == "timeout" and r.state_lost
+            # restarted as a fork of the template: setup, functions and inputs are back
+            assert (await k.execute("(base, triple(m), quadruple(m))")).value == "(10, 6, 8)"
+        with pytest.raises(UsageError, match="already bound by the template"):
+            AsyncKernel(template=Template(inputs={"x": 1}), inputs={"x": 2})
+        with pytest.raises(UsageError, match="limits"):
+            AsyncKernel(template=template, limits=Limits(timeout_s=1))
+
+
+async def test_a_failing_setup_is_reported_at_creation(fork_backend: str) -> None:
+    template = Template(setup="import no_such_module_here", backend=fork_backend)
+    with pytest.raises(KernelStartError, match="setup failed: ModuleNotFoundError"):
+        await template.start()
+    await template.aclose()
+    with pytest.raises(ClosedError):
+        await template.kernel()
+
+
+async def test_a_dead_template_kernel_is_started_again(fork_backend: str) -> None:
+    async with Template(
+        setup="import os\nready = os.urandom(8).hex()", backend=fork_backend
+    ) as template:
+        first = await template.kernel()
+        zygote_pid = (await first.execute("ready")).value
+        await first.aclose()
+        zygote = template._zygote  # noqa: SLF001
+        assert zygote is not None
+        pid = getattr(zygote.process, "kernel_pid", None)
+        assert pid is not None
+        os.kill(pid, signal.SIGKILL)
+        for _ in range(100):
+            if template._zygote is None or not template._zygote.running:  # noqa: SLF001
+                break
+            await asyncio.sleep(0.02)
+        second = await template.kernel()
+        try:
+            assert (await second.execute("ready")).value != zygote_pid
+            assert template.restarts == 1
+        finally:
+            await second.aclose()
+
+
+async def test_many_kernels_at_once_from_one_template(fork_backend: str) -> None:
+    async with Template(setup="state = []", backend=fork_backend) as template:
+        kernels = await asyncio.gather(*(template.kernel() for _ in range(8)))
+        try:
+            results = await asyncio.gather(
+                *(k.execute(f"state.append({i})\nstate") for i, k in enumerate(kernels))
+            )
+            assert [r.value for r in results] == [f"[{i}]" for i in range(8)]
+        finally:
+            await asyncio.gather(*(k.aclose() for k in kernels))
+
+
+async def test_a_session_runs_in_a_kernel_from_a_template(fork_backend: str) -> None:
+    model = ScriptedModel(
+        [
+            AssistantMessage(content=[TextPart("```python\nsubmit(str(warm + 1))\n```")]),
+        ]
+    )
+    async with (
+        Template(setup="warm = 41", backend=fork_backend) as template,
+        AsyncSession(model=model, template=template) as session,
+    ):
+        result = await session.run("add one")
+        assert result.ok, result
+        assert result.output == "42"
