@@ -11,6 +11,9 @@ float64, made in a cell: a DataFrame is not a msgpack value, so it cannot be an 
 * fork: ``kernel.fork()`` until the copy has answered its first cell (``df.shape``), median and
   p90 of ``--n``, and the ratio of the cold median to it (targets: <= 5 ms on subprocess and
   bwrap);
+* template: ``Template(setup="import numpy as np, pandas as pd")``; ``template.kernel()`` until
+  its first result, median and p90 of ``--n``, and the cold start's ratio to it (target: <= 5
+  ms);
 * many: ``kernel.fork(--copies)`` until every copy has answered its first cell (target: 32
   copies <= 60 ms in total), and the memory of the parent and all copies: the sum of their
   processes' PSS (``/proc/<pid>/smaps_rollup``) against one kernel's RSS (target: PSS <= 1.5x
@@ -26,7 +29,7 @@ import time
 
 import psutil
 
-from sunroom import AsyncKernel, Limits
+from sunroom import AsyncKernel, Limits, Template
 
 SETUP = "import numpy as np, pandas as pd"
 FRAME = "df = pd.DataFrame(np.random.default_rng(0).random((1_250_000, 10)))"
@@ -105,7 +108,18 @@ async def run(args: argparse.Namespace) -> None:
         pss = sum(pss_kb(pid) for pid in pids) * 1024
         for c in copies:
             await c.aclose()
+    templated = []
+    async with Template(setup=SETUP, backend=args.backend, limits=limits) as template:
+        await (await template.kernel()).aclose()  # the first fork makes the family
+        for _ in range(args.n):
+            t = time.perf_counter()
+            k = await template.kernel()
+            r = await k.execute("pd.__name__")
+            templated.append(time.perf_counter() - t)
+            assert r.ok, r
+            await k.aclose()
     cold_p50 = statistics.median(colds)
+    template_p50 = statistics.median(templated)
     fork_p50 = statistics.median(forks)
     bound = 1.5 * rss + 4e6 * args.copies
     print(f"backend {args.backend}; parent holds a {frame_mb:.0f} MB DataFrame")
@@ -113,6 +127,10 @@ async def run(args: argparse.Namespace) -> None:
     print(
         f"fork to first cell:                p50 {ms(fork_p50)}  p90 {ms(pct(forks, 0.9))}"
         f"  (cold / fork = {cold_p50 / fork_p50:.0f}x; target <= 5 ms)"
+    )
+    print(
+        f"template kernel to first result:   p50 {ms(template_p50)}  p90 {ms(pct(templated, 0.9))}"
+        f"  (cold / template = {cold_p50 / template_p50:.0f}x; target <= 5 ms)"
     )
     print(f"{args.copies} copies at once to first cell:   {ms(many)}  (target <= 60 ms)")
     print(

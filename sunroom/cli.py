@@ -251,17 +251,26 @@ def serve(
             "429 beyond). [default: 256]"
         ),
     ] = None,
+    template: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="A kernel template NAME=FILE: FILE's Python code runs once in a warm kernel "
+            "that requests naming NAME fork (repeatable; docs/fork.md)."
+        ),
+    ] = None,
 ) -> None:
     """Run the HTTP/SSE service (token from SUNROOM_TOKEN, or generated and printed)."""
     from sunroom.service import ServiceConfig, bind
     from sunroom.service import serve as run_server
 
     fns = tuple(f.strip() for f in functions.split(",") if f.strip()) if functions else None
+    templates = _templates(template or [])
     try:
         base = ServiceConfig.from_env(
             host=host, port=port, db_path=db, expose=expose or None, backend=backend,
             model=_model_spec(model or os.environ.get("SUNROOM_MODEL")), base_url=base_url,
             functions=fns, lease_s=lease_s, max_kernel_requests=max_kernel_requests,
+            templates=templates or None,
         )  # fmt: skip
         _check_service(base)
     except SunroomError as exc:
@@ -284,6 +293,20 @@ def serve(
         level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     guarded(lambda: run_server(config, sock=sock, log_level="warning"))
+
+
+def _templates(specs: list[str]) -> dict[str, str]:
+    """``NAME=FILE`` options as name → setup code; exits with one line for a bad one."""
+    out: dict[str, str] = {}
+    for spec in specs:
+        name, sep, path = spec.partition("=")
+        if not sep or not name.isidentifier():
+            raise fail(f"--template {spec!r} must be NAME=FILE with NAME a Python identifier")
+        try:
+            out[name] = Path(path).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise fail(f"cannot read template {name!r} from {path}: {one_line(exc)}") from None
+    return out
 
 
 def _model_spec(spec: str | None) -> str | None:

@@ -214,6 +214,11 @@ def test_config_errors_are_one_line_and_never_echo_the_token(
     assert "--expose" in err and secret not in proc.stdout + err
     err = one_line_error(cli("serve", "--port", "0", "--lease-s", "-1", env=env))
     assert "lease" in err
+    err = one_line_error(cli("serve", "--port", "0", "--template", "no-equals-sign", env=env))
+    assert "NAME=FILE" in err
+    missing = str(tmp_path / "missing.py")
+    err = one_line_error(cli("serve", "--port", "0", "--template", f"warm={missing}", env=env))
+    assert "cannot read template 'warm'" in err and missing in err
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()

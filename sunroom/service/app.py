@@ -60,6 +60,7 @@ from sunroom.service.problems import (
 from sunroom.service.schemas import CreateKernel, CreateSession, Execute, Fork, MessageIn
 from sunroom.service.sessions import ModelResolver, SessionManager
 from sunroom.service.sse import EventStream
+from sunroom.service.templates import Templates
 from sunroom.store import SessionRecord, SQLiteStore
 
 __all__ = ["create_app", "load_functions"]
@@ -178,16 +179,18 @@ def create_app(
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         async with SQLiteStore(config.db_path) as store:
             state["store"] = store
+            templates = Templates(config)
             state["sessions"] = SessionManager(
-                store, config=config, resolve_model=resolve, functions=every
+                store, config=config, resolve_model=resolve, functions=every, templates=templates
             )
-            state["kernels"] = KernelManager(config=config, functions=every)
+            state["kernels"] = KernelManager(config=config, functions=every, templates=templates)
             await sessions().start()
             try:
                 yield
             finally:
                 await kernels().aclose()
                 await sessions().aclose()
+                await templates.aclose()
 
     def health() -> dict[str, Any]:
         """The body of ``/healthz``. Only reads counts: safe from the health gate's thread."""

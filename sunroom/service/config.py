@@ -67,6 +67,9 @@ class ServiceConfig(pydantic.BaseModel):
         resume_orphans: resume sessions a dead server left running (checked every
             ``lease_s / 2``).
         functions: ``module:attribute`` host functions offered to every session and kernel.
+        templates: name → setup code of the kernel templates (docs/fork.md) that
+            ``POST /kernels`` and ``POST /sessions`` may name with ``"template"``; each is
+            started on first use, with this server's backend and the default limits.
         allowed_hosts: ``Host`` header names (without port) requests may carry, besides the
             loopback names and ``host`` (against DNS rebinding; ``SUNROOM_ALLOWED_HOSTS``,
             comma-separated; ``*`` allows any).
@@ -99,6 +102,7 @@ class ServiceConfig(pydantic.BaseModel):
     lease_s: float = pydantic.Field(default=15.0, gt=0)
     resume_orphans: bool = True
     functions: tuple[str, ...] = ()
+    templates: dict[str, str] = pydantic.Field(default_factory=dict)
     allowed_hosts: tuple[str, ...] = ()
     read_timeout_s: float = pydantic.Field(default=10.0, gt=0, le=3600)
     max_connections: int = pydantic.Field(default=1024, gt=0)
@@ -106,6 +110,9 @@ class ServiceConfig(pydantic.BaseModel):
 
     @pydantic.model_validator(mode="after")
     def _check(self) -> ServiceConfig:
+        for name in self.templates:
+            if not name.isidentifier():
+                raise ValueError(f"template name {name!r} must be a Python identifier")
         if self.host not in LOOPBACK and not self.expose:
             raise ValueError(
                 f"host {self.host!r} is not a loopback address: pass --expose (expose=True) to "

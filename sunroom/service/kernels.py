@@ -19,12 +19,14 @@ import uuid
 from collections.abc import Iterator, Sequence
 from typing import final
 
+from sunroom.errors import UsageError
 from sunroom.sandbox.functions import HostFunction
 from sunroom.sandbox.kernel import AsyncKernel
 from sunroom.sandbox.result import ExecutionResult
 from sunroom.service.config import ServiceConfig
 from sunroom.service.problems import CapacityError, NotFoundError
 from sunroom.service.schemas import CreateKernel
+from sunroom.service.templates import Templates
 
 __all__ = ["KernelManager"]
 
@@ -38,8 +40,15 @@ class KernelManager:
     *functions* are the host functions every kernel gets. :meth:`aclose` kills them all.
     """
 
-    def __init__(self, *, config: ServiceConfig, functions: Sequence[HostFunction] = ()) -> None:
+    def __init__(
+        self,
+        *,
+        config: ServiceConfig,
+        functions: Sequence[HostFunction] = (),
+        templates: Templates | None = None,
+    ) -> None:
         self.config = config
+        self._templates = templates or Templates(config)
         self._functions = tuple(functions)
         self._kernels: dict[str, AsyncKernel] = {}
         self._starting = 0
@@ -82,12 +91,24 @@ class KernelManager:
             raise CapacityError(f"this server runs its limit of {self.config.max_kernels} kernels")
         self._starting += 1
         try:
-            kernel = AsyncKernel(
-                backend=request.backend or self.config.backend,
-                functions=self._functions,
-                inputs=request.inputs or None,
-                limits=request.limits.build() if request.limits else None,
-            )
+            if request.template is not None:
+                if request.limits is not None or request.backend is not None:
+                    raise UsageError(
+                        "a kernel from a template runs on its backend with its limits; "
+                        "omit backend and limits"
+                    )
+                kernel = AsyncKernel(
+                    template=await self._templates.get(request.template),
+                    functions=self._functions,
+                    inputs=request.inputs or None,
+                )
+            else:
+                kernel = AsyncKernel(
+                    backend=request.backend or self.config.backend,
+                    functions=self._functions,
+                    inputs=request.inputs or None,
+                    limits=request.limits.build() if request.limits else None,
+                )
             await kernel.start()
         finally:
             self._starting -= 1

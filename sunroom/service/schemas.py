@@ -160,6 +160,7 @@ class CreateSession(pydantic.BaseModel):
     system_prompt: str | None = None
     backend: str | None = None
     code_mode: Literal["tool", "fenced"] = "tool"
+    template: str | None = None
 
 
 class MessageIn(pydantic.BaseModel):
@@ -178,6 +179,7 @@ class CreateKernel(pydantic.BaseModel):
     backend: str | None = None
     inputs: dict[str, Any] = pydantic.Field(default_factory=dict)
     limits: LimitsIn | None = None
+    template: str | None = None
 
 
 class Fork(pydantic.BaseModel):

@@ -52,6 +52,7 @@ from sunroom.service.recovery import (
 )
 from sunroom.service.schemas import CreateSession, FileInputIn, output_type
 from sunroom.service.signals import Signals
+from sunroom.service.templates import Templates
 from sunroom.store import EventStore, SessionRecord, SessionStatus, SQLiteStore, StoredEvent
 
 __all__ = ["ModelResolver", "SessionManager", "new_owner"]
@@ -87,9 +88,11 @@ class SessionManager:
         resolve_model: ModelResolver,
         functions: Sequence[HostFunction] = (),
         owner: str | None = None,
+        templates: Templates | None = None,
     ) -> None:
         self.store = store
         self.config = config
+        self._templates = templates or Templates(config)
         self._identity: Identity | None = None
         if owner is None and isinstance(store, SQLiteStore) and str(store.path) != ":memory:":
             self._identity = stable_owner(store.path)
@@ -423,6 +426,11 @@ class SessionManager:
                 f"unknown backend {backend!r}; choose one of {', '.join(backends.NAMES)}"
             )
         limits = request.limits.build() if request.limits else None
+        template = None
+        if request.template is not None:
+            if limits is not None:
+                raise UsageError("a session from a template runs with its limits; omit limits")
+            template = await self._templates.get(request.template)
         budget = request.budget.build() if request.budget else None
         output = output_type(request.output_schema)
         holder: list[Live] = []
@@ -459,6 +467,7 @@ class SessionManager:
                 session_id=sid,
                 transcript=transcript or (),
                 spent=spent,
+                template=template,
             )
         except BaseException:
             await self._close_model(sid, model)

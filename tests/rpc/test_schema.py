@@ -124,7 +124,19 @@ def test_notifications() -> None:
     for bad_hello in bad_hellos:
         with pytest.raises(WireError):
             schema.hello(bad_hello)
-    assert set(schema.NOTIFICATIONS) == {"hello", "stream"}
+    assert schema.fork_ready({"copies": 3, "x": 1}) == {"copies": 3}
+    for bad_ready in (None, {}, {"copies": 0}, {"copies": "2"}):
+        with pytest.raises(WireError):
+            schema.fork_ready(bad_ready)
+    assert set(schema.NOTIFICATIONS) == {"hello", "stream", "fork_ready"}
+
+
+def test_fork_result() -> None:
+    assert schema.pids([5, 9]) == [5, 9]
+    bad_results: tuple[Any, ...] = (None, {}, [0], ["7"], [True, 3.5])
+    for bad in bad_results:
+        with pytest.raises(WireError):
+            schema.pids(bad)
 
 
 def test_call_params() -> None:

@@ -268,6 +268,43 @@ def test_raw_kernels_fork(make_server: Callable[..., Server]) -> None:
         assert server.client.delete(f"/kernels/{cid}").status_code == 200
 
 
+def test_templates_serve_kernels_and_sessions(make_server: Callable[..., Server]) -> None:
+    def double(x: int) -> int:
+        """Twice x."""
+        return 2 * x
+
+    model = ScriptedModel([code("print(double(warm))"), "done"])
+    server = make_server(
+        model,
+        functions=[double],
+        templates={"warm": "import json\nwarm = 21", "broken": "import no_such_module_here"},
+    )
+    r = server.client.post("/kernels", json={"template": "warm", "inputs": {"extra": 1}})
+    assert r.status_code == 201, r.text
+    kid = r.json()["kernel_id"]
+    out = server.client.post(
+        f"/kernels/{kid}/execute", json={"code": "json.dumps([warm, extra, double(warm)])"}
+    ).json()
+    assert out["value"] == "'[21, 1, 42]'", out
+    r = server.client.post("/kernels", json={"template": "nope"})
+    assert r.status_code == 422 and "unknown template 'nope'" in r.json()["error"]["message"]
+    assert "broken, warm" in r.json()["error"]["message"]
+    r = server.client.post("/kernels", json={"template": "warm", "limits": {"timeout_s": 3}})
+    assert r.status_code == 422 and "omit backend and limits" in r.json()["error"]["message"]
+    r = server.client.post("/kernels", json={"template": "broken"})
+    assert r.status_code == 503, r.text
+    assert "setup failed: ModuleNotFoundError" in r.json()["error"]["message"]
+    r = server.client.post("/sessions", json={"task": "go", "template": "warm"})
+    assert r.status_code == 201, r.text
+    sid = r.json()["session_id"]
+    body = server.client.get(f"/sessions/{sid}/result", params={"timeout": 20}).json()
+    assert body["result"]["status"] == "success", body
+    finished = next(e for e in sse(server, sid) if e["event"] == "ExecutionFinished")
+    assert finished["data"]["output"].strip() == "42"
+    server.client.delete(f"/kernels/{kid}")
+    server.client.delete(f"/sessions/{sid}")
+
+
 def test_host_calls_are_recorded_with_idempotency_keys(
     make_server: Callable[..., Server], tmp_path: Path
 ) -> None:
