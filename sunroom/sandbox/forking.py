@@ -308,44 +308,47 @@ async def fork(
     loop = asyncio.get_running_loop()
     routers = [Router(loop.create_future()) for _ in range(n)]
     channels: list[Channel] = []
+    # the copies' cgroups are made while the kernel forks (each mkdir and limit write costs)
+    making = asyncio.ensure_future(asyncio.to_thread(_cgroups_for, family.root, nonces, limits))
+    cgroups: list[Cgroup | None] = [None] * n
     try:
+        for host_end, copy_router in zip((pair[0] for pair in pairs), routers, strict=True):
+            channels.append(
+                await Channel.open(
+                    host_end, on_notification=copy_router, max_frame=limits.max_frame_bytes
+                )
+            )
         copies = [{"nonce": nonce, "workdir": f"{forks_dir}/{nonce[:16]}"} for nonce in nonces]
         router.fork_ready = loop.create_future()
         call = channel.request("fork", {"copies": copies}, check=schema.pids)
         await asyncio.wait({router.fork_ready, call}, return_when=asyncio.FIRST_COMPLETED)
         if router.fork_ready.done():
-            fds = [pair[1].fileno() for pair in pairs]
-            fds += [w for _, w in pipes]
-            channel.send_fds([fd for i in range(n) for fd in (fds[i], fds[n + i])])
+            channel.send_fds([fd for i in range(n) for fd in (pairs[i][1].fileno(), pipes[i][1])])
         await call  # RemoteError when the kernel refused
         for _, kernel_end in pairs:
             kernel_end.close()
-        for _, w in pipes:
-            os.close(w)
-        for (host_end, _), r in zip(pairs, routers, strict=True):
-            channels.append(
-                await Channel.open(host_end, on_notification=r, max_frame=limits.max_frame_bytes)
-            )
+        for i, (status_r, status_w) in enumerate(pipes):
+            os.close(status_w)
+            pipes[i] = (status_r, -1)
         await _hellos(routers, channels, nonces, limits.start_timeout_s)
+        cgroups = await making
         infos = [r.hello.result() for r in routers]
         runtimes = await asyncio.to_thread(_find_runtimes, family.root, [i["pid"] for i in infos])
+        # the runtimes only, back to back: a supervisor just waits, and every move is an
+        # RCU-synchronised migration that the next one, close behind, may share
+        await asyncio.to_thread(_move_all, cgroups, runtimes)
         ready: list[Ready] = []
         for i in range(n):
-            runtime_pid = runtimes[i]
-            supervisor_pid = _parent(runtime_pid)
-            cgroup = await asyncio.to_thread(_cgroup_for, family.root, nonces[i], limits)
-            if cgroup is not None:
-                # the runtime only: its supervisor just waits (one move, each costs an RCU sync)
-                await asyncio.to_thread(_move, cgroup, runtime_pid)
             proc = ForkedProcess(
                 family,
-                supervisor_pid=supervisor_pid,
-                runtime_pid=runtime_pid,
+                supervisor_pid=_parent(runtimes[i]),
+                runtime_pid=runtimes[i],
                 status_fd=pipes[i][0],
-                cgroup=cgroup,
+                cgroup=cgroups[i],
                 memory_mb=limits.memory_mb,
             )
             pipes[i] = (-1, -1)
+            cgroups[i] = None
             ready.append(Ready(proc, channels[i], routers[i], dict(infos[i])))
         return ready
     except BaseException:
@@ -359,6 +362,13 @@ async def fork(
                 if fd >= 0:
                     with contextlib.suppress(OSError):
                         os.close(fd)
+        if not making.done():
+            making.cancel()
+        elif not making.cancelled() and making.exception() is None:
+            cgroups = making.result()
+        for cgroup in cgroups:
+            if cgroup is not None:
+                await asyncio.to_thread(cgroup.remove)
         raise
     finally:
         router.fork_ready = None
@@ -405,26 +415,36 @@ def _parent(pid: int) -> int:
         return int(f.read().rpartition(")")[2].split()[1])
 
 
-def _cgroup_for(root: SupervisedProcess, nonce: str, limits: Limits) -> Cgroup | None:
+def _cgroups_for(root: SupervisedProcess, nonces: list[str], limits: Limits) -> list[Cgroup | None]:
+    """One cgroup per copy with the kernel's limits (Nones when the kernel has no cgroup)."""
     if root.cgroup is None:
-        return None
-    cgroup = Cgroup.create(
-        f"sunroom-{nonce[:16]}",
-        memory_mb=limits.memory_mb,
-        pids=limits.pids,
-        cpu_quota=limits.cpu_quota,
-    )
-    if cgroup is None:
-        raise KernelStartError("could not create the copy's cgroup")
-    return cgroup
-
-
-def _move(cgroup: Cgroup, *pids: int) -> None:
+        return [None] * len(nonces)
+    made: list[Cgroup | None] = []
     try:
-        for pid in pids:
-            cgroup.add(pid)
+        for nonce in nonces:
+            cgroup = Cgroup.create(
+                f"sunroom-{nonce[:16]}",
+                memory_mb=limits.memory_mb,
+                pids=limits.pids,
+                cpu_quota=limits.cpu_quota,
+            )
+            if cgroup is None:
+                raise KernelStartError("could not create a copy's cgroup")
+            made.append(cgroup)
+    except BaseException:
+        for cgroup in made:
+            if cgroup is not None:
+                cgroup.remove()
+        raise
+    return made
+
+
+def _move_all(cgroups: list[Cgroup | None], pids: list[int]) -> None:
+    try:
+        for cgroup, pid in zip(cgroups, pids, strict=True):
+            if cgroup is not None:
+                cgroup.add(pid)
     except OSError as exc:
-        cgroup.remove()
         raise KernelStartError(f"cannot move a copy into its cgroup: {exc.strerror}") from exc
 
 
