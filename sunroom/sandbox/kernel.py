@@ -459,9 +459,9 @@ class AsyncKernel:
             backend = ahead if isinstance(ahead, str) else ahead.name
             if backend not in host_inputs.PATH_BACKENDS:
                 raise UsageError(
-                    "a pooled or templated kernel is started before its inputs are known, so "
-                    "File and Directory inputs cannot be mounted in it; give them to the "
-                    "template, or use a kernel without a pool"
+                    "a pooled kernel (or one from a template) is started before its inputs are "
+                    "known, so File and Directory inputs cannot be mounted in it; give them to "
+                    "the template, or use a kernel without a pool"
                 )
         return found
 
