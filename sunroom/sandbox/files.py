@@ -21,7 +21,14 @@ from __future__ import annotations
 import math
 import os
 from collections import deque
-from collections.abc import AsyncGenerator, AsyncIterable, AsyncIterator, Iterable, Iterator
+from collections.abc import (
+    AsyncGenerator,
+    AsyncIterable,
+    AsyncIterator,
+    Generator,
+    Iterable,
+    Iterator,
+)
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO, Final, cast, final
@@ -441,8 +448,28 @@ class Files:
 
     def read_stream(self, path: str) -> Iterator[bytes]:
         """The content of *path* chunk by chunk; see ``KernelFiles.read_stream``."""
-        stream = self._core.read_stream(path)
+        return self._chunks(self._core.read_stream(path))
+
+    def read_sized(self, path: str) -> tuple[int, Generator[bytes, None, None]]:
+        """The size of *path* when opened, and its content; see ``KernelFiles.read_sized``.
+
+        The kernel is held until the iterator ends or is closed (``close()``).
+        """
+        size, stream = self._portal.call(self._core.read_sized(path))
+        chunks = self._chunks(stream, primed=True)
+        next(chunks)  # to its first yield: from here on, closing it closes the stream
+        return size, chunks
+
+    def _chunks(
+        self, stream: AsyncGenerator[bytes, None], *, primed: bool = False
+    ) -> Generator[bytes, None, None]:
+        """The blocking iteration of *stream*; closing it closes *stream*.
+
+        *primed*: it first yields ``b""`` for the caller to take at once (not a chunk).
+        """
         try:
+            if primed:
+                yield b""
             while True:
                 try:
                     chunk = self._portal.call(_next(stream))
