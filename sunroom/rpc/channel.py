@@ -82,6 +82,11 @@ faulted in and unmapped again for each; it is let go after ``SPARE_IDLE_S`` unus
 SPARE_IDLE_S: Final = 1.0
 """How long a kept mapping waits for its next frame."""
 
+SEND_BUFFER: Final = 512 * 1024
+"""``SO_SNDBUF`` of the socket (Linux doubles it for its bookkeeping): a 1 MiB file chunk mostly
+goes straight into the socket instead of through the transport's buffer (a copy), while a
+peer that stops reading still gets only a couple of answers computed before the channel waits."""
+
 _Payload = bytes | mmap.mmap
 
 _RELEASER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sunroom-release")
@@ -230,6 +235,8 @@ class Channel(asyncio.Protocol):
         """Wrap a connected Unix stream socket; the channel owns it from now on."""
         loop = asyncio.get_running_loop()
         sock.setblocking(False)
+        with contextlib.suppress(OSError):  # a socket that cannot keeps the system's size
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SEND_BUFFER)
         _, proto = await loop.create_unix_connection(lambda: cls(**options), sock=sock)
         return proto
 

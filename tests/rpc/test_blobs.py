@@ -3,7 +3,8 @@
 The host sends a chunk as a frame head plus the caller's own buffers (``Framer.frame_parts``);
 the kernel receives a large frame straight into a buffer of its own, kept for the next frame of
 the same size, and answers a large binary with ``sendmsg`` from where it lies; the host keeps
-the mapping of a large frame for the next one of the same size, for ``SPARE_IDLE_S``.
+the mapping of a large frame for the next one of the same size, for ``SPARE_IDLE_S``; its
+socket's send buffer is ``SEND_BUFFER``.
 """
 
 from __future__ import annotations
@@ -30,6 +31,18 @@ def test_the_limits() -> None:
     assert blocking.SPARE_FRAME == channel.SPARE_FRAME == 4 * 1024 * 1024
     assert files.CHUNK_BYTES + 64 <= blocking.SPARE_FRAME  # a chunk's frame is kept
     assert channel.SPARE_IDLE_S == 1.0
+    assert channel.SEND_BUFFER == 512 * 1024
+
+
+async def test_the_host_socket_has_room_for_half_a_chunk() -> None:
+    host_sock, peer_sock = socket.socketpair()
+    ch = await Channel.open(host_sock)
+    try:
+        got = host_sock.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF)
+        assert got >= channel.SEND_BUFFER  # Linux reports twice what was set
+    finally:
+        await ch.aclose()
+        peer_sock.close()
 
 
 @pytest.mark.parametrize("size", [0, 1, 255, 256, 65_535, 65_536, 1024 * 1024 + 3])
