@@ -86,7 +86,7 @@ def files_service(src: Path, dst: Path, *, backend: str) -> dict[str, float]:
     env = {
         **os.environ,
         "SUNROOM_TOKEN": token,
-        "PYTHONPATH": str(ROOT),
+        "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p),
         "SUNROOM_MAX_FILE_BYTES": str(size + MIB),
         "SUNROOM_READ_TIMEOUT_S": "120",  # the upload must arrive within it
     }
@@ -109,11 +109,15 @@ def files_service(src: Path, dst: Path, *, backend: str) -> dict[str, float]:
             kid = http.post("/kernels", json={}).raise_for_status().json()["kernel_id"]
             base = f"/kernels/{kid}/files"
             http.put(f"{base}/warm", content=b"x" * MIB).raise_for_status()
-            resting = psutil.Process(server.pid).memory_info().rss
+            proc = psutil.Process(server.pid)
+            kernels = proc.children(recursive=True)
+            resting = proc.memory_info().rss
             rss = RssPeak(server.pid)
+            cpu0 = _cpu(proc), _cpu(*kernels)
             t0 = time.perf_counter()
             r = http.put(f"{base}/big.bin", content=pieces(src))
             upload = time.perf_counter() - t0
+            cpu1 = _cpu(proc), _cpu(*kernels)
             r.raise_for_status()
             assert r.json()["size"] == size, r.text
             t0 = time.perf_counter()
@@ -124,6 +128,7 @@ def files_service(src: Path, dst: Path, *, backend: str) -> dict[str, float]:
                     out.write(chunk)
                     got += len(chunk)
             download = time.perf_counter() - t0
+            cpu2 = _cpu(proc), _cpu(*kernels)
             peak = rss.stop()
             assert got == size, (got, size)
     finally:
@@ -135,7 +140,25 @@ def files_service(src: Path, dst: Path, *, backend: str) -> dict[str, float]:
         "upload_MBps": size / 1e6 / upload,
         "download_MBps": size / 1e6 / download,
         "server_rss_growth_MB": (peak - resting) / 1e6,
+        # CPU seconds (user + system) of the server and of the kernel's processes: the work
+        # done, which other load on the machine does not inflate as it does the wall time
+        "upload_server_cpu_s": cpu1[0] - cpu0[0],
+        "upload_kernel_cpu_s": cpu1[1] - cpu0[1],
+        "download_server_cpu_s": cpu2[0] - cpu1[0],
+        "download_kernel_cpu_s": cpu2[1] - cpu1[1],
     }
+
+
+def _cpu(*procs: psutil.Process) -> float:
+    """User + system CPU seconds of *procs* so far (a process gone meanwhile counts 0)."""
+    total = 0.0
+    for proc in procs:
+        try:
+            times = proc.cpu_times()
+        except psutil.NoSuchProcess:
+            continue
+        total += times.user + times.system
+    return total
 
 
 async def files_api(src: Path, size: int, *, backend: str) -> dict[str, float]:

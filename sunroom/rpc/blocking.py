@@ -25,6 +25,7 @@ from sunroom.rpc.codec import (
     DEFAULT_MAX_DEPTH,
     DEFAULT_MAX_FRAME,
     DEFAULT_MAX_VALUES,
+    HEADER,
     Framer,
     WireError,
     decode,
@@ -35,6 +36,14 @@ from sunroom.rpc.messages import Notification, Request, Response, RpcError, pars
 TYPE_CHECKING = False  # typing costs the kernel ~10 ms to import; annotations are lazy
 if TYPE_CHECKING:
     from typing import Any
+
+BIG_FRAME = 64 * 1024
+"""Frames of at least this many bytes are received straight into a buffer of their own, and a
+message whose last value is a binary of at least this many bytes is sent without copying it."""
+
+SPARE_FRAME = 4 * 1024 * 1024
+"""The buffer of a large frame of at most this many bytes is kept for the next frame of the
+same size (a file transfer's chunks), so the memory is not mapped and faulted in afresh."""
 
 _SIGINT = {_signal.SIGINT}
 # _signal's own functions: the signal module's wrappers turn every mask into a set of enums
@@ -76,6 +85,9 @@ class BlockingChannel:
         self._buf = bytearray()
         self._chunk = bytearray(65536)
         self._view = memoryview(self._chunk)
+        self._frame: bytearray | None = None  # a large frame being received, and its fill
+        self._fill = 0
+        self._spare: bytearray | None = None
         self._next_id = 0
         self._waiting: dict[int, Response | None] = {}
         self._requests: deque[Request] = deque()
@@ -115,6 +127,14 @@ class BlockingChannel:
         raises WireError here instead of being sent.
         """
         with self._send_lock:
+            last = message[-1]
+            if type(last) in _BLOBS and memoryview(last).nbytes >= BIG_FRAME:
+                # a file chunk: written from where it is, behind a head framed here
+                parts = self._framer.frame_parts([*message[:-1], b""], [last])
+                if self._closed is not None:
+                    raise ConnectionError("the host connection is closed")
+                _send_parts(self._sock, parts)
+                return
             data = self._framer.frame(message)  # one packer, used under the lock
             if self._closed is not None:
                 raise ConnectionError("the host connection is closed")
@@ -177,8 +197,13 @@ class BlockingChannel:
 
     def _read_once(self) -> None:
         """Read one chunk as the reader, route what it completes, give up the reader role."""
+        frame = self._frame
         try:
-            size = self._sock.recv_into(self._chunk)
+            if frame is None:
+                size = self._sock.recv_into(self._chunk)
+            else:  # straight into the large frame's own buffer
+                with memoryview(frame) as view:
+                    size = self._sock.recv_into(view[self._fill :])
         except BaseException as exc:  # KeyboardInterrupt from a timed-out cell included
             if isinstance(exc, OSError) and not isinstance(exc, ConnectionError | InterruptedError):
                 # e.g. EBADF: close() on another thread won the race with this recv
@@ -203,16 +228,41 @@ class BlockingChannel:
                 if not size:
                     self._closed = ConnectionError("closed")
                 else:
-                    self._buf += self._view[:size]
                     try:
-                        for payload in take_frames(self._buf, self._max_frame):
-                            self._route(parse_message(decode(payload, max_depth=self._max_depth)))
+                        self._take(size)
                     except WireError as exc:
                         self._closed = exc
                 self._cond.notify_all()
         finally:
             if masked:
                 _sigmask(_signal.SIG_UNBLOCK, _SIGINT)
+
+    def _take(self, size: int) -> None:
+        """Route what the *size* bytes just read complete (under the lock, as the reader)."""
+        frame = self._frame
+        if frame is not None:
+            self._fill += size
+            if self._fill < len(frame):
+                return
+            self._frame = None
+            with memoryview(frame) as view:
+                message = decode(view, max_depth=self._max_depth)
+            if len(frame) <= SPARE_FRAME:
+                self._spare = frame
+            self._route(parse_message(message))
+            return
+        buf = self._buf
+        buf += self._view[:size]
+        for payload in take_frames(buf, self._max_frame):
+            self._route(parse_message(decode(payload, max_depth=self._max_depth)))
+        if len(buf) >= 4:
+            (length,) = HEADER.unpack_from(buf)
+            if length >= BIG_FRAME:  # the rest goes straight into a buffer of its own
+                spare, self._spare = self._spare, None
+                frame = spare if spare is not None and len(spare) == length else bytearray(length)
+                frame[: len(buf) - 4] = memoryview(buf)[4:]
+                self._frame, self._fill = frame, len(buf) - 4
+                buf.clear()
 
     def _route(self, msg: Request | Response | Notification) -> None:
         if type(msg) is Response:
@@ -235,3 +285,21 @@ class BlockingChannel:
                 self._closed = ConnectionError("closed")
             self._cond.notify_all()
         self._sock.close()
+
+
+_BLOBS = (bytes, bytearray, memoryview)
+
+
+def _send_parts(sock: _socket.socket, parts: list[Any]) -> None:
+    """Send every buffer of *parts* in order (``sendmsg`` gathers them; no joined copy)."""
+    views = [memoryview(part).cast("B") for part in parts]
+    try:
+        while views:
+            sent = sock.sendmsg(views)
+            while views and sent >= views[0].nbytes:
+                sent -= views.pop(0).nbytes
+            if sent:
+                views[0] = views[0][sent:]
+    finally:
+        for view in views:
+            view.release()

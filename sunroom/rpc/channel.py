@@ -33,7 +33,7 @@ import mmap
 import os
 import socket
 from collections import deque
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Final, cast, final
 
@@ -75,6 +75,19 @@ MAX_PENDING_SWEEP: Final = 1024
 """Requests awaiting an answer beyond which the channel forgets those abandoned meanwhile (the
 next sweep waits until there are twice as many left as after this one)."""
 
+SPARE_FRAME: Final = 4 * 1024 * 1024
+"""The mapping of a large frame of at most this many bytes is kept, once decoded, for the next
+frame of the same size (a file transfer's chunks are all one size), so it is not mapped,
+faulted in and unmapped again for each; it is let go after ``SPARE_IDLE_S`` unused."""
+
+SPARE_IDLE_S: Final = 1.0
+"""How long a kept mapping waits for its next frame."""
+
+SEND_BUFFER: Final = 512 * 1024
+"""``SO_SNDBUF`` of the socket (Linux doubles it for its bookkeeping): a 1 MiB file chunk mostly
+goes straight into the socket instead of through the transport's buffer (a copy), while a
+peer that stops reading still gets only a couple of answers computed before the channel waits."""
+
 _Payload = bytes | mmap.mmap
 
 _RELEASER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sunroom-release")
@@ -97,7 +110,11 @@ def _release(received: _Frame) -> None:
     """Let go of a frame's bytes; a mapping is unmapped on another thread."""
     received.decoding.close()
     if isinstance(received.payload, mmap.mmap):
-        _RELEASER.submit(received.payload.close).add_done_callback(_released)
+        _unmap(received.payload)
+
+
+def _unmap(mapping: mmap.mmap) -> None:
+    _RELEASER.submit(mapping.close).add_done_callback(_released)
 
 
 def _released(done: Future[None]) -> None:
@@ -180,6 +197,8 @@ class Channel(asyncio.Protocol):
         self._early_check = early_check
         self._big: _Frame | None = None
         self._big_fill = 0
+        self._spare: mmap.mmap | None = None
+        self._spare_timer: asyncio.TimerHandle | None = None
         self._catch_up: asyncio.Handle | None = None
         self._backlog: deque[_Frame] = deque()
         self._decoder: asyncio.Task[None] | None = None
@@ -217,6 +236,8 @@ class Channel(asyncio.Protocol):
         """Wrap a connected Unix stream socket; the channel owns it from now on."""
         loop = asyncio.get_running_loop()
         sock.setblocking(False)
+        with contextlib.suppress(OSError):  # a socket that cannot keeps the system's size
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SEND_BUFFER)
         _, proto = await loop.create_unix_connection(lambda: cls(**options), sock=sock)
         return proto
 
@@ -269,7 +290,7 @@ class Channel(asyncio.Protocol):
                     raise WireError(f"frame of {size} bytes exceeds the {self._max_frame}-byte cap")
                 if size >= BIG_FRAME:
                     # the rest of what arrived goes straight into the frame's own mapping
-                    mapping = mmap.mmap(-1, size)
+                    mapping = self._mapping(size)
                     self._big = _Frame(mapping, self._decoding(mapping))
                     self._big_fill = 0
                     data = memoryview(bytes(buf[pos + 4 :]))
@@ -283,6 +304,38 @@ class Channel(asyncio.Protocol):
                 if self.closed.done():
                     return
             del buf[:pos]
+
+    def _mapping(self, size: int) -> mmap.mmap:
+        """A mapping of *size* bytes for a large frame: the kept one when it fits exactly."""
+        spare, self._spare = self._spare, None
+        if spare is not None:
+            if len(spare) == size:
+                return spare
+            _unmap(spare)
+        return mmap.mmap(-1, size)
+
+    def _release(self, received: _Frame) -> None:
+        """Let go of a decoded frame's bytes; keep its mapping for the next frame of its size."""
+        payload = received.payload
+        if (
+            isinstance(payload, mmap.mmap)
+            and len(payload) <= SPARE_FRAME
+            and self._spare is None
+            and not self.closed.done()
+        ):
+            received.decoding.close()
+            self._spare = payload
+            if self._spare_timer is not None:
+                self._spare_timer.cancel()
+            self._spare_timer = self._loop.call_later(SPARE_IDLE_S, self._drop_spare)
+            return
+        _release(received)
+
+    def _drop_spare(self) -> None:
+        self._spare_timer = None
+        if self._spare is not None:
+            _unmap(self._spare)
+            self._spare = None
 
     def _decoding(self, payload: _Payload) -> Decoding:
         return Decoding(payload, max_depth=self._max_depth, max_values=self._max_values)
@@ -344,7 +397,7 @@ class Channel(asyncio.Protocol):
                     if self.closed.done():
                         return
                 self._backlog.popleft()
-                _release(received)
+                self._release(received)
                 self._dispatch(parse_message(received.decoding.value))
         except (WireError, ProtocolError) as exc:
             self._fail(exc if isinstance(exc, ProtocolError) else ProtocolError(str(exc)))
@@ -499,13 +552,24 @@ class Channel(asyncio.Protocol):
 
     # -- sending ---------------------------------------------------------------------------
 
-    def _write(self, message: list[Any]) -> None:
+    def _write(
+        self, message: list[Any], tail: Sequence[bytes | bytearray | memoryview] = ()
+    ) -> None:
         if self._transport is None or self.closed.done():
             raise ClosedError("the channel is closed") from self._close_exc
-        self._transport.write(self._framer.frame(message))
+        if not tail:
+            self._transport.write(self._framer.frame(message))
+            return
+        for part in self._framer.frame_parts(message, tail):  # the tail is not joined
+            self._transport.write(part)
 
     def request(
-        self, method: str, params: Any = None, *, check: Checker | None = None
+        self,
+        method: str,
+        params: Any = None,
+        *,
+        check: Checker | None = None,
+        tail: Sequence[bytes | bytearray | memoryview] = (),
     ) -> asyncio.Future[Any]:
         """Send a request now and return the future of its result (no task is created).
 
@@ -515,11 +579,14 @@ class Channel(asyncio.Protocol):
         ClosedError when the channel closes first. Cancelling it abandons the request: a late
         answer is then dropped instead of being a protocol error. Raises ProtocolError at once
         when *params* cannot be encoded or exceed the frame cap, ClosedError when closed.
+
+        *tail*: buffers sent as one binary in place of the ``b""`` that *params* ends with (see
+        :meth:`~sunroom.rpc.codec.Framer.frame_parts`), written as they are, never joined.
         """
         self._next_id = req_id = (self._next_id + 1) & 0xFFFFFFFF
         fut: asyncio.Future[Any] = self._loop.create_future()
         try:
-            self._write([0, req_id, method, params])
+            self._write([0, req_id, method, params], tail)
         except WireError as exc:
             raise ProtocolError(f"cannot send {method!r}: {exc}") from None
         if len(self._pending) >= self._sweep_at:
@@ -601,6 +668,9 @@ class Channel(asyncio.Protocol):
             self._big = None
         while self._backlog:
             _release(self._backlog.popleft())
+        if self._spare_timer is not None:
+            self._spare_timer.cancel()
+        self._drop_spare()
         self._write_ready.set()  # nobody waits to write on a closed channel
         self.closed.set_result(None)
         if self._on_close is not None:

@@ -27,9 +27,12 @@ import msgpack
 
 TYPE_CHECKING = False  # typing costs the kernel ~10 ms to import; annotations are lazy
 if TYPE_CHECKING:
+    from collections.abc import Sequence
     from typing import Any, Final
 
     from typing_extensions import Buffer
+
+    Bytes = bytes | bytearray | memoryview
 
 PROTOCOL_VERSION: Final = 1
 """Bumped on any incompatible change to frames, message shapes or methods."""
@@ -116,6 +119,35 @@ class Framer:
         if self.max_values is not None and size > self.max_values:
             count_values(payload, self.max_values)
         return HEADER.pack(size) + payload
+
+    def frame_parts(self, message: Any, tail: Sequence[Bytes]) -> list[Bytes]:
+        """The frame of *message* with a binary of the buffers *tail* as its last value.
+
+        *message* holds ``b""`` where the binary goes, and that must be the last value its
+        encoding ends with (the last element of the outer list, or of a map that is last).
+        Returns the frame as buffers to send one after the other: a head (the frame header
+        and the encoding up to the binary's length) and then *tail* itself, never copied.
+        Raises WireError as :meth:`frame` does, and for a *message* that does not end so.
+        """
+        head = self.frame(message)
+        if not head.endswith(_EMPTY_BIN):
+            raise WireError("the message must end with the empty binary the tail replaces")
+        length = sum(memoryview(part).nbytes for part in tail)
+        size = len(head) - 4 - len(_EMPTY_BIN) + _BIN32.size + length
+        if size > self.max_frame:
+            raise WireError(f"frame of {size} bytes exceeds the {self.max_frame}-byte cap")
+        # a binary's length is its own bytes, so the value count stays that of the head
+        start = HEADER.pack(size) + head[4 : -len(_EMPTY_BIN)] + _BIN32.pack(0xC6, length)
+        out: list[Bytes] = [start]
+        out += tail
+        return out
+
+
+_EMPTY_BIN: Final = b"\xc4\x00"
+"""msgpack's encoding of ``b""`` (bin 8, length 0)."""
+
+_BIN32: Final = struct.Struct(">BI")
+"""msgpack's bin 32 header, packed as (0xC6, length)."""
 
 
 def _new_packer() -> Any:

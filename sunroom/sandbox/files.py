@@ -21,10 +21,17 @@ from __future__ import annotations
 import math
 import os
 from collections import deque
-from collections.abc import AsyncGenerator, AsyncIterable, AsyncIterator, Iterable, Iterator
+from collections.abc import (
+    AsyncGenerator,
+    AsyncIterable,
+    AsyncIterator,
+    Generator,
+    Iterable,
+    Iterator,
+)
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, BinaryIO, Final, final
+from typing import TYPE_CHECKING, Any, BinaryIO, Final, cast, final
 
 from sunroom.errors import ClosedError, FileError, KernelError, UsageError
 from sunroom.prelude.files import MAX_GLOB, MAX_LIST, PathRefused, normalize
@@ -199,27 +206,26 @@ class KernelFiles:
                 raise await self._failed("files.write", exc) from None
             handle = opened["handle"]
             flight: deque[asyncio.Future[Any]] = deque()
-            buf = bytearray()
+            parts: list[memoryview] = []  # the next chunk: views of the pieces, not copies
+            filled = 0
             committed = False
             try:
                 async for piece in data:
                     if not isinstance(piece, bytes | bytearray | memoryview):
                         raise UsageError("data must yield bytes")
                     view = memoryview(piece).cast("B")
-                    if buf:  # top up the partial chunk first
-                        take = size - len(buf)
-                        buf += view[:take]
+                    while view:
+                        take = min(size - filled, len(view))
+                        parts.append(view[:take])
                         view = view[take:]
-                        if len(buf) < size:
-                            continue
-                        await self._send(channel, flight, handle, bytes(buf))
-                        buf.clear()
-                    while len(view) >= size:  # whole chunks straight from the piece
-                        await self._send(channel, flight, handle, bytes(view[:size]))
-                        view = view[size:]
-                    buf += view
-                if buf:
-                    await self._send(channel, flight, handle, bytes(buf))
+                        filled += take
+                        if filled == size:
+                            await self._send(channel, flight, handle, parts)
+                            parts, filled = [], 0
+                    if parts and not parts[-1].readonly:  # the caller may reuse its buffer
+                        parts = [p if p.readonly else memoryview(bytes(p)) for p in parts]
+                if parts:
+                    await self._send(channel, flight, handle, parts)
                 while flight:
                     await flight.popleft()
                 committed = True
@@ -232,12 +238,17 @@ class KernelFiles:
                     await _abort(channel, flight, handle)
 
     async def _send(
-        self, channel: Channel, flight: deque[asyncio.Future[Any]], handle: int, chunk: bytes
+        self,
+        channel: Channel,
+        flight: deque[asyncio.Future[Any]],
+        handle: int,
+        chunk: list[memoryview],
     ) -> None:
+        """Send one chunk (its parts written as they are: they may change once this returns)."""
         if len(flight) >= WINDOW:
             await flight.popleft()
-        params = {"handle": handle, "data": chunk}
-        flight.append(channel.request("file_write_chunk", params, check=_count))
+        params = {"handle": handle, "data": b""}  # the data: the parts, as one binary
+        flight.append(channel.request("file_write_chunk", params, check=_count, tail=chunk))
 
     async def read(self, path: str) -> bytes:
         """The whole content of the workdir file *path* (see :meth:`read_stream` for big files)."""
@@ -252,6 +263,27 @@ class KernelFiles:
         The kernel is held (no cell runs) until the iterator ends or is closed; close it
         (``contextlib.aclosing``) when stopping early. A missing file raises on the first step.
         """
+        stream = self._reader(path)
+        try:
+            await anext(stream)  # the size
+            async for chunk in stream:
+                yield cast(bytes, chunk)
+        finally:
+            await stream.aclose()
+
+    async def read_sized(self, path: str) -> tuple[int, AsyncGenerator[bytes, None]]:
+        """The size of the workdir file *path* when it was opened, and its content stream.
+
+        The stream is :meth:`read_stream`'s, already started: the kernel is held until it ends
+        or is closed, so close it (``aclose``). It reads to the end of the file, which may
+        have grown or shrunk since it was opened. A missing file raises here.
+        """
+        stream = self._reader(path)
+        size = await anext(stream)
+        return cast(int, size), cast(AsyncGenerator[bytes, None], stream)
+
+    async def _reader(self, path: str) -> AsyncGenerator[int | bytes, None]:
+        """The file's size when opened, then its chunks (the steps of :meth:`read_stream`)."""
         rel = check_path(path)
         size = self._chunk_bytes()
         check = _chunk_of(size)
@@ -266,6 +298,7 @@ class KernelFiles:
             params = {"handle": handle, "size": size}
             ended = False
             try:
+                yield opened["size"]
                 while True:
                     while not ended and len(flight) < WINDOW:
                         flight.append(channel.request("file_read_chunk", params, check=check))
@@ -415,8 +448,28 @@ class Files:
 
     def read_stream(self, path: str) -> Iterator[bytes]:
         """The content of *path* chunk by chunk; see ``KernelFiles.read_stream``."""
-        stream = self._core.read_stream(path)
+        return self._chunks(self._core.read_stream(path))
+
+    def read_sized(self, path: str) -> tuple[int, Generator[bytes, None, None]]:
+        """The size of *path* when opened, and its content; see ``KernelFiles.read_sized``.
+
+        The kernel is held until the iterator ends or is closed (``close()``).
+        """
+        size, stream = self._portal.call(self._core.read_sized(path))
+        chunks = self._chunks(stream, primed=True)
+        next(chunks)  # to its first yield: from here on, closing it closes the stream
+        return size, chunks
+
+    def _chunks(
+        self, stream: AsyncGenerator[bytes, None], *, primed: bool = False
+    ) -> Generator[bytes, None, None]:
+        """The blocking iteration of *stream*; closing it closes *stream*.
+
+        *primed*: it first yields ``b""`` for the caller to take at once (not a chunk).
+        """
         try:
+            if primed:
+                yield b""
             while True:
                 try:
                     chunk = self._portal.call(_next(stream))

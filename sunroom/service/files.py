@@ -101,23 +101,27 @@ def _uploader(find: Finder) -> Endpoint:
 def _downloader(find: Finder) -> Endpoint:
     async def get(request: Request) -> Response:
         kernel = await find(request)
-        stream = kernel.files.read_stream(request.path_params["path"])
-        try:  # the first chunk before the head: a missing file is a 404, not a broken stream
-            first = await anext(stream)
-        except StopAsyncIteration:
-            return Response(b"", media_type="application/octet-stream")
+        try:  # opened before the head: a missing file is a 404, not a broken stream
+            size, stream = await kernel.files.read_sized(request.path_params["path"])
         except FileError as exc:
             return _problem(exc)
 
-        async def rest() -> AsyncIterator[bytes]:
+        async def body() -> AsyncIterator[bytes]:
+            left = size  # the Content-Length sent: a file that grew is cut there
             try:
-                yield first
                 async for chunk in stream:
+                    if len(chunk) >= left:
+                        yield chunk[:left]
+                        return
+                    left -= len(chunk)
                     yield chunk
             finally:
                 await stream.aclose()
+            if left:  # the file shrank meanwhile: end the connection, the body is short
+                raise FileError("the file shrank while it was sent", reason="failed")
 
-        return StreamingResponse(rest(), media_type="application/octet-stream")
+        headers = {"content-length": str(size)}
+        return StreamingResponse(body(), media_type="application/octet-stream", headers=headers)
 
     return get
 

@@ -9,6 +9,7 @@ hands every other connection to uvicorn on the event loop.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import socket
 import threading
@@ -16,9 +17,10 @@ from collections.abc import Callable, Generator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-import h11
+import httptools
 import uvicorn
-from uvicorn.protocols.http.h11_impl import H11Protocol
+from uvicorn.protocols.http.flow_control import HIGH_WATER_LIMIT
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from sunroom.sandbox.functions import HostFunction
 from sunroom.service.app import create_app
@@ -33,17 +35,41 @@ _REASONS = {400: b"Bad Request", 408: b"Request Timeout", 431: b"Request Header 
 _REASONS[503] = b"Service Unavailable"
 
 
-def _protocol(config: ServiceConfig) -> type[H11Protocol]:
-    """The h11 protocol of uvicorn with JSON errors, a read deadline and connection caps."""
+class _Refused(Exception):
+    """Raised from a parser callback to stop parsing a connection that was just refused."""
+
+
+def _protocol(config: ServiceConfig) -> type[HttpToolsProtocol]:
+    """The httptools protocol of uvicorn with JSON errors, a head cap, a read deadline, caps.
+
+    - Every error answered here (a malformed request, a head over ``MAX_HEADER_BYTES``, a
+      request not received within ``read_timeout_s``, too many connections) is the service's
+      JSON error shape, and the connection is closed after it.
+    - The head cap is checked on what was parsed (the URL and the headers) and on the bytes
+      read while a head stays incomplete, so an endless header line is refused soon after it
+      passes the cap (httptools holds a partial line in memory until it ends).
+    - The read deadline runs from the first byte of a request (or the connection's start)
+      until the whole request, body included, has arrived; idle keep-alive connections fall
+      under uvicorn's keep-alive timeout instead.
+    """
     read_timeout = config.read_timeout_s
     total_cap = config.max_connections
     client_cap = config.max_connections_per_client
 
-    class Protocol(H11Protocol):
+    class Protocol(HttpToolsProtocol):
         _deadline: asyncio.TimerHandle | None = None
+        _in_request = False  # a request has begun and not fully arrived
+        _in_head = False  # ... and its head has not fully arrived
+        # two lower bounds of the current head's size: the URL and headers parsed so far, and
+        # the bytes of the reads that lay wholly within it (the head was incomplete before
+        # and after them); each is checked against the cap
+        _head_parsed = 0
+        _head_read = 0
+        _refused = False
 
         def _refuse(self, status: int, kind: str, message: str) -> None:
             """Answer *status* with the JSON error shape and close the connection."""
+            self._refused = True
             body = json.dumps({"error": {"type": kind, "message": message}}).encode()
             head = b"HTTP/1.1 %d %s\r\n" % (status, _REASONS.get(status, b"Error"))
             head += b"content-type: application/json\r\nconnection: close\r\n"
@@ -77,7 +103,7 @@ def _protocol(config: ServiceConfig) -> type[H11Protocol]:
 
         def _read_timed_out(self) -> None:
             self._deadline = None
-            if self.conn.their_state in (h11.IDLE, h11.SEND_BODY) and (
+            if (
                 self.cycle is None
                 or self.cycle.response_complete
                 or not self.cycle.response_started
@@ -94,29 +120,87 @@ def _protocol(config: ServiceConfig) -> type[H11Protocol]:
             super().connection_lost(exc)
 
         def data_received(self, data: bytes) -> None:
-            if self.conn.their_state is h11.IDLE and self._deadline is None:
-                self._arm()  # the first byte of the next request on a kept-alive connection
-            super().data_received(data)
-            if self.conn.their_state not in (h11.IDLE, h11.SEND_BODY):
-                self._disarm()  # the whole request arrived
-            elif self.conn.their_state is h11.IDLE and not self.conn.trailing_data[0]:
-                self._disarm()  # idle: uvicorn's keep-alive timeout applies
-
-        def handle_events(self) -> None:
+            if self._refused:
+                return  # answered and closing: nothing more is parsed
+            self._unset_keepalive_if_required()
+            if not self._in_request:
+                self._arm()  # the first byte of a request (or of the connection)
+            within_head = self._in_head
             try:
-                super().handle_events()
-            except UnicodeDecodeError:
-                self._refuse(400, "BadRequest", "the request target is not ASCII")
+                self.parser.feed_data(data)
+            except httptools.HttpParserUpgrade:
+                if self._should_upgrade():
+                    self.handle_websocket_upgrade()
+                else:
+                    self._unsupported_upgrade_warning()
+            except httptools.HttpParserError as exc:
+                self._disarm()
+                if not self._refused:
+                    self._bad_request(exc.__context__)
+                return
+            if self._in_head and within_head:
+                self._head_read += len(data)  # every byte of this read belongs to the head
+                if self._head_read > MAX_HEADER_BYTES:
+                    with contextlib.suppress(_Refused):
+                        self._head_too_large()
+            if self._refused or not self._in_request:
+                self._disarm()  # refused, or the whole request arrived, or none of the next
 
-        def send_400_response(self, msg: str) -> None:
-            if len(self.conn.trailing_data[0]) > MAX_HEADER_BYTES:
-                self._refuse(
-                    431,
-                    "HeadersTooLarge",
-                    f"the request headers are over the limit of {MAX_HEADER_BYTES} bytes",
-                )
+        def _bad_request(self, cause: BaseException | None) -> None:
+            if isinstance(cause, UnicodeDecodeError):
+                self._refuse(400, "BadRequest", "the request target is not ASCII")
             else:
                 self._refuse(400, "BadRequest", "the request is not valid HTTP/1.1")
+
+        def _head_too_large(self) -> None:
+            self._refuse(
+                431,
+                "HeadersTooLarge",
+                f"the request headers are over the limit of {MAX_HEADER_BYTES} bytes",
+            )
+            raise _Refused  # out of the parser's callback: it parses no more
+
+        def _count_head(self, size: int) -> None:
+            self._head_parsed += size
+            if self._head_parsed > MAX_HEADER_BYTES:
+                self._head_too_large()
+
+        def on_message_begin(self) -> None:
+            self._in_request = self._in_head = True
+            self._head_parsed = self._head_read = 0
+            super().on_message_begin()
+
+        def on_url(self, url: bytes) -> None:
+            self._count_head(len(url))
+            super().on_url(url)
+
+        def on_header(self, name: bytes, value: bytes) -> None:
+            self._count_head(len(name) + len(value) + 4)
+            super().on_header(name, value)
+
+        def on_headers_complete(self) -> None:
+            self._in_head = False
+            super().on_headers_complete()
+
+        def on_body(self, body: bytes) -> None:
+            cycle = self.cycle
+            if cycle.body or cycle.response_complete or self.parser.should_upgrade():
+                super().on_body(body)  # appended to what the app has not read yet
+                return
+            # the first piece since the app last read: kept as it is rather than copied into
+            # uvicorn's bytearray (its receive() takes bytes() of it: for bytes, no copy)
+            cycle.body = body  # type: ignore[assignment]
+            if len(body) > HIGH_WATER_LIMIT:
+                self.flow.pause_reading()
+            cycle.message_event.set()
+
+        def on_message_complete(self) -> None:
+            self._in_request = self._in_head = False
+            super().on_message_complete()
+
+        def send_400_response(self, msg: str) -> None:
+            if not self._refused:
+                self._bad_request(None)
 
     return Protocol
 
@@ -251,7 +335,6 @@ async def serve(
             log_level=log_level,
             lifespan="on",
             timeout_graceful_shutdown=1,
-            h11_max_incomplete_event_size=MAX_HEADER_BYTES,
             access_log=False,
         ),
         closing=app.state.closing,

@@ -163,6 +163,18 @@ async def test_file_ops_wait_for_a_running_cell(kernel: AsyncKernel) -> None:
     assert (await cell).ok
 
 
+async def test_read_sized_gives_the_size_then_the_stream(kernel: AsyncKernel) -> None:
+    data = b"z" * (2 * 1024 * 1024 + 5)
+    await kernel.files.write("s.bin", data)
+    size, stream = await kernel.files.read_sized("s.bin")
+    assert size == len(data)
+    assert b"".join([c async for c in stream]) == data
+    with pytest.raises(FileError, match="no such file") as err:
+        await kernel.files.read_sized("missing.bin")
+    assert err.value.reason == "not_found"
+    assert (await kernel.execute("1 + 1")).value == "2"  # nothing holds the kernel
+
+
 async def test_usage_errors(kernel: AsyncKernel) -> None:
     with pytest.raises(UsageError, match="bytes"):
         await kernel.files.write("x", "text")  # type: ignore[arg-type]
@@ -179,6 +191,13 @@ def test_the_sync_twin(backend: str) -> None:
         assert next(stream) == b"hello"
         del stream  # abandoned early: the generator closes the read and frees the kernel
         assert (k.execute("1")).ok
+        size, chunks = k.files.read_sized("a.txt")
+        assert size == 5 and list(chunks) == [b"hello"]
+        size, chunks = k.files.read_sized("a.txt")
+        chunks.close()  # never iterated: closing it still frees the kernel
+        assert (k.execute("1")).ok
+        with pytest.raises(FileError):
+            k.files.read_sized("nope")
         assert [f.path for f in k.files.list()] == ["a.txt"]
         k.files.delete("a.txt")
         assert k.files.list() == []

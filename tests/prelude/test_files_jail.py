@@ -34,10 +34,8 @@ def server(request: pytest.FixtureRequest, tmp_path: Path) -> FileServer:
 def _read(server: FileServer, path: str) -> bytes:
     opened = server.handlers["file_read_open"]({"path": path})
     try:
-        data: bytes = server.handlers["file_read_chunk"](
-            {"handle": opened["handle"], "size": 1 << 20}
-        )
-        return data
+        data = server.handlers["file_read_chunk"]({"handle": opened["handle"], "size": 1 << 20})
+        return bytes(data)  # a view of the server's read buffer
     finally:
         server.handlers["file_read_close"]({"handle": opened["handle"]})
 

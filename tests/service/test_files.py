@@ -37,7 +37,15 @@ def test_put_get_list_delete_on_a_raw_kernel(make_server: Callable[..., Server])
     with server.client.stream("GET", f"{base}/files/in/data.bin") as resp:
         assert resp.status_code == 200
         assert resp.headers["content-type"] == "application/octet-stream"
+        assert resp.headers["content-length"] == str(len(data))  # not chunked
+        assert "transfer-encoding" not in resp.headers
         assert b"".join(resp.iter_bytes()) == data
+    # a chunked upload, in pieces that do not line up with the kernel's chunks
+    pieces = [data[at : at + 300_001] for at in range(0, len(data), 300_001)]
+    r = server.client.put(f"{base}/files/in/again.bin", content=iter(pieces))
+    assert r.status_code == 200 and r.json()["size"] == len(data)
+    assert server.client.get(f"{base}/files/in/again.bin").content == data
+    assert server.client.delete(f"{base}/files/in/again.bin").status_code == 200
     rows = server.client.get(f"{base}/files").json()["files"]
     assert [(row["path"], row["is_dir"], row["size"]) for row in rows][1] == (
         "in/data.bin",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -16,6 +17,7 @@ import httpx
 import pytest
 
 from sunroom.service import ServiceConfig
+from sunroom.service.config import MAX_HEADER_BYTES
 from tests.service.conftest import TOKEN, Server
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -84,6 +86,66 @@ def test_a_slow_request_head_or_body_is_cut_off(make_server: Callable[..., Serve
         slow_head.close()
         slow_body.close()
     assert server.client.get("/healthz").status_code == 200
+
+
+def test_a_head_trickled_in_past_the_cap_is_a_431(make_server: Callable[..., Server]) -> None:
+    """The head cap holds for a header that never ends, arriving a little at a time."""
+    server = make_server()
+    sock = socket.create_connection(("127.0.0.1", server.port), timeout=5)
+    try:
+        sock.sendall(b"GET /sessions HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Big: ")
+        sent = 0
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+            while sent < 256 * 1024:
+                sock.sendall(b"a" * 1024)
+                sent += 1024
+                time.sleep(0.002)  # separate reads on the server
+        closed, data = _closed_within(sock, 3.0)
+        assert closed
+        assert b" 431 " in data.split(b"\r\n", 1)[0] and b"HeadersTooLarge" in data, data
+        assert sent < 64 * 1024  # refused near the cap, not at the end of the stream
+    finally:
+        sock.close()
+
+
+def test_a_head_under_the_cap_and_pipelined_requests_are_served(
+    make_server: Callable[..., Server],
+) -> None:
+    server = make_server()
+    big = f"X-Big: {'a' * (MAX_HEADER_BYTES - 1024)}\r\n"
+    one = f"GET /sessions HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {TOKEN}\r\n"
+    with socket.create_connection(("127.0.0.1", server.port), timeout=5) as sock:
+        sock.sendall((one + big + "\r\n" + one + "Connection: close\r\n\r\n").encode())
+        data = b""
+        while chunk := sock.recv(65536):
+            data += chunk
+    assert data.count(b"HTTP/1.1 200 ") == 2, data
+    # the same head arriving in pieces (several reads) is measured once, not per read
+    head = (one + big + "Connection: close\r\n\r\n").encode()
+    with socket.create_connection(("127.0.0.1", server.port), timeout=5) as sock:
+        for at in range(0, len(head), 2048):
+            sock.sendall(head[at : at + 2048])
+            time.sleep(0.01)
+        data = b""
+        while chunk := sock.recv(65536):
+            data += chunk
+    assert data.startswith(b"HTTP/1.1 200 "), data
+
+
+def test_an_idle_kept_alive_connection_outlives_the_read_deadline(
+    make_server: Callable[..., Server],
+) -> None:
+    """The read deadline times a request being received, not a connection between requests."""
+    server = make_server(read_timeout_s=0.5)
+    one = f"GET /sessions HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {TOKEN}\r\n\r\n"
+    with socket.create_connection(("127.0.0.1", server.port), timeout=5) as sock:
+        for _ in range(2):
+            sock.sendall(one.encode())
+            data = b""
+            while b"\r\n\r\n" not in data or not data.endswith(b"}"):
+                data += sock.recv(65536)
+            assert data.startswith(b"HTTP/1.1 200 "), data
+            time.sleep(1.0)  # idle past the read deadline (within uvicorn's keep-alive)
 
 
 def test_connections_are_capped_per_client_and_in_total(
