@@ -105,7 +105,9 @@ class BlockingChannel:
     def input_idle(self) -> bool:
         """Whether nothing received is waiting: no partial frame and no queued request."""
         with self._lock:
-            return not self._buf and not self._requests and not self._reading
+            return (
+                not self._buf and self._frame is None and not self._requests and not self._reading
+            )
 
     def detach(self) -> None:
         """Let go of the socket without closing it: its fd is closed by whoever owns it now."""
