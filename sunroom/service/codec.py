@@ -2,8 +2,9 @@
 
 An agent event becomes ``(kind, payload)``: the kind is its type name (``"ExecutionFinished"``)
 and the payload its fields without ``seq`` and ``ts`` (the store numbers events itself; the
-store's seq is the SSE id), and without ``branch`` unless a branch published the event. Values pydantic can serialise (models, dataclasses, enums) become
-JSON; anything else becomes its ``repr``. Transcript messages round-trip exactly through
+store's seq is the SSE id), and without ``branch`` unless a branch published the event.
+Values pydantic can serialise (models, dataclasses, enums) become JSON; anything else becomes
+its ``repr``. Transcript messages round-trip exactly through
 :func:`message_to_json` / :func:`message_from_json`, vendor state (origins) included.
 """
 
