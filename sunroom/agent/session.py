@@ -408,6 +408,8 @@ class AsyncSession:
             self._task.cancel()
             await asyncio.wait([self._task])  # the run never raises; our own cancel propagates
         try:
+            for kid in self._branches:  # left only if the branched run was cancelled twice
+                await kid.aclose()
             await self._kernel.aclose()
         finally:
             for owned in self._owned:
@@ -580,6 +582,7 @@ class AsyncSession:
         chosen: int | None = None
         reason = "no branch succeeded"
         failure: tuple[Status, str] | None = None  # (status, error) of a run that ends otherwise
+        asking = False
         try:
             pending = set(runs)
             while pending:
@@ -595,13 +598,15 @@ class AsyncSession:
             if choose == "vote":
                 chosen, reason = br.vote(results, order)
             elif callable(choose):
+                asking = True
                 chosen = await br.ask(choose, [results[i] for i in range(len(kids))])
                 reason = f"chosen by {label}" if chosen is not None else f"{label} chose none"
         except asyncio.CancelledError:
             failure = ("cancelled", "the run was cancelled")
-        except Exception as exc:  # the chooser failed: a bug in it, as for a hook
-            log.exception("session %s: choose failed", self.session_id)
-            failure = ("internal_error", f"choose failed: {type(exc).__name__}: {exc}")
+        except Exception as exc:  # a bug in the chooser (as in a hook), or in sunroom
+            log.exception("session %s: the branched run failed", self.session_id)
+            what = "choose failed" if asking else "internal error"
+            failure = ("internal_error", f"{what}: {type(exc).__name__}: {exc}")
         if failure is not None:
             chosen, reason = None, failure[1]
         # losers first: their runs end (cancelled, if still going) and their kernels die
