@@ -21,6 +21,7 @@ from sunroom.errors import ClosedError, UsageError
 from sunroom.providers import AssistantMessage, FunctionModel, Request, ToolCall, UserMessage
 from sunroom.providers.fakes import Reply
 from sunroom.sandbox.portal import TwinState
+from sunroom.service.codec import event_to_json
 from tests.agent.conftest import code
 from tests.conformance.conftest import _descendants, _live
 
@@ -351,3 +352,47 @@ async def test_branches_on_bwrap(bwrap: str) -> None:
         result = await asyncio.wait_for(s.run("answer", branches=2), timeout=50)
         assert result.ok and result.output == 1
         assert await value(s, "x") == "1"
+
+
+async def test_send_reaches_every_running_branch() -> None:
+    def reply(request: Request) -> Reply:
+        if not any(isinstance(m, AssistantMessage) for m in request.messages):
+            return code("import time\ntime.sleep(1.5)")
+        return code(f"submit({int('the hint' in repr(request.messages))})")
+
+    async with AsyncSession(model=FunctionModel(reply), backend=FAST, output=int) as s:
+        sub = s.events()
+        run = asyncio.create_task(s.run("go", branches=2, choose="vote"))
+        await asyncio.sleep(0.7)
+        assert s.running
+        await s.send("the hint")
+        result = await asyncio.wait_for(run, timeout=30)
+        assert result.ok and result.output == 1
+        ended = [e.result for e in drain(sub) if isinstance(e, ev.BranchEnded)]
+        assert [r.output for r in ended] == [1, 1]
+
+
+async def test_cancelling_a_branched_run_closes_every_branch() -> None:
+    model = branch_model([["import time\ntime.sleep(60)"]] * 3)
+    async with AsyncSession(model=model, backend=FAST) as s:
+        await s._kernel.execute("x = 'before'")
+        before = s.messages
+        sub = s.events()
+        run = asyncio.create_task(s.run("go", branches=3))
+        await asyncio.sleep(0.5)
+        s.cancel()
+        result = await asyncio.wait_for(run, timeout=20)
+        assert result.status == "cancelled" and result.error == "the run was cancelled"
+        assert s.messages == before and await value(s, "x") == "'before'"
+        events = drain(sub)
+        assert [e.result.status for e in events if isinstance(e, ev.BranchEnded)] == [
+            "cancelled"
+        ] * 3
+        assert isinstance(events[-1], ev.SessionEnded)
+
+
+def test_the_service_codec_writes_branch_only_when_set() -> None:
+    own = ev.TurnEnded(seq=1, ts=1.0, turn=1)
+    theirs = ev.TurnEnded(seq=2, ts=2.0, turn=1, branch="1.0")
+    assert event_to_json(own, session_id="s") == ("TurnEnded", {"turn": 1})
+    assert event_to_json(theirs, session_id="s") == ("TurnEnded", {"turn": 1, "branch": "1.0"})
