@@ -9,12 +9,16 @@ Tasks are generated locally and seeded, so a run is reproducible and needs no da
   records ("Record 000123 | date: ... | user: ... | label: billing | note: ..."): how many
   records have label L (exact integer), which label is most common (exactly that label).
 
-For every task and length two methods run against the configured model:
+For every task and length three methods run against the configured model:
 
 * ``baseline``: one ``Model.complete`` with the whole context in the prompt;
 * ``rlm``: an ``AsyncSession(preset="rlm")`` with the context bound as the kernel variable
   ``context`` (never in the prompt); the model reads it with code, may fan out to the
-  sub-model with ``predict``/``predict_many``, and hands the answer to ``submit``.
+  sub-model with ``predict``/``predict_many``, and hands the answer to ``submit``;
+* ``rlm-best-of-k``: the same session, run with ``branches=k`` (``--k``, default 3): k
+  candidate programs over the one bound context, each in a fork of the kernel, and the answer
+  picked by ``--choose`` (``vote``, the default, or ``first``). The run's budget covers all
+  k branches; tokens, cost and sub-calls are those of every branch.
 
 It prints one row per length and method: accuracy, mean input/output tokens, total cost in
 micro-USD ("unknown" when a price is unknown), mean sub-calls and mean latency.
@@ -25,10 +29,12 @@ micro-USD ("unknown" when a price is unknown), mean sub-calls and mean latency.
     SUNROOM_MODEL=gemini:gemini-2.5-flash python benchmarks/rlm_eval.py --sub-model gemini:gemini-2.5-flash-lite
     python benchmarks/rlm_eval.py --fake --backend subprocess      # offline, deterministic
 
-``--fake`` runs both methods against deterministic ``FunctionModel``s that really solve the
+``--fake`` runs the methods against deterministic ``FunctionModel``s that really solve the
 tasks: the root writes Python that reads ``context``, calls ``predict``/``predict_many`` and
 ``submit``; the sub-model answers by reading its input. It exercises the harness, the session
-and the kernel end to end without a network.
+and the kernel end to end without a network. ``--fake-error-rate p`` makes the fake root's
+first program wrong with probability p (seeded by ``--seed``), so best-of-k has errors to vote
+away.
 """
 
 from __future__ import annotations
@@ -37,6 +43,7 @@ import argparse
 import asyncio
 import json
 import os
+import random
 import re
 import sys
 import time
@@ -44,7 +51,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
@@ -71,7 +78,7 @@ from rlm_tasks import (  # noqa: E402  (generated tasks live in their own module
     score,
 )
 
-METHODS = ("baseline", "rlm")
+METHODS = ("baseline", "rlm", "rlm-best-of-k")
 DEFAULT_LENGTHS = "8k,32k,128k,1m"
 
 # --- running the methods ----------------------------------------------------------------------
@@ -157,7 +164,11 @@ async def run_rlm(
     backend: str,
     budget: Budget,
     max_turns: int,
+    branches: int | None = None,
+    choose: Literal["first", "vote"] = "vote",
 ) -> Outcome:
+    """One RLM run of *task*; with *branches* (k) the best-of-k arm: k branches, *choose*."""
+    method = "rlm" if branches is None else "rlm-best-of-k"
     start = time.perf_counter()
     try:
         async with AsyncSession(
@@ -171,13 +182,13 @@ async def run_rlm(
             max_turns=max_turns,
         ) as session:
             start = time.perf_counter()  # the run itself, not the kernel's start
-            result = await session.run(rlm_task(task))
+            result = await session.run(rlm_task(task), branches=branches, choose=choose)
     except Exception as exc:
         latency = time.perf_counter() - start
-        return Outcome.of(task, "rlm", latency_s=latency, error=f"{type(exc).__name__}: {exc}")
+        return Outcome.of(task, method, latency_s=latency, error=f"{type(exc).__name__}: {exc}")
     return Outcome.of(
         task,
-        "rlm",
+        method,
         correct=result.ok and score(task, result.output),
         answer="" if result.output is None else str(result.output)[:200],
         input_tokens=result.usage.input_tokens,
@@ -262,8 +273,19 @@ def _solve(kind: str, params: dict[str, str], text: str) -> str:
     return labels.most_common(1)[0][0] if labels else "none"
 
 
-def fake_root(request: Request) -> str | AssistantMessage:
-    """The fake root model: answers a long prompt directly, or acts through code in a session."""
+# Wrong first programs (--fake-error-rate): each changes the last line to a plausible bug.
+_WRONG_SUBMIT = {
+    "niah": 'submit(int(re.search(r"[0-9]+", reply).group()[::-1]))',  # digits reversed
+    "oolong-count": "submit(sum(counts) + 1)",  # off by one
+    "oolong-common": "submit(min(totals, key=totals.get))",  # the rarest label
+}
+
+
+def fake_root(request: Request, *, wrong: bool = False) -> str | AssistantMessage:
+    """The fake root model: answers a long prompt directly, or acts through code in a session.
+
+    *wrong*: its first program in a session has a bug (the submit line of ``_WRONG_SUBMIT``).
+    """
     users = [m for m in request.messages if isinstance(m, UserMessage)]
     if not any(tool.name == "execute_code" for tool in request.tools):
         kind, params = _which(users[-1].text[-400:])  # baseline: the question ends the prompt
@@ -274,6 +296,8 @@ def fake_root(request: Request) -> str | AssistantMessage:
         return "I could not solve it."
     template = {"niah": _NIAH_CODE, "oolong-count": _COUNT_CODE, "oolong-common": _COMMON_CODE}
     code = template[kind] if attempts == 0 else _FALLBACK_CODE[kind]
+    if wrong and attempts == 0:
+        code = code.rstrip().rsplit("\n", 1)[0] + "\n" + _WRONG_SUBMIT[kind] + "\n"
     for name, value in params.items():
         code = code.replace(f"__{name.upper()}__", repr(value))
     return AssistantMessage([ToolCall(f"call_{attempts + 1}", "execute_code", {"code": code})])
@@ -376,7 +400,19 @@ def _parser() -> argparse.ArgumentParser:
         help="deterministic offline models that solve the tasks by writing code",
     )
     p.add_argument("--tasks", default=",".join(TASKS), help=f"comma list of {', '.join(TASKS)}")
-    p.add_argument("--methods", default=",".join(METHODS), help="comma list of baseline, rlm")
+    p.add_argument(
+        "--methods", default=",".join(METHODS), help=f"comma list of {', '.join(METHODS)}"
+    )
+    p.add_argument("--k", type=int, default=3, help="branches of rlm-best-of-k (2-64)")
+    p.add_argument(
+        "--choose", choices=("vote", "first"), default="vote", help="how rlm-best-of-k picks"
+    )
+    p.add_argument(
+        "--fake-error-rate",
+        type=float,
+        default=0.0,
+        help="with --fake: the chance that the fake root's first program is wrong",
+    )
     p.add_argument(
         "--lengths",
         default=DEFAULT_LENGTHS,
@@ -398,7 +434,14 @@ def _parser() -> argparse.ArgumentParser:
 
 def _models(args: argparse.Namespace) -> tuple[Model, Model]:
     if args.fake:
-        return FunctionModel(fake_root, name="fake-root"), FunctionModel(fake_sub, name="fake-sub")
+        draw = random.Random(args.seed)
+        rate = args.fake_error_rate
+
+        def root(request: Request) -> str | AssistantMessage:
+            first = not any(isinstance(m, AssistantMessage) for m in request.messages)
+            return fake_root(request, wrong=first and draw.random() < rate)
+
+        return FunctionModel(root, name="fake-root"), FunctionModel(fake_sub, name="fake-sub")
     root = build_model(args.model, base_url=args.base_url)
     sub = root if not args.sub_model else build_model(args.sub_model, base_url=args.base_url)
     return root, sub
@@ -429,6 +472,13 @@ async def evaluate(args: argparse.Namespace) -> list[Outcome]:
                         max_turns=args.max_turns,
                     )
                 )  # fmt: skip
+            if "rlm-best-of-k" in methods:
+                outcomes.append(
+                    await run_rlm(
+                        task, root, sub, backend=args.backend, budget=budget,
+                        max_turns=args.max_turns, branches=args.k, choose=args.choose,
+                    )
+                )  # fmt: skip
     finally:
         await root.aclose()
         if sub is not root:
@@ -448,13 +498,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error("give --model provider:name (or set SUNROOM_MODEL), or --fake")
     if args.samples <= 0:
         parser.error("--samples must be positive")
+    if not 2 <= args.k <= 64:
+        parser.error("--k must be from 2 to 64")
+    if not 0.0 <= args.fake_error_rate <= 1.0:
+        parser.error("--fake-error-rate must be from 0 to 1")
     outcomes = asyncio.run(evaluate(args))
     if args.fake:
         models = "fake-root (sub: fake-sub)"
     else:
         models = f"{args.model} (sub: {args.sub_model or args.model})"
     print(f"rlm_eval  model: {models}  tasks: {args.tasks}  samples: {args.samples}  "
-          f"seed: {args.seed}  backend: {args.backend}")  # fmt: skip
+          f"seed: {args.seed}  backend: {args.backend}  best-of-k: k={args.k}, "
+          f"choose={args.choose}")  # fmt: skip
     print(table(outcomes))
     failures = [o for o in outcomes if not o.correct]
     if failures:

@@ -47,7 +47,7 @@ def test_session_twin_exposes_the_core_attributes() -> None:
     s = Session(model=_model(), backend=FAST)
     try:
         attrs = {n for n in vars(s.core) if not n.startswith("_")}
-        assert attrs == {"session_id", "preset", "tracker", "limits"}
+        assert attrs == {"session_id", "preset", "tracker", "limits", "parent_id", "branch"}
         assert all(getattr(s, n) is getattr(s.core, n) for n in attrs)
     finally:
         s.close()

@@ -5,6 +5,11 @@ Every event has ``seq`` (1, 2, 3 ... per session, in publication order) and ``ts
 subscriber may lose some, and is told how many) or *control* (a turn ended, a submit was
 accepted or rejected, an error, a budget or context notice, the end of a run: never dropped).
 Text fields are already redacted: no registered secret appears in any event.
+
+``branch`` is None for a session's own events; an event a branch of a branched run published
+(``run(task, branches=k)``) carries the branch's id, ``"<n>.<i>"`` (the session's n-th branched
+run, branch i from 0). The branch tree itself is told by :class:`BranchesStarted`, one
+:class:`BranchEnded` per branch and :class:`BranchChosen`.
 """
 
 from __future__ import annotations
@@ -20,6 +25,9 @@ if TYPE_CHECKING:
 __all__ = [
     "CONTROL_EVENTS",
     "AssistantText",
+    "BranchChosen",
+    "BranchEnded",
+    "BranchesStarted",
     "BudgetWarning",
     "CodeSubmitted",
     "ContextCompacted",
@@ -44,6 +52,7 @@ __all__ = [
 class _Base:
     seq: int
     ts: float
+    branch: str | None = None
 
 
 @final
@@ -220,6 +229,39 @@ class SessionEnded(_Base):
     result: RunResult
 
 
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BranchesStarted(_Base):
+    """A branched run forked the session into ``branches`` (their ids).
+
+    ``choose`` says how the answer is picked: ``"first"``, ``"vote"`` or the chooser's name.
+    """
+
+    branches: tuple[str, ...]
+    choose: str
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BranchEnded(_Base):
+    """A branch's run reached its terminal result; its ``branch`` field names it.
+
+    A losing branch closed early ends ``cancelled``. A branch's run ends with this event,
+    never with :class:`SessionEnded` (the branched run's own end).
+    """
+
+    result: RunResult
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BranchChosen(_Base):
+    """A branched run picked branch ``chosen`` (None: no branch), for ``reason``."""
+
+    chosen: str | None
+    reason: str
+
+
 Event: TypeAlias = (
     AssistantText
     | Thinking
@@ -238,6 +280,9 @@ Event: TypeAlias = (
     | SessionError
     | TurnEnded
     | SessionEnded
+    | BranchesStarted
+    | BranchEnded
+    | BranchChosen
 )
 """Every event a session publishes (a closed union)."""
 
@@ -251,5 +296,8 @@ CONTROL_EVENTS: tuple[type[Event], ...] = (
     ContextWarning,
     ContextCompacted,
     SessionEnded,
+    BranchesStarted,
+    BranchEnded,
+    BranchChosen,
 )
 """Event types a subscriber never loses, however slow it is."""

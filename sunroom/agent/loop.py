@@ -70,6 +70,7 @@ class LoopConfig:
     sub_session: bool
     reinstall: Callable[[], Awaitable[None]]
     images: ImageBudget = ImageBudget()
+    end_event: type[ev.SessionEnded | ev.BranchEnded] = ev.SessionEnded
 
 
 @dataclass(slots=True)
@@ -152,7 +153,7 @@ class Loop:
             session_id=session_id,
             error=outcome.error,
         )
-        c.publish(ev.SessionEnded, result=result)
+        c.publish(c.end_event, result=result)
         return result
 
     async def _turn(self, turn: int, response: Response) -> _Outcome | None:

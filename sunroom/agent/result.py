@@ -18,12 +18,13 @@ Status: TypeAlias = Literal[
     "length",
     "cancelled",
     "internal_error",
+    "rejected",
 ]
 """How a run ended: a submitted (or final-text) answer, the turn limit, a spent budget, the
 wall-time limit, a failed model call, a reply cut off by the output-token limit (never
 retried), cancellation (the session was closed or the run's task cancelled), or an unexpected
 exception on the host (a bug in sunroom, a hook or a custom model; logged with its
-traceback)."""
+traceback), or a branched run whose ``choose`` callable turned down every branch."""
 
 
 @final

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
+import logging
 import types
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -17,7 +19,9 @@ from typing import TYPE_CHECKING, Any, Self, TypeAlias, final
 
 import pydantic
 
+from sunroom.agent import branches as br
 from sunroom.agent import events as ev
+from sunroom.agent.branches import Choose
 from sunroom.agent.budget import Budget, BudgetTracker, Spend
 from sunroom.agent.bus import EventBus, Subscription
 from sunroom.agent.calls import ModelGate, instrument
@@ -29,7 +33,7 @@ from sunroom.agent.predict import Predictor
 from sunroom.agent.presets import PRESETS, Preset, bind_inputs
 from sunroom.agent.prompts import describe_functions, system_prompt
 from sunroom.agent.redaction import Secrets
-from sunroom.agent.result import RunResult
+from sunroom.agent.result import RunResult, Status
 from sunroom.agent.schema import JsonSchema
 from sunroom.agent.shim import SHIM_SOURCE
 from sunroom.agent.submit import Submission, type_name
@@ -38,7 +42,7 @@ from sunroom.providers import Message, Model
 from sunroom.providers import model as build_model
 from sunroom.sandbox import backends
 from sunroom.sandbox.backend import Backend
-from sunroom.sandbox.functions import HostFunction, as_host_function
+from sunroom.sandbox.functions import FunctionRegistry, HostFunction, as_host_function
 from sunroom.sandbox.kernel import AsyncKernel
 from sunroom.sandbox.limits import Limits
 
@@ -48,6 +52,8 @@ if TYPE_CHECKING:
     from sunroom.sandbox.template import Template
 
 __all__ = ["AsyncSession", "Inputs", "OutputSpec", "system_prompt_for"]
+
+log = logging.getLogger("sunroom.agent")
 
 Inputs: TypeAlias = "Mapping[str, object] | pydantic.BaseModel | DataclassInstance | None"
 """Variables to bind: a mapping of names to values (``typed``: also a model/dataclass instance)."""
@@ -192,6 +198,10 @@ class AsyncSession:
         template: Template | None = None,
         tracker: BudgetTracker | None,
         depth: int,
+        kernel: AsyncKernel | None = None,
+        bus: EventBus | None = None,
+        branch: str | None = None,
+        parent_id: str | None = None,
     ) -> None:
         if preset not in PRESETS:
             raise UsageError(f"preset must be one of {', '.join(PRESETS)}, got {preset!r}")
@@ -204,13 +214,40 @@ class AsyncSession:
             raise UsageError("hooks must be a sunroom.agent.Hooks")
         if session_id is not None and (not isinstance(session_id, str) or not session_id):
             raise UsageError("session_id must be a non-empty str")
+        functions = tuple(functions)
         self.session_id = session_id or uuid.uuid4().hex
         self.preset = preset
+        self.parent_id = parent_id
+        self.branch = branch
         self._owned: list[Model] = []
         self._model = self._resolve(model)
         self._sub_model = self._model if sub_model is None else self._resolve(sub_model)
-        self._bus = EventBus(maxsize=event_buffer)
+        self._owns_bus = bus is None
+        self._bus = EventBus(maxsize=event_buffer) if bus is None else bus
         self._secrets = secrets if isinstance(secrets, Secrets) else Secrets(secrets)
+        # what a fork is built from (it gets the parent's transcript, tracker and kernel copy)
+        self._spec: dict[str, Any] = {
+            "model": model,
+            "preset": preset,
+            "sub_model": sub_model,
+            "backend": backend,
+            "limits": limits,
+            "functions": functions,
+            "inputs": inputs,
+            "output": output,
+            "max_turns": max_turns,
+            "max_output_chars": max_output_chars,
+            "secrets": self._secrets,
+            "hooks": hooks,
+            "context": context,
+            "system_prompt": system_prompt,
+            "max_depth": max_depth,
+            "predict_concurrency": predict_concurrency,
+            "code_tool": code_tool,
+            "event_buffer": event_buffer,
+        }
+        self._branch_runs = 0
+        self._branches: list[AsyncSession] = []
         self._guard: Guard = context_guard(self._secrets, context)
         self.tracker = tracker or BudgetTracker(budget, spent=spent)
         self._gate = ModelGate(self.tracker, self._publish)
@@ -235,27 +272,38 @@ class AsyncSession:
             concurrency=predict_concurrency,
             nested=self._nested if depth + 1 < max_depth else None,
         )
-        values, types = bind_inputs(preset, inputs)
-        values = self._guard.redact_value(values)  # secrets never enter the kernel
+        if kernel is None:
+            values, types = bind_inputs(preset, inputs)
+            values = self._guard.redact_value(values)  # secrets never enter the kernel
+        else:  # a fork's kernel holds them already, and its prompt is the parent's
+            values, types = {}, {}
         user_functions = [as_host_function(f) for f in functions]
         submit_fn = self._submission.function()
         every = [*user_functions, *self._predictor.functions(), submit_fn]
-        self._kernel = AsyncKernel(
-            backend=backend,
-            functions=[
-                instrument(
-                    hf,
-                    hooks=hooks,
-                    publish=self._publish,
-                    redact=self._redact,
-                    redact_value=self._guard.redact_value,
-                )
-                for hf in every
-            ],
-            inputs=values,
-            limits=limits,
-            template=template,
-        )
+        instrumented = [
+            instrument(
+                hf,
+                hooks=hooks,
+                publish=self._publish,
+                redact=self._redact,
+                redact_value=self._guard.redact_value,
+            )
+            for hf in every
+        ]
+        if kernel is None:
+            self._kernel = AsyncKernel(
+                backend=backend,
+                functions=instrumented,
+                inputs=values,
+                limits=limits,
+                template=template,
+            )
+        else:
+            # A forked kernel's copied registry serves the parent's submit, predict and events:
+            # this session's own functions (the same names and signatures) take their place.
+            copied, kernel.registry = kernel.registry, FunctionRegistry(instrumented)
+            copied.close()
+            self._kernel = kernel
         self.limits = self._kernel.limits
         prompt = self._redact(
             system_prompt_for(
@@ -285,14 +333,17 @@ class AsyncSession:
                 needs_submit=output is not None or preset != "codeact",
                 sub_session=depth > 0,
                 reinstall=self._install_shim,
+                end_event=ev.SessionEnded if branch is None else ev.BranchEnded,
             ),
             system=prompt,
         )
-        if transcript:
+        if kernel is not None:  # a fork: the parent's transcript (redacted, frozen messages)
+            self._loop.messages[:] = transcript
+        elif transcript:
             # a resumed session continues a recorded (already redacted) transcript
             self._loop.messages[:] = [self._guard.redact_value(m) for m in transcript]
         self._task: asyncio.Task[RunResult] | None = None
-        self._started = False
+        self._started = kernel is not None  # a forked kernel is running, its helpers in place
         self._closed = False
 
     def _resolve(self, spec: Model | str) -> Model:
@@ -309,6 +360,8 @@ class AsyncSession:
 
     def _publish(self, cls: type[ev.Event], /, **fields: Any) -> ev.Event:
         clean = {k: self._guard.redact_value(v) for k, v in fields.items()}
+        if self.branch is not None:
+            clean["branch"] = self.branch
         return self._bus.publish(cls, **clean)
 
     # -- lifecycle -------------------------------------------------------------------------
@@ -355,12 +408,15 @@ class AsyncSession:
             self._task.cancel()
             await asyncio.wait([self._task])  # the run never raises; our own cancel propagates
         try:
+            for kid in self._branches:  # left only if the branched run was cancelled twice
+                await kid.aclose()
             await self._kernel.aclose()
         finally:
             for owned in self._owned:
                 with contextlib.suppress(Exception):
                     await owned.aclose()
-            self._bus.close()
+            if self._owns_bus:  # a branch publishes on its parent's bus
+                self._bus.close()
 
     # -- runs ------------------------------------------------------------------------------
 
@@ -382,7 +438,7 @@ class AsyncSession:
             raise ClosedError("the session is closed")
         await self.start()
         if self.running:
-            self._loop.steer(message, interrupt=False)
+            self._steer(message, interrupt=False)
             return
         self._submission.reset()
         self._loop.steer(message, interrupt=False)
@@ -399,24 +455,221 @@ class AsyncSession:
             raise UsageError("no run has started: call send() or run() first")
         return await asyncio.shield(self._task)
 
-    async def run(self, task: str) -> RunResult:
+    async def run(
+        self, task: str, *, branches: int | None = None, choose: Choose = "first"
+    ) -> RunResult:
         """Run *task* to its terminal result (one-shot use).
 
-        Cancelling this call cancels the run. Raises UsageError if a run is in progress.
+        With ``branches=k`` (2-64) the run is *branched*: the session forks into k branches
+        (each a :meth:`fork`: its own copy of the kernel and of the transcript, the shared
+        budget) that run *task* concurrently, and *choose* picks the answer: ``"first"`` (the
+        first branch to succeed; the others are closed at once), ``"vote"`` (the largest group
+        of equal successful outputs) or a callable ``choose(results)`` returning the winner's
+        index, its result or None (see :mod:`sunroom.agent.branches`). Afterwards the session
+        continues from the winner: its transcript and its kernel become the session's; the
+        session's former kernel and every other branch are closed. When no branch is chosen the
+        session keeps its state from before the run. The result is the winner's (status,
+        output, error, turns) with the usage and cost of every branch and the session's id; no
+        winner: the most common status of the branches (``rejected`` when the callable turned
+        every branch down). Branch events carry ``branch`` (docs/agent.md, "Branches").
+        ``branches=None`` or 1 is a plain run, and *choose* is not used.
+
+        Cancelling this call cancels the run. Raises UsageError if a run is in progress or for
+        invalid *branches*/*choose*; a branched run raises what :meth:`fork` raises when the
+        kernel cannot be forked.
         """
         if self.running:
             raise UsageError("a run is already in progress; use send() to add a message")
-        await self.send(task)
+        k = br.branch_count(branches)
+        label = br.choose_label(choose)
+        if k == 1:
+            await self.send(task)
+        else:
+            if not isinstance(task, str):
+                raise UsageError("task must be a str")
+            kids = await self._fork_sessions(k)
+            self._task = asyncio.get_running_loop().create_task(
+                self._branched(task, kids, choose, label),
+                name=f"sunroom-session-{self.session_id[:8]}-branches",
+            )
         try:
             return await self.result()
         except asyncio.CancelledError:
             self.cancel()
             raise
 
+    # -- forks and branches ----------------------------------------------------------------
+
+    async def fork(self) -> AsyncSession:
+        """A new session that continues from this one's current state.
+
+        The fork has a copy of the transcript, a fork of the kernel (its variables, imports and
+        bound inputs: :meth:`AsyncKernel.fork`, docs/fork.md), the same options (model,
+        preset, output, functions, hooks, secrets, limits) and **this session's budget
+        tracker**: what either spends counts against the one budget. It has a new
+        ``session_id``, ``parent_id`` set to this session's id, and its own events; it starts
+        idle and ready. Close it yourself: closing either session does not close the other.
+        Models given as strings are built again for the fork (it owns and closes its own).
+
+        Raises UsageError while a run is in progress (await ``result()`` first) and on a
+        backend that cannot fork (docker); ForkError when the kernel refuses (threads its
+        code left running); KernelStartError when the copy does not come up; ClosedError
+        after close.
+        """
+        (kid,) = await self._fork_sessions(1, branched=False)
+        return kid
+
+    async def _fork_sessions(self, n: int, *, branched: bool = True) -> list[AsyncSession]:
+        """*n* forks of this idle session; branches publish on this session's bus."""
+        if self._closed:
+            raise ClosedError("the session is closed")
+        if self.running:
+            raise UsageError("cannot fork while a run is in progress; await result() first")
+        await self.start()
+        kernels = await self._kernel.fork(n)
+        if branched:
+            self._branch_runs += 1
+        kids: list[AsyncSession] = []
+        try:
+            for i, kernel in enumerate(kernels):
+                spec = dict(self._spec)
+                branch = None
+                if branched:  # branches share the models (they never outlive this session)
+                    spec["model"], spec["sub_model"] = self._model, self._sub_model
+                    branch = f"{self._branch_runs}.{i}"
+                kid = AsyncSession.__new__(AsyncSession)
+                kid._setup(
+                    **spec,
+                    session_id=None if branch is None else f"{self.session_id}/{branch}",
+                    transcript=self.messages,
+                    tracker=self.tracker,
+                    depth=self._depth,
+                    kernel=kernel,
+                    bus=self._bus if branched else None,
+                    branch=branch,
+                    parent_id=self.session_id,
+                )
+                kids.append(kid)
+        except BaseException:
+            for kid in kids:
+                await kid.aclose()
+            for kernel in kernels[len(kids) :]:
+                await kernel.aclose()
+            raise
+        return kids
+
+    def _steer(self, text: str, *, interrupt: bool) -> None:
+        """Queue *text* (already redacted) for the running run, or for each running branch."""
+        live = [kid for kid in self._branches if kid.running]
+        if not live:
+            self._loop.steer(text, interrupt=interrupt)
+        for kid in live:
+            kid._loop.steer(text, interrupt=interrupt)
+
+    async def _branched(
+        self, task: str, kids: list[AsyncSession], choose: Choose, label: str
+    ) -> RunResult:
+        """The task of a branched run: run the branches, pick one, adopt it. Never raises."""
+        start = self.tracker.snapshot()
+        self._branches = kids
+        self._publish(ev.BranchesStarted, branches=tuple(str(k.branch) for k in kids), choose=label)
+        runs = {
+            asyncio.get_running_loop().create_task(kid.run(task), name=f"sunroom-branch-{i}"): i
+            for i, kid in enumerate(kids)
+        }
+        results: dict[int, RunResult] = {}
+        order: list[int] = []  # branch indices as they finished
+        chosen: int | None = None
+        reason = "no branch succeeded"
+        failure: tuple[Status, str] | None = None  # (status, error) of a run that ends otherwise
+        asking = False
+        try:
+            pending = set(runs)
+            while pending:
+                done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+                for t in sorted(done, key=runs.__getitem__):
+                    results[runs[t]] = t.result()
+                    order.append(runs[t])
+                if choose == "first":
+                    chosen = next((i for i in order if results[i].ok), None)
+                    if chosen is not None:
+                        reason = "the first branch to succeed"
+                        break
+            if choose == "vote":
+                chosen, reason = br.vote(results, order)
+            elif callable(choose):
+                asking = True
+                chosen = await br.ask(choose, [results[i] for i in range(len(kids))])
+                reason = f"chosen by {label}" if chosen is not None else f"{label} chose none"
+        except asyncio.CancelledError:
+            failure = ("cancelled", "the run was cancelled")
+        except Exception as exc:  # a bug in the chooser (as in a hook), or in sunroom
+            log.exception("session %s: the branched run failed", self.session_id)
+            what = "choose failed" if asking else "internal error"
+            failure = ("internal_error", f"{what}: {type(exc).__name__}: {exc}")
+        if failure is not None:
+            chosen, reason = None, failure[1]
+        # losers first: their runs end (cancelled, if still going) and their kernels die
+        for i, kid in enumerate(kids):
+            if i != chosen:
+                await kid.aclose()
+        for t, i in runs.items():
+            if i not in results:
+                results[i] = await t
+        self._branches = []
+        winner = None if chosen is None else kids[chosen]
+        self._publish(
+            ev.BranchChosen, chosen=None if winner is None else winner.branch, reason=reason
+        )
+        if winner is not None:
+            self._adopt(winner)
+            await winner.aclose()  # it holds this session's former kernel now
+        spend = self.tracker.snapshot().since(start)
+        status: Status
+        error: str | None
+        if failure is not None:
+            status, error, output, turns = failure[0], failure[1], None, 0
+        elif chosen is not None:
+            won = results[chosen]
+            status, error, output, turns = won.status, won.error, won.output, won.turns
+        elif callable(choose) and results:
+            status, error, output, turns = "rejected", f"{label} turned every branch down", None, 0
+        else:
+            status, error = br.no_winner([results[i] for i in sorted(results)])
+            output, turns = None, 0
+        result = RunResult(
+            status=status,
+            output=output,
+            usage=spend.usage,
+            cost_micro_usd=spend.cost_micro_usd if spend.cost_known else None,
+            turns=turns,
+            model_calls=spend.model_calls,
+            sub_calls=spend.sub_calls,
+            session_id=self.session_id,
+            error=None if error is None else self._redact(error),
+        )
+        self._publish(ev.SessionEnded, result=result)
+        return result
+
+    def _adopt(self, winner: AsyncSession) -> None:
+        """Continue from *winner*: take its transcript and kernel, and give it the former one.
+
+        Closing the winner then closes the former kernel. Host functions stay each session's
+        own: the kernels swap registries too.
+        """
+        mine, theirs = self._kernel, winner._kernel
+        mine.registry, theirs.registry = theirs.registry, mine.registry
+        self._kernel, winner._kernel = theirs, mine
+        self._loop.c = dataclasses.replace(self._loop.c, kernel=theirs)
+        winner._loop.c = dataclasses.replace(winner._loop.c, kernel=mine)
+        self._loop.messages[:] = winner._loop.messages
+        self._submission.accepted = winner._submission.accepted
+        self._submission.value = winner._submission.value
+
     def interrupt(self, reason: str) -> None:
         """Steer the running run: *reason* reaches the model before its next call."""
         if self.running:
-            self._loop.steer(self._redact(reason), interrupt=True)
+            self._steer(self._redact(reason), interrupt=True)
 
     def cancel(self) -> None:
         """Cancel the running run (its result becomes ``cancelled``); no-op when idle."""

@@ -6,6 +6,7 @@ from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
 from typing import Any, Self, final
 
 from sunroom.agent import events as ev
+from sunroom.agent.branches import Choose
 from sunroom.agent.budget import Budget, BudgetTracker, Spend
 from sunroom.agent.bus import Subscription
 from sunroom.agent.context import ContextPolicy
@@ -64,6 +65,7 @@ class Session:
         spent: Spend | None = None,
     ) -> None:
         self._portal = Portal("sunroom-session-loop", what="the session")
+        self._users = [1]  # sessions sharing the portal: this one and its forks
         self._state = TwinState.UNOPENED
         try:
             self._core: AsyncSession = self._portal.call(
@@ -96,6 +98,15 @@ class Session:
             self._portal.close()
             raise
 
+    @classmethod
+    def _copy_of(cls, parent: Session, core: AsyncSession) -> Session:
+        fork = cls.__new__(cls)
+        fork._portal, fork._users = parent._portal, parent._users
+        fork._users[0] += 1
+        fork._state = TwinState.OPENED
+        fork._core = core
+        return fork
+
     @property
     def core(self) -> AsyncSession:
         """The async session underneath."""
@@ -115,6 +126,16 @@ class Session:
     def preset(self) -> Preset:
         """The preset this session was built with."""
         return self._core.preset
+
+    @property
+    def parent_id(self) -> str | None:
+        """The id of the session this one was forked from (None: not a fork)."""
+        return self._core.parent_id
+
+    @property
+    def branch(self) -> str | None:
+        """The branch id when this is a branch of a branched run (its events carry it)."""
+        return self._core.branch
 
     @property
     def limits(self) -> Limits:
@@ -138,9 +159,19 @@ class Session:
         self._portal.call(self._core.start())
         self._state = TwinState.OPENED
 
-    def run(self, task: str) -> RunResult:
-        """Run *task* to its terminal result; see ``AsyncSession.run``."""
-        return self._portal.call(self._core.run(task))
+    def run(self, task: str, *, branches: int | None = None, choose: Choose = "first") -> RunResult:
+        """Run *task* (``branches=k``: branched) to its terminal result; see ``AsyncSession.run``.
+
+        A callable *choose* runs on the session's loop thread.
+        """
+        return self._portal.call(self._core.run(task, branches=branches, choose=choose))
+
+    def fork(self) -> Session:
+        """A new session continuing from this one's state; see ``AsyncSession.fork``.
+
+        The fork shares this session's event-loop thread, which stops with the last of them.
+        """
+        return Session._copy_of(self, self._portal.call(self._core.fork()))
 
     def send(self, message: str) -> None:
         """Send a user message (starts a run when idle); see ``AsyncSession.send``."""
@@ -196,7 +227,9 @@ class Session:
         try:
             self._portal.call(self._core.aclose())
         finally:
-            self._portal.close()
+            self._users[0] -= 1
+            if self._users[0] == 0:
+                self._portal.close()
 
 
 async def _build(**options: Any) -> AsyncSession:

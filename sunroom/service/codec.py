@@ -2,8 +2,9 @@
 
 An agent event becomes ``(kind, payload)``: the kind is its type name (``"ExecutionFinished"``)
 and the payload its fields without ``seq`` and ``ts`` (the store numbers events itself; the
-store's seq is the SSE id). Values pydantic can serialise (models, dataclasses, enums) become
-JSON; anything else becomes its ``repr``. Transcript messages round-trip exactly through
+store's seq is the SSE id), and without ``branch`` unless a branch published the event.
+Values pydantic can serialise (models, dataclasses, enums) become JSON; anything else becomes
+its ``repr``. Transcript messages round-trip exactly through
 :func:`message_to_json` / :func:`message_from_json`, vendor state (origins) included.
 """
 
@@ -63,6 +64,8 @@ def event_to_json(event: ev.Event, *, session_id: str) -> tuple[str, dict[str, A
         if f.name in ("seq", "ts"):
             continue
         value = getattr(event, f.name)
+        if f.name == "branch" and value is None:
+            continue  # a session's own event: its payload is what it was before branches
         if isinstance(value, RunResult):
             payload[f.name] = result_to_json(value, session_id=session_id)
         else:

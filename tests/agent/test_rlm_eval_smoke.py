@@ -45,14 +45,32 @@ def test_fake_run_prints_a_table_with_full_accuracy(capsys: pytest.CaptureFixtur
     assert code == 0
     out = capsys.readouterr().out
     table = rows(out)
-    assert set(table) == {(n, m) for n in ("2K", "6K") for m in ("baseline", "rlm")}, out
+    methods = ("baseline", "rlm", "rlm-best-of-k")
+    assert set(table) == {(n, m) for n in ("2K", "6K") for m in methods}, out
     for (_, method), cells in table.items():
         assert cells["n"] == "3"  # niah, oolong-count, oolong-common
         assert float(cells["accuracy"]) == 1.0, out
         assert int(cells["in_tokens"].replace(",", "")) > 0
         assert cells["cost_uUSD"] == "unknown"  # the fakes have no price
-        assert float(cells["sub_calls"]) > 0 if method == "rlm" else cells["sub_calls"] == "0.0"
+        if method == "baseline":
+            assert cells["sub_calls"] == "0.0"
+        else:
+            assert float(cells["sub_calls"]) > 0
+    for n in ("2K", "6K"):  # three branches: three times the single run's sub-calls and tokens
+        one, best = table[(n, "rlm")], table[(n, "rlm-best-of-k")]
+        assert float(best["sub_calls"]) == pytest.approx(3 * float(one["sub_calls"]), abs=0.1)
     assert "wrong or failed" not in out
+    assert "best-of-k: k=3, choose=vote" in out
+
+
+def test_best_of_k_votes_away_a_noisy_root(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["--fake", "--lengths", "4k", "--samples", "4", "--seed", "1", "--backend", "subprocess"]
+    argv += ["--methods", "rlm,rlm-best-of-k", "--fake-error-rate", "0.3"]
+    assert rlm_eval.main(argv) == 0
+    table = rows(capsys.readouterr().out)
+    single = float(table[("4K", "rlm")]["accuracy"])
+    best = float(table[("4K", "rlm-best-of-k")]["accuracy"])
+    assert single < 1.0 and best > single, table
 
 
 async def test_rlm_run_keeps_the_context_out_of_the_prompt() -> None:
@@ -112,3 +130,5 @@ def test_usage_errors(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.Mo
     assert "--model" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         rlm_eval.main(["--fake", "--tasks", "nope"])
+    with pytest.raises(SystemExit):
+        rlm_eval.main(["--fake", "--k", "1"])
