@@ -81,7 +81,13 @@ def stable_owner(db_path: Path) -> Identity | None:
 
 @dataclass(slots=True, eq=False)
 class Live:
-    """A session this process runs: the agent session, its journal, its model."""
+    """A session this process runs: the agent session, its journal, its model.
+
+    ``sending`` counts the user messages being accepted (from the first look at the record to
+    the hand-over to the session): each will start or join a run, so a run ending meanwhile
+    must not record the session finished. ``record_lock`` orders the record's status changes
+    (a run's end against a message's reopen).
+    """
 
     sid: str
     session: AsyncSession
@@ -89,3 +95,5 @@ class Live:
     model: Model
     idle: asyncio.Event = field(default_factory=asyncio.Event)
     preamble: str | None = None
+    sending: int = 0
+    record_lock: asyncio.Lock = field(default_factory=asyncio.Lock)

@@ -504,31 +504,47 @@ class SessionManager:
             log.exception("session %s: closing its model failed", sid)
 
     async def _send(self, live: Live, text: str) -> None:
-        """Accept a new user message: record it (with a fresh id) once, then deliver it."""
-        if live.preamble is not None and not live.session.running:
-            sent, live.preamble = f"{live.preamble}\n\n{text}", None
-        else:
-            sent = text
-        mid = uuid.uuid4().hex
-        await self._reopen(live)
-        await live.journal.append(MESSAGE_RECEIVED, {"id": mid, "text": text})
-        await self._deliver(live, mid, sent, reopen=False)
+        """Accept a new user message: record it (with a fresh id) once, then deliver it.
+
+        From its first look at the record until the session has the message, the message
+        counts in ``live.sending``: a run that ends meanwhile (its ``SessionEnded`` may be
+        written by this very append) leaves the record ``running``, for the run this message
+        starts. Otherwise the record could say ``finished`` while that run goes on, and a crash
+        during it would leave a run no restarted server resumes.
+        """
+        live.sending += 1
+        try:
+            if live.preamble is not None and not live.session.running:
+                sent, live.preamble = f"{live.preamble}\n\n{text}", None
+            else:
+                sent = text
+            mid = uuid.uuid4().hex
+            await self._reopen(live)
+            await live.journal.append(MESSAGE_RECEIVED, {"id": mid, "text": text})
+            await self._deliver(live, mid, sent, reopen=False)
+        finally:
+            live.sending -= 1
 
     async def _deliver(
         self, live: Live, mid: str | None, text: str, *, reopen: bool = True
     ) -> None:
         """Hand message *mid* to the session as *text* (None: the restart note alone)."""
-        if reopen:
-            await self._reopen(live)
-        if mid is not None:
-            live.journal.expect(mid, text)
-        live.idle.clear()
-        await live.session.send(text)
+        live.sending += 1  # see _send: a run ending while this reopens leaves it running
+        try:
+            if reopen:
+                await self._reopen(live)
+            if mid is not None:
+                live.journal.expect(mid, text)
+            live.idle.clear()
+            await live.session.send(text)
+        finally:
+            live.sending -= 1
 
     async def _reopen(self, live: Live) -> None:
-        record = await self._record(live.sid)
-        if record.status != "running":
-            await self.store.reopen_session(live.sid, owner=self.owner)
+        async with live.record_lock:  # not while a run's end is being recorded
+            record = await self._record(live.sid)
+            if record.status != "running":
+                await self.store.reopen_session(live.sid, owner=self.owner)
 
     async def _ended(self, live: Live, result: dict[str, Any], *, more: bool = False) -> None:
         """A run of *live* ended with *result* (its ``SessionEnded`` is durable).
@@ -536,23 +552,27 @@ class SessionManager:
         A message accepted while the run was ending that it never took in is still queued in
         the session: a new run starts at once (by a note, not by sending the message again) and
         the record stays ``running``, so a crash now resumes and answers it. *more*: the caller
-        sends messages next (a resume), so the record stays ``running`` too.
+        sends messages next (a resume), so the record stays ``running`` too; so it does while
+        a message is being accepted (``live.sending``: it starts the next run) or another run
+        already runs (its own end records the session).
         """
-        late = (
-            bool(live.journal.untaken)
-            and result.get("status") != "cancelled"
-            and not live.session.running
-            and self._live.get(live.sid) is live
-        )
-        if not (late or more):
-            status = _STATUS.get(str(result.get("status")), "failed")
-            try:
-                await self.store.finish_session(
-                    live.sid, status=status, result=result, owner=self.owner
-                )
-            except Exception:
-                # the record stays running; the run's end is in the log, so a resume records it
-                log.exception("session %s: recording the end of its run failed", live.sid)
+        async with live.record_lock:  # a message's reopen sees the record before or after this
+            late = (
+                bool(live.journal.untaken)
+                and result.get("status") != "cancelled"
+                and not live.session.running
+                and self._live.get(live.sid) is live
+            )
+            busy = live.sending > 0 or live.session.running
+            if not (late or more or busy):
+                status = _STATUS.get(str(result.get("status")), "failed")
+                try:
+                    await self.store.finish_session(
+                        live.sid, status=status, result=result, owner=self.owner
+                    )
+                except Exception:
+                    # the record stays running; the run's end is in the log: a resume records it
+                    log.exception("session %s: recording the end of its run failed", live.sid)
         if late:
             try:
                 live.idle.clear()
