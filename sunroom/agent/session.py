@@ -512,7 +512,7 @@ class AsyncSession:
         Models given as strings are built again for the fork (it owns and closes its own).
 
         Raises UsageError while a run is in progress (await ``result()`` first) and on a
-        backend that cannot fork (docker); ForkError when the kernel refuses (threads its
+        backend that cannot fork (a custom one); ForkError when the kernel refuses (threads its
         code left running); KernelStartError when the copy does not come up; ClosedError
         after close.
         """

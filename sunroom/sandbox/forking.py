@@ -1,12 +1,13 @@
 """The host side of :meth:`AsyncKernel.fork`: copies of a live kernel in the same sandbox.
 
 A kernel and its copies form a :class:`Family` that shares one sandbox (the launched process
-tree: the bwrap namespaces, the subprocess supervisor). Each member is a kernel of its own: its
-own socket, its own supervisor (which reaps its descendants), its own cgroup with the kernel's
-limits where cgroups are used, its own workdir (a copy of the parent's at fork time). Closing a
-member kills only its processes; the sandbox itself is torn down with the last member, so no
-process of the family can outlive all of its kernels. The kernel side is
-:mod:`sunroom.prelude.forking`; the semantics are in docs/fork.md.
+tree: the docker container, the bwrap namespaces, the subprocess supervisor). Each member is a
+kernel of its own: its own socket, its own supervisor (which reaps its descendants), its own
+cgroup with the kernel's limits where the kernel has one (docker copies share the container's),
+its own workdir (a copy of the parent's at fork time). Closing a member kills only its
+processes; the sandbox itself is torn down with the last member, so no process of the family
+can outlive all of its kernels. The kernel side is :mod:`sunroom.prelude.forking`; the
+semantics are in docs/fork.md.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from sunroom.rpc import schema
 from sunroom.rpc.channel import Channel
 from sunroom.sandbox.backend import KernelProcess
 from sunroom.sandbox.backends.bwrap import FORKS_DIR
+from sunroom.sandbox.backends.docker_process import DockerKernelProcess
 from sunroom.sandbox.cgroup import Cgroup
 from sunroom.sandbox.launch import Ready, Router, check_hello
 from sunroom.sandbox.limits import Limits
@@ -35,7 +37,7 @@ from sunroom.sandbox.process import SupervisedProcess, innermost_pid
 MAX_COPIES: Final = 64
 """The most copies one :meth:`AsyncKernel.fork` call makes (the kernel's own cap too)."""
 
-FORK_BACKENDS: Final = ("subprocess", "bwrap")
+FORK_BACKENDS: Final = ("subprocess", "bwrap", "docker")
 """Backends whose kernels can be forked."""
 
 
@@ -46,7 +48,7 @@ _SIGNAL_NAMES = {s.value: s.name for s in signal.Signals}
 class Family:
     """One sandbox shared by a kernel and its copies; torn down with its last member."""
 
-    def __init__(self, root: SupervisedProcess) -> None:
+    def __init__(self, root: SupervisedProcess | DockerKernelProcess) -> None:
         self.root = root
         self.members: set[KernelProcess] = set()
         self._forks_dir: str | None = None
@@ -55,6 +57,11 @@ class Family:
     def join(self, member: KernelProcess) -> None:
         """Count *member* in: the sandbox lives while any member does."""
         self.members.add(member)
+
+    @property
+    def cgroup(self) -> Cgroup | None:
+        """The sandbox's cgroup (None for docker: copies share the container's limits)."""
+        return self.root.cgroup if isinstance(self.root, SupervisedProcess) else None
 
     def defer(self, cgroup: Cgroup) -> None:
         """Remove *cgroup* with the sandbox (it still holds copies' supervisors)."""
@@ -72,8 +79,8 @@ class Family:
     def forks_dir(self, backend: str) -> str:
         """The directory (as the kernel sees it) under which copies' workdirs are made."""
         if self._forks_dir is None:
-            if backend == "bwrap":
-                self._forks_dir = FORKS_DIR
+            if not isinstance(self.root, SupervisedProcess) or backend == "bwrap":
+                self._forks_dir = FORKS_DIR  # a tmpfs of the sandbox (bwrap, docker)
             else:
                 path = self.root.rundir / "forks"
                 path.mkdir(mode=0o700, exist_ok=True)
@@ -93,6 +100,7 @@ class RootMember:
         self.root = family.root
         family.join(self)
         self._closed = False
+        self._runtime: int | None = None
 
     @property
     def workdir(self) -> Path:
@@ -101,13 +109,19 @@ class RootMember:
 
     @property
     def cgroup(self) -> Cgroup | None:
-        """The kernel's cgroup (the sandbox's)."""
-        return self.root.cgroup
+        """The kernel's cgroup (the sandbox's; None for docker, whose container has its own)."""
+        return self.family.cgroup
 
     @property
     def kernel_pid(self) -> int | None:
         """The runtime's host pid."""
-        return self.root.kernel_pid
+        if isinstance(self.root, SupervisedProcess):
+            return self.root.kernel_pid
+        if self._runtime is None and self.root.kernel_pid is not None:  # docker: map its pid
+            inner = self.root.kernel_pid
+            found = [p for p in _tree(self.root.pid) if innermost_pid(p) == inner]
+            self._runtime = found[0] if found else None
+        return self._runtime
 
     def adopt(self, kernel_pid: int) -> None:
         """The runtime was adopted at launch; nothing to do."""
@@ -118,7 +132,7 @@ class RootMember:
 
     def alive(self) -> bool:
         """Whether the kernel's runtime is still running."""
-        pid = self.root.kernel_pid
+        pid = self.kernel_pid
         return not self._closed and pid is not None and _running(pid)
 
     async def kill(self) -> None:
@@ -128,21 +142,27 @@ class RootMember:
         self._closed = True
         try:
             if self.family.members - {self}:
-                pid = self.root.kernel_pid
+                pid = self.kernel_pid
                 if pid is not None:
                     with contextlib.suppress(OSError):
                         os.kill(pid, signal.SIGKILL)
-                    await self.root.wait_reported(3.0)
+                    if isinstance(self.root, SupervisedProcess):
+                        await self.root.wait_reported(3.0)
+                    else:  # docker's supervisor reports through the container's end only
+                        await _wait_gone(pid, 3.0)
         finally:
             await self.family.leave(self)
 
     async def exit_reason(self) -> str:
         """How the runtime ended (its supervisor reports it at once, copies or not)."""
+        if not isinstance(self.root, SupervisedProcess) and self.family.members - {self}:
+            return "the kernel's runtime ended (its container lives on for the kernel's copies)"
         return await self.root.exit_reason()
 
     async def log_tail(self) -> str:
         """The sandbox's early log."""
-        return await self.root.log_tail()
+        tail_of = getattr(self.root, "log_tail", None)
+        return str(await tail_of()) if tail_of is not None else ""
 
 
 @final
@@ -275,7 +295,9 @@ def family_of(proc: KernelProcess, backend: str) -> tuple[Family, KernelProcess]
     """
     if isinstance(proc, RootMember | ForkedProcess):
         return proc.family, proc
-    if backend not in FORK_BACKENDS or not isinstance(proc, SupervisedProcess):
+    if backend not in FORK_BACKENDS or not isinstance(
+        proc, SupervisedProcess | DockerKernelProcess
+    ):
         raise UsageError(
             f"kernels of the {backend} backend cannot be forked yet; fork works on "
             f"{' and '.join(FORK_BACKENDS)} kernels"
@@ -309,7 +331,7 @@ async def fork(
     routers = [Router(loop.create_future()) for _ in range(n)]
     channels: list[Channel] = []
     # the copies' cgroups are made while the kernel forks (each mkdir and limit write costs)
-    making = asyncio.ensure_future(asyncio.to_thread(_cgroups_for, family.root, nonces, limits))
+    making = asyncio.ensure_future(asyncio.to_thread(_cgroups_for, family, nonces, limits))
     cgroups: list[Cgroup | None] = [None] * n
     try:
         for host_end, copy_router in zip((pair[0] for pair in pairs), routers, strict=True):
@@ -397,7 +419,7 @@ def loop_time() -> float:
     return asyncio.get_running_loop().time()
 
 
-def _find_runtimes(root: SupervisedProcess, ns_pids: list[int]) -> list[int]:
+def _find_runtimes(root: SupervisedProcess | DockerKernelProcess, ns_pids: list[int]) -> list[int]:
     """The host pids of the copies' runtimes, given their pids as the sandbox sees them."""
     wanted = {pid: i for i, pid in enumerate(ns_pids)}
     found: dict[int, int] = {}
@@ -415,9 +437,9 @@ def _parent(pid: int) -> int:
         return int(f.read().rpartition(")")[2].split()[1])
 
 
-def _cgroups_for(root: SupervisedProcess, nonces: list[str], limits: Limits) -> list[Cgroup | None]:
+def _cgroups_for(family: Family, nonces: list[str], limits: Limits) -> list[Cgroup | None]:
     """One cgroup per copy with the kernel's limits (Nones when the kernel has no cgroup)."""
-    if root.cgroup is None:
+    if family.cgroup is None:
         return [None] * len(nonces)
     made: list[Cgroup | None] = []
     try:
@@ -482,6 +504,15 @@ def _running(pid: int) -> bool:
             return f.read().rpartition(")")[2].split()[0] not in ("Z", "X")
     except OSError:
         return False
+
+
+async def _wait_gone(pid: int, within_s: float) -> bool:
+    end = time.monotonic() + within_s
+    while _running(pid):
+        if time.monotonic() > end:
+            return False
+        await asyncio.sleep(0.005)
+    return True
 
 
 async def _wait_ended(pidfd: int, within_s: float) -> bool:

@@ -250,7 +250,7 @@ class AsyncKernel:
 
         Raises ForkError when the kernel is busy (a cell, a bind, a file transfer) or refuses
         (its code left threads running); UsageError for an *n* outside 1-64 or on a backend
-        that cannot fork (docker, for now); KernelStartError when a copy does not come up (no
+        that cannot fork (a custom backend); KernelStartError when a copy does not come up (no
         copy is left running then); ClosedError after close.
         """
         readies = await self._fork_ready(n)

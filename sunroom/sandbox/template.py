@@ -31,7 +31,7 @@ class Template:
         setup: code run once in the template's kernel (imports, loading data). If it fails,
             :meth:`start` raises KernelStartError with the cell's error.
         backend, functions, inputs, limits, env: as for :class:`AsyncKernel`; every kernel
-            from the template has them (``subprocess`` or ``bwrap``: kernels that fork).
+            from the template has them (any built-in backend: kernels that fork).
 
     The template's kernel is started by :meth:`start` (or the first :meth:`kernel`); when it
     has died, the next fork starts it again and runs the setup again (:attr:`restarts`).

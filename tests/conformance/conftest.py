@@ -10,7 +10,7 @@ import pytest
 
 from tests.conftest import _require, backends_under_test
 
-FORK_BACKENDS = backends_under_test(("subprocess", "bwrap"))
+FORK_BACKENDS = backends_under_test(("subprocess", "bwrap", "docker"))
 
 
 def _descendants() -> set[int]:
@@ -51,11 +51,3 @@ def no_process_left() -> Iterator[None]:
 def fork_backend(request: pytest.FixtureRequest) -> str:
     """The backends whose kernels fork (checked before any loop runs)."""
     return _require(request.param)
-
-
-@pytest.fixture
-def docker_backend() -> str:
-    """Docker, when it is among the backends under test."""
-    if "docker" not in backends_under_test(("docker",)):
-        pytest.skip("docker is not among the backends under test")
-    return _require("docker")

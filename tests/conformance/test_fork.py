@@ -210,12 +210,6 @@ async def test_fork_is_refused_while_busy_or_with_threads_running(kernel: AsyncK
             await kernel.fork(bad)
 
 
-async def test_fork_refuses_kernels_of_other_backends(docker_backend: str) -> None:
-    async with AsyncKernel(backend=docker_backend) as k:
-        with pytest.raises(UsageError, match="docker backend cannot be forked"):
-            await k.fork()
-
-
 def test_the_sync_twin_forks(fork_backend: str) -> None:
     with Kernel(backend=fork_backend) as k:
         k.execute("x = 1")

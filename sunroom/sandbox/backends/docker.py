@@ -89,6 +89,7 @@ if TYPE_CHECKING:
 
 DEFAULT_IMAGE: Final = "sunroom-kernel:offline"
 WORKDIR: Final = "/work"
+FORKS_DIR: Final = "/forks"
 RUN_DIR: Final = "/run/sunroom"
 SOCKET_NAME: Final = "kernel.sock"
 RESOLV_NAME: Final = "resolv.conf"
@@ -411,6 +412,9 @@ class DockerBackend:
             shm_size=f"{SHM_MB}m",
             tmpfs={
                 WORKDIR: f"rw,exec,nosuid,nodev,size={limits.disk_mb}m,mode=0700,"
+                f"uid={ident.uid},gid={ident.gid}",
+                # the workdirs of this kernel's copies (sunroom.sandbox.forking)
+                FORKS_DIR: f"rw,exec,nosuid,nodev,size={limits.disk_mb}m,mode=0700,"
                 f"uid={ident.uid},gid={ident.gid}",
                 "/tmp": f"rw,exec,nosuid,nodev,size={TMP_MB}m,mode=1777",
             },
