@@ -10,7 +10,7 @@ float64, made in a cell: a DataFrame is not a msgpack value, so it cannot be an 
   ``--cold`` starts);
 * fork: ``kernel.fork()`` until the copy has answered its first cell (``df.shape``), median and
   p90 of ``--n``, and the ratio of the cold median to it (targets: <= 5 ms on subprocess and
-  bwrap);
+  bwrap, <= 25 ms on docker);
 * template: ``Template(setup="import numpy as np, pandas as pd")``; ``template.kernel()`` until
   its first result, median and p90 of ``--n``, and the cold start's ratio to it (target: <= 5
   ms);
@@ -118,6 +118,7 @@ async def run(args: argparse.Namespace) -> None:
             templated.append(time.perf_counter() - t)
             assert r.ok, r
             await k.aclose()
+    target = 25 if args.backend == "docker" else 5
     cold_p50 = statistics.median(colds)
     template_p50 = statistics.median(templated)
     fork_p50 = statistics.median(forks)
@@ -126,7 +127,7 @@ async def run(args: argparse.Namespace) -> None:
     print(f"cold start + import numpy, pandas: p50 {ms(cold_p50)}  p90 {ms(pct(colds, 0.9))}")
     print(
         f"fork to first cell:                p50 {ms(fork_p50)}  p90 {ms(pct(forks, 0.9))}"
-        f"  (cold / fork = {cold_p50 / fork_p50:.0f}x; target <= 5 ms)"
+        f"  (cold / fork = {cold_p50 / fork_p50:.0f}x; target <= {target} ms)"
     )
     print(
         f"template kernel to first result:   p50 {ms(template_p50)}  p90 {ms(pct(templated, 0.9))}"
