@@ -80,11 +80,13 @@ class AsyncKernel:
         template: Template | None = None,
     ) -> None:
         self._pool = pool
+        if template is not None and pool is not None:
+            raise UsageError("a kernel comes from a pool or from a template, not both")
+        if pool is not None and pool.template is not None:
+            template = pool.template  # the pool keeps forks of it ready
         self._template = template
         base_functions: tuple[HostFunction, ...] = ()
         if template is not None:
-            if pool is not None:
-                raise UsageError("a kernel comes from a pool or from a template, not both")
             if limits is not None and limits != template.limits:
                 raise UsageError("a kernel from a template runs with its limits; omit limits=")
             if env is not None and dict(env) != template.env:
@@ -151,10 +153,10 @@ class AsyncKernel:
 
     async def _boot(self) -> None:
         assert self._backend is not None
-        if self._template is not None:
-            ready = await self._template.fork_ready()
-        elif self._pool is not None:
+        if self._pool is not None:
             ready = await self._pool.acquire()
+        elif self._template is not None:
+            ready = await self._template.fork_ready()
         else:
             mounts = host_inputs.mounts(self._backend.name, self._file_inputs)
             ready = await launch(self._backend, limits=self.limits, env=self._env, mounts=mounts)

@@ -13,13 +13,16 @@ import asyncio
 import contextlib
 from collections import deque
 from collections.abc import Mapping
-from typing import Self, final
+from typing import TYPE_CHECKING, Self, final
 
 from sunroom.errors import ClosedError, SandboxUnavailableError, UsageError
 from sunroom.sandbox import backends
 from sunroom.sandbox.backend import Backend
 from sunroom.sandbox.launch import Ready, launch
 from sunroom.sandbox.limits import Limits
+
+if TYPE_CHECKING:
+    from sunroom.sandbox.template import Template
 
 
 @final
@@ -31,6 +34,9 @@ class KernelPool:
         limits: the limits every kernel of the pool runs with.
         env: extra environment variables of every kernel.
         size: how many idle kernels to keep ready (>= 1).
+        template: keep forks of this :class:`~sunroom.Template` ready instead of cold kernels
+            (its backend, limits and env apply; omit them): a kernel taken from the pool has
+            the template's setup done, functions installed and inputs bound.
 
     Closing the pool kills its idle kernels; kernels already handed out belong to their
     AsyncKernel. If the backend cannot start kernels, :meth:`acquire` raises its error
@@ -44,9 +50,17 @@ class KernelPool:
         limits: Limits | None = None,
         env: Mapping[str, str] | None = None,
         size: int = 2,
+        template: Template | None = None,
     ) -> None:
         if not isinstance(size, int) or size < 1:
             raise UsageError(f"KernelPool size must be a positive int, got {size!r}")
+        self.template = template
+        if template is not None:
+            if limits is not None and limits != template.limits:
+                raise UsageError("a pool of a template's forks runs with its limits; omit limits=")
+            if env is not None and dict(env) != template.env:
+                raise UsageError("a pool of a template's forks runs with its env; omit env=")
+            limits, env, backend = template.limits, template.env, template.backend
         self.limits = limits or Limits()
         self.env = dict(env or {})
         self.size = size
@@ -89,7 +103,7 @@ class KernelPool:
             self._wanted.clear()
             while not self._closed and len(self._ready) < self.size:
                 try:
-                    ready = await launch(self.backend, limits=self.limits, env=self.env)
+                    ready = await self._start_one()
                 except asyncio.CancelledError:
                     raise
                 except Exception as exc:
@@ -120,6 +134,11 @@ class KernelPool:
             raise self._error
         self.cold_starts += 1
         self._wanted.set()
+        return await self._start_one()
+
+    async def _start_one(self) -> Ready:
+        if self.template is not None:
+            return await self.template.fork_ready()
         return await launch(self.backend, limits=self.limits, env=self.env)
 
     def idle(self) -> int:

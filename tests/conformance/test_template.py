@@ -8,7 +8,7 @@ import signal
 
 import pytest
 
-from sunroom import AsyncKernel, AsyncSession, Limits, Template
+from sunroom import AsyncKernel, AsyncSession, KernelPool, Limits, Template
 from sunroom.errors import ClosedError, KernelStartError, UsageError
 from sunroom.providers import AssistantMessage, TextPart
 from sunroom.providers.fakes import ScriptedModel
@@ -126,3 +126,24 @@ async def test_a_session_runs_in_a_kernel_from_a_template(fork_backend: str) -> 
         result = await session.run("add one")
         assert result.ok, result
         assert result.output == "42"
+
+
+async def test_a_pool_keeps_forks_of_a_template_ready(fork_backend: str) -> None:
+    async with (
+        Template(setup="warm = [1]", backend=fork_backend, functions=[triple]) as template,
+        KernelPool(template=template, size=2) as pool,
+    ):
+        await pool.wait_ready()
+        assert pool.limits == template.limits
+        async with AsyncKernel(pool=pool, functions=[quadruple], inputs={"m": 2}) as k:
+            assert (await k.execute("(warm, triple(m), quadruple(m))")).value == "([1], 6, 8)"
+            await k.execute("warm.append(2)")
+            r = await k.execute("while True: pass", timeout_s=0.3)
+            assert r.status == "timeout" and not r.state_lost
+            await k.restart()  # takes another ready fork: the setup is there, fresh
+            assert (await k.execute("(warm, triple(m), quadruple(m))")).value == "([1], 6, 8)"
+        assert pool.cold_starts == 0
+        with pytest.raises(UsageError, match="its limits"):
+            KernelPool(template=template, limits=Limits(timeout_s=1))
+        with pytest.raises(UsageError, match="pool or from a template"):
+            AsyncKernel(pool=pool, template=template)
