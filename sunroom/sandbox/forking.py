@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Final, final
 
 from sunroom.errors import KernelStartError, UsageError
+from sunroom.prelude.supervisor import descendants
 from sunroom.rpc import schema
 from sunroom.rpc.channel import Channel
 from sunroom.sandbox.backend import KernelProcess
@@ -32,16 +33,13 @@ from sunroom.sandbox.backends.docker_process import DockerKernelProcess
 from sunroom.sandbox.cgroup import Cgroup
 from sunroom.sandbox.launch import Ready, Router, check_hello
 from sunroom.sandbox.limits import Limits
-from sunroom.sandbox.process import SupervisedProcess, innermost_pid
+from sunroom.sandbox.process import SupervisedProcess, describe_status, innermost_pid
 
 MAX_COPIES: Final = 64
 """The most copies one :meth:`AsyncKernel.fork` call makes (the kernel's own cap too)."""
 
 FORK_BACKENDS: Final = ("subprocess", "bwrap", "docker")
 """Backends whose kernels can be forked."""
-
-
-_SIGNAL_NAMES = {s.value: s.name for s in signal.Signals}
 
 
 @final
@@ -119,7 +117,7 @@ class RootMember:
             return self.root.kernel_pid
         if self._runtime is None and self.root.kernel_pid is not None:  # docker: map its pid
             inner = self.root.kernel_pid
-            found = [p for p in _tree(self.root.pid) if innermost_pid(p) == inner]
+            found = [p for p in descendants(self.root.pid) if innermost_pid(p) == inner]
             self._runtime = found[0] if found else None
         return self._runtime
 
@@ -252,7 +250,7 @@ class ForkedProcess:
             await asyncio.sleep(0.002)
 
     def _hard_kill(self) -> None:
-        pids = _tree(self._supervisor)
+        pids = descendants(self._supervisor)
         for pid in [self._supervisor, *pids]:
             with contextlib.suppress(OSError):
                 os.kill(pid, signal.SIGKILL)
@@ -271,21 +269,6 @@ class ForkedProcess:
         await self._wait_status(5.0)
         oom = self.cgroup is not None and self.cgroup.oom_kills() > self._oom_before
         return describe_status(self._status or "", oom=oom, memory_mb=self._memory_mb)
-
-
-def describe_status(status: str, *, oom: bool, memory_mb: int) -> str:
-    """A person's sentence for a supervisor's status word (``exit:N``, ``signal:N``)."""
-    if oom:
-        return f"the kernel ran out of memory (limit {memory_mb} MB) and was killed"
-    if status.startswith("signal:"):
-        num = int(status.split(":")[1])
-        name = _SIGNAL_NAMES.get(num, str(num))
-        if num == signal.SIGKILL:
-            return f"the kernel was killed by {name} (possibly out of memory)"
-        return f"the kernel died from signal {name}"
-    if status.startswith("exit:"):
-        return f"the kernel process exited with status {status.split(':')[1]}"
-    return "the kernel's supervisor ended without saying how the kernel did"
 
 
 def family_of(proc: KernelProcess, backend: str) -> tuple[Family, KernelProcess]:
@@ -423,7 +406,7 @@ def _find_runtimes(root: SupervisedProcess | DockerKernelProcess, ns_pids: list[
     """The host pids of the copies' runtimes, given their pids as the sandbox sees them."""
     wanted = {pid: i for i, pid in enumerate(ns_pids)}
     found: dict[int, int] = {}
-    for pid in _tree(root.pid):
+    for pid in descendants(root.pid):
         inner = innermost_pid(pid)
         if inner in wanted:
             found[wanted[inner]] = pid
@@ -468,27 +451,6 @@ def _move_all(cgroups: list[Cgroup | None], pids: list[int]) -> None:
                 cgroup.add(pid)
     except OSError as exc:
         raise KernelStartError(f"cannot move a copy into its cgroup: {exc.strerror}") from exc
-
-
-def _tree(root: int) -> list[int]:
-    """Every live descendant of *root* (host pids), from ``/proc/<pid>/task/*/children``."""
-    found: list[int] = []
-    stack = [root]
-    while stack:
-        pid = stack.pop()
-        try:
-            tids = os.listdir(f"/proc/{pid}/task")
-        except OSError:
-            continue
-        for tid in tids:
-            try:
-                with open(f"/proc/{pid}/task/{tid}/children") as f:
-                    kids = [int(x) for x in f.read().split()]
-            except OSError:
-                continue
-            found.extend(kids)
-            stack.extend(kids)
-    return found
 
 
 def _ended(pidfd: int) -> bool:

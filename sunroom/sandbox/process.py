@@ -203,18 +203,24 @@ class SupervisedProcess:
         await self.wait_reported(5.0)
         self._read_status()
         oom = self._cgroup is not None and self._cgroup.oom_kills() > self._oom_before
-        status = self._status or ""
-        if oom:
-            return f"the kernel ran out of memory (limit {self._memory_mb} MB) and was killed"
-        if status.startswith("signal:"):
-            num = int(status.split(":")[1])
-            name = _SIGNAL_NAMES.get(num, str(num))
-            if num == signal.SIGKILL:
-                return f"the kernel was killed by {name} (possibly out of memory)"
-            return f"the kernel died from signal {name}"
-        if status.startswith("exit:"):
-            return f"the kernel process exited with status {status.split(':')[1]}"
-        return f"the kernel's supervisor ended (return code {self._proc.returncode})"
+        if not oom and not self._status:
+            return f"the kernel's supervisor ended (return code {self._proc.returncode})"
+        return describe_status(self._status or "", oom=oom, memory_mb=self._memory_mb)
+
+
+def describe_status(status: str, *, oom: bool, memory_mb: int) -> str:
+    """A person's sentence for a supervisor's status word (``exit:N``, ``signal:N``)."""
+    if oom:
+        return f"the kernel ran out of memory (limit {memory_mb} MB) and was killed"
+    if status.startswith("signal:"):
+        num = int(status.split(":")[1])
+        name = _SIGNAL_NAMES.get(num, str(num))
+        if num == signal.SIGKILL:
+            return f"the kernel was killed by {name} (possibly out of memory)"
+        return f"the kernel died from signal {name}"
+    if status.startswith("exit:"):
+        return f"the kernel process exited with status {status.split(':')[1]}"
+    return "the kernel's supervisor ended without saying how the kernel did"
 
 
 def _tail(path: Path, size: int) -> str:

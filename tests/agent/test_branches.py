@@ -11,7 +11,7 @@ import asyncio
 import itertools
 import re
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 
 import pytest
 
@@ -23,20 +23,11 @@ from sunroom.providers.fakes import Reply
 from sunroom.sandbox.portal import TwinState
 from sunroom.service.codec import event_to_json
 from tests.agent.conftest import code
-from tests.conformance.conftest import _descendants, _live
 
 FAST = "subprocess"
 
 
-@pytest.fixture(autouse=True)
-def no_process_left() -> Iterator[None]:
-    """Every process a test started is gone when it ends."""
-    before = _descendants()
-    yield
-    deadline = time.monotonic() + 10
-    while (left := _live(_descendants() - before)) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert not left, f"processes left behind: {sorted(left)}"
+pytestmark = pytest.mark.usefixtures("no_process_left")
 
 
 def branch_model(scripts: Sequence[Sequence[str]], *, then: str = "no answer") -> FunctionModel:
