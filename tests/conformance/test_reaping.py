@@ -12,6 +12,7 @@ import time
 import psutil
 
 from sunroom import AsyncKernel, Limits
+from tests.conftest import _live
 
 HOST_SCRIPT = """
 import json, sys, time, psutil, sunroom
@@ -35,17 +36,6 @@ time.sleep(600)
 """
 
 
-def _live(pids: list[int]) -> list[int]:
-    out = []
-    for pid in pids:
-        try:
-            if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
-                out.append(pid)
-        except psutil.NoSuchProcess:
-            pass
-    return out
-
-
 NEXT_HOST = "import sys, sunroom; k = sunroom.Kernel(backend=sys.argv[1]); k.start(); k.close()"
 
 
@@ -67,13 +57,13 @@ def test_kill_9_of_the_host_leaves_no_kernel_processes(backend: str) -> None:
         pids = json.loads(line)
         rundir = host.stdout.readline().strip()
         assert len(pids) >= 22
-        assert _live(pids)
+        assert _live(set(pids))
         os.kill(host.pid, signal.SIGKILL)
         host.wait()
         deadline = time.monotonic() + 10
-        while (_live(pids) or _strays()) and time.monotonic() < deadline:
+        while (_live(set(pids)) or _strays()) and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert _live(pids) == []
+        assert _live(set(pids)) == set()
         assert _strays() == []
         if rundir:  # local backends: the dead host could not remove its run directory...
             assert os.path.isdir(rundir)
