@@ -37,6 +37,8 @@ _EXPORTS: dict[str, str] = {
     "SandboxUnavailableError": "sunroom.errors",
     "ProtocolError": "sunroom.errors",
     "HostFunctionError": "sunroom.errors",
+    "McpServerError": "sunroom.errors",
+    "McpToolError": "sunroom.errors",
     "ProviderError": "sunroom.errors",
     "ClosedError": "sunroom.errors",
     "StoreError": "sunroom.errors",
@@ -86,6 +88,8 @@ __all__ = [
     "KernelPool",
     "KernelStartError",
     "Limits",
+    "McpServerError",
+    "McpToolError",
     "Model",
     "OutputSchema",
     "ProtocolError",
@@ -109,6 +113,7 @@ __all__ = [
     "UserMessage",
     "Variable",
     "host_function",
+    "mcp",
     "model",
 ]
 
@@ -122,6 +127,8 @@ if TYPE_CHECKING:
         KernelDiedError,
         KernelError,
         KernelStartError,
+        McpServerError,
+        McpToolError,
         ProtocolError,
         ProviderError,
         SandboxUnavailableError,
@@ -155,8 +162,12 @@ if TYPE_CHECKING:
     from sunroom.sandbox.template import Template
     from sunroom.store import SQLiteStore
 
+    from . import mcp
+
 
 def __getattr__(name: str) -> Any:
+    if name == "mcp":  # a subpackage: sunroom.mcp.stdio(...) after a bare `import sunroom`
+        return importlib.import_module("sunroom.mcp")
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module 'sunroom' has no attribute {name!r}")
@@ -166,4 +177,4 @@ def __getattr__(name: str) -> Any:
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_EXPORTS))
+    return sorted(set(globals()) | set(_EXPORTS) | {"mcp"})

@@ -18,7 +18,9 @@ caller can catch by *who must act*::
     │   ├── HostFunctionArgumentError  arguments failed validation (per-field message)
     │   ├── HostFunctionTimeout     the function ran past its timeout
     │   ├── HostFunctionBusy        the concurrency limit was reached and the wait timed out
-    │   └── HostFunctionBudgetExceeded  the per-kernel call budget is spent
+    │   ├── HostFunctionBudgetExceeded  the per-kernel call budget is spent
+    │   ├── McpServerError          an MCP server could not be reached or exited mid-call
+    │   └── McpToolError            an MCP tool reported an error (the server's message)
     ├── ProviderError               a model provider failed (the operator or vendor must act)
     │   ├── AuthenticationError     bad or missing API key (401/403)
     │   ├── RateLimitedError        429; ``retry_after`` seconds when the vendor said so
@@ -62,6 +64,8 @@ __all__ = [
     "HostFunctionBudgetExceeded",
     "HostFunctionBusy",
     "HostFunctionError",
+    "McpServerError",
+    "McpToolError",
     "HostFunctionNotFound",
     "HostFunctionTimeout",
     "KernelDiedError",
@@ -181,6 +185,19 @@ class HostFunctionBusy(HostFunctionError):
 
 class HostFunctionBudgetExceeded(HostFunctionError):
     """The host function's call budget for this kernel is spent."""
+
+
+class McpServerError(HostFunctionError):
+    """An MCP server could not be started or reached, or exited during a call.
+
+    Raised at kernel or session start when a server fails to connect, and (as its kernel-side
+    mirror) in a cell whose tool call found the server gone; the server is restarted at the next
+    call.
+    """
+
+
+class McpToolError(HostFunctionError):
+    """An MCP tool ran and reported an error (``isError``); the message is the server's."""
 
 
 # --- model providers -----------------------------------------------------------------------

@@ -37,7 +37,9 @@ def test_all_matches_the_lazy_exports_and_the_typing_imports() -> None:
     from pathlib import Path
 
     exports = sunroom._EXPORTS
-    assert set(sunroom.__all__) == set(exports)
+    subpackages = {"mcp"}  # sunroom.mcp: reachable after a bare `import sunroom`
+    assert set(sunroom.__all__) == set(exports) | subpackages
+    assert sunroom.mcp.stdio is not None
     assert len(sunroom.__all__) == len(set(sunroom.__all__))
     # the names imported for type checkers are exactly the exported ones
     tree = ast.parse(Path(sunroom.__file__).read_text())
@@ -47,7 +49,7 @@ def test_all_matches_the_lazy_exports_and_the_typing_imports() -> None:
             for stmt in node.body:
                 if isinstance(stmt, ast.ImportFrom) and stmt.module != "typing":
                     typed.update(a.asname or a.name for a in stmt.names)
-    assert typed == set(exports)
+    assert typed == set(exports) | subpackages
 
 
 def test_kernel_side_imports_only_the_stdlib_and_msgpack() -> None:

@@ -21,7 +21,7 @@ import threading
 import time
 import types
 
-from sunroom.prelude import capture, display, hostcall, inputs, sources
+from sunroom.prelude import capture, display, hostcall, inputs, pyhelp, sources
 from sunroom.prelude.executor import CellOutcome, Executor, describe
 from sunroom.rpc.blocking import BlockingChannel
 from sunroom.rpc.codec import DEFAULT_MAX_FRAME, PROTOCOL_VERSION
@@ -53,6 +53,7 @@ class Runtime:
         self.out, self.err = capture.install(self._stream)
         hostcall.attach(self.channel)
         display.install()
+        pyhelp.install()
         # matplotlib, if a cell imports it: Agg, and plt.show() emits display items
         os.environ.setdefault("MPLBACKEND", "module://sunroom.prelude.mplbackend")
         sys.stdin = open(os.devnull)  # noqa: SIM115 - input() must raise EOFError

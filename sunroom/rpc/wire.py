@@ -126,6 +126,9 @@ def _from_union(arms: tuple[Any, ...], value: Any) -> Any:
 
 
 def _from_class(tp: type, value: Any) -> Any:
+    hook = getattr(tp, "__sunroom_from_wire__", None)
+    if hook is not None:  # a kernel-side type that rebuilds itself (e.g. MCP content)
+        return hook(value)
     fields = getattr(tp, "__dataclass_fields__", None)
     if fields is not None and isinstance(value, dict):
         kwargs = {}

@@ -210,12 +210,20 @@ def as_host_function(obj: Callable[..., Any] | HostFunction) -> HostFunction:
 
 def _check(hf: HostFunction) -> None:
     n = hf.name
-    if not n.isidentifier() or keyword.iskeyword(n) or n.startswith("_"):
-        raise UsageError(f"host function name {n!r} must be a public Python identifier")
+    parts = n.split(".")
+    if len(parts) > 2 or any(
+        not p.isidentifier() or keyword.iskeyword(p) or p.startswith("_") for p in parts
+    ):
+        raise UsageError(
+            f"host function name {n!r} must be a public Python identifier"
+            " (or module.name, both public identifiers)"
+        )
     if len(n) > schema.MAX_NAME:
         raise UsageError(f"host function name {n[:40]!r}... is longer than {schema.MAX_NAME}")
-    if n in RESERVED:
-        raise UsageError(f"host function name {n!r} is reserved (a builtin or prelude helper)")
+    if parts[0] in RESERVED:
+        raise UsageError(
+            f"host function name {parts[0]!r} is reserved (a builtin or prelude helper)"
+        )
     for opt in ("timeout_s", "max_concurrency", "budget"):
         value = getattr(hf, opt)
         if value is not None and value <= 0:
@@ -273,6 +281,9 @@ class FunctionRegistry:
             if hf.name in table:
                 raise UsageError(f"two host functions are named {hf.name!r}")
             table[hf.name] = hf
+        modules = {name.split(".")[0] for name in table if "." in name}
+        if clash := sorted(modules & set(table)):
+            raise UsageError(f"{clash[0]!r} names both a host function and a module of them")
         self._functions: Mapping[str, HostFunction] = table
         self._usage = {name: _Usage() for name in table}
         self._on_call = on_call

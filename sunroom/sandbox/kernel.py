@@ -21,6 +21,7 @@ from sunroom.errors import (
     KernelDiedError,
     KernelError,
     KernelStartError,
+    McpServerError,
     ProtocolError,
     UsageError,
 )
@@ -40,6 +41,8 @@ from sunroom.sandbox.pool import KernelPool
 from sunroom.sandbox.result import CellError, DisplayItem, ExecutionResult, Variable
 
 if TYPE_CHECKING:
+    from sunroom.mcp.servers import McpServer
+    from sunroom.mcp.toolset import Toolset
     from sunroom.sandbox.template import Template
 
 OutputCallback = Callable[[str, str], None]
@@ -65,6 +68,11 @@ class AsyncKernel:
         template: start as a fork of this :class:`~sunroom.Template`'s warm kernel (its setup
             done; its backend, limits, env, functions and inputs apply), at start and at every
             restart. *functions* and *inputs* given here are added on top.
+        mcp: MCP servers (:func:`sunroom.mcp.stdio`, :func:`sunroom.mcp.http`) whose tools are
+            bound as one module per server (``github.search_issues(...)``), called on the host
+            like host functions; see ``docs/mcp.md``. Eager servers connect at start (a server
+            that cannot raises :class:`~sunroom.errors.McpServerError`), lazy ones before the
+            first cell. The servers stop when the kernel (and its last forked copy) closes.
     """
 
     def __init__(
@@ -78,6 +86,7 @@ class AsyncKernel:
         on_output: OutputCallback | None = None,
         pool: KernelPool | None = None,
         template: Template | None = None,
+        mcp: Iterable[McpServer] | Toolset = (),
     ) -> None:
         self._pool = pool
         if template is not None and pool is not None:
@@ -106,9 +115,15 @@ class AsyncKernel:
         self.limits = limits or Limits()
         if not isinstance(self.limits, Limits):
             raise UsageError("limits must be a sunroom.Limits")
-        self.registry = FunctionRegistry([*base_functions, *functions])
+        self._functions: tuple[Callable[..., Any] | HostFunction, ...] = (
+            *base_functions,
+            *functions,
+        )
+        self.registry = FunctionRegistry(self._functions)
         self._own_functions = len(self.registry) > len(base_functions)
         self._wrappers = generate(self.registry.functions.values())
+        self._toolset = _toolset(mcp)
+        self._own_functions = self._own_functions or self._toolset is not None
         self._inputs: dict[str, Any] = {}
         self._file_inputs: dict[str, host_inputs.Resolved] = {}
         if inputs:
@@ -149,7 +164,36 @@ class AsyncKernel:
             return
         if self._backend is None:
             self._backend = backends.resolve(self._backend_arg)
+        if self._toolset is not None and await self._toolset.bind():
+            self._rebind()
         await self._boot()
+
+    def _rebind(self) -> None:
+        """Rebuild the registry and wrappers with the toolset's current MCP functions."""
+        assert self._toolset is not None
+        old = self.registry
+        self.registry = FunctionRegistry([*self._functions, *self._toolset.functions])
+        self._wrappers = generate(
+            self.registry.functions.values(), module_docs=self._toolset.module_docs()
+        )
+        old.close()
+
+    async def _bind_lazy(self) -> McpServerError | None:
+        """Bind lazy or changed MCP servers before a cell; the failure, if one failed."""
+        assert self._toolset is not None
+        assert self._channel is not None
+        try:
+            if not await self._toolset.bind(lazy=True):
+                return None
+        except McpServerError as exc:
+            return exc
+        self._rebind()
+        await self._channel.call(
+            "install",
+            {"source": self._wrappers.source, "exports": list(self._wrappers.exports)},
+            check=schema.names,
+        )
+        return None
 
     async def _boot(self) -> None:
         assert self._backend is not None
@@ -209,10 +253,15 @@ class AsyncKernel:
         await self._boot()
 
     async def aclose(self) -> None:
-        """Kill the whole process tree and wait for it. Idempotent."""
+        """Kill the whole process tree and wait for it; stop its MCP servers. Idempotent."""
         self._closed = True
         self.registry.close()
-        await self._teardown()
+        toolset, self._toolset = self._toolset, None
+        try:
+            await self._teardown()
+        finally:
+            if toolset is not None:
+                await toolset.aclose()
 
     @property
     def process(self) -> KernelProcess | None:
@@ -295,6 +344,10 @@ class AsyncKernel:
         copy = AsyncKernel(backend=self._backend_arg, limits=self.limits, env=self._env)
         copy.registry = self.registry.copy()
         copy._wrappers = self._wrappers
+        copy._functions = self._functions
+        copy._toolset = self._toolset
+        if self._toolset is not None:
+            self._toolset.hold()  # the copies call the same MCP servers
         copy._inputs = dict(self._inputs)
         copy._file_inputs = dict(self._file_inputs)
         copy._on_output = on_output
@@ -338,6 +391,13 @@ class AsyncKernel:
             assert self._channel is not None
             assert self._proc is not None
             started = time.perf_counter()
+            if self._toolset is not None and self._toolset.pending:
+                failed = await self._bind_lazy()
+                if failed is not None:
+                    error = CellError("McpServerError", str(failed), "")
+                    return ExecutionResult(
+                        status="error", error=error, duration_s=time.perf_counter() - started
+                    )
             params = {
                 "code": code,
                 "max_output_bytes": self.limits.max_output_bytes,
@@ -618,3 +678,17 @@ class _CellClock:
 
     def stop(self) -> None:
         self._timer.cancel()
+
+
+def _toolset(mcp: Iterable[McpServer] | Toolset) -> Toolset | None:
+    """The toolset for ``mcp=`` (None when no server is given); imports the MCP SDK lazily."""
+    try:
+        from sunroom.mcp.toolset import Toolset  # the mcp SDK is an optional extra
+    except ModuleNotFoundError as exc:
+        raise UsageError(
+            f"mcp= needs the MCP SDK ({exc.name} is missing): pip install 'sunroom[mcp]'"
+        ) from None
+    if isinstance(mcp, Toolset):
+        return mcp
+    servers = list(mcp)
+    return Toolset(servers) if servers else None

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any, Self, final
+from typing import TYPE_CHECKING, Any, Self, final
 
 from sunroom.sandbox import backends
 from sunroom.sandbox.backend import Backend, KernelProcess
@@ -13,6 +13,10 @@ from sunroom.sandbox.kernel import AsyncKernel, OutputCallback
 from sunroom.sandbox.limits import Limits
 from sunroom.sandbox.portal import Portal, TwinState
 from sunroom.sandbox.result import ExecutionResult, Variable
+
+if TYPE_CHECKING:
+    from sunroom.mcp.servers import McpServer
+    from sunroom.mcp.toolset import Toolset
 
 
 @final
@@ -35,13 +39,14 @@ class Kernel:
         limits: Limits | None = None,
         env: Mapping[str, str] | None = None,
         on_output: OutputCallback | None = None,
+        mcp: Iterable[McpServer] | Toolset = (),
     ) -> None:
         self._portal = Portal("sunroom-kernel-loop", what="the kernel")
         self._users = [1]  # kernels sharing the portal: this one and its copies
         self._state = TwinState.UNOPENED
         try:
             self._core: AsyncKernel = self._portal.call(
-                _build(backend, functions, inputs, limits, env, on_output)
+                _build(backend, functions, inputs, limits, env, on_output, mcp)
             )
         except BaseException:
             self._portal.close()
@@ -149,6 +154,7 @@ async def _build(
     limits: Limits | None,
     env: Mapping[str, str] | None,
     on_output: OutputCallback | None,
+    mcp: Iterable[McpServer] | Toolset,
 ) -> AsyncKernel:
     return AsyncKernel(
         backend=backend,
@@ -157,4 +163,5 @@ async def _build(
         limits=limits,
         env=env,
         on_output=on_output,
+        mcp=mcp,
     )
