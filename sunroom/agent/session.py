@@ -38,7 +38,7 @@ from sunroom.agent.schema import JsonSchema
 from sunroom.agent.shim import SHIM_SOURCE
 from sunroom.agent.submit import Submission, type_name
 from sunroom.errors import AgentError, ClosedError, KernelError, UsageError
-from sunroom.providers import Message, Model
+from sunroom.providers import Message, Model, SystemMessage
 from sunroom.providers import model as build_model
 from sunroom.sandbox import backends
 from sunroom.sandbox.backend import Backend
@@ -46,9 +46,13 @@ from sunroom.sandbox.functions import FunctionRegistry, HostFunction, as_host_fu
 from sunroom.sandbox.kernel import AsyncKernel
 from sunroom.sandbox.limits import Limits
 
+_MCP_HEADING = "MCP tools, one module per server"
+
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
 
+    from sunroom.mcp.servers import McpServer
+    from sunroom.mcp.toolset import Toolset
     from sunroom.sandbox.template import Template
 
 __all__ = ["AsyncSession", "Inputs", "OutputSpec", "system_prompt_for"]
@@ -104,6 +108,10 @@ class AsyncSession:
         template: start the kernel as a fork of this :class:`~sunroom.Template` (its setup
             done; its backend and limits apply: omit ``limits``). The session's functions and
             inputs are added on top; nested sessions start their own kernels.
+        mcp: MCP servers (:func:`sunroom.mcp.stdio`, :func:`sunroom.mcp.http`) bound in the
+            kernel as one module per server; their calls pass the same hooks, events, budgets
+            and redaction as host functions, and the prompt lists their signatures. Nested
+            (``predict(recursive=True)``) sessions do not get them. See ``docs/mcp.md``.
 
     Raises UsageError for invalid options (before any kernel starts).
     """
@@ -134,6 +142,7 @@ class AsyncSession:
         transcript: Sequence[Message] = (),
         spent: Spend | None = None,
         template: Template | None = None,
+        mcp: Iterable[McpServer] = (),
     ) -> None:
         self._setup(
             model=model,
@@ -159,6 +168,7 @@ class AsyncSession:
             transcript=transcript,
             spent=spent,
             template=template,
+            mcp=mcp,
             tracker=None,
             depth=0,
         )
@@ -196,6 +206,7 @@ class AsyncSession:
         transcript: Sequence[Message] = (),
         spent: Spend | None = None,
         template: Template | None = None,
+        mcp: Iterable[McpServer] = (),
         tracker: BudgetTracker | None,
         depth: int,
         kernel: AsyncKernel | None = None,
@@ -290,6 +301,21 @@ class AsyncSession:
             )
             for hf in every
         ]
+        servers = tuple(mcp)
+        self._toolset: Toolset | None = None
+        if servers and kernel is None:
+            from sunroom.mcp.toolset import Toolset  # the mcp SDK is an optional extra
+
+            def vetted(hf: HostFunction) -> HostFunction:
+                return instrument(
+                    hf,
+                    hooks=hooks,
+                    publish=self._publish,
+                    redact=self._redact,
+                    redact_value=self._guard.redact_value,
+                )
+
+            self._toolset = Toolset(servers, wrap=vetted)
         if kernel is None:
             self._kernel = AsyncKernel(
                 backend=backend,
@@ -297,11 +323,14 @@ class AsyncSession:
                 inputs=values,
                 limits=limits,
                 template=template,
+                mcp=self._toolset if self._toolset is not None else (),
             )
         else:
             # A forked kernel's copied registry serves the parent's submit, predict and events:
             # this session's own functions (the same names and signatures) take their place.
-            copied, kernel.registry = kernel.registry, FunctionRegistry(instrumented)
+            # MCP tools stay the parent's (their events carry no branch id).
+            tools = [hf for hf in kernel.registry.functions.values() if "." in hf.name]
+            copied, kernel.registry = kernel.registry, FunctionRegistry([*instrumented, *tools])
             copied.close()
             self._kernel = kernel
         self.limits = self._kernel.limits
@@ -388,6 +417,14 @@ class AsyncSession:
         except BaseException:
             await self._kernel.aclose()
             raise
+        system = self._loop.messages[0]
+        tools = self._toolset.describe() if self._toolset is not None else ""
+        if tools and isinstance(system, SystemMessage) and _MCP_HEADING not in system.text:
+            self._loop.messages[0] = SystemMessage(
+                f"{system.text}\n\n{_MCP_HEADING} (call them from your code; "
+                "help(module.tool) shows the full description):\n"
+                f"```python\n{self._redact(tools)}\n```"
+            )
         self._started = True
 
     async def _install_shim(self) -> None:

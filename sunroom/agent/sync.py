@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
-from typing import Any, Self, final
+from typing import TYPE_CHECKING, Any, Self, final
 
 from sunroom.agent import events as ev
 from sunroom.agent.branches import Choose
@@ -23,6 +23,9 @@ from sunroom.sandbox.limits import Limits
 from sunroom.sandbox.portal import Portal, TwinState
 
 __all__ = ["Session"]
+
+if TYPE_CHECKING:
+    from sunroom.mcp.servers import McpServer
 
 
 @final
@@ -63,6 +66,7 @@ class Session:
         session_id: str | None = None,
         transcript: Sequence[Message] = (),
         spent: Spend | None = None,
+        mcp: Iterable[McpServer] = (),
     ) -> None:
         self._portal = Portal("sunroom-session-loop", what="the session")
         self._users = [1]  # sessions sharing the portal: this one and its forks
@@ -92,6 +96,7 @@ class Session:
                     session_id=session_id,
                     transcript=transcript,
                     spent=spent,
+                    mcp=mcp,
                 )
             )
         except BaseException:

@@ -81,7 +81,9 @@ class Toolset:
         """Connect and list the servers that need it; whether any functions changed.
 
         At kernel start (``lazy=False``) the lazy servers are left for later; before a cell
-        (``lazy=True``) every stale server is bound. Servers connect concurrently.
+        (``lazy=True``) every stale server is bound. Servers connect concurrently. A server that
+        fails raises :class:`~sunroom.errors.McpServerError`; before a cell it is then left
+        unbound (the cell that tried gets the error, later cells run without that module).
         """
         async with self._lock:
             todo = [
@@ -91,7 +93,17 @@ class Toolset:
             ]
             if not todo:
                 return False
-            await asyncio.gather(*(self._bind_one(name) for name in todo))
+            outcomes = await asyncio.gather(
+                *(self._bind_one(name) for name in todo), return_exceptions=True
+            )
+            failures = [o for o in outcomes if isinstance(o, BaseException)]
+            if failures:
+                if not lazy:
+                    raise failures[0]
+                # before a cell: that cell gets the error; later cells run without the server
+                for name in todo:
+                    self._bound[name].stale = False
+                raise failures[0]
             return True
 
     async def _bind_one(self, name: str) -> None:
