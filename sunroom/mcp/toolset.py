@@ -142,7 +142,10 @@ class Toolset:
         lines: list[str] = []
         current = ""
         for node in tree.body:
-            if isinstance(node, ast.FunctionDef) and node.name in by_def:
+            if isinstance(node, ast.ClassDef) and not node.name.startswith("_"):
+                text = ast.unparse(node).replace("@_dc.dataclass", "@dataclass")
+                lines.append(text.replace("_dc.field", "field").replace("_t.", ""))
+            elif isinstance(node, ast.FunctionDef) and node.name in by_def:
                 module, attr = by_def[node.name].split(".")
                 if module != current:
                     lines.append(f"# module {module} (MCP server)")
