@@ -79,11 +79,14 @@ def _inline(node: Any, root: Mapping[str, Any], seen: tuple[str, ...] = ()) -> A
     return {k: _inline(v, root, seen) for k, v in node.items() if k not in ("$defs", "definitions")}
 
 
-def _output(tool: mcp_types.Tool) -> tuple[Any, bool]:
-    """The return annotation and whether the structured result is unwrapped from ``result``."""
+def _output(tool: mcp_types.Tool) -> tuple[Any, bool, dict[str, Any]]:
+    """The return annotation, whether the result is unwrapped, and the return's schema.
+
+    Structured results are unwrapped from ``{"result": ...}`` when the schema only wraps.
+    """
     schema = tool.output_schema
     if not isinstance(schema, Mapping):
-        return _CONTENT, False
+        return _CONTENT, False, {"x-sunroom-python": MCP_CONTENT}
     flat = _inline(schema, schema)
     props = flat.get("properties")
     wrapped = (
@@ -95,7 +98,7 @@ def _output(tool: mcp_types.Tool) -> tuple[Any, bool]:
     if wrapped:
         flat = props["result"]
     flat = {k: v for k, v in flat.items() if k != "title" or not wrapped}
-    return Annotated[Any, pydantic.WithJsonSchema(flat)], wrapped
+    return Annotated[Any, pydantic.WithJsonSchema(flat)], wrapped, flat
 
 
 def _validator(tool: mcp_types.Tool, qualname: str) -> jsonschema.protocols.Validator | None:
@@ -140,6 +143,7 @@ def tool_function(server: McpServer, tool: mcp_types.Tool, attr: str, call: Call
     drop_none: set[str] = set()
     params: list[inspect.Parameter] = []
     annotations: dict[str, Any] = {}
+    kernel_props: dict[str, Any] = {}
     for key in [*required, *optional]:
         py = python_name(key, taken)
         to_json[py] = key
@@ -154,6 +158,7 @@ def tool_function(server: McpServer, tool: mcp_types.Tool, attr: str, call: Call
                 default = None
                 drop_none.add(py)
                 sub = {"anyOf": [sub, {"type": "null"}]}
+        kernel_props[py] = dict(sub)
         annotation = Annotated[Any, pydantic.WithJsonSchema(dict(sub))]
         annotations[py] = annotation
         params.append(
@@ -161,15 +166,17 @@ def tool_function(server: McpServer, tool: mcp_types.Tool, attr: str, call: Call
                 py, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=default, annotation=annotation
             )
         )
-    returns, unwrap = _output(tool)
+    returns, unwrap, returns_schema = _output(tool)
     annotations["return"] = returns
-    validator = _validator(tool, qualname)
+    validator: list[Any] = []  # built at the first call: checking a schema costs ~1 ms
     structured = tool.output_schema is not None
 
     async def call_tool(**kwargs: Any) -> Any:
         arguments = {to_json[k]: v for k, v in kwargs.items() if not (k in drop_none and v is None)}
-        if validator is not None:
-            error = jsonschema.exceptions.best_match(validator.iter_errors(arguments))
+        if not validator:
+            validator.append(_validator(tool, qualname))
+        if validator[0] is not None:
+            error = jsonschema.exceptions.best_match(validator[0].iter_errors(arguments))
             if error is not None:
                 where = "/".join(str(p) for p in error.absolute_path)
                 at = f" at {where!r}" if where else ""
@@ -186,6 +193,12 @@ def tool_function(server: McpServer, tool: mcp_types.Tool, attr: str, call: Call
         description=_describe(tool, server),
         timeout_s=server.timeout_s,
         max_concurrency=server.max_concurrency,
+        parameters_schema={
+            "type": "object",
+            "properties": kernel_props,
+            "required": [py for py, key in to_json.items() if key in required],
+        },
+        returns_schema=returns_schema,
     )
 
 

@@ -64,6 +64,10 @@ class Connection:
 
     # -- lifecycle -------------------------------------------------------------------------
 
+    async def connect(self) -> None:
+        """Start (or reach) the server and complete the MCP handshake, if not done yet."""
+        await self._connect()
+
     async def _connect(self) -> Client:
         """The live client, connecting (or reconnecting after an exit) first if needed."""
         if self._closed:

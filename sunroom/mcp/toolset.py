@@ -77,6 +77,10 @@ class Toolset:
         """Whether a server still has to be bound (lazy, or its tool list changed)."""
         return any(b.stale for b in self._bound.values())
 
+    async def connect(self) -> None:
+        """Start (or reach) every server now, without listing tools (e.g. to warm them up)."""
+        await asyncio.gather(*(b.connection.connect() for b in self._bound.values()))
+
     async def bind(self, *, lazy: bool = False) -> bool:
         """Connect and list the servers that need it; whether any functions changed.
 
@@ -143,6 +147,8 @@ class Toolset:
         current = ""
         for node in tree.body:
             if isinstance(node, ast.ClassDef) and not node.name.startswith("_"):
+                if not lines:
+                    lines.append("# types the tools take and return")
                 text = ast.unparse(node).replace("@_dc.dataclass", "@dataclass")
                 lines.append(text.replace("_dc.field", "field").replace("_t.", ""))
             elif isinstance(node, ast.FunctionDef) and node.name in by_def:
@@ -154,7 +160,8 @@ class Toolset:
                 node.body = [ast.Expr(ast.Constant(...))]
                 node.name = f"{module}.{attr}"
                 head = ast.unparse(node).split("\n", 1)[0].removeprefix("def ").rstrip(":")
-                head = head.replace("_t.", "").replace("_DEFAULT", "...").replace("_mcp.", "")
+                head = head.replace("_t.", "").replace("_DEFAULT", "...")
+                head = head.replace("-> _mcp.Content", "-> str | Image | Resource | list")
                 summary = f"  # {doc[0]}" if doc and not doc[0].startswith("MCP tool ") else ""
                 lines.append(f"{head}{summary}")
         return "\n".join(lines)

@@ -460,8 +460,12 @@ def generate(
     hfs = list(functions)
     funcs = []
     for hf in hfs:
-        params = hf.arguments_model.model_json_schema(schema_generator=generator)
-        returns = hf.return_adapter.json_schema(schema_generator=generator)
+        params = hf.parameters_schema
+        if params is None:
+            params = hf.arguments_model.model_json_schema(schema_generator=generator)
+        returns = hf.returns_schema
+        if returns is None:
+            returns = hf.return_adapter.json_schema(schema_generator=generator)
         funcs.append(_function_source(renderer, hf, params, returns))
     for tp in extra_types:
         schema = pydantic.TypeAdapter(tp).json_schema(schema_generator=generator)

@@ -78,6 +78,9 @@ class HostFunction:
             call (no thread hand-off), for functions that are quick (well under a millisecond)
             and never block (no I/O, no locks, no sleeping). While it runs, nothing else on
             that loop does (other kernels' cells and calls included). Sync functions only.
+        parameters_schema / returns_schema: the JSON Schemas the kernel's wrapper is generated
+            from, when the caller has them already (an MCP tool's); None derives them from the
+            signature. They must describe the same parameters as the signature.
     """
 
     fn: Callable[..., Any]
@@ -88,6 +91,8 @@ class HostFunction:
     budget: int | None = None
     idempotent: bool = False
     inline: bool = False
+    parameters_schema: Mapping[str, Any] | None = None
+    returns_schema: Mapping[str, Any] | None = None
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         """Call the underlying function directly (on the host)."""

@@ -14,6 +14,7 @@ import sys
 import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -30,14 +31,13 @@ SERVER = str(Path(__file__).with_name("toolserver.py"))
 CANARY = "SRCANARY" + "5f0c1e9a7b3d4c2e8f6a9b1c0d2e3f4a"
 
 
-def tracker(**options: object) -> McpServer:
-    env = options.pop("env", {"TOOLSERVER_TOKEN": CANARY})
+def tracker(**options: Any) -> McpServer:
     return sunroom.mcp.stdio(
         sys.executable,
         [SERVER, "stdio"],
         name="tracker",
-        env=env,
-        **options,  # type: ignore[arg-type]
+        env={"TOOLSERVER_TOKEN": CANARY},
+        **options,
     )
 
 
@@ -265,7 +265,7 @@ async def test_bad_descriptions_are_refused_before_anything_starts() -> None:
     with pytest.raises(UsageError, match="must be a Python identifier"):
         sunroom.mcp.stdio("x", name="no-dashes")
     with pytest.raises(UsageError, match="args must be a list"):
-        sunroom.mcp.stdio("x", "--flag")  # type: ignore[arg-type]
+        sunroom.mcp.stdio("x", "--flag")
     with pytest.raises(UsageError, match="url must start with http"):
         sunroom.mcp.http("ftp://example", name="x")
     with pytest.raises(UsageError, match="is a builtin"):
