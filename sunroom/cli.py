@@ -59,6 +59,7 @@ from sunroom.sandbox.limits import Limits
 from sunroom.sandbox.result import CellError, ExecutionResult
 
 if TYPE_CHECKING:
+    from sunroom.mcp.servers import McpServer
     from sunroom.service import ServiceConfig
 
 EXIT_CODES = {"ok": 0, "error": 1, "timeout": 124, "died": 125}
@@ -103,6 +104,7 @@ async def _execute_once(
     inputs: dict[str, File] | None = None,
     output: Path | None = None,
     output_globs: Sequence[str] = (),
+    mcp: Sequence[McpServer] = (),
 ) -> ExecutionResult:
     """Run *code* in a fresh kernel that is closed afterwards: the one cell of ``exec``.
 
@@ -113,7 +115,7 @@ async def _execute_once(
     matching *output_globs* (default all) are copied there after the cell, unless the kernel
     was lost. Raises what ``AsyncKernel`` raises.
     """
-    async with AsyncKernel(backend=backend, limits=limits, inputs=inputs) as kernel:
+    async with AsyncKernel(backend=backend, limits=limits, inputs=inputs, mcp=mcp) as kernel:
         result = await _run_cell(kernel, code, limits)
         if output is not None and not result.state_lost:
             await _copy_output(kernel, output, output_globs)
@@ -184,6 +186,14 @@ def exec_(
             help="Copy only workdir files matching this glob (repeatable; ** spans dirs)."
         ),
     ] = None,
+    mcp: Annotated[
+        Path | None,
+        typer.Option(
+            "--mcp",
+            help='A JSON file of MCP servers ({"mcpServers": {...}}), each bound in the kernel '
+            "as a module of its tools (docs/mcp.md).",
+        ),
+    ] = None,
 ) -> None:
     """Run a file in a fresh kernel and print its output.
 
@@ -202,6 +212,16 @@ def exec_(
         raise fail("--output-glob needs --output DIR")
     limits = Limits(timeout_s=timeout, memory_mb=memory_mb)
     files = _file_inputs(inputs or [])
+    servers = _mcp_servers(mcp)
+    if servers:
+        from sunroom.mcp import from_config
+
+        try:
+            bound = from_config({"mcpServers": servers})
+        except SunroomError as exc:
+            raise fail(str(exc)) from None
+    else:
+        bound = []
     result = guarded(
         lambda: _execute_once(
             code,
@@ -210,6 +230,7 @@ def exec_(
             inputs=files or None,
             output=output,
             output_globs=output_glob or (),
+            mcp=bound,
         )
     )
     if as_json:
@@ -258,6 +279,14 @@ def serve(
             "that requests naming NAME fork (repeatable; docs/fork.md)."
         ),
     ] = None,
+    mcp: Annotated[
+        Path | None,
+        typer.Option(
+            "--mcp",
+            help='A JSON file of MCP servers ({"mcpServers": {...}}) that requests may bind '
+            'by name with "mcp": [...] (docs/mcp.md).',
+        ),
+    ] = None,
 ) -> None:
     """Run the HTTP/SSE service (token from SUNROOM_TOKEN, or generated and printed)."""
     from sunroom.service import ServiceConfig, bind
@@ -270,7 +299,7 @@ def serve(
             host=host, port=port, db_path=db, expose=expose or None, backend=backend,
             model=_model_spec(model or os.environ.get("SUNROOM_MODEL")), base_url=base_url,
             functions=fns, lease_s=lease_s, max_kernel_requests=max_kernel_requests,
-            templates=templates or None,
+            templates=templates or None, mcp_servers=_mcp_servers(mcp),
         )  # fmt: skip
         _check_service(base)
     except SunroomError as exc:
@@ -293,6 +322,22 @@ def serve(
         level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     guarded(lambda: run_server(config, sock=sock, log_level="warning"))
+
+
+def _mcp_servers(path: Path | None) -> dict[str, Any] | None:
+    """The ``mcpServers`` entries of the JSON file *path* (None: no file)."""
+    if path is None:
+        return None
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as exc:
+        raise fail(f"cannot read the MCP config {path}: {one_line(exc)}") from None
+    except ValueError as exc:
+        raise fail(f"the MCP config {path} is not JSON: {one_line(exc)}") from None
+    servers = data.get("mcpServers") if isinstance(data, dict) else None
+    if not isinstance(servers, dict):
+        raise fail(f'the MCP config {path} needs an object under "mcpServers"')
+    return servers
 
 
 def _templates(specs: list[str]) -> dict[str, str]:

@@ -142,7 +142,7 @@ class AsyncSession:
         transcript: Sequence[Message] = (),
         spent: Spend | None = None,
         template: Template | None = None,
-        mcp: Iterable[McpServer] = (),
+        mcp: Iterable[McpServer] | Toolset = (),
     ) -> None:
         self._setup(
             model=model,
@@ -206,7 +206,7 @@ class AsyncSession:
         transcript: Sequence[Message] = (),
         spent: Spend | None = None,
         template: Template | None = None,
-        mcp: Iterable[McpServer] = (),
+        mcp: Iterable[McpServer] | Toolset = (),
         tracker: BudgetTracker | None,
         depth: int,
         kernel: AsyncKernel | None = None,
@@ -301,10 +301,14 @@ class AsyncSession:
             )
             for hf in every
         ]
-        servers = tuple(mcp)
         self._toolset: Toolset | None = None
-        if servers and kernel is None:
-            from sunroom.mcp.toolset import Toolset  # the mcp SDK is an optional extra
+        if mcp and kernel is None:
+            try:
+                from sunroom.mcp.toolset import Toolset  # the mcp SDK is an optional extra
+            except ModuleNotFoundError as exc:
+                raise UsageError(
+                    f"mcp= needs the MCP SDK ({exc.name} is missing): pip install 'sunroom[mcp]'"
+                ) from None
 
             def vetted(hf: HostFunction) -> HostFunction:
                 return instrument(
@@ -315,7 +319,10 @@ class AsyncSession:
                     redact_value=self._guard.redact_value,
                 )
 
-            self._toolset = Toolset(servers, wrap=vetted)
+            if isinstance(mcp, Toolset):  # e.g. the service's, its calls wrapped by the ledger
+                self._toolset = mcp.then(vetted)
+            else:
+                self._toolset = Toolset(mcp, wrap=vetted)
         if kernel is None:
             self._kernel = AsyncKernel(
                 backend=backend,

@@ -26,6 +26,7 @@ __all__ = ["Session"]
 
 if TYPE_CHECKING:
     from sunroom.mcp.servers import McpServer
+    from sunroom.mcp.toolset import Toolset
 
 
 @final
@@ -66,7 +67,7 @@ class Session:
         session_id: str | None = None,
         transcript: Sequence[Message] = (),
         spent: Spend | None = None,
-        mcp: Iterable[McpServer] = (),
+        mcp: Iterable[McpServer] | Toolset = (),
     ) -> None:
         self._portal = Portal("sunroom-session-loop", what="the session")
         self._users = [1]  # sessions sharing the portal: this one and its forks

@@ -64,6 +64,17 @@ class Toolset:
         self._lock = asyncio.Lock()
         self._closed = False
 
+    def then(self, wrap: Wrap) -> Toolset:
+        """Pass every tool function through *wrap* too, after the wrap given so far; self.
+
+        Only before :meth:`bind` (a session adds its hooks and events to a service's ledger).
+        """
+        if any(b.functions for b in self._bound.values()):
+            raise UsageError("a toolset's wrapping is set before its servers are bound")
+        inner = self._wrap
+        self._wrap = wrap if inner is None else (lambda hf: wrap(inner(hf)))
+        return self
+
     def _marker(self, name: str) -> Callable[[], None]:
         def mark() -> None:
             self._bound[name].stale = True

@@ -8,14 +8,18 @@ from __future__ import annotations
 
 import os
 import secrets
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import pydantic
 
 from sunroom.errors import UsageError
 from sunroom.sandbox.backends import DEFAULT_BACKEND
 from sunroom.service.problems import validation_message
+
+if TYPE_CHECKING:
+    from sunroom.mcp.servers import McpServer
 
 __all__ = ["LOOPBACK", "MAX_HEADER_BYTES", "ServiceConfig", "default_db_path"]
 
@@ -70,6 +74,10 @@ class ServiceConfig(pydantic.BaseModel):
         templates: name → setup code of the kernel templates (docs/fork.md) that
             ``POST /kernels`` and ``POST /sessions`` may name with ``"template"``; each is
             started on first use, with this server's backend and the default limits.
+        mcp_servers: the MCP servers (docs/mcp.md) that ``POST /kernels`` and ``POST
+            /sessions`` may bind by name with ``"mcp": [...]``, in the ``mcpServers`` shape of
+            MCP client configs (``sunroom serve --mcp FILE``); each kernel or session starts
+            its own connections. Their ``env`` and ``headers`` stay on this host.
         allowed_hosts: ``Host`` header names (without port) requests may carry, besides the
             loopback names and ``host`` (against DNS rebinding; ``SUNROOM_ALLOWED_HOSTS``,
             comma-separated; ``*`` allows any).
@@ -103,6 +111,7 @@ class ServiceConfig(pydantic.BaseModel):
     resume_orphans: bool = True
     functions: tuple[str, ...] = ()
     templates: dict[str, str] = pydantic.Field(default_factory=dict)
+    mcp_servers: dict[str, dict[str, Any]] = pydantic.Field(default_factory=dict, repr=False)
     allowed_hosts: tuple[str, ...] = ()
     read_timeout_s: float = pydantic.Field(default=10.0, gt=0, le=3600)
     max_connections: int = pydantic.Field(default=1024, gt=0)
@@ -113,6 +122,16 @@ class ServiceConfig(pydantic.BaseModel):
         for name in self.templates:
             if not name.isidentifier():
                 raise ValueError(f"template name {name!r} must be a Python identifier")
+        if self.mcp_servers:
+            from sunroom.mcp.servers import from_config
+
+            try:
+                servers = from_config({"mcpServers": self.mcp_servers})
+            except UsageError as exc:
+                raise ValueError(str(exc)) from None
+            renamed = [s.name for s in servers if s.name not in self.mcp_servers]
+            if renamed:
+                raise ValueError(f"MCP server name {renamed[0]!r} must be a Python identifier")
         if self.host not in LOOPBACK and not self.expose:
             raise ValueError(
                 f"host {self.host!r} is not a loopback address: pass --expose (expose=True) to "
@@ -121,6 +140,20 @@ class ServiceConfig(pydantic.BaseModel):
         if self.token and len(self.token) < 16:
             raise ValueError("the token (SUNROOM_TOKEN) must be at least 16 characters")
         return self
+
+    def mcp(self, names: Sequence[str]) -> list[McpServer]:
+        """The configured MCP servers *names* (in that order); UsageError for an unknown one."""
+        if not names:
+            return []
+        from sunroom.mcp.servers import from_config
+
+        unknown = [n for n in names if n not in self.mcp_servers]
+        if unknown:
+            known = ", ".join(sorted(self.mcp_servers)) or "none"
+            raise UsageError(f"unknown MCP server {unknown[0]!r}; this server has: {known}")
+        if len(set(names)) != len(names):
+            raise UsageError("an MCP server is named twice")
+        return from_config({"mcpServers": {n: self.mcp_servers[n] for n in names}})
 
     def base_url_allowed(self, url: str) -> bool:
         """Whether a session request may send this server's model calls (and keys) to *url*."""

@@ -101,6 +101,7 @@ class KernelManager:
                     template=await self._templates.get(request.template),
                     functions=self._functions,
                     inputs=request.inputs or None,
+                    mcp=self.config.mcp(request.mcp),
                 )
             else:
                 kernel = AsyncKernel(
@@ -108,8 +109,13 @@ class KernelManager:
                     functions=self._functions,
                     inputs=request.inputs or None,
                     limits=request.limits.build() if request.limits else None,
+                    mcp=self.config.mcp(request.mcp),
                 )
-            await kernel.start()
+            try:
+                await kernel.start()
+            except BaseException:
+                await kernel.aclose()  # its MCP servers stop too
+                raise
         finally:
             self._starting -= 1
         kid = uuid.uuid4().hex

@@ -20,6 +20,7 @@ from sunroom.errors import (
     HostFunctionError,
     KernelError,
     KernelStartError,
+    McpServerError,
     ProtocolError,
     ProviderError,
     SandboxUnavailableError,
@@ -82,6 +83,7 @@ _STATUS: Final[tuple[tuple[type[BaseException], int], ...]] = (
     (UsageError, 422),
     (SandboxUnavailableError, 503),
     (KernelStartError, 503),
+    (McpServerError, 503),  # a configured MCP server did not start
     (KernelError, 500),
     (ProtocolError, 500),
     (HostFunctionError, 500),

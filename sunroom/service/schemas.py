@@ -161,6 +161,7 @@ class CreateSession(pydantic.BaseModel):
     backend: str | None = None
     code_mode: Literal["tool", "fenced"] = "tool"
     template: str | None = None
+    mcp: list[str] = pydantic.Field(default_factory=list, max_length=32)
 
 
 class MessageIn(pydantic.BaseModel):
@@ -180,6 +181,7 @@ class CreateKernel(pydantic.BaseModel):
     inputs: dict[str, Any] = pydantic.Field(default_factory=dict)
     limits: LimitsIn | None = None
     template: str | None = None
+    mcp: list[str] = pydantic.Field(default_factory=list, max_length=32)
 
 
 class Fork(pydantic.BaseModel):

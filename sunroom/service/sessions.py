@@ -449,6 +449,12 @@ class SessionManager:
             return None
 
         ledger = CallLedger(self.store, sid, owner=self.owner, first_call=first_call)
+        servers = self.config.mcp(request.mcp)
+        toolset = None
+        if servers:
+            from sunroom.mcp.toolset import Toolset
+
+            toolset = Toolset(servers, wrap=ledger.wrap)  # MCP calls are recorded like any
         model = self._resolve(request.model, request.base_url)
         try:
             session = AsyncSession(
@@ -468,6 +474,7 @@ class SessionManager:
                 transcript=transcript or (),
                 spent=spent,
                 template=template,
+                mcp=toolset if toolset is not None else (),
             )
         except BaseException:
             await self._close_model(sid, model)
