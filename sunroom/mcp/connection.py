@@ -17,7 +17,7 @@ import contextlib
 import logging
 import os
 import tempfile
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from typing import Any, Final, TextIO
 
 import httpx2
@@ -142,11 +142,7 @@ class Connection:
         assert isinstance(server, HttpServer)
         if server.transport == "sse":
             return sse_client(server.url, headers=dict(server.headers))
-        http = httpx2.AsyncClient(
-            headers=dict(server.headers),
-            timeout=httpx2.Timeout(server.connect_timeout_s, read=None),
-        )
-        return streamable_http_client(server.url, http_client=http)
+        return _streamable(server)
 
     async def _on_message(self, message: Any) -> None:
         if isinstance(message, mcp_types.ToolListChangedNotification):
@@ -279,3 +275,14 @@ class Connection:
             return ""
         tail = self._mask(lines[-1])[-_STDERR_TAIL:]
         return f"; its last stderr line: {tail}"
+
+
+@contextlib.asynccontextmanager
+async def _streamable(server: HttpServer) -> AsyncIterator[Any]:
+    """The SDK's streamable HTTP transport on an HTTP client of ours (closed with it)."""
+    timeout = httpx2.Timeout(server.connect_timeout_s, read=None)
+    async with (
+        httpx2.AsyncClient(headers=dict(server.headers), timeout=timeout) as http,
+        streamable_http_client(server.url, http_client=http) as streams,
+    ):
+        yield streams
