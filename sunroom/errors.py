@@ -7,7 +7,8 @@ caller can catch by *who must act*::
     SunroomError
     ├── UsageError                  the caller misused the API (fix the calling code)
     │   ├── ClosedError             the kernel/model/session was already closed
-    │   └── FileError               a workdir file operation was refused or failed (``reason``)
+    │   ├── FileError               a workdir file operation was refused or failed (``reason``)
+    │   └── ApprovalNotPending      no approval request of that id waits (unknown or answered)
     ├── KernelError                 the kernel failed; it is (or will be) restarted
     │   ├── KernelStartError        the kernel could not be started
     │   ├── KernelDiedError         the kernel process died (exit code / signal / OOM)
@@ -18,7 +19,8 @@ caller can catch by *who must act*::
     │   ├── HostFunctionArgumentError  arguments failed validation (per-field message)
     │   ├── HostFunctionTimeout     the function ran past its timeout
     │   ├── HostFunctionBusy        the concurrency limit was reached and the wait timed out
-    │   └── HostFunctionBudgetExceeded  the per-kernel call budget is spent
+    │   ├── HostFunctionBudgetExceeded  the per-kernel call budget is spent
+    │   └── ApprovalDenied          the approval policy or a person refused the call
     ├── ProviderError               a model provider failed (the operator or vendor must act)
     │   ├── AuthenticationError     bad or missing API key (401/403)
     │   ├── RateLimitedError        429; ``retry_after`` seconds when the vendor said so
@@ -51,6 +53,8 @@ from typing import Any, final
 
 __all__ = [
     "AgentError",
+    "ApprovalDenied",
+    "ApprovalNotPending",
     "AuthenticationError",
     "BadRequestError",
     "BudgetExceededError",
@@ -113,6 +117,18 @@ class FileError(UsageError):
     def __init__(self, message: str, *, reason: str) -> None:
         super().__init__(message)
         self.reason = reason
+
+
+@final
+class ApprovalNotPending(UsageError):
+    """No approval request of that call id waits: ``answered`` says it was answered already.
+
+    (``answered=False``: the id was never requested by this session.)
+    """
+
+    def __init__(self, message: str, *, answered: bool) -> None:
+        super().__init__(message)
+        self.answered = answered
 
 
 # --- the kernel failed ---------------------------------------------------------------------
@@ -181,6 +197,14 @@ class HostFunctionBusy(HostFunctionError):
 
 class HostFunctionBudgetExceeded(HostFunctionError):
     """The host function's call budget for this kernel is spent."""
+
+
+class ApprovalDenied(HostFunctionError, PermissionError):
+    """The call was refused by its approval policy, a person, or an approval that timed out.
+
+    Its message names the function and says why. Inside the kernel the call raises the mirror
+    class of the same name (``sunroom.prelude.hostcall.ApprovalDenied``, a PermissionError).
+    """
 
 
 # --- model providers -----------------------------------------------------------------------
