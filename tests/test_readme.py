@@ -47,7 +47,10 @@ def test_a_readme_snippet_runs_as_written(index: int) -> None:
 
 
 # guides whose Python snippets run as written too: file -> what each snippet prints last
-GUIDES = {"docs/fork.md": ["[1, 2, 3]", "'{\"rows\": 3}'", "success 45 3"]}
+GUIDES = {
+    "docs/fork.md": ["[1, 2, 3]", "'{\"rows\": 3}'", "success 45 3"],
+    "docs/approvals.md": ["success deleted old", "pay() was denied: over the limit of 100"],
+}
 
 
 @pytest.mark.parametrize("guide", sorted(GUIDES))
