@@ -25,7 +25,7 @@ from sunroom.agent.approvals import DEFAULT_TIMEOUT_S, ApprovalRequest, Approval
 from sunroom.agent.branches import Choose
 from sunroom.agent.budget import Budget, BudgetTracker, Spend
 from sunroom.agent.bus import EventBus, Subscription
-from sunroom.agent.calls import ModelGate, instrument
+from sunroom.agent.calls import ModelGate, Publish, instrument
 from sunroom.agent.context import ContextPolicy
 from sunroom.agent.guard import Guard, context_guard
 from sunroom.agent.hooks import Hooks
@@ -208,6 +208,7 @@ class AsyncSession:
         approvals: Mapping[str, Policy] | None = None,
         approval_timeout_s: float = DEFAULT_TIMEOUT_S,
         broker: Approvals | None = None,
+        approval_publish: Publish | None = None,
         tracker: BudgetTracker | None,
         depth: int,
         kernel: AsyncKernel | None = None,
@@ -267,6 +268,8 @@ class AsyncSession:
         self._guard: Guard = context_guard(self._secrets, context)
         self.tracker = tracker or BudgetTracker(budget, spent=spent)
         self._gate = ModelGate(self.tracker, self._publish)
+        # a nested session's approval requests go to its root's events (where they are answered)
+        self._approval_publish: Publish = approval_publish or self._publish
         self._depth = depth
         self._options: dict[str, Any] = {
             "backend": backend,
@@ -279,6 +282,7 @@ class AsyncSession:
             "predict_concurrency": predict_concurrency,
             "code_tool": code_tool,
             "broker": self._approvals,
+            "approval_publish": self._approval_publish,
         }
         self._submission = Submission(output=output, publish=self._publish, redact=self._redact)
         self._predictor = Predictor(
@@ -380,7 +384,7 @@ class AsyncSession:
             hf,
             session_id=self.session_id,
             depth=self._depth,
-            publish=self._publish,
+            publish=self._approval_publish,
             redact=self._redact,
             redact_value=self._guard.redact_value,
         )
@@ -762,6 +766,7 @@ class AsyncSession:
             predict_concurrency=o["predict_concurrency"],
             code_tool=o["code_tool"],
             broker=o["broker"],
+            approval_publish=o["approval_publish"],
         ) as sub:
             result = await sub.run(instructions)
         if not result.ok:

@@ -23,7 +23,8 @@ from sunroom.agent.approvals import (
 )
 from sunroom.agent.bus import Subscription
 from sunroom.errors import ApprovalNotPending, UsageError
-from sunroom.providers import ScriptedModel
+from sunroom.providers import AssistantMessage, FunctionModel, Request, ScriptedModel
+from sunroom.providers.fakes import Reply
 from sunroom.sandbox.functions import HostFunction, host_function
 from sunroom.sandbox.limits import Limits
 from tests.agent.conftest import code, last_output
@@ -308,3 +309,63 @@ def test_sync_twin_approves() -> None:
         assert s.result().ok
         events.close()
     assert DELETED == ["x"]
+
+
+async def test_a_nested_session_asks_on_its_root_and_secrets_stay_redacted() -> None:
+    nested = ScriptedModel([code("submit(len(input))")])
+    root = ScriptedModel(
+        [code("print(predict('count', 'abcdef', output=int, recursive=True))"), "ok"]
+    )
+    async with AsyncSession(
+        model=root, sub_model=nested, backend=FAST, max_depth=2, approvals={"submit": "ask"}
+    ) as s:
+        sub = s.events()
+        await s.send("go")
+        request = await _next_request(sub)
+        assert (request.name, request.depth, request.arguments) == ("submit", 1, {"value": 6})
+        await s.approve(request.call_id)
+        assert (await s.result()).ok
+    assert last_output(root.requests[1]).strip() == "6"
+
+    secret = "s3cr3t-branch-name"
+    model = ScriptedModel([code(f"delete_repo(name={secret!r})"), "done"])
+    async with AsyncSession(
+        model=model,
+        backend=FAST,
+        functions=[delete_repo],
+        approvals={"delete_repo": "ask"},
+        secrets={"token": secret},
+    ) as s:
+        sub = s.events()
+        await s.send("go")
+        request = await _next_request(sub)
+        (pending,) = s.pending_approvals()
+        assert secret not in repr(request) and secret not in repr(pending)
+        await s.approve(request.call_id, allow=False, reason=f"not {secret}")
+        assert (await s.result()).ok
+    assert secret not in last_output(model.requests[1])
+
+
+async def test_branches_ask_on_their_session() -> None:
+    DELETED.clear()
+
+    def agent(request: Request) -> Reply:
+        done = any(isinstance(m, AssistantMessage) for m in request.messages)
+        return "done" if done else code("print(delete_repo(name='x'))")
+
+    async with AsyncSession(
+        model=FunctionModel(agent),
+        backend=FAST,
+        functions=[delete_repo],
+        approvals={"delete_repo": "ask"},
+    ) as s:
+        sub = s.events()
+        run = asyncio.create_task(s.run("go", branches=2, choose="vote"))
+        first, second = await _next_request(sub), await _next_request(sub)
+        assert {first.branch, second.branch} == {"1.0", "1.1"}
+        assert {p.call_id for p in s.pending_approvals()} == {first.call_id, second.call_id}
+        await s.approve(first.call_id)
+        await s.approve(second.call_id, allow=True, lease=True)
+        result = await run
+    assert result.ok, result
+    assert DELETED == ["x", "x"]

@@ -7,8 +7,13 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import pydantic
+import pytest
+
+from sunroom.agent.approvals import MAX_REASON_CHARS, MAX_TIMEOUT_S
 from sunroom.providers import ScriptedModel, UserMessage
 from sunroom.service.recovery import RESTART_DENIAL, replay
+from sunroom.service.schemas import MAX_APPROVAL_RULES, ApprovalIn, CreateSession
 from tests.service.conftest import Server, code
 from tests.service.test_crash import Service, read, wait_for
 from tests.service.test_resume_messages import _env
@@ -140,3 +145,21 @@ def test_a_call_waiting_for_approval_when_the_service_dies_is_denied_and_told(
     told = json.dumps([m.text for m in replay(events).transcript if isinstance(m, UserMessage)])
     assert f"(approval {asked.payload['call_id']}) was waiting" in told
     assert "did NOT run" in told
+
+
+def test_http_approval_options_have_limits() -> None:
+    rules = {f"f{i}": "ask" for i in range(MAX_APPROVAL_RULES)}
+    assert len(CreateSession.model_validate({"approvals": rules}).approvals) == MAX_APPROVAL_RULES
+    for bad in (
+        {"approvals": {**rules, "one_more": "ask"}},
+        {"approvals": {"x" * 201: "ask"}},
+        {"approvals": {"": "ask"}},
+        {"approvals": {"x": "maybe"}},
+        {"approval_timeout_s": 0},
+        {"approval_timeout_s": MAX_TIMEOUT_S + 1},
+    ):
+        with pytest.raises(pydantic.ValidationError):
+            CreateSession.model_validate(bad)
+    with pytest.raises(pydantic.ValidationError):
+        ApprovalIn.model_validate({"allow": False, "reason": "r" * (MAX_REASON_CHARS + 1)})
+    assert ApprovalIn.model_validate({"allow": False}).lease is False
