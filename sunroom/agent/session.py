@@ -303,7 +303,7 @@ class AsyncSession:
         every = [*user_functions, *self._predictor.functions(), submit_fn]
         instrumented = [
             instrument(
-                dataclasses.replace(hf, gate=self._gate_for(hf)),
+                dataclasses.replace(hf, gate=self._gate_for(hf), approval=None),  # decided here
                 hooks=hooks,
                 publish=self._publish,
                 redact=self._redact,

@@ -29,6 +29,7 @@ import pydantic
 from pydantic_core import PydanticSerializationError
 
 from sunroom.errors import (
+    ApprovalDenied,
     HostFunctionArgumentError,
     HostFunctionBudgetExceeded,
     HostFunctionBusy,
@@ -90,8 +91,8 @@ class HostFunction:
             that loop does (other kernels' cells and calls included). Sync functions only.
         approval: the function's own approval policy (``"allow"``, ``"deny"``, ``"ask"`` or a
             callable deciding per call), used by agent sessions when their ``approvals``
-            mapping does not name the function (docs/approvals.md). None: allow. A raw kernel
-            does not consult it.
+            mapping does not name the function (docs/approvals.md). None: allow. A kernel
+            outside a session has nobody to ask: any policy but ``"allow"`` denies there.
         gate: run by the registry with the validated arguments before the call takes a
             concurrency slot or starts its timeout; raising refuses the call (the kernel gets
             the error). Agent sessions set it to enforce approvals; None: no gate.
@@ -345,6 +346,10 @@ class FunctionRegistry:
         kwargs = {k: getattr(model, k) for k in type(model).model_fields}
         if hf.gate is not None:
             await hf.gate(dict(kwargs))
+        elif hf.approval is not None and hf.approval != "allow":  # fail closed: nobody to ask
+            raise ApprovalDenied(
+                f"{name}() needs approval and this kernel has no agent session to give it"
+            )
         started = time.perf_counter()
         failure: BaseException | None = None
         try:

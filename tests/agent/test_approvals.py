@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from sunroom import AsyncKernel
 from sunroom.agent import AsyncSession, Session
 from sunroom.agent import events as ev
 from sunroom.agent.approvals import (
@@ -369,3 +370,16 @@ async def test_branches_ask_on_their_session() -> None:
         result = await run
     assert result.ok, result
     assert DELETED == ["x", "x"]
+
+
+async def test_a_kernel_outside_a_session_fails_closed() -> None:
+    DELETED.clear()
+    functions = [host_function(delete_repo, approval="ask"), host_function(get_repo)]
+    async with AsyncKernel(backend=FAST, functions=functions) as k:
+        denied = await k.execute(CALL)
+        allowed = await k.execute("print(get_repo(name='y'))")
+    assert denied.stdout.strip() == (
+        "ApprovalDenied | delete_repo() needs approval and this kernel has no agent session "
+        "to give it"
+    )
+    assert allowed.stdout.strip() == "repo y" and DELETED == []
