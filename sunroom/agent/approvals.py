@@ -114,7 +114,7 @@ class ApprovalRequest:
     requested_at: float
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class _Waiting:
     request: ApprovalRequest
     answer: asyncio.Future[tuple[bool, str, bool, str]]  # allow, reason, lease, by
