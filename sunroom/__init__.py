@@ -49,6 +49,9 @@ _EXPORTS: dict[str, str] = {
     "Budget": "sunroom.agent",
     "RunResult": "sunroom.agent",
     "Hooks": "sunroom.agent",
+    "ApprovalCall": "sunroom.agent",
+    "Decision": "sunroom.agent",
+    "ApprovalDenied": "sunroom.errors",
     "model": "sunroom.providers",
     "Model": "sunroom.providers",
     "Request": "sunroom.providers",
@@ -66,6 +69,8 @@ _EXPORTS: dict[str, str] = {
 }
 
 __all__ = [
+    "ApprovalCall",
+    "ApprovalDenied",
     "AssistantMessage",
     "AsyncKernel",
     "AsyncSession",
@@ -73,6 +78,7 @@ __all__ = [
     "BudgetExceededError",
     "ClosedError",
     "CellError",
+    "Decision",
     "Directory",
     "DisplayItem",
     "ExecutionResult",
@@ -118,8 +124,17 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
-    from sunroom.agent import AsyncSession, Budget, Hooks, RunResult, Session
+    from sunroom.agent import (
+        ApprovalCall,
+        AsyncSession,
+        Budget,
+        Decision,
+        Hooks,
+        RunResult,
+        Session,
+    )
     from sunroom.errors import (
+        ApprovalDenied,
         BudgetExceededError,
         ClosedError,
         ForkError,

@@ -424,10 +424,26 @@ def run(
         Path | None,
         typer.Option(help="Save the images the code displays (plots ...) in this folder."),
     ] = None,
+    approval: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--approval",
+            help="NAME=allow|deny|ask: the approval policy of host functions (NAME may be a "
+            "glob, e.g. 'github.*=ask'); ask is answered y/n on the terminal.",
+        ),
+    ] = None,
+    auto_deny: Annotated[
+        bool,
+        typer.Option(help="Deny approval requests at once when stdin is not a terminal."),
+    ] = False,
     db: DbOption = None,
     as_json: JsonOption = False,
 ) -> None:
     """Run an agent session here and show it live (it is stored like a service session).
+
+    ``--approval NAME=ask`` makes each call of a matching host function wait for an answer:
+    the live view asks ``[y]es / [n]o / [a]lways this run`` on the terminal; without one, the
+    call waits for its deadline, or is denied at once with ``--auto-deny`` (docs/approvals.md).
 
     Each ``--input NAME=FILE`` binds the host file read-only as a ``pathlib.Path`` (as in
     ``exec``); the stored session records its path, size and modification time, never its
@@ -437,6 +453,7 @@ def run(
     stops the run and prints the command that resumes it (exit 130).
     """
     from sunroom.agent.presets import PRESETS
+    from sunroom.cli_approvals import parse_rules
     from sunroom.service.problems import validation_message
     from sunroom.service.schemas import CreateSession, FileInputIn
 
@@ -448,6 +465,7 @@ def run(
     if not model:
         raise fail("no model: pass --model provider:name or set SUNROOM_MODEL")
     files = {n: FileInputIn(path=os.fspath(f.path)) for n, f in _file_inputs(inputs or []).items()}
+    rules = parse_rules(approval or [], fail)
     schema = None
     if output_schema is not None:
         try:
@@ -460,7 +478,7 @@ def run(
         request = CreateSession(
             task=task, model=model, base_url=base_url, files=files, output_schema=schema,
             preset=preset, backend=backend, max_turns=max_turns,  # type: ignore[arg-type]
-            code_mode=code_mode,  # type: ignore[arg-type]
+            code_mode=code_mode, approvals=rules,  # type: ignore[arg-type]
         )  # fmt: skip
     except pydantic.ValidationError as exc:
         raise fail(validation_message(exc, field=_flag)) from None
@@ -468,20 +486,24 @@ def run(
     sid = uuid.uuid4().hex  # known before anything runs: Ctrl-C says what to resume
 
     async def work() -> dict[str, Any] | None:
+        from sunroom.cli_approvals import Asker
         from sunroom.service.console import Renderer, follow
 
         async with open_manager(db) as manager:
             await manager.create(request, session_id=sid)
             renderer = Renderer(console, images=images)
+            asker = Asker(manager, sid, console, auto_deny=auto_deny)
+
+            def show(event: Any) -> None:
+                if not as_json:
+                    renderer.show(event)
+                asker.see(event)
+
             try:
-                await follow(
-                    manager.store,
-                    manager.signals,
-                    sid,
-                    lambda e: None if as_json else renderer.show(e),
-                )
+                await follow(manager.store, manager.signals, sid, show)
             finally:
                 renderer.close()
+                await asker.aclose()
             _, result = await manager.result(sid, timeout_s=0)
             out: dict[str, Any] | None = result
             return out

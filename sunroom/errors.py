@@ -7,7 +7,8 @@ caller can catch by *who must act*::
     SunroomError
     ├── UsageError                  the caller misused the API (fix the calling code)
     │   ├── ClosedError             the kernel/model/session was already closed
-    │   └── FileError               a workdir file operation was refused or failed (``reason``)
+    │   ├── FileError               a workdir file operation was refused or failed (``reason``)
+    │   └── ApprovalNotPending      no approval request of that id waits (unknown or answered)
     ├── KernelError                 the kernel failed; it is (or will be) restarted
     │   ├── KernelStartError        the kernel could not be started
     │   ├── KernelDiedError         the kernel process died (exit code / signal / OOM)
@@ -20,7 +21,8 @@ caller can catch by *who must act*::
     │   ├── HostFunctionBusy        the concurrency limit was reached and the wait timed out
     │   ├── HostFunctionBudgetExceeded  the per-kernel call budget is spent
     │   ├── McpServerError          an MCP server could not be reached or exited mid-call
-    │   └── McpToolError            an MCP tool reported an error (the server's message)
+    │   ├── McpToolError            an MCP tool reported an error (the server's message)
+    │   └── ApprovalDenied          the approval policy or a person refused the call
     ├── ProviderError               a model provider failed (the operator or vendor must act)
     │   ├── AuthenticationError     bad or missing API key (401/403)
     │   ├── RateLimitedError        429; ``retry_after`` seconds when the vendor said so
@@ -53,6 +55,8 @@ from typing import Any, final
 
 __all__ = [
     "AgentError",
+    "ApprovalDenied",
+    "ApprovalNotPending",
     "AuthenticationError",
     "BadRequestError",
     "BudgetExceededError",
@@ -117,6 +121,18 @@ class FileError(UsageError):
     def __init__(self, message: str, *, reason: str) -> None:
         super().__init__(message)
         self.reason = reason
+
+
+@final
+class ApprovalNotPending(UsageError):
+    """No approval request of that call id waits: ``answered`` says it was answered already.
+
+    (``answered=False``: the id was never requested by this session.)
+    """
+
+    def __init__(self, message: str, *, answered: bool) -> None:
+        super().__init__(message)
+        self.answered = answered
 
 
 # --- the kernel failed ---------------------------------------------------------------------
@@ -198,6 +214,14 @@ class McpServerError(HostFunctionError):
 
 class McpToolError(HostFunctionError):
     """An MCP tool ran and reported an error (``isError``); the message is the server's."""
+
+
+class ApprovalDenied(HostFunctionError, PermissionError):
+    """The call was refused by its approval policy, a person, or an approval that timed out.
+
+    Its message names the function and says why. Inside the kernel the call raises the mirror
+    class of the same name (``sunroom.prelude.hostcall.ApprovalDenied``, a PermissionError).
+    """
 
 
 # --- model providers -----------------------------------------------------------------------

@@ -50,6 +50,7 @@ def test_a_readme_snippet_runs_as_written(index: int) -> None:
 GUIDES = {
     "docs/fork.md": ["[1, 2, 3]", "'{\"rows\": 3}'", "success 45 3"],
     "docs/mcp.md": ["42"],
+    "docs/approvals.md": ["success deleted old", "pay() was denied: over the limit of 100"],
 }
 
 

@@ -8,6 +8,7 @@ publishing typed events. See ``docs/agent.md``.
 from __future__ import annotations
 
 from sunroom.agent import events
+from sunroom.agent.approvals import ApprovalCall, ApprovalRequest, Decision
 from sunroom.agent.budget import Budget, BudgetTracker
 from sunroom.agent.bus import Subscription
 from sunroom.agent.events import Event
@@ -17,9 +18,12 @@ from sunroom.agent.session import AsyncSession
 from sunroom.agent.sync import Session
 
 __all__ = [
+    "ApprovalCall",
+    "ApprovalRequest",
     "AsyncSession",
     "Budget",
     "BudgetTracker",
+    "Decision",
     "Event",
     "Hooks",
     "RunResult",

@@ -24,6 +24,8 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CONTROL_EVENTS",
+    "ApprovalAnswered",
+    "ApprovalRequested",
     "AssistantText",
     "BranchChosen",
     "BranchEnded",
@@ -168,6 +170,42 @@ class Vetoed(_Base):
 
 @final
 @dataclass(frozen=True, slots=True, kw_only=True)
+class ApprovalRequested(_Base):
+    """A host call waits for a person's answer (``session.approve(call_id, ...)``).
+
+    ``arguments`` are the validated arguments (redacted); ``timeout_s`` is how long the call
+    waits before it is denied; ``depth`` is the nesting of the session that made the call
+    (0: the root session).
+    """
+
+    call_id: str
+    name: str
+    arguments: dict[str, Any]
+    timeout_s: float
+    depth: int = 0
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ApprovalAnswered(_Base):
+    """An approval request was answered: ``allow``, why (``reason``), and by whom.
+
+    ``by`` is ``"person"`` (:meth:`approve`), ``"lease"`` (an earlier answer allowed the
+    function for the rest of the run), ``"timeout"`` (no answer in time: denied) or
+    ``"closed"`` (the session closed or the service stopped while it waited: denied).
+    ``lease``: the answer allows the function for the rest of the run.
+    """
+
+    call_id: str
+    name: str
+    allow: bool
+    reason: str
+    lease: bool = False
+    by: Literal["person", "lease", "timeout", "closed"] = "person"
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
 class UsageUpdated(_Base):
     """A model call finished; totals of the session so far (sub-calls included)."""
 
@@ -273,6 +311,8 @@ Event: TypeAlias = (
     | SubmitAccepted
     | SubmitRejected
     | Vetoed
+    | ApprovalRequested
+    | ApprovalAnswered
     | UsageUpdated
     | BudgetWarning
     | ContextWarning
@@ -291,6 +331,8 @@ CONTROL_EVENTS: tuple[type[Event], ...] = (
     SubmitAccepted,
     SubmitRejected,
     Vetoed,
+    ApprovalRequested,
+    ApprovalAnswered,
     SessionError,
     BudgetWarning,
     ContextWarning,

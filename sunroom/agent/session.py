@@ -21,10 +21,11 @@ import pydantic
 
 from sunroom.agent import branches as br
 from sunroom.agent import events as ev
+from sunroom.agent.approvals import DEFAULT_TIMEOUT_S, ApprovalRequest, Approvals, Policy
 from sunroom.agent.branches import Choose
 from sunroom.agent.budget import Budget, BudgetTracker, Spend
 from sunroom.agent.bus import EventBus, Subscription
-from sunroom.agent.calls import ModelGate, instrument
+from sunroom.agent.calls import ModelGate, Publish, instrument
 from sunroom.agent.context import ContextPolicy
 from sunroom.agent.guard import Guard, context_guard
 from sunroom.agent.hooks import Hooks
@@ -42,7 +43,7 @@ from sunroom.providers import Message, Model, SystemMessage
 from sunroom.providers import model as build_model
 from sunroom.sandbox import backends
 from sunroom.sandbox.backend import Backend
-from sunroom.sandbox.functions import FunctionRegistry, HostFunction, as_host_function
+from sunroom.sandbox.functions import FunctionRegistry, Gate, HostFunction, as_host_function
 from sunroom.sandbox.kernel import AsyncKernel
 from sunroom.sandbox.limits import Limits
 
@@ -112,6 +113,10 @@ class AsyncSession:
             kernel as one module per server; their calls pass the same hooks, events, budgets
             and redaction as host functions, and the prompt lists their signatures. Nested
             (``predict(recursive=True)``) sessions do not get them. See ``docs/mcp.md``.
+        approvals: approval policies by function name or glob (``{"github.*": "ask"}``):
+            ``"allow"``, ``"deny"``, ``"ask"`` or a callable; see docs/approvals.md and
+            :mod:`sunroom.agent.approvals` for the precedence.
+        approval_timeout_s: how long a call waits for an answer to ``ask`` before it is denied.
 
     Raises UsageError for invalid options (before any kernel starts).
     """
@@ -143,6 +148,8 @@ class AsyncSession:
         spent: Spend | None = None,
         template: Template | None = None,
         mcp: Iterable[McpServer] | Toolset = (),
+        approvals: Mapping[str, Policy] | None = None,
+        approval_timeout_s: float = DEFAULT_TIMEOUT_S,
     ) -> None:
         self._setup(
             model=model,
@@ -169,6 +176,8 @@ class AsyncSession:
             spent=spent,
             template=template,
             mcp=mcp,
+            approvals=approvals,
+            approval_timeout_s=approval_timeout_s,
             tracker=None,
             depth=0,
         )
@@ -207,6 +216,10 @@ class AsyncSession:
         spent: Spend | None = None,
         template: Template | None = None,
         mcp: Iterable[McpServer] | Toolset = (),
+        approvals: Mapping[str, Policy] | None = None,
+        approval_timeout_s: float = DEFAULT_TIMEOUT_S,
+        broker: Approvals | None = None,
+        approval_publish: Publish | None = None,
         tracker: BudgetTracker | None,
         depth: int,
         kernel: AsyncKernel | None = None,
@@ -226,6 +239,8 @@ class AsyncSession:
         if session_id is not None and (not isinstance(session_id, str) or not session_id):
             raise UsageError("session_id must be a non-empty str")
         functions = tuple(functions)
+        self._owns_approvals = broker is None
+        self._approvals = broker or Approvals(approvals, timeout_s=approval_timeout_s)
         self.session_id = session_id or uuid.uuid4().hex
         self.preset = preset
         self.parent_id = parent_id
@@ -256,12 +271,16 @@ class AsyncSession:
             "predict_concurrency": predict_concurrency,
             "code_tool": code_tool,
             "event_buffer": event_buffer,
+            "approvals": approvals,
+            "approval_timeout_s": approval_timeout_s,
         }
         self._branch_runs = 0
         self._branches: list[AsyncSession] = []
         self._guard: Guard = context_guard(self._secrets, context)
         self.tracker = tracker or BudgetTracker(budget, spent=spent)
         self._gate = ModelGate(self.tracker, self._publish)
+        # a nested session's approval requests go to its root's events (where they are answered)
+        self._approval_publish: Publish = approval_publish or self._publish
         self._depth = depth
         self._options: dict[str, Any] = {
             "backend": backend,
@@ -273,6 +292,8 @@ class AsyncSession:
             "max_depth": max_depth,
             "predict_concurrency": predict_concurrency,
             "code_tool": code_tool,
+            "broker": self._approvals,
+            "approval_publish": self._approval_publish,
         }
         self._submission = Submission(output=output, publish=self._publish, redact=self._redact)
         self._predictor = Predictor(
@@ -293,7 +314,7 @@ class AsyncSession:
         every = [*user_functions, *self._predictor.functions(), submit_fn]
         instrumented = [
             instrument(
-                hf,
+                dataclasses.replace(hf, gate=self._gate_for(hf), approval=None),  # decided here
                 hooks=hooks,
                 publish=self._publish,
                 redact=self._redact,
@@ -312,7 +333,7 @@ class AsyncSession:
 
             def vetted(hf: HostFunction) -> HostFunction:
                 return instrument(
-                    hf,
+                    dataclasses.replace(hf, gate=self._gate_for(hf), approval=None),
                     hooks=hooks,
                     publish=self._publish,
                     redact=self._redact,
@@ -394,6 +415,16 @@ class AsyncSession:
     def _redact(self, text: str) -> str:
         return self._guard.redact(text)
 
+    def _gate_for(self, hf: HostFunction) -> Gate | None:
+        return self._approvals.gate(
+            hf,
+            session_id=self.session_id,
+            depth=self._depth,
+            publish=self._approval_publish,
+            redact=self._redact,
+            redact_value=self._guard.redact_value,
+        )
+
     def _publish(self, cls: type[ev.Event], /, **fields: Any) -> ev.Event:
         clean = {k: self._guard.redact_value(v) for k, v in fields.items()}
         if self.branch is not None:
@@ -448,6 +479,8 @@ class AsyncSession:
         if self._closed:
             return
         self._closed = True
+        if self._owns_approvals:
+            self._approvals.deny_all("the session closed while this call waited for approval")
         if self._task is not None and not self._task.done():
             self._task.cancel()
             await asyncio.wait([self._task])  # the run never raises; our own cancel propagates
@@ -485,6 +518,8 @@ class AsyncSession:
             self._steer(message, interrupt=False)
             return
         self._submission.reset()
+        if self._owns_approvals:
+            self._approvals.new_run()  # leases hold for one run
         self._loop.steer(message, interrupt=False)
         self._task = asyncio.get_running_loop().create_task(
             self._loop.run(self.session_id), name=f"sunroom-session-{self.session_id[:8]}"
@@ -590,6 +625,7 @@ class AsyncSession:
                     depth=self._depth,
                     kernel=kernel,
                     bus=self._bus if branched else None,
+                    broker=self._approvals if branched else None,
                     branch=branch,
                     parent_id=self.session_id,
                 )
@@ -710,6 +746,27 @@ class AsyncSession:
         self._submission.accepted = winner._submission.accepted
         self._submission.value = winner._submission.value
 
+    # -- approvals -------------------------------------------------------------------------
+
+    async def approve(
+        self, call_id: str, *, allow: bool = True, reason: str | None = None, lease: bool = False
+    ) -> None:
+        """Answer the approval request *call_id* (an ``ApprovalRequested`` event's).
+
+        ``allow=False`` denies the call (the kernel gets ApprovalDenied with *reason*);
+        ``lease=True`` makes the answer hold for every later call of that function until the
+        run ends (not into the next run). The answer is published as ``ApprovalAnswered``.
+        Branches and nested sessions share their session's requests.
+
+        Raises ApprovalNotPending (an unknown or already answered id), UsageError (bad
+        arguments).
+        """
+        self._approvals.answer(call_id, allow=allow, reason=reason, lease=lease)
+
+    def pending_approvals(self) -> tuple[ApprovalRequest, ...]:
+        """The host calls waiting for an answer now, oldest first."""
+        return self._approvals.pending()
+
     def interrupt(self, reason: str) -> None:
         """Steer the running run: *reason* reaches the model before its next call."""
         if self.running:
@@ -752,6 +809,8 @@ class AsyncSession:
             max_depth=o["max_depth"],
             predict_concurrency=o["predict_concurrency"],
             code_tool=o["code_tool"],
+            broker=o["broker"],
+            approval_publish=o["approval_publish"],
         ) as sub:
             result = await sub.run(instructions)
         if not result.ok:

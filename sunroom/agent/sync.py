@@ -6,6 +6,7 @@ from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Self, final
 
 from sunroom.agent import events as ev
+from sunroom.agent.approvals import DEFAULT_TIMEOUT_S, ApprovalRequest, Policy
 from sunroom.agent.branches import Choose
 from sunroom.agent.budget import Budget, BudgetTracker, Spend
 from sunroom.agent.bus import Subscription
@@ -68,6 +69,8 @@ class Session:
         transcript: Sequence[Message] = (),
         spent: Spend | None = None,
         mcp: Iterable[McpServer] | Toolset = (),
+        approvals: Mapping[str, Policy] | None = None,
+        approval_timeout_s: float = DEFAULT_TIMEOUT_S,
     ) -> None:
         self._portal = Portal("sunroom-session-loop", what="the session")
         self._users = [1]  # sessions sharing the portal: this one and its forks
@@ -98,6 +101,8 @@ class Session:
                     transcript=transcript,
                     spent=spent,
                     mcp=mcp,
+                    approvals=approvals,
+                    approval_timeout_s=approval_timeout_s,
                 )
             )
         except BaseException:
@@ -197,6 +202,16 @@ class Session:
         """The transcript as the model sees it (redacted)."""
         return self._core.messages
 
+    def approve(
+        self, call_id: str, *, allow: bool = True, reason: str | None = None, lease: bool = False
+    ) -> None:
+        """Answer an approval request (safe from any thread); see ``AsyncSession.approve``."""
+        self._portal.call(self._core.approve(call_id, allow=allow, reason=reason, lease=lease))
+
+    def pending_approvals(self) -> tuple[ApprovalRequest, ...]:
+        """The host calls waiting for an answer now; see ``AsyncSession.pending_approvals``."""
+        return self._portal.call(_pending(self._core))
+
     def interrupt(self, reason: str) -> None:
         """Steer the running run (safe from any thread)."""
         self._portal.call_soon(self._core.interrupt, reason)
@@ -248,3 +263,7 @@ async def _subscribe(core: AsyncSession, maxsize: int | None) -> Subscription:
 
 async def _next(sub: Subscription) -> ev.Event:
     return await sub.__anext__()
+
+
+async def _pending(core: AsyncSession) -> tuple[ApprovalRequest, ...]:
+    return core.pending_approvals()

@@ -42,6 +42,10 @@ class HostFunctionBudgetExceeded(HostFunctionError):
     """The kernel has used up the function's call budget."""
 
 
+class ApprovalDenied(HostFunctionError, PermissionError):
+    """The call was not approved (a policy, a person, no answer in time); the message says why."""
+
+
 _BY_NAME: dict[str, type[Exception]] = {
     cls.__name__: cls
     for cls in (
@@ -51,6 +55,7 @@ _BY_NAME: dict[str, type[Exception]] = {
         HostFunctionTimeout,
         HostFunctionBusy,
         HostFunctionBudgetExceeded,
+        ApprovalDenied,
     )
 }
 

@@ -23,12 +23,13 @@ import threading
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Final, final, get_type_hints, overload
+from typing import Any, Final, Literal, TypeAlias, final, get_type_hints, overload
 
 import pydantic
 from pydantic_core import PydanticSerializationError
 
 from sunroom.errors import (
+    ApprovalDenied,
     HostFunctionArgumentError,
     HostFunctionBudgetExceeded,
     HostFunctionBusy,
@@ -42,6 +43,16 @@ from sunroom.rpc.eager import in_task
 from sunroom.rpc.messages import RpcError
 
 _log = logging.getLogger(__name__)
+
+APPROVALS: Final = ("allow", "deny", "ask")
+"""The approval policies a string may name (see :attr:`HostFunction.approval`)."""
+
+ApprovalPolicy: TypeAlias = "Literal['allow', 'deny', 'ask'] | Callable[[Any], Any]"
+"""``"allow"``, ``"deny"``, ``"ask"`` or a callable ``(call) -> decision`` (sync or async);
+the agent layer decides with it (:mod:`sunroom.agent.approvals`)."""
+
+Gate: TypeAlias = "Callable[[dict[str, Any]], Awaitable[None]]"
+"""``async def gate(arguments)``: returns to let a call run, raises to refuse it."""
 
 RESERVED: Final = frozenset({"call", "display"}) | frozenset(dir(builtins))
 """Names a host function may not take: prelude helpers and Python builtins."""
@@ -81,6 +92,13 @@ class HostFunction:
         parameters_schema / returns_schema: the JSON Schemas the kernel's wrapper is generated
             from, when the caller has them already (an MCP tool's); None derives them from the
             signature. They must describe the same parameters as the signature.
+        approval: the function's own approval policy (``"allow"``, ``"deny"``, ``"ask"`` or a
+            callable deciding per call), used by agent sessions when their ``approvals``
+            mapping does not name the function (docs/approvals.md). None: allow. A kernel
+            outside a session has nobody to ask: any policy but ``"allow"`` denies there.
+        gate: run by the registry with the validated arguments before the call takes a
+            concurrency slot or starts its timeout; raising refuses the call (the kernel gets
+            the error). Agent sessions set it to enforce approvals; None: no gate.
     """
 
     fn: Callable[..., Any]
@@ -93,6 +111,8 @@ class HostFunction:
     inline: bool = False
     parameters_schema: Mapping[str, Any] | None = None
     returns_schema: Mapping[str, Any] | None = None
+    approval: ApprovalPolicy | None = None
+    gate: Gate | None = None
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         """Call the underlying function directly (on the host)."""
@@ -149,6 +169,7 @@ def host_function(
     budget: int | None = None,
     idempotent: bool = False,
     inline: bool = False,
+    approval: ApprovalPolicy | None = None,
 ) -> HostFunction: ...
 
 
@@ -163,6 +184,7 @@ def host_function(
     budget: int | None = None,
     idempotent: bool = False,
     inline: bool = False,
+    approval: ApprovalPolicy | None = None,
 ) -> Callable[[Callable[..., Any]], HostFunction]: ...
 
 
@@ -176,6 +198,7 @@ def host_function(
     budget: int | None = None,
     idempotent: bool = False,
     inline: bool = False,
+    approval: ApprovalPolicy | None = None,
 ) -> HostFunction | Callable[[Callable[..., Any]], HostFunction]:
     """Declare a host function with options; usable as ``@host_function`` or with arguments.
 
@@ -184,7 +207,8 @@ def host_function(
     :attr:`HostFunction.inline`.
 
     Raises UsageError for a reserved or invalid name, ``*args``/``**kwargs`` parameters,
-    non-positive limits, or ``inline=True`` on an async function.
+    non-positive limits, ``inline=True`` on an async function, or an *approval* that is
+    neither one of ``"allow"``, ``"deny"``, ``"ask"`` nor a callable.
     """
 
     def wrap(f: Callable[..., Any]) -> HostFunction:
@@ -197,6 +221,7 @@ def host_function(
             budget=budget,
             idempotent=idempotent,
             inline=inline,
+            approval=approval,
         )
         _check(hf)
         return hf
@@ -233,6 +258,8 @@ def _check(hf: HostFunction) -> None:
         value = getattr(hf, opt)
         if value is not None and value <= 0:
             raise UsageError(f"{n}: {opt} must be positive, got {value!r}")
+    if hf.approval is not None and hf.approval not in APPROVALS and not callable(hf.approval):
+        raise UsageError(f"{n}: approval must be 'allow', 'deny', 'ask' or a callable")
     if hf.inline and hf.is_async:
         raise UsageError(f"{n}: inline=True is for sync functions (async ones run on the loop)")
     try:
@@ -315,8 +342,9 @@ class FunctionRegistry:
 
         Raises HostFunctionNotFound, HostFunctionArgumentError, HostFunctionBudgetExceeded,
         HostFunctionTimeout, HostFunctionBusy (the concurrency limit's wait ran out),
-        HostFunctionError (a result its annotation rejects), or whatever the function itself
-        raised. :func:`rpc_error` turns any of them into the kernel's error answer.
+        HostFunctionError (a result its annotation rejects), whatever the function's ``gate``
+        raised (ApprovalDenied), or whatever the function itself raised. :func:`rpc_error`
+        turns any of them into the kernel's error answer.
         """
         hf = self._functions.get(name) if isinstance(name, str) else None
         if hf is None:
@@ -332,6 +360,12 @@ class FunctionRegistry:
         except pydantic.ValidationError as exc:
             raise HostFunctionArgumentError(_explain(hf.name, exc)) from None
         kwargs = {k: getattr(model, k) for k in type(model).model_fields}
+        if hf.gate is not None:
+            await hf.gate(dict(kwargs))
+        elif hf.approval is not None and hf.approval != "allow":  # fail closed: nobody to ask
+            raise ApprovalDenied(
+                f"{name}() needs approval and this kernel has no agent session to give it"
+            )
         started = time.perf_counter()
         failure: BaseException | None = None
         try:

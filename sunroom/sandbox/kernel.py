@@ -32,6 +32,7 @@ from sunroom.rpc.messages import RpcError
 from sunroom.sandbox import backends, forking
 from sunroom.sandbox import inputs as host_inputs
 from sunroom.sandbox.backend import Backend, KernelProcess
+from sunroom.sandbox.cellclock import CURRENT_CLOCK, CellClock, CellLost
 from sunroom.sandbox.codegen import generate
 from sunroom.sandbox.files import KernelFiles
 from sunroom.sandbox.functions import FunctionRegistry, HostFunction, rpc_error, to_wire
@@ -143,6 +144,7 @@ class AsyncKernel:
         self._router: Router | None = None
         self._closed = False
         self._running_cell = False
+        self._clock: CellClock | None = None
         self.restarts = 0
         self.kernel_info: dict[str, Any] = {}
         self._files = KernelFiles(self)
@@ -365,6 +367,7 @@ class AsyncKernel:
         """Serve a request from the kernel; its params were checked by the channel."""
         if method != "call":
             raise RpcFailure(RpcError("MethodNotFound", f"the host does not serve {method!r}"))
+        CURRENT_CLOCK.set(self._clock)  # this request's own context (a copy): no reset needed
         try:
             return await self.registry.invoke(params["name"], params["args"])
         except Exception as exc:  # the kernel gets it as an error answer, by type name
@@ -406,10 +409,11 @@ class AsyncKernel:
             self._running_cell = True
             try:
                 call = self._channel.request("execute", params, check=self._check_execute)
-                clock = _CellClock(call, self._proc, timeout, self.limits.interrupt_grace_s)
+                clock = CellClock(call, self._proc, timeout, self.limits.interrupt_grace_s)
+                self._clock = clock
                 try:
                     await call  # the clock interrupts the cell, then gives up on it
-                except _CellLost:
+                except CellLost:
                     return await self._after_loss(
                         "timeout",
                         CellError(
@@ -422,6 +426,7 @@ class AsyncKernel:
                     )
                 finally:
                     clock.stop()
+                    self._clock = None
                 return self._to_result(call, started, timed_out=clock.interrupted, timeout=timeout)
             except (ProtocolError, ClosedError, ConnectionError, RemoteError) as exc:
                 return await self._after_death(exc, started)
@@ -634,50 +639,6 @@ async def _close_handles(channel: Channel | None, proc: KernelProcess | None) ->
     finally:
         if proc is not None:
             await proc.kill()
-
-
-class _CellLost(Exception):
-    """The cell ignored its interrupt past the grace: the kernel must be killed."""
-
-
-@final
-class _CellClock:
-    """Times one cell without a task or a waiter: SIGINT at *timeout*, then gives up.
-
-    At *timeout* the kernel is interrupted (:attr:`interrupted`); if *call* is still not
-    answered *grace* seconds later, it fails with :class:`_CellLost`. A late answer is then
-    dropped by the channel.
-    """
-
-    __slots__ = ("_call", "_grace", "_loop", "_proc", "_timer", "interrupted")
-
-    def __init__(
-        self, call: asyncio.Future[Any], proc: KernelProcess, timeout: float, grace: float
-    ) -> None:
-        self._call = call
-        self._proc = proc
-        self._grace = grace
-        self._loop = call.get_loop()
-        self.interrupted = False
-        self._timer = self._loop.call_later(timeout, self._interrupt)
-
-    def _interrupt(self) -> None:
-        if self._call.done():
-            return
-        self.interrupted = True
-        try:
-            self._proc.interrupt()
-        except Exception as exc:  # the caller gets it, as when it sent the signal itself
-            self._call.set_exception(exc)
-            return
-        self._timer = self._loop.call_later(self._grace, self._give_up)
-
-    def _give_up(self) -> None:
-        if not self._call.done():
-            self._call.set_exception(_CellLost())
-
-    def stop(self) -> None:
-        self._timer.cancel()
 
 
 def _toolset(mcp: Iterable[McpServer] | Toolset) -> Toolset | None:

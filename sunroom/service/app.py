@@ -8,6 +8,9 @@ Routes (all but ``/healthz`` need ``Authorization: Bearer <token>``):
 - ``POST /sessions/{id}/messages``: :class:`~.schemas.MessageIn` → 202
 - ``GET /sessions/{id}/events``: SSE from the log (``Last-Event-ID`` or ``?after=``)
 - ``GET /sessions/{id}/result?timeout=``: 200 with the result, or 202 while running
+- ``GET /sessions/{id}/approvals``: the approval requests waiting for an answer
+- ``POST /sessions/{id}/approvals/{call_id}``: :class:`~.schemas.ApprovalIn` → 200 (404 for an
+  unknown request, 409 for one already answered; docs/approvals.md)
 - ``DELETE /sessions/{id}``: cancel and close it → 200
 - ``POST /kernels``: :class:`~.schemas.CreateKernel` → 201 ``{"kernel_id"}``
 - ``POST /kernels/{id}/execute``: :class:`~.schemas.Execute` → ``ExecutionResult.to_dict()``
@@ -57,7 +60,14 @@ from sunroom.service.problems import (
     status_for,
     validation_message,
 )
-from sunroom.service.schemas import CreateKernel, CreateSession, Execute, Fork, MessageIn
+from sunroom.service.schemas import (
+    ApprovalIn,
+    CreateKernel,
+    CreateSession,
+    Execute,
+    Fork,
+    MessageIn,
+)
 from sunroom.service.sessions import ModelResolver, SessionManager
 from sunroom.service.sse import EventStream
 from sunroom.service.templates import Templates
@@ -259,6 +269,18 @@ def create_app(
         body = {"session_id": sid, "status": status, "result": value}
         return JSONResponse(body, status_code=202 if status == "running" else 200)
 
+    async def list_approvals(request: Request) -> Response:
+        sid = request.path_params["sid"]
+        return JSONResponse({"session_id": sid, "approvals": await sessions().approvals(sid)})
+
+    async def answer_approval(request: Request) -> Response:
+        sid, call_id = request.path_params["sid"], request.path_params["call_id"]
+        body = await _body(request, ApprovalIn)
+        await sessions().approve(
+            sid, call_id, allow=body.allow, reason=body.reason, lease=body.lease
+        )
+        return JSONResponse({"session_id": sid, "call_id": call_id, "allow": body.allow})
+
     async def delete_session(request: Request) -> Response:
         sid = request.path_params["sid"]
         await sessions().delete(sid)
@@ -338,6 +360,8 @@ def create_app(
             ("/sessions/{sid}/messages", "POST", post_message),
             ("/sessions/{sid}/events", "GET", events),
             ("/sessions/{sid}/result", "GET", result),
+            ("/sessions/{sid}/approvals", "GET", list_approvals),
+            ("/sessions/{sid}/approvals/{call_id}", "POST", answer_approval),
             ("/kernels", "POST", create_kernel),
             ("/kernels/{kid}/execute", "POST", execute),
             ("/kernels/{kid}/fork", "POST", fork_kernel),

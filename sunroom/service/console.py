@@ -66,6 +66,8 @@ class Renderer:
             "SubmitAccepted": lambda p: self._line("✓ submitted", "green", p.get("output")),
             "SubmitRejected": lambda p: self._line("✗ submit rejected", "yellow", p["reason"]),
             "Vetoed": lambda p: self._line(f"⊘ vetoed {p['what']}", "yellow", p["reason"]),
+            "ApprovalRequested": self._asked,
+            "ApprovalAnswered": self._answered,
             "BudgetWarning": lambda p: self._line("budget", "yellow", p["message"]),
             "ContextCompacted": lambda p: self._line("context compacted", "dim", p["removed"]),
             "SessionError": lambda p: self._line("error", "red", p["message"]),
@@ -133,6 +135,16 @@ class Renderer:
         style = "red" if p.get("error") else "blue"
         detail = p["error"] or f"{p['duration_s']:.2f}s"
         self._line(f"↳ {p['name']}()", style, detail)
+
+    def _asked(self, p: dict[str, Any]) -> None:
+        args = ", ".join(f"{k}={v!r}" for k, v in dict(p.get("arguments") or {}).items())
+        self._line(f"? approval needed {p['name']}({args})", "bold yellow", f"id {p['call_id']}")
+
+    def _answered(self, p: dict[str, Any]) -> None:
+        verdict = "✓ approved" if p["allow"] else "✗ denied"
+        lease = " (for the rest of the run)" if p.get("lease") else ""
+        style = "green" if p["allow"] else "red"
+        self._line(f"{verdict} {p['name']}(){lease}", style, f"{p['reason']} · by {p.get('by')}")
 
     def _predict(self, p: dict[str, Any]) -> None:
         if self._progress is None:

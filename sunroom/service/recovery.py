@@ -4,9 +4,15 @@ Resume is one pass. :func:`replay` folds a session's events (pure, in seq order)
 :class:`Replay`: the transcript (``Transcript`` events), every accepted user message with its id
 and whether a run took it in / answered it (``MessageReceived`` ids matched exactly against the
 ids a ``Transcript`` event names in ``taken``), the value an accepted ``submit`` of the open run
-carries, the spend and whether a run is open. :func:`plan` alone decides from that state and the
-calls left without an outcome what the resumed session does (a :class:`Plan`); the manager
-only carries the plan out.
+carries, the spend, whether a run is open and the approval requests left without an answer.
+:func:`plan` alone decides from that state and the calls left without an outcome what the
+resumed session does (a :class:`Plan`); the manager only carries the plan out.
+
+An approval request that waited when the process died is denied by the resume (its own
+``ApprovalAnswered``, ``by="closed"``, reason :data:`RESTART_DENIAL`): the call never ran (a
+call waiting for approval has not started, and has no call record), the cell is not re-run,
+and the restart note tells the model. A note lost in a second crash is told again, as for
+unknown calls.
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ from sunroom.store import CallRecord, StoredEvent
 __all__ = [
     "CALL_OUTCOME_UNKNOWN",
     "MESSAGE_RECEIVED",
+    "RESTART_DENIAL",
     "Plan",
     "ReceivedMessage",
     "Replay",
@@ -46,6 +53,11 @@ CALL_OUTCOME_UNKNOWN = "CallOutcomeUnknown"
 """Kind of the event reporting a host call whose process died while it ran (payload
 ``call_id``, ``name``, ``args``, ``idempotency_key``); a resume appends one per such call."""
 
+RESTART_DENIAL = "the service restarted while this call waited for approval; it did not run"
+"""The reason of the denial a resume records for an approval request left waiting."""
+
+APPROVAL_REQUESTED = "ApprovalRequested"
+APPROVAL_ANSWERED = "ApprovalAnswered"
 RUN_ENDED = "SessionEnded"
 USAGE_UPDATED = "UsageUpdated"
 SUBMIT_ACCEPTED = "SubmitAccepted"
@@ -89,6 +101,10 @@ class Replay:
         untold_unknown: ids of those no ``Transcript`` message mentioned since (as
             :func:`restart_note` does): the model was not told, or the note died with its
             process (an idle session holds it in memory until the next message).
+        waiting_approvals: the ``ApprovalRequested`` payloads no ``ApprovalAnswered`` answered
+            (the calls waited when the process died), oldest first.
+        untold_approvals: the payloads of requests a resume denied (:data:`RESTART_DENIAL`)
+            that no ``Transcript`` message mentions since.
     """
 
     transcript: list[Message]
@@ -100,6 +116,8 @@ class Replay:
     spent: Spend = Spend()
     reported_unknown: frozenset[str] = frozenset()
     untold_unknown: frozenset[str] = frozenset()
+    waiting_approvals: tuple[dict[str, Any], ...] = ()
+    untold_approvals: tuple[dict[str, Any], ...] = ()
 
     @property
     def pending(self) -> list[ReceivedMessage]:
@@ -119,14 +137,19 @@ def replay(events: Sequence[StoredEvent]) -> Replay:
     spent = Spend()
     reported: set[str] = set()
     untold: set[str] = set()
+    asked: dict[str, dict[str, Any]] = {}  # call id → request payload, while unanswered
+    requests: dict[str, dict[str, Any]] = {}
+    untold_asks: dict[str, dict[str, Any]] = {}
     for e in events:
         p = e.payload
         if e.kind == TRANSCRIPT:
             start = int(p["start"])
             transcript = transcript[:start] + [message_from_json(m) for m in p["messages"]]
-            if untold:
+            if untold or untold_asks:
                 text = json.dumps(p["messages"])
                 untold -= {cid for cid in untold if _mention(cid) in text}
+                for cid in [c for c in untold_asks if _mention_approval(c) in text]:
+                    del untold_asks[cid]
             for mid in p.get("taken") or ():
                 if (m := by_id.get(str(mid))) is not None:
                     m.taken = True
@@ -155,6 +178,13 @@ def replay(events: Sequence[StoredEvent]) -> Replay:
                 m.answered = m.answered or m.taken
         elif e.kind == USAGE_UPDATED:
             spent = _spend_from(p)
+        elif e.kind == APPROVAL_REQUESTED:
+            asked[str(p["call_id"])] = requests[str(p["call_id"])] = p
+        elif e.kind == APPROVAL_ANSWERED:
+            cid = str(p["call_id"])
+            asked.pop(cid, None)
+            if p.get("reason") == RESTART_DENIAL and cid in requests:
+                untold_asks[cid] = requests[cid]
         elif e.kind == CALL_OUTCOME_UNKNOWN:
             reported.add(str(p["call_id"]))
             untold.add(str(p["call_id"]))
@@ -169,6 +199,8 @@ def replay(events: Sequence[StoredEvent]) -> Replay:
         spent=spent,
         reported_unknown=frozenset(reported),
         untold_unknown=frozenset(untold),
+        waiting_approvals=tuple(asked.values()),
+        untold_approvals=tuple(untold_asks.values()),
     )
 
 
@@ -202,6 +234,11 @@ def _mention(call_id: str) -> str:
     return f"(call {call_id}) was running"
 
 
+def _mention_approval(call_id: str) -> str:
+    """How :func:`restart_note` names approval request *call_id*."""
+    return f"(approval {call_id}) was waiting"
+
+
 def _match_legacy(transcript: Sequence[Message], legacy: Sequence[ReceivedMessage]) -> None:
     """Mark id-less messages taken when a transcript user message ends with their text."""
     users = [m.text for m in transcript if isinstance(m, UserMessage)]
@@ -227,8 +264,12 @@ def _spend_from(payload: dict[str, Any]) -> Spend:
     )
 
 
-def restart_note(unknown: Sequence[CallRecord]) -> str:
-    """What the model is told after a resume: a fresh kernel, nothing re-run, unknown calls."""
+def restart_note(unknown: Sequence[CallRecord], approvals: Sequence[dict[str, Any]] = ()) -> str:
+    """What the model is told after a resume: a fresh kernel, nothing re-run, unknown calls.
+
+    *approvals* are the ``ApprovalRequested`` payloads of calls that waited for approval: each
+    is named as not run (denied by the restart).
+    """
     lines = [
         "[The service restarted] The kernel is new: variables and imports from earlier cells "
         "are gone (inputs and host functions are bound again). No cell was re-run."
@@ -238,6 +279,13 @@ def restart_note(unknown: Sequence[CallRecord]) -> str:
         lines.append(
             f"- {c.name}({args}) {_mention(c.call_id)}: its outcome is UNKNOWN. It may "
             "or may not have taken effect; it was not repeated. Check before doing it again."
+        )
+    for a in approvals:
+        args = ", ".join(f"{k}={v!r}" for k, v in dict(a.get("arguments") or {}).items())
+        lines.append(
+            f"- {a.get('name')}({args}) {_mention_approval(str(a.get('call_id')))} for approval "
+            "when the service stopped: it did NOT run (denied by the restart). Call it again "
+            "if it is still needed; it will be asked for again."
         )
     return "\n".join(lines)
 
@@ -291,7 +339,7 @@ def plan(
     otherwise continues; every message no run took in is sent (once, under its id), starting a
     new run when none is open.
     """
-    note = restart_note(unknown)
+    note = restart_note(unknown, [*state.untold_approvals, *state.waiting_approvals])
     if not was_running:
         pending = state.pending
         return Plan(

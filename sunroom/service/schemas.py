@@ -14,12 +14,15 @@ from typing import Annotated, Any, Final, Literal
 
 import pydantic
 
+from sunroom.agent.approvals import DEFAULT_TIMEOUT_S, MAX_REASON_CHARS, MAX_TIMEOUT_S
 from sunroom.agent.budget import Budget
 from sunroom.agent.schema import JsonSchema
 from sunroom.sandbox.limits import Limits
 
 __all__ = [
+    "MAX_APPROVAL_RULES",
     "RANGES",
+    "ApprovalIn",
     "BudgetIn",
     "CreateKernel",
     "CreateSession",
@@ -31,6 +34,11 @@ __all__ = [
 ]
 
 _Strict = pydantic.ConfigDict(extra="forbid")
+
+MAX_APPROVAL_RULES: Final = 256
+"""Most entries a session's ``approvals`` mapping may have over HTTP."""
+
+_Rule = Annotated[str, pydantic.StringConstraints(min_length=1, max_length=200)]
 
 RANGES: Final[dict[str, tuple[float, float, str]]] = {
     # field: (lowest, highest, unit); documented in docs/service.md ("Limits")
@@ -162,6 +170,20 @@ class CreateSession(pydantic.BaseModel):
     code_mode: Literal["tool", "fenced"] = "tool"
     template: str | None = None
     mcp: list[str] = pydantic.Field(default_factory=list, max_length=32)
+    approvals: dict[_Rule, Literal["allow", "deny", "ask"]] = pydantic.Field(
+        default_factory=dict, max_length=MAX_APPROVAL_RULES
+    )
+    approval_timeout_s: float = pydantic.Field(default=DEFAULT_TIMEOUT_S, gt=0, le=MAX_TIMEOUT_S)
+
+
+class ApprovalIn(pydantic.BaseModel):
+    """``POST /sessions/{id}/approvals/{call_id}``: the answer to an approval request."""
+
+    model_config = _Strict
+
+    allow: pydantic.StrictBool
+    reason: str | None = pydantic.Field(default=None, max_length=MAX_REASON_CHARS)
+    lease: pydantic.StrictBool = False
 
 
 class MessageIn(pydantic.BaseModel):

@@ -26,13 +26,14 @@ from typing import Any, final
 from sunroom.agent.budget import Spend
 from sunroom.agent.hooks import Hooks, Veto
 from sunroom.agent.session import AsyncSession
-from sunroom.errors import UsageError
+from sunroom.errors import ApprovalNotPending, UsageError
 from sunroom.providers import Message, Model
 from sunroom.sandbox import backends
 from sunroom.sandbox.functions import HostFunction
 from sunroom.sandbox.inputs import File
 from sunroom.sandbox.kernel import AsyncKernel
 from sunroom.service import leases
+from sunroom.service.codec import jsonable
 from sunroom.service.config import ServiceConfig
 from sunroom.service.journal import CallLedger, Journal
 from sunroom.service.live import Identity, Live, ModelResolver, new_owner, stable_owner
@@ -45,6 +46,7 @@ from sunroom.service.problems import (
 from sunroom.service.recovery import (
     CALL_OUTCOME_UNKNOWN,
     MESSAGE_RECEIVED,
+    RESTART_DENIAL,
     plan,
     replay,
     unreported_unknown,
@@ -274,6 +276,49 @@ class SessionManager:
         kernel: AsyncKernel = live.session._kernel  # noqa: SLF001 - the service's own session
         return kernel
 
+    async def approvals(self, sid: str) -> list[dict[str, Any]]:
+        """The approval requests of session *sid* that wait for an answer, oldest first.
+
+        Raises NotFoundError, ConflictError (the session runs, but in another server).
+        """
+        live = self._live.get(sid)
+        if live is None:
+            record = await self._record(sid)
+            if record.status == "running":
+                raise ConflictError("the session is not running in this server")
+            return []
+        return [
+            {
+                "call_id": r.call_id,
+                "name": r.name,
+                "arguments": jsonable(r.arguments),
+                "depth": r.depth,
+                "requested_at": r.requested_at,
+                "expires_at": r.requested_at + r.timeout_s,
+            }
+            for r in live.session.pending_approvals()
+        ]
+
+    async def approve(
+        self, sid: str, call_id: str, *, allow: bool, reason: str | None, lease: bool
+    ) -> None:
+        """Answer approval request *call_id* of session *sid*; the answer is durable on return.
+
+        Raises NotFoundError (no such session or request), ConflictError (already answered,
+        or the session is not running in this server).
+        """
+        live = self._live.get(sid)
+        if live is None:
+            await self._record(sid)
+            raise ConflictError("the session is not running in this server")
+        try:
+            await live.session.approve(call_id, allow=allow, reason=reason, lease=lease)
+        except ApprovalNotPending as exc:
+            if exc.answered:
+                raise ConflictError("that approval request was already answered") from None
+            raise NotFoundError("the session has no approval request with that id") from None
+        await live.journal.flush()
+
     async def get(self, sid: str) -> SessionRecord:
         """The session's record. Raises NotFoundError."""
         return await self._record(sid)
@@ -341,10 +386,18 @@ class SessionManager:
                 {"call_id": c.call_id, "name": c.name, "args": c.args,
                  "idempotency_key": c.idempotency_key},
             )  # fmt: skip
+        for a in state.waiting_approvals:  # the call never ran: deny it, durably and visibly
+            await live.journal.append(
+                "ApprovalAnswered",
+                {"call_id": a["call_id"], "name": a["name"], "allow": False,
+                 "reason": RESTART_DENIAL, "lease": False, "by": "closed",
+                 **({"branch": a["branch"]} if "branch" in a else {})},
+            )  # fmt: skip
         await live.journal.append(
             "KernelRestarted",
             {"reason": "the session was resumed in a new service process; cells were not re-run",
-             "state_lost": True, "unknown_calls": [c.call_id for c in unknown]},
+             "state_lost": True, "unknown_calls": [c.call_id for c in unknown],
+             "denied_approvals": [a["call_id"] for a in state.waiting_approvals]},
         )  # fmt: skip
         log.info("session %s resumed (%d unknown calls)", sid, len(unknown))
         if todo.end_with is not None:
@@ -475,6 +528,8 @@ class SessionManager:
                 spent=spent,
                 template=template,
                 mcp=toolset if toolset is not None else (),
+                approvals=request.approvals,
+                approval_timeout_s=request.approval_timeout_s,
             )
         except BaseException:
             await self._close_model(sid, model)

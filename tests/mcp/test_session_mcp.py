@@ -56,3 +56,25 @@ async def test_the_prompt_lists_modules_and_calls_are_events_vetted_by_hooks() -
     assert [(e.what, e.reason) for e in events if isinstance(e, ev.Vetoed)] == [
         ("tracker.create_issue", "no new issues")
     ]
+
+
+async def test_approval_policies_apply_to_mcp_tools_by_their_dotted_names() -> None:
+    model = ScriptedModel(
+        [
+            code("print(tracker.add(1, 2))"),
+            code("print(tracker.search_issues('x', limit=1))"),
+            "done",
+        ]
+    )
+    async with AsyncSession(
+        model=model,
+        backend="subprocess",
+        mcp=[tracker()],
+        approvals={"tracker.*": "deny", "tracker.add": "allow"},
+    ) as s:
+        result = await s.run("go")
+    assert result.ok
+    assert "3" in last_output(model.requests[1])
+    denied = last_output(model.requests[2])
+    assert "ApprovalDenied" in denied
+    assert "tracker.search_issues" in denied

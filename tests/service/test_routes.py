@@ -22,6 +22,8 @@ ROUTES = [
     ("POST", "/sessions/x/messages"),
     ("GET", "/sessions/x/events"),
     ("GET", "/sessions/x/result"),
+    ("GET", "/sessions/x/approvals"),
+    ("POST", "/sessions/x/approvals/y"),
     ("POST", "/kernels"),
     ("POST", "/kernels/x/execute"),
     ("POST", "/kernels/x/fork"),
