@@ -1,6 +1,9 @@
 """MCP benchmarks (issue 14): binding a 50-tool server, and the per-call overhead, same run.
 
-Run: ``.venv/bin/python benchmarks/mcp.py [--backend subprocess] [--n 200] [--tools 50]``
+(Not named ``mcp.py``: with ``benchmarks/`` on ``sys.path``, as the rlm_eval tests put it, that
+name would shadow the ``mcp`` SDK.)
+
+Run: ``.venv/bin/python benchmarks/mcp_tools.py [--backend subprocess] [--n 200] [--tools 50]``
 
 Printed (medians, with p90):
 
@@ -24,12 +27,9 @@ import sys
 import time
 from pathlib import Path
 
-# this file is named mcp.py: keep its folder off sys.path, or it shadows the mcp SDK
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
-
-import sunroom  # noqa: E402
-from sunroom import AsyncKernel  # noqa: E402
-from sunroom.mcp.toolset import Toolset  # noqa: E402
+import sunroom
+from sunroom import AsyncKernel
+from sunroom.mcp.toolset import Toolset
 
 SERVER = str(Path(__file__).resolve().parent.parent / "tests" / "mcp" / "toolserver.py")
 
