@@ -1,0 +1,1 @@
+"""MCP: servers bound into kernels, and sunroom as an MCP server."""
