@@ -701,8 +701,11 @@ def build_server(settings: McpSettings, *, transport: Transport) -> Server[Sessi
         except SunroomError as exc:
             return _failure(str(exc))
 
+    from sunroom import __version__
+
     server: Server[SessionKernels] = Server(
         "sunroom",
+        version=__version__,
         title="sunroom",
         instructions="Run Python in a persistent, sandboxed kernel of this session "
         "(execute_code); move files in and out of its workdir.",
