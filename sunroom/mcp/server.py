@@ -36,15 +36,18 @@ import base64
 import binascii
 import json
 import mimetypes
+import signal
 import socket
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
+import threading
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal, final
 from urllib.parse import quote
 
 import mcp_types as types
 import pydantic
+import uvicorn
 from mcp.server.connection import Connection
 from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import Server
@@ -71,6 +74,9 @@ __all__ = [
 
 MAX_TIMEOUT_S: Final = 3600.0
 """The largest ``timeout_s`` any setting may allow ``execute_code``."""
+
+_MIN_BODY_BYTES: Final = 4 * 1024 * 1024
+"""The HTTP request body cap, raised to fit a ``write_file`` of ``max_file_bytes`` (base64)."""
 
 _IMAGE_ORDER: Final = ("image/png", "image/jpeg", "image/gif", "image/webp")
 _SLOT_KEY: Final = "sunroom.kernel"
@@ -278,12 +284,16 @@ class SessionKernels:
         return True
 
     async def release(self, slot: _Slot) -> None:
-        """Close the slot's kernel for good: its session ended."""
+        """Close the slot's kernel for good: its session ended.
+
+        The slot is forgotten only once its kernel is closed: if this is cancelled (the SDK
+        bounds a session's cleanup), :meth:`aclose` closes the kernel again at the server's stop.
+        """
         slot.closed = True
+        if slot.kernel is not None:
+            await slot.kernel.aclose()
+        slot.kernel = None
         self._slots.discard(slot)
-        kernel, slot.kernel = slot.kernel, None
-        if kernel is not None:
-            await kernel.aclose()
 
     async def aclose(self) -> None:
         """Close every kernel still open; every one is tried, the first failure is raised."""
@@ -768,14 +778,15 @@ async def serve_http(
     open at once (503 beyond); one idle for ``settings.session_idle_s`` is ended, and its kernel
     closed.
     """
-    import uvicorn
-
     from sunroom.service.auth import BearerAuth, HostCheck
 
     server = build_server(settings, transport="http")
     host = sock.getsockname()[0]
     app = server.streamable_http_app(
-        host=host, max_sessions=settings.max_sessions, session_idle_timeout=settings.session_idle_s
+        host=host,
+        max_sessions=settings.max_sessions,
+        session_idle_timeout=settings.session_idle_s,
+        max_request_body_size=max(_MIN_BODY_BYTES, settings.max_file_bytes * 4 // 3 + (1 << 16)),
     )
     guarded = HostCheck(BearerAuth(app, token=token, open_paths=()), allowed=host_allowed)
     config = uvicorn.Config(
@@ -785,4 +796,21 @@ async def serve_http(
         access_log=False,
         timeout_graceful_shutdown=2,
     )
-    await uvicorn.Server(config).serve(sockets=[sock])
+    await _Uvicorn(config).serve(sockets=[sock])
+
+
+class _Uvicorn(uvicorn.Server):
+    """uvicorn, ending with exit status 0 on SIGINT/SIGTERM (the signal is not re-raised)."""
+
+    @contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+        handled = (signal.SIGINT, signal.SIGTERM)
+        original = {sig: signal.signal(sig, self.handle_exit) for sig in handled}
+        try:
+            yield
+        finally:
+            for sig, handler in original.items():
+                signal.signal(sig, handler)

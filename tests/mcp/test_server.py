@@ -77,9 +77,10 @@ def http_server(*args: str, token: str = TOKEN) -> Iterator[tuple[str, subproces
         yield match.group(1), proc
     finally:
         proc.terminate()
-        proc.wait(30)
+        code = proc.wait(30)
         if proc.stdout is not None:
             proc.stdout.close()
+    assert code == 0  # SIGTERM: a clean stop (the kernels closed in the lifespan)
 
 
 @asynccontextmanager
@@ -378,6 +379,12 @@ async def test_http_needs_the_token() -> None:
             assert client.session.protocol_version == "2025-11-25"
             r = await client.call_tool("execute_code", {"code": "6 * 7"})
             assert r.structured_content is not None and r.structured_content["value"] == "42"
+            # the request body cap follows --max-file-bytes (8 MiB): a 6 MiB file fits in one
+            big = base64.b64encode(os.urandom(6 * 1024 * 1024)).decode()
+            args = {"path": "big.bin", "content": big, "encoding": "base64"}
+            r = await client.call_tool("write_file", args)
+            assert not r.is_error, text_of(r)
+            assert r.structured_content == {"path": "big.bin", "bytes_written": 6 * 1024 * 1024}
         # a stateless (2026-07-28) call has no session to keep a kernel in: refused
         headers = {"Authorization": f"Bearer {TOKEN}"}
         async with create_mcp_http_client(headers=headers) as http:
