@@ -178,6 +178,9 @@ async def test_stdio_state_images_errors_timeout_reset() -> None:
             r = await client.call_tool("execute_code", bad)
             assert r.is_error and text_of(r).startswith("invalid arguments: "), text_of(r)
 
+        with pytest.raises(MCPError, match="there is no tool named 'nope'"):
+            await client.call_tool("nope", {})
+
         r = await client.call_tool("reset_kernel", {})
         assert not r.is_error and r.structured_content == {"closed": True}
         r = await client.call_tool("execute_code", {"code": "x"})
@@ -464,3 +467,37 @@ async def test_the_documented_mcp_servers_entries_work() -> None:
         async with http_client(documented, token=TOKEN) as client:
             r = await client.call_tool("execute_code", {"code": "y = 2\ny ** 10"})
             assert r.structured_content is not None and r.structured_content["value"] == "1024"
+
+
+# -- settings -------------------------------------------------------------------------------
+
+
+def test_settings_limits_have_numbers() -> None:
+    from sunroom.errors import UsageError
+    from sunroom.mcp.server import MAX_TIMEOUT_S, McpSettings
+    from sunroom.sandbox.limits import Limits
+
+    assert MAX_TIMEOUT_S == 3600
+    McpSettings(max_timeout_s=3600)
+    bad: list[dict[str, Any]] = [
+        {"max_timeout_s": 3601},
+        {"max_timeout_s": 0},
+        {"limits": Limits(timeout_s=700)},  # over the default max_timeout_s of 600
+        {"max_file_bytes": 0},
+        {"max_turns": 0},
+        {"max_sessions": 0},
+        {"session_idle_s": 0},
+        {"session_idle_s": float("inf")},
+    ]
+    for kwargs in bad:
+        with pytest.raises(UsageError):
+            McpSettings(**kwargs)
+    proc = subprocess.run(
+        [sys.executable, "-m", "sunroom.cli", "mcp", "--max-timeout", "4000"],
+        capture_output=True,
+        text=True,
+        env=server_env(),
+        timeout=60,
+    )
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr == "sunroom: the largest cell timeout must be in (0, 3600] s, got 4000\n"
