@@ -492,7 +492,10 @@ def mcp(
     stdio by default (nothing but protocol frames on stdout); ``--http`` serves streamable
     HTTP at ``/mcp`` with a bearer token (SUNROOM_TOKEN, or generated and printed).
     """
-    from sunroom.mcp import server as mcp_server
+    try:
+        from sunroom.mcp import server as mcp_server
+    except ImportError as exc:
+        raise fail(f"sunroom mcp needs the MCP SDK: pip install 'sunroom[mcp]' ({exc})") from None
 
     models = model or ([os.environ["SUNROOM_MODEL"]] if os.environ.get("SUNROOM_MODEL") else [])
     try:

@@ -501,3 +501,18 @@ def test_settings_limits_have_numbers() -> None:
     )
     assert proc.returncode == 2 and proc.stdout == ""
     assert proc.stderr == "sunroom: the largest cell timeout must be in (0, 3600] s, got 4000\n"
+
+
+def test_without_the_sdk_it_says_what_to_install() -> None:
+    blocked = "import sys; sys.modules['mcp'] = None; sys.argv = ['sunroom', 'mcp']\n"
+    proc = subprocess.run(
+        [sys.executable, "-c", blocked + "from sunroom.cli import main; main()"],
+        capture_output=True,
+        text=True,
+        env=server_env(),
+        timeout=60,
+    )
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.startswith(
+        "sunroom: sunroom mcp needs the MCP SDK: pip install 'sunroom[mcp]'"
+    )
