@@ -115,7 +115,8 @@ class FileError(UsageError):
     absolute, has ``..`` or NUL, or leads out of the workdir through a symbolic link),
     ``"not_found"``, ``"is_dir"``, ``"not_dir"``, ``"no_space"`` (the workdir's size limit or
     the kernel's file size limit), ``"too_many"`` (a listing over its cap, too many transfers
-    open) or ``"failed"`` (another operating system error).
+    open), ``"too_big"`` (a file over the caller's size cap, e.g. ``sunroom mcp``'s
+    ``read_file``) or ``"failed"`` (another operating system error).
     """
 
     def __init__(self, message: str, *, reason: str) -> None:

@@ -7,6 +7,7 @@ it needs no key and no network.
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -28,9 +29,12 @@ def test_the_readme_has_the_snippets_this_test_knows() -> None:
 
 def _runs_as_written(snippet: str, expected: str) -> None:
     """Run *snippet* from the repository root; it must succeed and print *expected* last."""
+    bindir = str(Path(sys.executable).parent)  # as for a user whose venv is active
+    env = {**os.environ, "PATH": f"{bindir}{os.pathsep}{os.environ.get('PATH', '')}"}
     done = subprocess.run(
         [sys.executable, "-c", snippet],
         cwd=ROOT,
+        env=env,
         capture_output=True,
         text=True,
         timeout=120,
@@ -49,7 +53,7 @@ def test_a_readme_snippet_runs_as_written(index: int) -> None:
 # guides whose Python snippets run as written too: file -> what each snippet prints last
 GUIDES = {
     "docs/fork.md": ["[1, 2, 3]", "'{\"rows\": 3}'", "success 45 3"],
-    "docs/mcp.md": ["42"],
+    "docs/mcp.md": ["42", "42"],
     "docs/approvals.md": ["success deleted old", "pay() was denied: over the limit of 100"],
 }
 
