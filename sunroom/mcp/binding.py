@@ -193,6 +193,7 @@ def tool_function(server: McpServer, tool: mcp_types.Tool, attr: str, call: Call
         description=_describe(tool, server),
         timeout_s=server.timeout_s,
         max_concurrency=server.max_concurrency,
+        budget=server.budget,
         parameters_schema={
             "type": "object",
             "properties": kernel_props,

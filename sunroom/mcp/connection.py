@@ -16,9 +16,8 @@ import asyncio
 import contextlib
 import logging
 import os
-import tempfile
 from collections.abc import AsyncIterator, Callable
-from typing import Any, Final, TextIO
+from typing import Any, Final, TextIO, final
 
 import httpx2
 from mcp import Client
@@ -59,7 +58,7 @@ class Connection:
         self._stop: asyncio.Event | None = None
         self._lock = asyncio.Lock()
         self._closed = False
-        self._errlog: TextIO | None = None
+        self._errlog: _StderrTail | None = None
         self._connected_once = False
 
     # -- lifecycle -------------------------------------------------------------------------
@@ -130,7 +129,7 @@ class Connection:
         server = self.server
         if isinstance(server, StdioServer):
             if self._errlog is None:
-                self._errlog = tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace")  # noqa: SIM115 - closed in aclose
+                self._errlog = _StderrTail()
             params = StdioServerParameters(
                 command=server.command,
                 args=list(server.args),
@@ -138,7 +137,7 @@ class Connection:
                 cwd=server.cwd,
                 encoding_error_handler="replace",
             )
-            return stdio_client(params, errlog=self._errlog)
+            return stdio_client(params, errlog=self._errlog.writer)
         assert isinstance(server, HttpServer)
         if server.transport == "sse":
             return sse_client(server.url, headers=dict(server.headers))
@@ -252,29 +251,76 @@ class Connection:
         return self._mask(text[:300])
 
     def _stderr_size(self) -> int:
-        log = self._errlog
-        try:
-            return 0 if log is None else os.fstat(log.fileno()).st_size
-        except (OSError, ValueError):
-            return 0
+        return 0 if self._errlog is None else self._errlog.written()
 
     def _stderr_tail(self, since: int = 0) -> str:
         """The server's last stderr line written after byte *since*, masked, or ""."""
-        log = self._errlog
-        if log is None:
+        line = "" if self._errlog is None else self._errlog.last_line(since)
+        if not line:
             return ""
+        return f"; its last stderr line: {self._mask(line)[-_STDERR_TAIL:]}"
+
+
+@final
+class _StderrTail:
+    """A stdio server's stderr, through a pipe: the last 4 KiB kept, the rest counted, dropped.
+
+    A server that floods stderr costs nothing but the reading; error messages quote its last
+    line. The pipe is read on the event loop (``add_reader``).
+    """
+
+    KEEP: Final = 4096
+
+    def __init__(self) -> None:
+        read, write = os.pipe()
+        os.set_blocking(read, False)
+        self._fd = read
+        self.writer: TextIO = os.fdopen(write, "w", encoding="utf-8", errors="replace")
+        self._tail = bytearray()
+        self._total = 0
+        self._loop = asyncio.get_running_loop()
+        self._loop.add_reader(read, self._read)
+
+    def _read(self) -> bool:
+        """Take what the pipe holds now; whether anything came."""
         try:
-            log.flush()
-            size = os.fstat(log.fileno()).st_size
-            log.seek(max(since, size - 4096))
-            lines = [line.strip() for line in log.read().splitlines() if line.strip()]
-            log.seek(0, os.SEEK_END)
-        except (OSError, ValueError):
-            return ""
-        if not lines:
-            return ""
-        tail = self._mask(lines[-1])[-_STDERR_TAIL:]
-        return f"; its last stderr line: {tail}"
+            data = os.read(self._fd, 1 << 16)
+        except BlockingIOError:
+            return False
+        except OSError:
+            data = b""
+        if not data:
+            self._loop.remove_reader(self._fd)
+            return False
+        self._total += len(data)
+        self._tail += data
+        del self._tail[: -self.KEEP]
+        return True
+
+    def written(self) -> int:
+        """Bytes the server has written to stderr so far (drained first)."""
+        while self._fd >= 0 and self._read():
+            pass
+        return self._total
+
+    def last_line(self, since: int) -> str:
+        """The last non-empty line among the bytes written after *since* (kept ones only)."""
+        total = self.written()
+        fresh = (
+            bytes(self._tail[-min(len(self._tail), max(0, total - since)) :])
+            if total > since
+            else b""
+        )
+        lines = [ln.strip() for ln in fresh.decode("utf-8", "replace").splitlines() if ln.strip()]
+        return lines[-1] if lines else ""
+
+    def close(self) -> None:
+        """Stop reading and close both ends."""
+        if self._fd >= 0:
+            self._loop.remove_reader(self._fd)
+            os.close(self._fd)
+            self._fd = -1
+        self.writer.close()
 
 
 @contextlib.asynccontextmanager

@@ -52,6 +52,8 @@ class _Common:
     max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES
     max_concurrency: int | None = None
     """Tool calls to this server running at once per kernel (None: no limit)."""
+    budget: int | None = None
+    """Calls allowed to each of its tools per kernel lifetime (None: no limit)."""
 
     def __post_init__(self) -> None:
         if not _NAME.fullmatch(self.name) or keyword.iskeyword(self.name):
@@ -60,8 +62,8 @@ class _Common:
             raise UsageError(f"MCP server name {self.name!r} must not start with an underscore")
         if self.start not in ("eager", "lazy"):
             raise UsageError(f"start must be 'eager' or 'lazy', got {self.start!r}")
-        for field in ("timeout_s", "connect_timeout_s", "max_result_bytes"):
-            if getattr(self, field) <= 0:
+        for field in ("timeout_s", "connect_timeout_s", "max_result_bytes", "budget"):
+            if getattr(self, field) is not None and getattr(self, field) <= 0:
                 raise UsageError(f"MCP server {self.name!r}: {field} must be positive")
 
     def secrets(self) -> tuple[str, ...]:
@@ -141,6 +143,7 @@ def stdio(
     connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S,
     max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES,
     max_concurrency: int | None = None,
+    budget: int | None = None,
 ) -> StdioServer:
     """A server started as ``command *args`` on the host (name: from the command, if not given).
 
@@ -160,6 +163,7 @@ def stdio(
         connect_timeout_s=connect_timeout_s,
         max_result_bytes=max_result_bytes,
         max_concurrency=max_concurrency,
+        budget=budget,
     )
 
 
@@ -177,6 +181,7 @@ def http(
     connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S,
     max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES,
     max_concurrency: int | None = None,
+    budget: int | None = None,
 ) -> HttpServer:
     """A server at *url* (streamable HTTP by default; ``transport="sse"`` for the older one)."""
     host = url.split("://", 1)[-1].split("/", 1)[0].split("@")[-1].split(":")[0]
@@ -190,6 +195,7 @@ def http(
         connect_timeout_s=connect_timeout_s,
         max_result_bytes=max_result_bytes,
         max_concurrency=max_concurrency,
+        budget=budget,
     )
 
 
@@ -210,7 +216,14 @@ def from_config(config: Mapping[str, Any]) -> list[McpServer]:
         name = re.sub(r"[^A-Za-z0-9_]", "_", str(key))
         extra: dict[str, Any] = {
             k: entry[k]
-            for k in ("start", "timeout_s", "connect_timeout_s", "max_result_bytes")
+            for k in (
+                "start",
+                "timeout_s",
+                "connect_timeout_s",
+                "max_result_bytes",
+                "max_concurrency",
+                "budget",
+            )
             if k in entry
         }
         try:

@@ -16,6 +16,7 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 
 import sunroom
@@ -340,3 +341,35 @@ async def test_credentials_never_reach_the_kernel(isolated_backend: str) -> None
         assert result.value == "([], True)"
         assert CANARY not in result.stdout + result.stderr
     assert os.environ.get("TOOLSERVER_TOKEN") is None
+
+
+async def test_a_server_flooding_stderr_costs_no_memory_and_its_last_line_is_quoted_masked(
+    kernel: AsyncKernel,
+) -> None:
+    before = psutil.Process().memory_info().rss
+    assert await value(kernel, "tracker.shout(50_000_000)") == "'ok'"  # 50 MB of stderr
+    assert psutil.Process().memory_info().rss - before < 20_000_000
+    result = await kernel.execute(f"tracker.shout(1000, last='die: token {CANARY}')")
+    assert result.error is not None
+    assert result.error.type == "McpServerError"
+    assert "its last stderr line: die: token ***" in result.error.message
+    assert CANARY not in result.error.message
+    assert await value(kernel, "tracker.add(1, 1)") == "2"
+
+
+async def test_a_per_tool_budget_and_concurrency_limit() -> None:
+    async with AsyncKernel(backend="subprocess", mcp=[tracker(budget=2)]) as k:
+        assert await value(k, "tracker.add(1, 1), tracker.add(2, 2)") == "(2, 4)"
+        result = await k.execute("tracker.add(3, 3)")
+        assert result.error is not None
+        assert result.error.type == "HostFunctionBudgetExceeded"
+        assert await value(k, "tracker.pid() > 0") == "True"  # each tool has its own count
+    async with AsyncKernel(backend="subprocess", mcp=[tracker(max_concurrency=1)]) as k:
+        code = (
+            "import threading, time\n"
+            "t0 = time.monotonic()\n"
+            "ts = [threading.Thread(target=tracker.hang, args=(0.3,)) for _ in range(3)]\n"
+            "[t.start() for t in ts]; [t.join() for t in ts]\n"
+            "round(time.monotonic() - t0, 1) >= 0.9"
+        )
+        assert await value(k, code) == "True"  # one at a time

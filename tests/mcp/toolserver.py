@@ -105,6 +105,19 @@ def flood(n_bytes: int) -> str:
     return "x" * n_bytes
 
 
+@server.tool()
+def shout(n_bytes: int, last: str = "done shouting") -> str:
+    """Write *n_bytes* to stderr, then *last* on a line of its own."""
+    chunk = "e" * 65536
+    for _ in range(n_bytes // len(chunk)):
+        sys.stderr.write(chunk)
+    sys.stderr.write("\n" + last + "\n")
+    sys.stderr.flush()
+    if last.startswith("die"):
+        os._exit(4)
+    return "ok"
+
+
 def _png(width: int, height: int) -> bytes:
     raw = b"".join(b"\x00" + b"\xff\x00\x00" * width for _ in range(height))
 
