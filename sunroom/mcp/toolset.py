@@ -150,14 +150,8 @@ class Toolset:
     def describe(self) -> str:
         """The bound modules and their signatures, compactly, for a system prompt."""
         hfs = self.functions
-        later = [
-            f"# module {name} (MCP server, started before the first cell: help({name}) lists "
-            "its tools)"
-            for name, b in self._bound.items()
-            if not b.functions and b.connection.server.start == "lazy"
-        ]
         if not hfs:
-            return "\n".join(later)
+            return ""
         tree = ast.parse(generate(hfs, module_docs=self.module_docs()).source)
         by_def = {def_name(hf.name): hf.name for hf in hfs}
         lines: list[str] = []
@@ -181,7 +175,7 @@ class Toolset:
                 head = head.replace("-> _mcp.Content", "-> str | Image | Resource | list")
                 summary = f"  # {doc[0]}" if doc and not doc[0].startswith("MCP tool ") else ""
                 lines.append(f"{head}{summary}")
-        return "\n".join([*lines, *later])
+        return "\n".join(lines)
 
     def server_names(self) -> Sequence[str]:
         """The module names, in order."""

@@ -80,7 +80,7 @@ async def test_approval_policies_apply_to_mcp_tools_by_their_dotted_names() -> N
     assert "tracker.search_issues" in denied
 
 
-async def test_a_lazy_server_is_named_in_the_prompt_and_bound_before_the_first_cell() -> None:
+async def test_a_lazy_server_is_bound_by_the_sessions_setup_cell_and_listed() -> None:
     lazy = sunroom.mcp.stdio(sys.executable, [SERVER, "stdio"], name="tracker", start="lazy")
     model = ScriptedModel([code("print(tracker.add(2, 2))"), "done"])
     async with AsyncSession(model=model, backend="subprocess", mcp=[lazy]) as s:
@@ -88,5 +88,5 @@ async def test_a_lazy_server_is_named_in_the_prompt_and_bound_before_the_first_c
     assert result.ok
     system = model.requests[0].messages[0]
     assert isinstance(system, SystemMessage)
-    assert "# module tracker (MCP server, started before the first cell" in system.text
+    assert "tracker.add(a: int, b: int) -> int" in system.text
     assert "4" in last_output(model.requests[1])
