@@ -166,9 +166,18 @@ class AsyncKernel:
             return
         if self._backend is None:
             self._backend = backends.resolve(self._backend_arg)
-        if self._toolset is not None and await self._toolset.bind():
-            self._rebind()
-        await self._boot()
+        binding = None
+        if self._toolset is not None:  # list the MCP tools while the kernel boots
+            binding = asyncio.ensure_future(self._toolset.bind())
+        try:
+            await self._boot(binding)
+        finally:
+            if binding is not None:
+                if not binding.done():
+                    binding.cancel()
+                await asyncio.wait([binding])
+                if not binding.cancelled():
+                    binding.exception()  # retrieved: raised by _boot, or moot after its failure
 
     def _rebind(self) -> None:
         """Rebuild the registry and wrappers with the toolset's current MCP functions."""
@@ -197,7 +206,12 @@ class AsyncKernel:
         )
         return None
 
-    async def _boot(self) -> None:
+    async def _boot(self, binding: asyncio.Future[bool] | None = None) -> None:
+        """Launch (or take) a process and install the functions and inputs.
+
+        *binding*, when given, is the MCP toolset's bind running meanwhile; its functions are
+        installed with the others.
+        """
         assert self._backend is not None
         if self._pool is not None:
             ready = await self._pool.acquire()
@@ -211,6 +225,8 @@ class AsyncKernel:
         ready.channel.serve_with(self._serve, eager=True)
         self.kernel_info = ready.info
         try:
+            if binding is not None and await binding:
+                self._rebind()
             # a template's fork has the template's functions and inputs already
             if self._template is None and self.registry.functions or self._own_functions:
                 await self._channel.call(
@@ -223,7 +239,7 @@ class AsyncKernel:
         except BaseException as exc:
             detail = await failure_detail(ready.proc)
             await self._teardown()
-            if isinstance(exc, asyncio.CancelledError | KernelError | UsageError):
+            if isinstance(exc, asyncio.CancelledError | KernelError | UsageError | McpServerError):
                 raise
             failure = cut(repr(exc), 300)
             raise KernelStartError(f"the kernel did not take its setup: {failure}{detail}") from exc
