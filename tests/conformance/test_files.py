@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import os
 from collections.abc import AsyncIterator
 
 import pytest
@@ -172,6 +175,46 @@ async def test_read_sized_gives_the_size_then_the_stream(kernel: AsyncKernel) ->
     with pytest.raises(FileError, match="no such file") as err:
         await kernel.files.read_sized("missing.bin")
     assert err.value.reason == "not_found"
+    assert (await kernel.execute("1 + 1")).value == "2"  # nothing holds the kernel
+
+
+SWAP_SOON = """
+import os, threading, time
+def swap():
+    time.sleep(0.6)
+    os.symlink('/etc/passwd', 'link')
+    os.replace('link', 'kept.bin')
+threading.Thread(target=swap, daemon=True).start()
+"""
+
+
+async def test_open_shared_hands_over_the_kernels_own_open_file(
+    kernel: AsyncKernel, backend: str
+) -> None:
+    data = bytes(range(256)) * 4096 + b"end"
+    await kernel.files.write("kept.bin", data)
+    assert (await kernel.execute(SWAP_SOON)).ok  # a thread of the kernel's own code, later
+    shared = await kernel.files.open_shared("kept.bin")
+    if shared is None:  # docker: the host does not take a container's descriptors
+        assert backend == "docker"
+        return
+    async with shared:
+        assert shared.size == len(data)
+        cell = asyncio.ensure_future(kernel.execute("1 + 1"))
+        await asyncio.sleep(1.0)  # meanwhile the path became a link out of the workdir
+        assert not cell.done()  # the kernel is held: no cell runs during a transfer
+        assert os.pread(shared.fd, len(data) + 1, 0) == data  # what was opened, unchanged
+        taken = os.fstat(shared.fd)
+    with contextlib.suppress(OSError):  # closed by aclose, unless its number was reused
+        assert not os.path.samestat(os.fstat(shared.fd), taken)
+    assert (await cell).value == "2"
+    with pytest.raises(FileError, match="symbolic link") as err:
+        await kernel.files.open_shared("kept.bin")  # the link is refused in the kernel's jail
+    assert err.value.reason == "refused"
+    for path, reason in (("../x", "refused"), ("/etc/passwd", "refused"), ("nope", "not_found")):
+        with pytest.raises(FileError) as err:
+            await kernel.files.open_shared(path)
+        assert err.value.reason == reason
     assert (await kernel.execute("1 + 1")).value == "2"  # nothing holds the kernel
 
 
