@@ -4,10 +4,17 @@
 
 * through the service: ``sunroom serve`` in a subprocess (subprocess backend by default), one
   raw kernel, a file of ``--mb`` MB (default 1000, made on the fly in a temporary directory and
-  removed after) uploaded with ``PUT /kernels/{id}/files/{path}`` (streamed from disk) and
-  downloaded with ``GET`` (streamed to disk); reports the seconds of each (target: at most 3 s
-  each for 1 GB on loopback) and the growth of the server's resident memory over its resting
-  size, sampled every 20 ms (target: at most 64 MB);
+  removed after) uploaded with ``PUT /kernels/{id}/files/{path}`` and downloaded with ``GET``,
+  by two clients in turn: httpx in this process (upload streamed from disk, download streamed
+  to a file on disk: a realistic Python client, whose own parsing and writing count) and curl
+  (upload from the file, download to ``/dev/null``: the least client cost, so the figure is
+  the server's). Each of ``--runs`` rounds also times a plain ``cp`` of the same file (the
+  reference: the disk's own cost), and ``sync`` runs before every timed step so no step pays
+  for the writeback of the one before. Reports the medians of the seconds of each (target: at
+  most 3 s each way for 1 GB on loopback), their ratio to ``cp``, the CPU seconds of server
+  and kernel, and the growth of the server's resident memory over its resting size, sampled
+  every 20 ms (target: at most 64 MB); the load average before and after says how busy the
+  machine was;
 * the Python API: ``AsyncKernel.files.write`` / ``read_stream`` of the same file in this
   process, with ``Limits(disk_mb=..., file_size_mb=...)`` raised to fit it (bwrap and docker
   keep the workdir in a size-capped tmpfs).
@@ -126,11 +133,14 @@ def files_service(src: Path, dst: Path, *, backend: str, runs: int) -> dict[str,
             rss = RssPeak(server.pid)
             for _ in range(runs):
                 copy = dst.with_suffix(".cp")
+                os.sync()  # each timed step starts with no dirty pages of the one before
                 t0 = time.perf_counter()
                 subprocess.run(["cp", str(src), str(copy)], check=True)
                 note("cp_s", time.perf_counter() - t0)
                 copy.unlink()
                 for client in ("httpx", "curl"):
+                    http.delete(f"{base}/big.bin")  # room for the next (bwrap, docker: tmpfs)
+                    os.sync()
                     cpu0 = _cpu(proc), _cpu(*kernels)
                     t0 = time.perf_counter()
                     if client == "httpx":
@@ -138,8 +148,10 @@ def files_service(src: Path, dst: Path, *, backend: str, runs: int) -> dict[str,
                         r.raise_for_status()
                         assert r.json()["size"] == size, r.text
                     else:
-                        _curl(["-T", str(src)], url + f"{base}/big.bin", token)
+                        said = _curl(["-T", str(src)], url + f"{base}/big.bin", token)
+                        assert f'"size":{size}' in said, said
                     note(f"{client}_upload_s", time.perf_counter() - t0)
+                    os.sync()
                     cpu1 = _cpu(proc), _cpu(*kernels)
                     t0 = time.perf_counter()
                     if client == "httpx":
@@ -148,11 +160,13 @@ def files_service(src: Path, dst: Path, *, backend: str, runs: int) -> dict[str,
                             for chunk in resp.iter_raw(MIB):
                                 out.write(chunk)
                     else:
-                        _curl(["-o", str(dst)], url + f"{base}/big.bin", token)
+                        said = _curl(["-o", "/dev/null"], url + f"{base}/big.bin", token)
+                        got = int(said.split()[-1])
                     note(f"{client}_download_s", time.perf_counter() - t0)
                     cpu2 = _cpu(proc), _cpu(*kernels)
-                    got = dst.stat().st_size
-                    dst.unlink()
+                    if client == "httpx":
+                        got = dst.stat().st_size
+                        dst.unlink()
                     assert got == size, (client, got, size)
                     note(f"{client}_upload_server_cpu_s", cpu1[0] - cpu0[0])
                     note(f"{client}_upload_kernel_cpu_s", cpu1[1] - cpu0[1])
@@ -171,13 +185,18 @@ def files_service(src: Path, dst: Path, *, backend: str, runs: int) -> dict[str,
     return out
 
 
-def _curl(args: list[str], url: str, token: str) -> None:
-    """Run curl on *url* with *args* (the token passed on stdin, not on the command line)."""
-    subprocess.run(
-        ["curl", "-sS", "--fail", "--max-time", "120", "-H", "@-", *args, url],
-        input=f"Authorization: Bearer {token}\n", text=True, check=True,
-        stdout=subprocess.DEVNULL,
+def _curl(args: list[str], url: str, token: str) -> str:
+    """Run curl on *url* with *args* (the token passed on stdin, not on the command line).
+
+    Returns what it printed: the response body unless ``-o`` sends it elsewhere, then the
+    bytes downloaded on a line of their own.
+    """
+    done = subprocess.run(
+        ["curl", "-sS", "--fail", "--max-time", "120", "-H", "@-",
+         "-w", "\\n%{size_download}", *args, url],
+        input=f"Authorization: Bearer {token}\n", text=True, check=True, capture_output=True,
     )  # fmt: skip
+    return done.stdout
 
 
 def _cpu(*procs: psutil.Process) -> float:
@@ -228,6 +247,7 @@ def run_files(mb: int, backend: str, runs: int) -> None:
         src, dst = Path(tmp) / "src.bin", Path(tmp) / "dst.bin"
         make_file(src, mb)
         print(f"files: {mb} MB, backend {backend}, {os.cpu_count()} cores, medians of {runs}")
+        print(f"  load average at the start: {os.getloadavg()[0]:.2f}")
         service = files_service(src, dst, backend=backend, runs=runs)
         for key, value in service.items():
             print(f"  service {key}: {value:.2f}")
@@ -236,6 +256,7 @@ def run_files(mb: int, backend: str, runs: int) -> None:
         ]
         for key in apis[0]:
             print(f"  api {key}: {statistics.median(a[key] for a in apis):.2f}")
+        print(f"  load average at the end: {os.getloadavg()[0]:.2f}")
         budget = 3 * mb / 1000  # 3 s per GB
         for client in ("httpx", "curl"):
             ok = service[f"{client}_upload_s"] <= budget
