@@ -144,7 +144,8 @@ def files_service(src: Path, dst: Path, *, backend: str, runs: int) -> dict[str,
                     cpu0 = _cpu(proc), _cpu(*kernels)
                     t0 = time.perf_counter()
                     if client == "httpx":
-                        r = http.put(f"{base}/big.bin", content=pieces(src))
+                        length = {"content-length": str(size)}  # a file's size is known
+                        r = http.put(f"{base}/big.bin", content=pieces(src), headers=length)
                         r.raise_for_status()
                         assert r.json()["size"] == size, r.text
                     else:
