@@ -5,6 +5,9 @@ a workdir path itself (it could be led into host files by a link the kernel plan
 operation is a ``file_*`` request the kernel runtime serves (:mod:`sunroom.prelude.files`, which
 resolves paths beneath the workdir), and the data travels as frames of at most
 :data:`CHUNK_BYTES` (less when ``Limits.max_frame_bytes`` is small), a few in flight at a time.
+:meth:`KernelFiles.open_shared` is the one way around the channel for data, never for paths:
+the kernel opens the file in its jail and this process takes the kernel's own descriptor
+(:mod:`sunroom.sandbox.fdtake`), for the download route's ``sendfile``.
 
 Paths are relative to the workdir; an absolute path, a ``..`` component, a NUL or the workdir
 itself is refused here before anything is sent, and the kernel checks again. Every answer is

@@ -241,6 +241,12 @@ def test_the_sync_twin(backend: str) -> None:
         assert (k.execute("1")).ok
         with pytest.raises(FileError):
             k.files.read_sized("nope")
+        shared = k.files.open_shared("a.txt")
+        assert (shared is None) == (backend == "docker")
+        if shared is not None:
+            with shared:
+                assert shared.size == 5 and os.pread(shared.fd, 10, 0) == b"hello"
+            assert (k.execute("1")).ok  # closing it freed the kernel
         assert [f.path for f in k.files.list()] == ["a.txt"]
         k.files.delete("a.txt")
         assert k.files.list() == []
