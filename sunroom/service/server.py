@@ -217,14 +217,19 @@ def _with_sendfile(cycle: RequestResponseCycle) -> Callable[[Any], Awaitable[Non
     Such a message (after ``http.response.start`` with a ``content-length``) carries ``file``,
     a file object open for reading, ``offset``, ``count`` and ``more_body``; the bytes go from
     the file to the socket with ``sendfile`` (``loop.sendfile``: the transport's buffer is
-    flushed first and reading pauses meanwhile). When the file ends before *count* bytes, or
-    the client goes away, the connection is closed and the response stays incomplete.
+    flushed first and reading pauses meanwhile); none for a ``HEAD`` request. When the file
+    ends before *count* bytes, or the client goes away, the connection is closed and the
+    response stays incomplete.
     """
     plain = cycle.send
 
     async def send(message: Any) -> None:
         if message["type"] != ZEROCOPY:
             await plain(message)
+            return
+        if cycle.scope["method"] == "HEAD":  # the head only: no bytes of the file
+            more = message.get("more_body", False)
+            await plain({"type": "http.response.body", "body": b"", "more_body": more})
             return
         offset, count = message.get("offset", 0), message["count"]
         if (

@@ -238,6 +238,9 @@ def test_a_download_is_the_file_as_opened(
     assert server.client.post(f"{base}/execute", json={"code": code}).json()["status"] == "ok"
     with pytest.raises(httpx.RemoteProtocolError):
         _slow_get(server, f"{base}/files/g.bin")
+    # a HEAD request gets the head, no body
+    r = server.client.head(f"{base}/files/g.bin")
+    assert r.status_code == 200 and r.headers["content-length"] == "1000" and r.content == b""
     # a client that goes away mid-way frees the kernel too
     with server.client.stream("GET", f"{base}/files/f2.bin") as resp:
         assert resp.status_code == 404
