@@ -374,7 +374,8 @@ class KernelFiles:
         :meth:`read_stream` and this process takes the kernel's descriptor
         (:mod:`sunroom.sandbox.fdtake`); no path is resolved on the host. The kernel is held
         (no cell runs) until the result is closed (``aclose``). None when this kernel's
-        descriptors cannot be taken (docker, or no ptrace access): use :meth:`read_sized`.
+        descriptors cannot be taken (a docker kernel that never forked: its runtime's host pid
+        is unknown; no ``pidfd_getfd`` or no ptrace access): use :meth:`read_sized`.
         Errors as :meth:`read_stream`'s; a missing file raises here.
         """
         if not fdtake.available():

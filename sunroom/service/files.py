@@ -8,9 +8,9 @@
   refused or broken upload writes nothing.
 - ``GET {base}/files/{path}``: the file, streamed (``application/octet-stream``) with its
   ``Content-Length``. Where the kernel's descriptors can be taken (subprocess and bwrap
-  kernels; :meth:`~sunroom.sandbox.files.KernelFiles.open_shared`) and the server offers
-  ``zerocopysend``, the bytes go from the kernel's open file to the socket with
-  ``sendfile``, never through the channel; otherwise they come through the channel.
+  kernels, forked docker kernels; :meth:`~sunroom.sandbox.files.KernelFiles.open_shared`)
+  and the server offers ``zerocopysend``, the bytes go from the kernel's open file to the
+  socket with ``sendfile``, never through the channel; otherwise they come through it.
 - ``GET {base}/files?glob=PATTERN``: ``{"files": [{"path", "size", "mtime", "is_dir"}]}``
   (default glob ``**/*``; at most 10,000 entries).
 - ``DELETE {base}/files/{path}``: remove a file, link or directory tree → 200.

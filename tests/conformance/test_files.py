@@ -195,7 +195,7 @@ async def test_open_shared_hands_over_the_kernels_own_open_file(
     await kernel.files.write("kept.bin", data)
     assert (await kernel.execute(SWAP_SOON)).ok  # a thread of the kernel's own code, later
     shared = await kernel.files.open_shared("kept.bin")
-    if shared is None:  # docker: the host does not take a container's descriptors
+    if shared is None:  # an unforked docker kernel: its runtime's host pid is unknown
         assert backend == "docker"
         return
     async with shared:
@@ -216,6 +216,22 @@ async def test_open_shared_hands_over_the_kernels_own_open_file(
             await kernel.files.open_shared(path)
         assert err.value.reason == reason
     assert (await kernel.execute("1 + 1")).value == "2"  # nothing holds the kernel
+
+
+async def test_open_shared_on_forked_kernels_takes_each_ones_own_file(
+    kernel: AsyncKernel,
+) -> None:
+    await kernel.files.write("a.txt", b"parent")
+    [copy] = await kernel.fork(1)
+    try:
+        await copy.files.write("a.txt", b"copy!")
+        for owner, expected in ((kernel, b"parent"), (copy, b"copy!")):
+            shared = await owner.files.open_shared("a.txt")
+            assert shared is not None  # forked docker kernels too: their host pid is known
+            async with shared:
+                assert os.pread(shared.fd, 100, 0) == expected
+    finally:
+        await copy.aclose()
 
 
 async def test_usage_errors(kernel: AsyncKernel) -> None:
