@@ -357,7 +357,13 @@ class FileServer:
     # -- reading -------------------------------------------------------------------------------
 
     def read_open(self, params: dict[str, Any]) -> dict[str, int]:
-        """Open ``path`` for reading; its handle and size."""
+        """Open ``path`` for reading; its handle and size.
+
+        With ``share: true`` the answer also holds ``fd``, the number of this process's own
+        descriptor of the file (open until ``file_read_close``), and the file's ``dev`` and
+        ``ino``: the host may take that descriptor with ``pidfd_getfd`` and send the file from
+        it (:mod:`sunroom.sandbox.fdtake`). The path was resolved here, in the jail, either way.
+        """
         rel = normalize(params.get("path"))
         handle = self._handle()
         root = self.jail.open_root()
@@ -375,6 +381,14 @@ class FileServer:
             os.close(fd)
             raise
         self._reads[handle] = fd
+        if params.get("share") is True:
+            return {
+                "handle": handle,
+                "size": st.st_size,
+                "fd": fd,
+                "dev": st.st_dev,
+                "ino": st.st_ino,
+            }
         return {"handle": handle, "size": st.st_size}
 
     def read_chunk(self, params: dict[str, Any]) -> bytes | memoryview:

@@ -73,6 +73,9 @@ class KernelProcess(Protocol):
 
     # Optional: ``async def log_tail(self) -> str`` — the kernel's early stderr, shown in a
     # KernelStartError. Backends that have no such log may leave it out.
+    # Optional: ``host_pid: int | None`` — the runtime's pid in the host's PID namespace, for
+    # taking its open files (:mod:`sunroom.sandbox.fdtake`); without it downloads use the
+    # channel. Never a pid from another namespace (docker's own ``kernel_pid`` is one).
 
 
 class Backend(Protocol):

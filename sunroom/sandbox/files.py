@@ -5,6 +5,9 @@ a workdir path itself (it could be led into host files by a link the kernel plan
 operation is a ``file_*`` request the kernel runtime serves (:mod:`sunroom.prelude.files`, which
 resolves paths beneath the workdir), and the data travels as frames of at most
 :data:`CHUNK_BYTES` (less when ``Limits.max_frame_bytes`` is small), a few in flight at a time.
+:meth:`KernelFiles.open_shared` is the one way around the channel for data, never for paths:
+the kernel opens the file in its jail and this process takes the kernel's own descriptor
+(:mod:`sunroom.sandbox.fdtake`), for the download route's ``sendfile``.
 
 Paths are relative to the workdir; an absolute path, a ``..`` component, a NUL or the workdir
 itself is refused here before anything is sent, and the kernel checks again. Every answer is
@@ -37,6 +40,7 @@ from sunroom.errors import ClosedError, FileError, KernelError, UsageError
 from sunroom.prelude.files import MAX_GLOB, MAX_LIST, PathRefused, normalize
 from sunroom.rpc.channel import RemoteError, cut
 from sunroom.rpc.codec import WireError
+from sunroom.sandbox import fdtake
 
 if TYPE_CHECKING:
     import asyncio
@@ -45,7 +49,15 @@ if TYPE_CHECKING:
     from sunroom.sandbox.kernel import AsyncKernel
     from sunroom.sandbox.portal import Portal
 
-__all__ = ["CHUNK_BYTES", "FileInfo", "Files", "KernelFiles", "copy_out"]
+__all__ = [
+    "CHUNK_BYTES",
+    "BlockingSharedFile",
+    "FileInfo",
+    "Files",
+    "KernelFiles",
+    "SharedFile",
+    "copy_out",
+]
 
 CHUNK_BYTES: Final = 1024 * 1024
 """Data bytes in one frame of a transfer."""
@@ -100,6 +112,16 @@ def _handle(result: Any) -> dict[str, int]:
     return {"handle": handle, "size": size}
 
 
+def _shared(result: Any) -> dict[str, int]:
+    opened = _handle(result)
+    for key in ("fd", "dev", "ino"):
+        value = result.get(key)
+        if type(value) is not int or value < 0:
+            raise WireError("a shared file open result must hold ints fd, dev and ino >= 0")
+        opened[key] = value
+    return opened
+
+
 def _count(result: Any) -> int:
     if type(result) is not int or result < 0:
         raise WireError("a file write result must be an int >= 0")
@@ -148,6 +170,30 @@ def _listing(result: Any) -> list[FileInfo]:
             raise WireError("a file listing is_dir must be a bool")
         out.append(FileInfo(path, size, float(mtime), is_dir))
     return out
+
+
+@final
+class SharedFile:
+    """A workdir file the kernel opened, taken into this process (``KernelFiles.open_shared``).
+
+    ``fd`` reads the file (this object's: do not close it); ``size`` is the file's size when it
+    was taken. The kernel is held (no cell runs) until :meth:`aclose`, which closes ``fd``.
+    """
+
+    def __init__(self, fd: int, size: int, hold: AsyncGenerator[Any, None]) -> None:
+        self.fd = fd
+        self.size = size
+        self._hold = hold
+
+    async def aclose(self) -> None:
+        """Close the descriptor and release the kernel. Idempotent."""
+        await self._hold.aclose()
+
+    async def __aenter__(self) -> SharedFile:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
 
 
 # -- the async API -------------------------------------------------------------------------------
@@ -320,6 +366,59 @@ class KernelFiles:
                     except RemoteError as exc:
                         raise await self._failed("files.read", exc) from None
 
+    async def open_shared(self, path: str) -> SharedFile | None:
+        """The workdir file *path*, opened by the kernel and taken into this process.
+
+        For sending a file without passing its bytes through the channel (the download route
+        uses it with ``sendfile``). The kernel opens *path* in its jail exactly as for
+        :meth:`read_stream` and this process takes the kernel's descriptor
+        (:mod:`sunroom.sandbox.fdtake`); no path is resolved on the host. The kernel is held
+        (no cell runs) until the result is closed (``aclose``). None when this kernel's
+        descriptors cannot be taken (a docker kernel that never forked: its runtime's host pid
+        is unknown; no ``pidfd_getfd`` or no ptrace access): use :meth:`read_sized`.
+        Errors as :meth:`read_stream`'s; a missing file raises here.
+        """
+        if not fdtake.available():
+            return None
+        stream = self._sharer(path)
+        got = await anext(stream)
+        if got is None:
+            await stream.aclose()
+            return None
+        return SharedFile(got[0], got[1], stream)
+
+    async def _sharer(self, path: str) -> AsyncGenerator[tuple[int, int] | None, None]:
+        """The taken descriptor and the file's size (or None), held until closed."""
+        rel = check_path(path)
+        async with self._kernel._lock:  # noqa: SLF001 - serialised with cells
+            channel = await self._channel()
+            pid = getattr(self._kernel.process, "host_pid", None)
+            if pid is None:
+                yield None
+                return
+            try:
+                params = {"path": rel, "share": True}
+                opened = await channel.call("file_read_open", params, check=_shared)
+            except (RemoteError, ClosedError, ConnectionError) as exc:
+                raise await self._failed("files.read", exc) from None
+            try:
+                try:
+                    fd = fdtake.take(pid, opened["fd"], dev=opened["dev"], ino=opened["ino"])
+                except OSError:  # no ptrace access to this runtime: the caller reads instead
+                    yield None
+                    return
+                try:
+                    yield fd, os.fstat(fd).st_size
+                finally:
+                    os.close(fd)
+            finally:
+                if not channel.closed.done():
+                    params = {"handle": opened["handle"]}
+                    try:
+                        await channel.call("file_read_close", params, check=_none)
+                    except RemoteError as exc:
+                        raise await self._failed("files.read", exc) from None
+
     async def list(self, glob: str = "**/*") -> list[FileInfo]:
         """Entries of the workdir whose relative path matches *glob*, sorted by path.
 
@@ -479,6 +578,14 @@ class Files:
         finally:
             self._portal.call(stream.aclose())
 
+    def open_shared(self, path: str) -> BlockingSharedFile | None:
+        """*path* opened by the kernel, taken into this process; see ``KernelFiles.open_shared``.
+
+        The kernel is held until the result is closed (``close()``, or a ``with`` block).
+        """
+        shared = self._portal.call(self._core.open_shared(path))
+        return None if shared is None else BlockingSharedFile(self._portal, shared)
+
     def list(self, glob: str = "**/*") -> list[FileInfo]:
         """Entries matching *glob*; see ``KernelFiles.list``."""
         return self._portal.call(self._core.list(glob))
@@ -486,6 +593,27 @@ class Files:
     def delete(self, path: str) -> None:
         """Remove *path*; see ``KernelFiles.delete``."""
         self._portal.call(self._core.delete(path))
+
+
+@final
+class BlockingSharedFile:
+    """The blocking twin of :class:`SharedFile` (``Files.open_shared``): ``fd``, ``size``."""
+
+    def __init__(self, portal: Portal, core: SharedFile) -> None:
+        self.fd = core.fd
+        self.size = core.size
+        self._portal = portal
+        self._core = core
+
+    def close(self) -> None:
+        """Close the descriptor and release the kernel. Idempotent."""
+        self._portal.call(self._core.aclose())
+
+    def __enter__(self) -> BlockingSharedFile:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 async def _pieces(source: Iterator[bytes]) -> AsyncIterator[bytes]:

@@ -121,6 +121,11 @@ class RootMember:
             self._runtime = found[0] if found else None
         return self._runtime
 
+    @property
+    def host_pid(self) -> int | None:
+        """The runtime's host pid (see ``KernelProcess``)."""
+        return self.kernel_pid
+
     def adopt(self, kernel_pid: int) -> None:
         """The runtime was adopted at launch; nothing to do."""
 
@@ -199,6 +204,11 @@ class ForkedProcess:
     def pid(self) -> int:
         """The copy's supervisor's pid (host namespace)."""
         return self._supervisor
+
+    @property
+    def host_pid(self) -> int:
+        """The copy's runtime's host pid (see ``KernelProcess``)."""
+        return self.runtime_pid
 
     def adopt(self, kernel_pid: int) -> None:
         """The runtime was found when the copy said hello; nothing to do."""

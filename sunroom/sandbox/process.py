@@ -68,6 +68,11 @@ class SupervisedProcess:
         return self._kernel_pid
 
     @property
+    def host_pid(self) -> int | None:
+        """The runtime's host pid, once :meth:`adopt` found it (see ``KernelProcess``)."""
+        return self._kernel_pid
+
+    @property
     def workdir(self) -> Path:
         """The kernel's working directory."""
         return self._workdir

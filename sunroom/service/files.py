@@ -6,7 +6,11 @@
   chunked body is counted as it arrives and answered 413 the moment it passes the limit. The
   data goes to a temporary file that becomes *path* only when the whole body arrived, so a
   refused or broken upload writes nothing.
-- ``GET {base}/files/{path}``: the file, streamed (``application/octet-stream``).
+- ``GET {base}/files/{path}``: the file, streamed (``application/octet-stream``) with its
+  ``Content-Length``. Where the kernel's descriptors can be taken (subprocess and bwrap
+  kernels, forked docker kernels; :meth:`~sunroom.sandbox.files.KernelFiles.open_shared`)
+  and the server offers ``zerocopysend``, the bytes go from the kernel's open file to the
+  socket with ``sendfile``, never through the channel; otherwise they come through it.
 - ``GET {base}/files?glob=PATTERN``: ``{"files": [{"path", "size", "mtime", "is_dir"}]}``
   (default glob ``**/*``; at most 10,000 entries).
 - ``DELETE {base}/files/{path}``: remove a file, link or directory tree → 200.
@@ -19,19 +23,26 @@ way round) 409, a full workdir 507.
 
 from __future__ import annotations
 
+import io
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Final
 
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.types import Receive, Scope, Send
 
 from sunroom.errors import FileError
+from sunroom.sandbox.files import SharedFile
 from sunroom.sandbox.kernel import AsyncKernel
 from sunroom.service.kernels import KernelManager
 from sunroom.service.problems import error_body
 from sunroom.service.sessions import SessionManager
 
-__all__ = ["file_routes"]
+__all__ = ["ZEROCOPY", "file_routes"]
+
+ZEROCOPY: Final = "http.response.zerocopysend"
+"""The ASGI extension a server may offer: a response body sent from a file with ``sendfile``
+(this service's server does, :mod:`sunroom.service.server`)."""
 
 Endpoint = Callable[[Request], Awaitable[Response]]
 
@@ -98,11 +109,39 @@ def _uploader(find: Finder) -> Endpoint:
     return put
 
 
+class _Sendfile(Response):
+    """A file the kernel opened, sent with ``sendfile`` (the server's ``zerocopysend``)."""
+
+    media_type = "application/octet-stream"
+
+    def __init__(self, shared: SharedFile) -> None:
+        super().__init__(headers={"content-length": str(shared.size)})
+        self._shared = shared
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
+            with io.FileIO(self._shared.fd, "rb", closefd=False) as file:
+                message = {"file": file, "offset": 0, "count": self._shared.size}
+                await send({"type": ZEROCOPY, **message, "more_body": False})
+        finally:
+            await self._shared.aclose()
+
+
 def _downloader(find: Finder) -> Endpoint:
     async def get(request: Request) -> Response:
         kernel = await find(request)
-        try:  # opened before the head: a missing file is a 404, not a broken stream
-            size, stream = await kernel.files.read_sized(request.path_params["path"])
+        path = request.path_params["path"]
+        # opened before the head: a missing file is a 404, not a broken stream
+        if ZEROCOPY in request.scope.get("extensions", {}):
+            try:
+                shared = await kernel.files.open_shared(path)
+            except FileError as exc:
+                return _problem(exc)
+            if shared is not None:
+                return _Sendfile(shared)
+        try:
+            size, stream = await kernel.files.read_sized(path)
         except FileError as exc:
             return _problem(exc)
 

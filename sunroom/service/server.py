@@ -13,18 +13,19 @@ import contextlib
 import json
 import socket
 import threading
-from collections.abc import Callable, Generator, Sequence
+from collections.abc import Awaitable, Callable, Generator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
 import httptools
 import uvicorn
 from uvicorn.protocols.http.flow_control import HIGH_WATER_LIMIT
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
 
 from sunroom.sandbox.functions import HostFunction
 from sunroom.service.app import create_app
 from sunroom.service.config import MAX_HEADER_BYTES, ServiceConfig
+from sunroom.service.files import ZEROCOPY
 from sunroom.service.health import HealthGate
 from sunroom.service.models import resolve_model
 from sunroom.service.sessions import ModelResolver
@@ -169,6 +170,11 @@ def _protocol(config: ServiceConfig) -> type[HttpToolsProtocol]:
             self._in_request = self._in_head = True
             self._head_parsed = self._head_read = 0
             super().on_message_begin()
+            self.scope["extensions"] = {ZEROCOPY: {}}
+
+        def _start_asgi_task(self, cycle: RequestResponseCycle, app: Any) -> None:
+            cycle.send = _with_sendfile(cycle)  # type: ignore[method-assign,assignment]
+            super()._start_asgi_task(cycle, app)
 
         def on_url(self, url: bytes) -> None:
             self._count_head(len(url))
@@ -203,6 +209,56 @@ def _protocol(config: ServiceConfig) -> type[HttpToolsProtocol]:
                 self._bad_request(None)
 
     return Protocol
+
+
+def _with_sendfile(cycle: RequestResponseCycle) -> Callable[[Any], Awaitable[None]]:
+    """*cycle*'s ASGI send, taking ``http.response.zerocopysend`` messages as well.
+
+    Such a message (after ``http.response.start`` with a ``content-length``) carries ``file``,
+    a file object open for reading, ``offset``, ``count`` and ``more_body``; the bytes go from
+    the file to the socket with ``sendfile`` (``loop.sendfile``: the transport's buffer is
+    flushed first and reading pauses meanwhile); none for a ``HEAD`` request. When the file
+    ends before *count* bytes, or the client goes away, the connection is closed and the
+    response stays incomplete.
+    """
+    plain = cycle.send
+
+    async def send(message: Any) -> None:
+        if message["type"] != ZEROCOPY:
+            await plain(message)
+            return
+        if cycle.scope["method"] == "HEAD":  # the head only: no bytes of the file
+            more = message.get("more_body", False)
+            await plain({"type": "http.response.body", "body": b"", "more_body": more})
+            return
+        offset, count = message.get("offset", 0), message["count"]
+        if (
+            not cycle.response_started
+            or cycle.response_complete
+            or cycle.chunked_encoding is not False
+            or count > cycle.expected_content_length
+        ):
+            raise RuntimeError("a zerocopysend must fit the content-length of a started response")
+        if cycle.flow.write_paused and not cycle.disconnected:
+            await cycle.flow.drain()
+        if cycle.disconnected or cycle.transport.is_closing():
+            return
+        loop = asyncio.get_running_loop()
+        try:
+            sent = (
+                await loop.sendfile(cycle.transport, message["file"], offset, count) if count else 0
+            )
+        except ConnectionError:  # the client went away: nobody is left to answer
+            cycle.transport.close()
+            return
+        cycle.expected_content_length -= sent
+        if sent < count:  # the file shrank meanwhile: the body can only be cut short
+            cycle.transport.close()
+            return
+        if not message.get("more_body", False):
+            await plain({"type": "http.response.body", "body": b"", "more_body": False})
+
+    return send
 
 
 class _Server(uvicorn.Server):

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import os
 from collections.abc import AsyncIterator
 
 import pytest
@@ -175,6 +178,62 @@ async def test_read_sized_gives_the_size_then_the_stream(kernel: AsyncKernel) ->
     assert (await kernel.execute("1 + 1")).value == "2"  # nothing holds the kernel
 
 
+SWAP_SOON = """
+import os, threading, time
+def swap():
+    time.sleep(0.6)
+    os.symlink('/etc/passwd', 'link')
+    os.replace('link', 'kept.bin')
+threading.Thread(target=swap, daemon=True).start()
+"""
+
+
+async def test_open_shared_hands_over_the_kernels_own_open_file(
+    kernel: AsyncKernel, backend: str
+) -> None:
+    data = bytes(range(256)) * 4096 + b"end"
+    await kernel.files.write("kept.bin", data)
+    assert (await kernel.execute(SWAP_SOON)).ok  # a thread of the kernel's own code, later
+    shared = await kernel.files.open_shared("kept.bin")
+    if shared is None:  # an unforked docker kernel: its runtime's host pid is unknown
+        assert backend == "docker"
+        return
+    async with shared:
+        assert shared.size == len(data)
+        cell = asyncio.ensure_future(kernel.execute("1 + 1"))
+        await asyncio.sleep(1.0)  # meanwhile the path became a link out of the workdir
+        assert not cell.done()  # the kernel is held: no cell runs during a transfer
+        assert os.pread(shared.fd, len(data) + 1, 0) == data  # what was opened, unchanged
+        taken = os.fstat(shared.fd)
+    with contextlib.suppress(OSError):  # closed by aclose, unless its number was reused
+        assert not os.path.samestat(os.fstat(shared.fd), taken)
+    assert (await cell).value == "2"
+    with pytest.raises(FileError, match="symbolic link") as err:
+        await kernel.files.open_shared("kept.bin")  # the link is refused in the kernel's jail
+    assert err.value.reason == "refused"
+    for path, reason in (("../x", "refused"), ("/etc/passwd", "refused"), ("nope", "not_found")):
+        with pytest.raises(FileError) as err:
+            await kernel.files.open_shared(path)
+        assert err.value.reason == reason
+    assert (await kernel.execute("1 + 1")).value == "2"  # nothing holds the kernel
+
+
+async def test_open_shared_on_forked_kernels_takes_each_ones_own_file(
+    kernel: AsyncKernel,
+) -> None:
+    await kernel.files.write("a.txt", b"parent")
+    [copy] = await kernel.fork(1)
+    try:
+        await copy.files.write("a.txt", b"copy!")
+        for owner, expected in ((kernel, b"parent"), (copy, b"copy!")):
+            shared = await owner.files.open_shared("a.txt")
+            assert shared is not None  # forked docker kernels too: their host pid is known
+            async with shared:
+                assert os.pread(shared.fd, 100, 0) == expected
+    finally:
+        await copy.aclose()
+
+
 async def test_usage_errors(kernel: AsyncKernel) -> None:
     with pytest.raises(UsageError, match="bytes"):
         await kernel.files.write("x", "text")  # type: ignore[arg-type]
@@ -198,6 +257,12 @@ def test_the_sync_twin(backend: str) -> None:
         assert (k.execute("1")).ok
         with pytest.raises(FileError):
             k.files.read_sized("nope")
+        shared = k.files.open_shared("a.txt")
+        assert (shared is None) == (backend == "docker")
+        if shared is not None:
+            with shared:
+                assert shared.size == 5 and os.pread(shared.fd, 10, 0) == b"hello"
+            assert (k.execute("1")).ok  # closing it freed the kernel
         assert [f.path for f in k.files.list()] == ["a.txt"]
         k.files.delete("a.txt")
         assert k.files.list() == []

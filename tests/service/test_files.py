@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import os
 import socket
+import time
 from collections.abc import Callable, Iterable, Iterator
 
+import httpx
 import pytest
 
 from sunroom.providers import ScriptedModel
+from sunroom.sandbox import fdtake
 from tests.service.conftest import TOKEN, Server
 
 
@@ -180,3 +184,68 @@ def test_file_settings_come_from_the_environment(monkeypatch: pytest.MonkeyPatch
     monkeypatch.setenv("SUNROOM_READ_TIMEOUT_S", "60")
     config = ServiceConfig.from_env()
     assert config.max_file_bytes == 12345 and config.read_timeout_s == 60
+
+
+CHANGE_SOON = """
+import os, threading, time
+def change():
+    time.sleep(0.5)
+    {action}
+threading.Thread(target=change, daemon=True).start()
+"""
+
+
+def _slow_get(server: Server, url: str) -> tuple[dict[str, str], bytes]:
+    """GET *url*, taking 64 KiB, then the rest after a second (the kernel acts meanwhile)."""
+    with server.client.stream("GET", url) as resp:
+        assert resp.status_code == 200
+        chunks = resp.iter_raw(65536)
+        got = next(chunks)
+        time.sleep(1.0)
+        return dict(resp.headers), got + b"".join(chunks)
+
+
+@pytest.mark.parametrize("through", ["sendfile", "channel"])
+def test_a_download_is_the_file_as_opened(
+    make_server: Callable[..., Server], monkeypatch: pytest.MonkeyPatch, through: str
+) -> None:
+    if through == "channel":  # as where the kernel's descriptors cannot be taken
+        monkeypatch.setattr(fdtake, "available", lambda: False)
+    elif not fdtake.available():
+        pytest.skip("pidfd_getfd is unavailable")
+    server = make_server()
+    base = f"/kernels/{_kernel(server)}"
+    data = os.urandom(32 * 1024 * 1024)  # more than loopback buffers hold
+    assert server.client.put(f"{base}/files/f.bin", content=data).status_code == 200
+    # replaced by a link out of the workdir during the download: the download is unchanged
+    swap = "os.symlink('/etc/passwd', 'l'); os.replace('l', 'f.bin')"
+    code = CHANGE_SOON.format(action=swap)
+    assert server.client.post(f"{base}/execute", json={"code": code}).json()["status"] == "ok"
+    headers, got = _slow_get(server, f"{base}/files/f.bin")
+    assert headers["content-length"] == str(len(data)) and got == data
+    r = server.client.get(f"{base}/files/f.bin")
+    assert r.status_code == 422 and "symbolic link" in r.json()["error"]["message"]
+    # a file that grows meanwhile is cut at its Content-Length
+    assert server.client.put(f"{base}/files/g.bin", content=data).status_code == 200
+    grow = "open('g.bin', 'ab').write(b'more' * 1000)"
+    code = CHANGE_SOON.format(action=grow)
+    assert server.client.post(f"{base}/execute", json={"code": code}).json()["status"] == "ok"
+    headers, got = _slow_get(server, f"{base}/files/g.bin")
+    assert headers["content-length"] == str(len(data)) and got == data
+    # one that shrinks meanwhile ends the connection: the body is short, never padded
+    shrink = "os.truncate('g.bin', 1000)"
+    code = CHANGE_SOON.format(action=shrink)
+    assert server.client.post(f"{base}/execute", json={"code": code}).json()["status"] == "ok"
+    with pytest.raises(httpx.RemoteProtocolError):
+        _slow_get(server, f"{base}/files/g.bin")
+    # a HEAD request gets the head, no body
+    r = server.client.head(f"{base}/files/g.bin")
+    assert r.status_code == 200 and r.headers["content-length"] == "1000" and r.content == b""
+    # a client that goes away mid-way frees the kernel too
+    with server.client.stream("GET", f"{base}/files/f2.bin") as resp:
+        assert resp.status_code == 404
+    assert server.client.put(f"{base}/files/f2.bin", content=data).status_code == 200
+    with server.client.stream("GET", f"{base}/files/f2.bin") as resp:
+        next(resp.iter_raw(65536))
+    out = server.client.post(f"{base}/execute", json={"code": "1 + 1"}).json()
+    assert out["value"] == "2"  # the kernel was released each time
