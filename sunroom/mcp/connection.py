@@ -23,13 +23,13 @@ import httpx2
 from mcp import Client
 from mcp import types as mcp_types
 from mcp.client.sse import sse_client
-from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 from mcp_types.jsonrpc import CONNECTION_CLOSED
 
-from sunroom.errors import McpServerError
+from sunroom.errors import HostFunctionError, McpServerError
 from sunroom.mcp.servers import HttpServer, McpServer, StdioServer
+from sunroom.mcp.stdio_transport import TOO_LARGE, stdio_transport
 
 __all__ = ["Connection"]
 
@@ -39,6 +39,15 @@ MAX_TOOLS: Final = 1000
 """Tools bound from one server; a longer list is refused (it would not fit a prompt anyway)."""
 _MAX_PAGES: Final = 100
 _STDERR_TAIL: Final = 300
+
+
+def message_cap(server: McpServer) -> int:
+    """The largest message read from a stdio server.
+
+    Room for a result of ``max_result_bytes`` as text content and as structured content,
+    JSON-escaped.
+    """
+    return 3 * server.max_result_bytes + (64 << 10)
 
 
 class Connection:
@@ -130,14 +139,9 @@ class Connection:
         if isinstance(server, StdioServer):
             if self._errlog is None:
                 self._errlog = _StderrTail()
-            params = StdioServerParameters(
-                command=server.command,
-                args=list(server.args),
-                env=dict(server.env),
-                cwd=server.cwd,
-                encoding_error_handler="replace",
+            return stdio_transport(
+                server, stderr=self._errlog.writer, max_message_bytes=message_cap(server)
             )
-            return stdio_client(params, errlog=self._errlog.writer)
         assert isinstance(server, HttpServer)
         if server.transport == "sse":
             return sse_client(server.url, headers=dict(server.headers))
@@ -217,6 +221,13 @@ class Connection:
         try:
             return await client.call_tool(tool, arguments)
         except MCPError as exc:
+            if exc.code == TOO_LARGE:
+                raise HostFunctionError(
+                    f"the MCP server {self.server.name!r} answered {tool}() with more than "
+                    f"{message_cap(self.server):,} bytes, over the message cap (3x its "
+                    f"max_result_bytes of {self.server.max_result_bytes:,}); the answer was "
+                    "dropped unread"
+                ) from None
             if exc.code == CONNECTION_CLOSED or self._task is None or self._task.done():
                 async with self._lock:
                     await self._drop()

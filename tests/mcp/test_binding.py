@@ -177,14 +177,23 @@ async def test_a_hanging_tool_times_out_and_the_server_keeps_serving() -> None:
 async def test_results_over_the_cap_are_refused_with_the_numbers() -> None:
     async with AsyncKernel(backend="subprocess", mcp=[tracker(max_result_bytes=1_000_000)]) as k:
         assert await value(k, "len(tracker.flood(999_000))") == "999000"
-        # 5 MB, not 50: the SDK's stdio reader is quadratic in a line's length (a 50 MB line
-        # takes over a minute to arrive); docs/mcp.md says so, the call timeout bounds it
-        result = await k.execute("tracker.flood(5_000_000)")
+        # over the result cap: read, measured, refused
+        result = await k.execute("tracker.flood(1_200_000)")
         assert result.error is not None
         assert re.search(
-            r"returned 5,000,\d{3} bytes, over the 1,000,000-byte cap", result.error.message
+            r"returned 1,200,\d{3} bytes, over the 1,000,000-byte cap", result.error.message
         )
-        assert await value(k, "tracker.add(3, 4)") == "7"
+        # a 50 MB answer is over the message cap (3x): dropped unread, the call fails at once
+        before = psutil.Process().memory_info().rss
+        started = time.monotonic()
+        result = await k.execute("tracker.flood(50_000_000)")
+        assert time.monotonic() - started < 20
+        assert psutil.Process().memory_info().rss - before < 40_000_000
+        assert result.error is not None
+        assert result.error.type == "HostFunctionError"
+        assert "over the message cap" in result.error.message
+        assert "dropped unread" in result.error.message
+        assert await value(k, "tracker.add(3, 4)") == "7"  # the same connection goes on
 
 
 async def test_a_changed_tool_list_is_bound_again_before_the_next_cell(
