@@ -63,10 +63,7 @@ async def main() -> None:
     total = 0
     for i in range(5_000_000):
         total += i
-    print(
-        f"machine speed now: a 5M-step Python loop takes {time.perf_counter() - t:.2f} s "
-        "(about 0.3 s on this VM when it is quiet)"
-    )
+    print(f"machine speed now: a 5M-step Python loop takes {time.perf_counter() - t:.2f} s")
 
     boots = []
     for _ in range(args.binds):
