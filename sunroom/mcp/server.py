@@ -31,11 +31,9 @@ protocol error.
 
 from __future__ import annotations
 
-import signal
 import socket
-import threading
-from collections.abc import AsyncIterator, Callable, Iterator
-from contextlib import asynccontextmanager, contextmanager
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from typing import Any, Final, Literal
 
 import mcp_types as types
@@ -53,6 +51,7 @@ from sunroom.mcp.served_tools import failure, server_tools
 from sunroom.mcp.session_kernels import MAX_TIMEOUT_S, McpSettings, SessionKernels
 from sunroom.sandbox.kernel import AsyncKernel
 from sunroom.service.problems import validation_message
+from sunroom.service.server import QuietExitServer
 
 __all__ = [
     "MAX_TIMEOUT_S",
@@ -212,21 +211,4 @@ async def serve_http(
         access_log=False,
         timeout_graceful_shutdown=2,
     )
-    await _Uvicorn(config).serve(sockets=[sock])
-
-
-class _Uvicorn(uvicorn.Server):
-    """uvicorn, ending with exit status 0 on SIGINT/SIGTERM (the signal is not re-raised)."""
-
-    @contextmanager
-    def capture_signals(self) -> Iterator[None]:
-        if threading.current_thread() is not threading.main_thread():
-            yield
-            return
-        handled = (signal.SIGINT, signal.SIGTERM)
-        original = {sig: signal.signal(sig, self.handle_exit) for sig in handled}
-        try:
-            yield
-        finally:
-            for sig, handler in original.items():
-                signal.signal(sig, handler)
+    await QuietExitServer(config).serve(sockets=[sock])

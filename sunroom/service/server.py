@@ -30,7 +30,7 @@ from sunroom.service.health import HealthGate
 from sunroom.service.models import resolve_model
 from sunroom.service.sessions import ModelResolver
 
-__all__ = ["bind", "serve"]
+__all__ = ["QuietExitServer", "bind", "serve"]
 
 _REASONS = {400: b"Bad Request", 408: b"Request Timeout", 431: b"Request Header Fields Too Large"}
 _REASONS[503] = b"Service Unavailable"
@@ -261,7 +261,30 @@ def _with_sendfile(cycle: RequestResponseCycle) -> Callable[[Any], Awaitable[Non
     return send
 
 
-class _Server(uvicorn.Server):
+class QuietExitServer(uvicorn.Server):
+    """uvicorn, ending with exit status 0 on SIGINT/SIGTERM: the signal is not re-raised.
+
+    Used by ``sunroom serve`` and ``sunroom mcp --http``.
+    """
+
+    @contextmanager
+    def capture_signals(self) -> Generator[None, None, None]:
+        """Route SIGINT/SIGTERM to a clean shutdown (main thread only); restore after."""
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+        import signal
+
+        handled = (signal.SIGINT, signal.SIGTERM)
+        original = {sig: signal.signal(sig, self.handle_exit) for sig in handled}
+        try:
+            yield
+        finally:
+            for sig, handler in original.items():
+                signal.signal(sig, handler)
+
+
+class _Server(QuietExitServer):
     """The uvicorn server, ending cleanly on SIGTERM/SIGINT, accepting through a health gate.
 
     The signal is not re-raised at the end (``sunroom serve`` exits 0), and open SSE streams
@@ -327,21 +350,6 @@ class _Server(uvicorn.Server):
             failed=failed,
         )
         self._gate.start()
-
-    @contextmanager
-    def capture_signals(self) -> Generator[None, None, None]:
-        if threading.current_thread() is not threading.main_thread():
-            yield
-            return
-        import signal
-
-        handled = (signal.SIGINT, signal.SIGTERM)
-        original = {sig: signal.signal(sig, self.handle_exit) for sig in handled}
-        try:
-            yield
-        finally:
-            for sig, handler in original.items():
-                signal.signal(sig, handler)
 
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
         self._closing.set()
