@@ -54,5 +54,10 @@ if [ "$(cat .venv/.sunroom-stamp 2>/dev/null)" != "$stamp" ] \
     || { echo "setup: installation failed" >&2; exit 1; }
   echo "$stamp" >.venv/.sunroom-stamp
 fi
+# the bash Jupyter kernel (dev extra) registers its kernelspec inside .venv, where sunroom finds it
+if .venv/bin/python -c 'import bash_kernel' 2>/dev/null \
+    && [ ! -f .venv/share/jupyter/kernels/bash/kernel.json ]; then
+  .venv/bin/python -m bash_kernel.install --sys-prefix >/dev/null
+fi
 # precompile: isolated kernels mount the package read-only and cannot write .pyc files
 .venv/bin/python -m compileall -q sunroom >/dev/null

@@ -28,18 +28,50 @@ class InputMount:
     target: str
 
 
+IPC_TOKEN = "{ipc}"
+"""Replaced, in an :class:`ExecSpec`'s argv, env and files, by the kernel-side IPC directory."""
+PYTHON_TOKEN = "{python}"
+"""Replaced, as an :class:`ExecSpec`'s ``argv[0]``, by the backend's interpreter as the kernel
+sees it (and the kernel's ``PYTHONPATH`` then reaches sunroom and its site-packages)."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ExecSpec:
+    """A foreign kernel program the supervisor runs instead of sunroom's runtime (Jupyter).
+
+    The backend creates an IPC directory private to the kernel's uid, shared between host and
+    kernel (Unix sockets live there: a kernel with no network still talks to its client),
+    writes *files* into it (mode 0600, owned by the kernel's uid), and the supervisor execs
+    *argv* as the kernel. :data:`IPC_TOKEN` in argv, env values and file contents becomes the
+    directory's path as the kernel sees it; ``argv[0] == PYTHON_TOKEN`` becomes the backend's
+    interpreter. With *attach*, the program attaches to the sunroom channel itself (the
+    ``sunroom.prelude.ipython`` extension: it says hello and serves the channel); without it,
+    the supervisor runs :mod:`sunroom.prelude.keeper` beside the program, which says hello
+    for it and refuses every request.
+    """
+
+    argv: tuple[str, ...]
+    env: Mapping[str, str] = field(default_factory=dict)
+    files: Mapping[str, str] = field(default_factory=dict)
+    attach: bool = False
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class LaunchSpec:
     """What a backend needs to start one kernel.
 
     ``mounts`` are file inputs (:mod:`sunroom.sandbox.inputs`): a backend that isolates the
-    filesystem must mount each read-only at its target, or refuse to launch.
+    filesystem must mount each read-only at its target, or refuse to launch. ``program``, when
+    set, is a foreign kernel program to run instead of sunroom's runtime; the process handle
+    then has an ``ipc_dir`` attribute (the IPC directory as the host sees it). A backend that
+    cannot run one raises SandboxUnavailableError.
     """
 
     limits: Limits
     nonce: str
     env: Mapping[str, str] = field(default_factory=dict)
     mounts: tuple[InputMount, ...] = ()
+    program: ExecSpec | None = None
 
 
 @runtime_checkable

@@ -1,7 +1,8 @@
 """Kernel backends and the name → backend lookup.
 
 ``subprocess`` is a plain process (not a security boundary; ask for it by name). ``bwrap`` is the
-default for untrusted code on Linux; ``docker`` runs one container per kernel.
+default for untrusted code on Linux; ``docker`` runs one container per kernel. ``jupyter`` runs an installed Jupyter kernel
+(``python3``, in bwrap) through jupyter-client; :class:`~sunroom.JupyterBackend` picks another.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from sunroom.errors import SandboxUnavailableError, UsageError
 from sunroom.sandbox.backend import Backend
 
 DEFAULT_BACKEND = "bwrap"
-NAMES = ("subprocess", "bwrap", "docker")
+NAMES = ("subprocess", "bwrap", "docker", "jupyter")
 
 
 def resolve(backend: str | Backend) -> Backend:
@@ -37,4 +38,8 @@ def resolve(backend: str | Backend) -> Backend:
                 f"the docker backend needs the Docker SDK: pip install docker ({exc})"
             ) from None
         return DockerBackend()
+    if backend == "jupyter":
+        from sunroom.jupyter import JupyterBackend
+
+        return JupyterBackend()
     raise UsageError(f"unknown backend {backend!r}; choose one of {', '.join(NAMES)}")
