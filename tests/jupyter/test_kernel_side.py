@@ -246,14 +246,15 @@ async def test_ipykernel_attaches_serves_the_channel_and_dies_with_it(tmp_path: 
                 kc,
                 f"import os\nprint({CHANNEL_ENV!r} in os.environ)\n"
                 f"!env | grep -c {CHANNEL_ENV} || true\n"
-                "!ls -l /proc/self/fd | grep -c socket: || true",
+                "!ls -l /proc/self/fd | grep -c socket: || true\n"
+                "os.system('ls -l /proc/self/fd > system_fds.txt')",  # inherits all it can
             )
             assert reply["status"] == "ok", reply
             assert out.split() == ["False", "0", "0"], out
             # the kernel itself holds it, close-on-exec
-            fd = host.kernel_fd
-            assert os.readlink(f"/proc/{kernel.pid}/fd/{fd}").startswith("socket:")
-            assert _close_on_exec(kernel.pid, fd)
+            link = os.readlink(f"/proc/{kernel.pid}/fd/{host.kernel_fd}")
+            assert link.startswith("socket:") and _close_on_exec(kernel.pid, host.kernel_fd)
+            assert link not in (await read_file(channel, "system_fds.txt")).decode()
         assert len(host.tree()) == 2  # supervisor and kernel: nothing else left running
         await host.channel.aclose()  # the host goes away: the whole tree ends
         await until(lambda: host.supervisor.poll() is not None)
