@@ -56,6 +56,7 @@ SOCKET_STEM = "k"
 KERNEL_FILE = "kernel.json"
 HOST_FILE = "jupyter-host.json"
 EXTENSION = "sunroom.prelude.ipython"
+JUPYTER_MAIN = "sunroom.prelude.jupyter_main"
 PYTHON_NAMES = frozenset({"python", "python3", "python3.11", "python3.12", "python3.13"})
 
 
@@ -96,11 +97,15 @@ def kernel_argv(argv: list[str], *, python: str, attach: bool) -> tuple[str, ...
 
     ``{connection_file}`` becomes the kernel's connection file in its IPC directory; an
     ``argv[0]`` that names a bare Python (``python``, ``python3``) or sunroom's own interpreter
-    becomes the backend's interpreter; with *attach*, the sunroom extension is loaded.
+    becomes the backend's interpreter, and a module it runs (``-m ipykernel_launcher``) is
+    run through :mod:`sunroom.prelude.jupyter_main`; with *attach*, the sunroom extension is
+    loaded.
     """
     out = [a.replace("{connection_file}", f"{IPC_TOKEN}/{KERNEL_FILE}") for a in argv]
     if out and (out[0] in PYTHON_NAMES or out[0] == python):
         out[0] = PYTHON_TOKEN
+    if len(out) > 2 and out[0] == PYTHON_TOKEN and out[1] == "-m":  # see jupyter_main
+        out[2:2] = [JUPYTER_MAIN]
     if attach:  # and no history database in the workdir: each kernel's history is its own
         out.append(f"--IPKernelApp.extensions={json.dumps([EXTENSION])}")
         out.append("--HistoryManager.enabled=False")
