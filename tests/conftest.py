@@ -18,7 +18,7 @@ import pytest
 from sunroom import AsyncKernel
 from sunroom.errors import SandboxUnavailableError
 
-ALL_BACKENDS = ("subprocess", "bwrap", "docker")
+ALL_BACKENDS = ("subprocess", "bwrap", "docker", "jupyter")
 ISOLATED_BACKENDS = ("bwrap", "docker")
 
 _availability: dict[str, str | None] = {}
@@ -48,7 +48,47 @@ def _unavailable_reason(name: str) -> str | None:
     return _availability[name]
 
 
-def _require(name: str) -> str:
+JUPYTER_EXCEPTIONS: dict[str, str] = {
+    "test_exception_is_data_with_user_frames_only": (
+        "IPython formats tracebacks itself (context lines, 'Cell In[n]'), not sunroom's way"
+    ),
+    "test_base_exceptions_do_not_desync[jupyter-exit()]": (
+        "exit() is IPython's: it asks the kernel to end after the cell, which is not an error"
+    ),
+    "test_memory_limit_holds": (
+        "ipykernel's threads reserve more address space than this test's 512 MB; "
+        "tests/jupyter/test_jupyter_backend.py checks the memory limit with room for them"
+    ),
+    "test_a_broken_repr_is_reported_and_never_fails_the_cell": (
+        "IPython renders reprs itself: a broken one is a FormatterWarning on stderr, and a "
+        "_repr_png_ of the wrong type fails the cell, instead of sunroom's metadata errors"
+    ),
+    "test_open_figures_are_captured_as_png_and_closed": (
+        "figures are drawn by IPython's inline backend (its size, dpi and tight bbox)"
+    ),
+    "test_a_figure_too_large_to_render_is_said_and_the_kernel_works": (
+        "IPython's inline backend fails the cell with matplotlib's own error"
+    ),
+    "test_figures_are_rgb_when_opaque_rgba_when_not_and_renderers_are_reused": (
+        "IPython's inline backend always draws RGBA PNGs"
+    ),
+    "test_open_shared_on_forked_kernels_takes_each_ones_own_file": (
+        "Jupyter kernels cannot be forked (ipykernel's threads and ZeroMQ sockets do not "
+        "survive a fork); fork refuses them with a clear UsageError"
+    ),
+}
+"""Conformance cases that do not hold on the ``jupyter`` backend, each with its reason (by
+test name, or name with parameters). They are reported as skipped with the reason, never
+silently; docs/jupyter.md lists the same differences."""
+
+
+def _require(name: str, test: pytest.Item | None = None) -> str:
+    if name == "jupyter" and test is not None:
+        reason = JUPYTER_EXCEPTIONS.get(test.name) or JUPYTER_EXCEPTIONS.get(
+            getattr(test, "originalname", "")
+        )
+        if reason is not None:
+            pytest.skip(f"documented jupyter exception: {reason}")
     reason = _unavailable_reason(name)
     if reason is not None:
         if name in _names("SUNROOM_REQUIRE_BACKENDS", ""):
@@ -60,7 +100,7 @@ def _require(name: str) -> str:
 @pytest.fixture(params=backends_under_test())
 def backend(request: pytest.FixtureRequest) -> str:
     """Every backend under test (kernel conformance)."""
-    return _require(request.param)
+    return _require(request.param, request.node)
 
 
 @pytest.fixture(params=backends_under_test(ISOLATED_BACKENDS))

@@ -59,6 +59,13 @@ class JupyterBackend:
         """Whether the kernel is an IPython kernel (host functions and inputs work in it)."""
         return self.spec.python
 
+    @property
+    def inputs_backend(self) -> str:
+        """The sandbox backend's name: File and Directory inputs are placed as it places them."""
+        if isinstance(self._sandbox_arg, str):
+            return "subprocess" if self._sandbox_arg == "none" else self._sandbox_arg
+        return self._sandbox_arg.name
+
     def _sandbox(self) -> Backend:
         if self._inner is None:
             arg = self._sandbox_arg
@@ -143,13 +150,13 @@ class JupyterBackend:
             if not proc.alive():
                 why = await proc.exit_reason()
                 raise KernelStartError(
-                    f"the Jupyter kernel {self.kernel_name!r} ended at start: {why}"
+                    f"the Jupyter kernel {self.kernel_name!r} did not start: it ended ({why})"
                 )
             left = deadline - loop.time()
             if left <= 0:
                 raise KernelStartError(
-                    f"the Jupyter kernel {self.kernel_name!r} did not answer kernel_info within "
-                    f"{timeout_s:g} s"
+                    f"the Jupyter kernel {self.kernel_name!r} did not start: it did not answer "
+                    f"kernel_info within {timeout_s:g} s"
                 )
             msg_id = client.kernel_info()
             try:

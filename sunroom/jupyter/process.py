@@ -48,6 +48,12 @@ class JupyterProcess:
         """The kernel's ``kernel_info_reply`` content (language, implementation, banner)."""
         self._closed = False
 
+    def __getattr__(self, name: str) -> Any:
+        """The sandbox handle's other attributes (pid, rundir, identity, ...), for diagnostics."""
+        if name.startswith("__") or name == "inner":
+            raise AttributeError(name)
+        return getattr(self.inner, name)
+
     # -- KernelProcess -------------------------------------------------------------------------
 
     @property

@@ -57,6 +57,8 @@ KERNEL_FILE = "kernel.json"
 HOST_FILE = "jupyter-host.json"
 EXTENSION = "sunroom.prelude.ipython"
 JUPYTER_MAIN = "sunroom.prelude.jupyter_main"
+PRIVATE_TMP_BACKENDS = frozenset({"bwrap", "docker"})
+"""Sandboxes whose ``/tmp`` is the kernel's own (size-capped): IPython keeps its profile there."""
 PYTHON_NAMES = frozenset({"python", "python3", "python3.11", "python3.12", "python3.13"})
 
 
@@ -194,6 +196,8 @@ class SunroomProvisioner(KernelProvisionerBase):
             "kernel_name": km.kernel_name,
         }
         env = {**request.env, **kwargs.get("env", {})}
+        if request.backend.name in PRIVATE_TMP_BACKENDS:  # IPython's profile, out of the workdir
+            env.setdefault("IPYTHONDIR", "/tmp/.ipython")
         program = ExecSpec(
             argv=tuple(cmd),
             files={KERNEL_FILE: json.dumps(kernel_info)},

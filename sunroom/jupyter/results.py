@@ -57,14 +57,18 @@ class _Stream:
         self._tail_size = 0
         self.dropped = 0
 
-    def write(self, text: str) -> None:
+    def write(self, text: str) -> str:
+        """Keep *text*; return the part of it that went to the head (what may be streamed)."""
         data = text.encode("utf-8", "replace")
         room = self._head_cap - len(self._head)
+        live = ""
         if room > 0:
-            self._head += data[:room]
+            head = data[:room]
+            self._head += head
+            live = text if len(head) == len(data) else head.decode("utf-8", "ignore")
             data = data[room:]
         if not data:
-            return
+            return live
         self._tail.append(data)
         self._tail_size += len(data)
         while self._tail_size > self._tail_cap:
@@ -78,6 +82,7 @@ class _Stream:
                 self._tail[0] = first[excess:]
                 self._tail_size -= excess
                 self.dropped += excess
+        return live
 
     def text(self) -> str:
         text = bytes(self._head).decode("utf-8", "replace")
@@ -104,7 +109,9 @@ def _count(value: Any) -> int:
 class CellMessages:
     """Collects one cell's messages; :meth:`result` gives the execute result dict.
 
-    *on_output* is called with ``(stream, text)`` for every stream message as it arrives.
+    *on_output* is called with ``(stream, text)`` as stream messages arrive, for the head of
+    each stream only (half of ``max_output_bytes``, as sunroom's kernels stream): a flood
+    costs the listener nothing past it.
     """
 
     def __init__(
@@ -132,9 +139,9 @@ class CellMessages:
         if kind == "stream":
             name, text = content.get("name"), content.get("text")
             if isinstance(text, str) and name in ("stdout", "stderr"):
-                (self._out if name == "stdout" else self._err).write(text)
-                if self._on_output is not None:
-                    self._on_output(name, text)
+                live = (self._out if name == "stdout" else self._err).write(text)
+                if live and self._on_output is not None:
+                    self._on_output(name, live)
         elif kind == "execute_result":
             data = content.get("data") or {}
             plain = data.get("text/plain")

@@ -227,7 +227,7 @@ class AsyncKernel:
         elif self._template is not None:
             ready = await self._template.fork_ready()
         else:
-            mounts = host_inputs.mounts(self._backend.name, self._file_inputs)
+            mounts = host_inputs.mounts(self._inputs_backend(), self._file_inputs)
             ready = await launch(self._backend, limits=self.limits, env=self._env, mounts=mounts)
         self._proc, self._channel, self._router = ready.proc, ready.channel, ready.router
         ready.router.on_output = self._on_output
@@ -557,6 +557,12 @@ class AsyncKernel:
             if name in self.registry.functions:
                 raise UsageError(f"input {name!r} would shadow the host function of that name")
 
+    def _inputs_backend(self) -> str:
+        """The backend whose way of placing file inputs applies (a Jupyter kernel's sandbox)."""
+        assert self._backend is not None
+        name: str = getattr(self._backend, "inputs_backend", self._backend.name)
+        return name
+
     def _resolve_files(self, values: Mapping[str, Any]) -> dict[str, host_inputs.Resolved]:
         """Resolve and check the File/Directory inputs among *values* (UsageError if bad)."""
         found = {
@@ -581,7 +587,7 @@ class AsyncKernel:
         try:
             wire = {name: to_wire(value) for name, value in plain.items()}
             files = {
-                n: host_inputs.file_spec(self._backend.name, self._file_inputs[n])
+                n: host_inputs.file_spec(self._inputs_backend(), self._file_inputs[n])
                 for n in values
                 if n not in plain
             }
@@ -641,7 +647,7 @@ class AsyncKernel:
                 if self._backend is None:
                     self._backend = backends.resolve(self._backend_arg)
                 running = self._channel is not None and not self._channel.closed.done()
-                name = self._backend.name
+                name = self._inputs_backend()
                 for item in files.values():
                     host_inputs.kernel_path(name, item)  # UsageError for a backend that cannot
                 if running and name not in host_inputs.PATH_BACKENDS:

@@ -45,7 +45,7 @@ async def _value(kernel: AsyncKernel, code: str) -> str:
     r = await kernel.execute(code)
     assert r.ok, r.error
     assert r.value is not None
-    return r.value
+    return " ".join(r.value.split())  # IPython (jupyter) pretty-prints long values over lines
 
 
 CHECK = (

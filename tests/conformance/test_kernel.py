@@ -167,7 +167,8 @@ async def test_timeout_of_sigint_ignoring_loop_restarts(backend: str) -> None:
         r = await k.execute(
             "import signal\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\nwhile True:\n    pass"
         )
-        assert time.monotonic() - started < 1 + 2
+        restart_s = 2 if backend == "jupyter" else 0  # an IPython kernel starts in ~1.5 s
+        assert time.monotonic() - started < 1 + 2 + restart_s
         assert r.status == "timeout" and r.state_lost
         r2 = await k.execute("given")
         assert r2.ok and r2.value == "7"
@@ -228,9 +229,11 @@ async def test_env_is_scrubbed(backend: str, monkeypatch: pytest.MonkeyPatch) ->
             "(found, b'hunter2' in own, b'hunter2' in parent, sorted(os.environ))"
         )
         assert r.ok, r.error
-        assert r.value is not None and r.value.startswith("([], False, False, [")
+        assert r.value is not None
+        value = " ".join(r.value.split())  # IPython (jupyter) pretty-prints over lines
+        assert value.startswith("([], False, False, [")
         for leaked in ("HOME=/root", "VIRTUAL_ENV", "PYENV"):
-            assert leaked not in (r.value or "")
+            assert leaked not in value
 
 
 async def test_bind_and_variables(kernel: AsyncKernel) -> None:

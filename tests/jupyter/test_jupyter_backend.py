@@ -29,7 +29,7 @@ def add(a: int, b: int) -> int:
     return a + b
 
 
-@pytest.fixture(params=["bwrap", "none"])
+@pytest.fixture(params=["bwrap", "docker", "none"])
 def sandbox(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 
@@ -192,7 +192,7 @@ async def test_a_kernel_that_dies_or_stays_silent_at_start_is_a_start_error(
     )
     _spec(tmp_path, "silent", ["python", "-c", "import time; time.sleep(120)"])
     monkeypatch.setenv("JUPYTER_PATH", str(tmp_path))
-    with pytest.raises(KernelStartError, match="ended at start") as died:
+    with pytest.raises(KernelStartError, match="did not start: it ended") as died:
         async with AsyncKernel(backend=JupyterBackend("dies", sandbox="none"), limits=LIMITS):
             pass
     assert "exited with status 3" in str(died.value) and "bye" in str(died.value)
@@ -201,3 +201,16 @@ async def test_a_kernel_that_dies_or_stays_silent_at_start_is_a_start_error(
         async with AsyncKernel(backend=JupyterBackend("silent", sandbox="bwrap"), limits=quick):
             pass
     assert sys.executable  # the fake specs ran sunroom's interpreter, in the sandbox too
+
+
+async def test_the_memory_limit_holds_for_an_ipython_kernel() -> None:
+    """The cgroup's 512 MB binds (address space has room for ipykernel's threads)."""
+    limits = Limits(memory_mb=512, timeout_s=30, start_timeout_s=20)
+    async with AsyncKernel(backend=JupyterBackend(sandbox="bwrap"), limits=limits) as k:
+        r = await k.execute("x = bytearray(1536 * 1024 * 1024)\nx[::4096] = b'1' * len(x[::4096])")
+        assert r.status in ("error", "died"), r
+        if r.status == "error":
+            assert r.error is not None and r.error.type == "MemoryError"
+        else:
+            assert "memory" in (r.error.message if r.error else ""), r
+        assert (await k.execute("1 + 1")).value == "2"
