@@ -41,16 +41,15 @@ if TYPE_CHECKING:
 IPYTHON_NAMES = frozenset({"In", "Out", "exit", "quit", "get_ipython"})
 """IPython's own names, left out of ``variables`` (besides ``user_ns_hidden`` and ``_`` names)."""
 
-_attached: list[BlockingChannel] = []  # the channel, once attached (loading twice is a no-op)
-
 
 def load_ipython_extension(ip: Any) -> None:
     """Attach the shell *ip* to the channel named in ``SUNROOM_CHANNEL`` and start serving it.
 
     Raises RuntimeError when the variable is missing or malformed (the extension was loaded
-    outside sunroom's jupyter backend); a second load in the same kernel does nothing.
+    outside sunroom's jupyter backend); a second load in the same kernel (``%reload_ext``)
+    does nothing.
     """
-    if _attached:
+    if hostcall.attached():
         return
     raw = os.environ.pop(CHANNEL_ENV, None)
     if raw is None:
@@ -70,7 +69,6 @@ def load_ipython_extension(ip: Any) -> None:
         ip.user_ns, workdir=os.getcwd(), hidden=(ip.user_ns_hidden, IPYTHON_NAMES)
     )
     serving.hello(channel, nonce, os.getpid())
-    _attached.append(channel)
     thread = threading.Thread(
         target=_serve, args=(channel, services), name="sunroom-channel", daemon=True
     )

@@ -231,6 +231,8 @@ async def test_ipykernel_attaches_serves_the_channel_and_dies_with_it(tmp_path: 
             assert reply["status"] == "ok", reply
             assert out == "42 x from the host\n"
             assert host.calls == ["double"]
+            out, reply = await run(kc, "%reload_ext sunroom.prelude.ipython")  # a no-op
+            assert reply["status"] == "ok" and out == "", (reply, out)
             out, reply = await run(kc, "import os\nopen('out.txt', 'w').write('cell'); y = [1]")
             assert reply["status"] == "ok", reply
             assert await read_file(channel, "out.txt") == b"cell"
