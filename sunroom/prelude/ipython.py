@@ -61,7 +61,9 @@ def load_ipython_extension(ip: Any) -> None:
         spec = json.loads(raw)
         fd, nonce, max_frame = int(spec["fd"]), str(spec["nonce"]), int(spec["max_frame"])
     except (ValueError, TypeError, KeyError) as exc:
-        raise RuntimeError(f"{CHANNEL_ENV} is malformed: {type(exc).__name__}") from None
+        raise RuntimeError(
+            f"{CHANNEL_ENV} is not JSON with fd, nonce and max_frame ({type(exc).__name__})"
+        ) from None
     os.set_inheritable(fd, False)
     channel = BlockingChannel(_socket.socket(fileno=fd), max_frame=max_frame)
     hostcall.attach(channel)

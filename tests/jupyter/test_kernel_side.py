@@ -354,3 +354,38 @@ async def test_exec_mode_resets_signals_and_reports_a_missing_program(tmp_path: 
             err
             == "sunroom: cannot run the kernel program 'no-such-kernel-program': No such file or directory\n"
         )
+
+
+@dataclass
+class FakeShell:
+    """The two attributes of an IPython shell the extension reads."""
+
+    user_ns: dict[str, Any] = field(default_factory=dict)
+    user_ns_hidden: dict[str, Any] = field(default_factory=dict)
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        (None, f"needs {CHANNEL_ENV}: only sunroom's jupyter backend loads this extension"),
+        (
+            "{not json",
+            rf"{CHANNEL_ENV} is not JSON with fd, nonce and max_frame \(JSONDecodeError\)",
+        ),
+        ('{"fd": 3}', rf"{CHANNEL_ENV} is not JSON with fd, nonce and max_frame \(KeyError\)"),
+    ],
+)
+def test_the_extension_refuses_to_load_without_its_channel(
+    monkeypatch: pytest.MonkeyPatch, value: str | None, message: str
+) -> None:
+    from sunroom.prelude import hostcall
+    from sunroom.prelude.ipython import load_ipython_extension
+
+    assert not hostcall.attached()
+    if value is None:
+        monkeypatch.delenv(CHANNEL_ENV, raising=False)
+    else:
+        monkeypatch.setenv(CHANNEL_ENV, value)
+    with pytest.raises(RuntimeError, match=message):
+        load_ipython_extension(FakeShell())
+    assert CHANNEL_ENV not in os.environ and not hostcall.attached()
