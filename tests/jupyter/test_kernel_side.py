@@ -389,3 +389,23 @@ def test_the_extension_refuses_to_load_without_its_channel(
     with pytest.raises(RuntimeError, match=message):
         load_ipython_extension(FakeShell())
     assert CHANNEL_ENV not in os.environ and not hostcall.attached()
+
+
+async def test_the_program_is_the_kernel_its_end_ends_the_keeper(tmp_path: Path) -> None:
+    async with supervised(tmp_path, ["/bin/sh", "-c", "exec sleep 60"], attach=False) as host:
+        hello = await asyncio.wait_for(host.hello, 10)
+        await until(lambda: psutil.Process(hello["pid"]).name() == "sleep")
+        assert len(host.tree()) == 3  # supervisor, program, keeper
+        with pytest.raises(RemoteError, match="this Jupyter kernel has no sunroom runtime"):
+            await host.channel.call("variables")
+        os.kill(hello["pid"], signal.SIGKILL)
+        await asyncio.wait_for(host.channel.closed, 10)  # the keeper was swept with it
+        await until(lambda: host.supervisor.poll() is not None)
+        assert host.supervisor.returncode == 128 + signal.SIGKILL
+        assert host.tree() == []
+    argv = ["/bin/sh", "-c", "exec sleep 60"]
+    async with supervised(tmp_path / "b", argv, attach=False) as host:
+        await asyncio.wait_for(host.hello, 10)
+        assert await host.channel.call("shutdown") is True  # the keeper ends the program
+        await until(lambda: host.supervisor.poll() is not None)
+        assert host.tree() == []
