@@ -32,8 +32,10 @@ from sunroom.sandbox.backends.subprocess import BOOT, kernel_sys_path, package_r
 from sunroom.sandbox.codegen import generate
 from sunroom.sandbox.functions import as_host_function
 
-EXTENSION_FLAG = "--IPKernelApp.extensions=sunroom.prelude.ipython"
-"""The ipykernel (7.4) command-line option that loads the extension."""
+EXTENSION_FLAG = "--IPKernelApp.extra_extensions=sunroom.prelude.ipython"
+"""The ipykernel (7.4) option that loads the extension; ``--ext=sunroom.prelude.ipython`` (its
+alias) and ``--IPKernelApp.extensions=sunroom.prelude.ipython`` work too, but the latter
+replaces the extensions a configuration file lists instead of adding to them."""
 
 
 def double(x: int) -> int:
