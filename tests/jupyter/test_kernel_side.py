@@ -185,7 +185,7 @@ async def run(kc: AsyncKernelClient, code: str) -> tuple[str, dict[str, Any]]:
         if msg["msg_type"] == "stream":
             out.append(msg["content"]["text"])
 
-    reply = await kc.execute_interactive(code, output_hook=hook, timeout=20)
+    reply = await kc.execute_interactive(code, output_hook=hook, allow_stdin=False, timeout=20)
     return "".join(out), reply["content"]
 
 
@@ -233,6 +233,17 @@ async def test_ipykernel_attaches_serves_the_channel_and_dies_with_it(tmp_path: 
             assert reply["status"] == "ok", reply
             assert out == "42 x from the host\n"
             assert host.calls == ["double"]
+            out, reply = await run(
+                kc,
+                "import getpass\n"
+                "for _read in (input, getpass.getpass):\n"
+                "    try:\n"
+                "        _read('? ')\n"
+                "    except EOFError as exc:\n"
+                "        print(type(exc).__name__, exc)",
+            )
+            assert reply["status"] == "ok", reply
+            assert out == "EOFError EOF when reading a line: the kernel has no stdin\n" * 2
             out, reply = await run(kc, "%reload_ext sunroom.prelude.ipython")  # a no-op
             assert reply["status"] == "ok" and out == "", (reply, out)
             out, reply = await run(kc, "import os\nopen('out.txt', 'w').write('cell'); y = [1]")
