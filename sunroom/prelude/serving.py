@@ -71,7 +71,9 @@ class Services:
         namespace: the user's names; installed functions and bound inputs land here.
         workdir: the root of the files API (fixed at boot, before any cell can ``chdir``).
         hidden: names ``variables`` leaves out besides private (``_``) names, installed
-            functions and modules (e.g. IPython's own names); checked at each request.
+            functions and modules (e.g. IPython's own names); checked at each request. A
+            name the host bound is never hidden: IPython hides every name present when its
+            start-up ends, and a bind may land before that.
     """
 
     def __init__(
@@ -85,6 +87,7 @@ class Services:
         self.workdir = workdir
         self.hidden = hidden
         self.installed: set[str] = set()
+        self.bound: set[str] = set()
         self.incoming = inputs.Incoming()
         self._files: Any = None  # sunroom.prelude.files.FileServer, made on first use
 
@@ -148,7 +151,9 @@ class Services:
         files: dict[str, dict[str, Any]] = params.get("files") or {}
         for name, spec in files.items():
             self.namespace[name] = inputs.load_file(spec)
-        return [*values, *files]
+        names = [*values, *files]
+        self.bound.update(names)
+        return names
 
     def bind_chunk(self, params: dict[str, Any]) -> int:
         """Take one piece of a streamed bind; the bytes received so far."""
@@ -160,7 +165,7 @@ class Services:
         for name, value in list(self.namespace.items()):
             if name.startswith("_") or name in self.installed:
                 continue
-            if any(name in names for names in self.hidden):
+            if name not in self.bound and any(name in names for names in self.hidden):
                 continue
             if isinstance(value, types.ModuleType):
                 continue

@@ -122,7 +122,7 @@ async def supervised(
 ) -> AsyncIterator[Host]:
     """Start the supervisor in exec mode on a socketpair; kill what is left at the end."""
     workdir = tmp / "work"
-    workdir.mkdir(parents=True)
+    workdir.mkdir(parents=True, exist_ok=True)
     host_end, kernel_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
     nonce = secrets.token_hex(16)
     config = {
@@ -215,6 +215,11 @@ def ipykernel_argv(connection: Path) -> list[str]:
 
 async def test_ipykernel_attaches_serves_the_channel_and_dies_with_it(tmp_path: Path) -> None:
     connection = _connection_file(tmp_path)
+    # a slow start-up file: the host's bind surely lands before IPython's start-up ends (and
+    # IPython then hides every name in the namespace from %who and the like)
+    startup = tmp_path / "work" / ".ipython" / "profile_default" / "startup"
+    startup.mkdir(parents=True)
+    (startup / "00-slow.py").write_text("import time\ntime.sleep(0.5)\n")
     async with supervised(tmp_path, ipykernel_argv(connection), attach=True) as host:
         hello = await asyncio.wait_for(host.hello, 30)
         kernel = psutil.Process(hello["pid"])
