@@ -27,7 +27,7 @@ from jupyter_client.connect import write_connection_file
 from sunroom.prelude.ipython import IPYTHON_NAMES
 from sunroom.prelude.supervisor import CHANNEL_ENV, EXEC_FAILED
 from sunroom.rpc.channel import Channel, RemoteError
-from sunroom.rpc.codec import DEFAULT_MAX_FRAME
+from sunroom.rpc.codec import DEFAULT_MAX_FRAME, PROTOCOL_VERSION
 from sunroom.sandbox.backends.subprocess import BOOT, kernel_sys_path, package_root
 from sunroom.sandbox.codegen import generate
 from sunroom.sandbox.functions import as_host_function
@@ -60,6 +60,7 @@ class Host:
     supervisor: subprocess.Popen[bytes]
     workdir: Path
     kernel_fd: int
+    nonce: str
     release: asyncio.Event = field(default_factory=asyncio.Event)
     calls: list[str] = field(default_factory=list)
     held: asyncio.Event = field(default_factory=asyncio.Event)
@@ -153,7 +154,7 @@ async def supervised(
         return await host.serve(method, params)
 
     channel = await Channel.open(host_end, handler=serve, on_notification=on_notification)
-    host = Host(channel, hello, proc, workdir, kernel_fd)
+    host = Host(channel, hello, proc, workdir, kernel_fd, nonce)
     try:
         yield host
     finally:
@@ -226,6 +227,7 @@ async def test_ipykernel_attaches_serves_the_channel_and_dies_with_it(tmp_path: 
         assert kernel.ppid() == host.supervisor.pid  # the exec'd child itself, not a helper
         assert "ipykernel_launcher" in kernel.cmdline()
         assert hello["python"] == sys.version.split()[0]
+        assert hello["nonce"] == host.nonce and hello["protocol"] == PROTOCOL_VERSION
         channel = host.channel
         names = await channel.call(
             "install", {"source": WRAPPERS.source, "exports": list(WRAPPERS.exports)}
@@ -321,6 +323,7 @@ async def test_bash_kernel_gets_a_keeper(tmp_path: Path) -> None:
         assert kernel.ppid() == host.supervisor.pid
         assert "bash_kernel" in kernel.cmdline()
         assert "python" not in hello
+        assert hello["nonce"] == host.nonce and hello["protocol"] == PROTOCOL_VERSION
         channel = host.channel
         await write_file(channel, "data.txt", b"hello bash\n")
         async with client(connection) as kc:
