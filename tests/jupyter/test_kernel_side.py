@@ -31,6 +31,7 @@ from sunroom.rpc.codec import DEFAULT_MAX_FRAME, PROTOCOL_VERSION
 from sunroom.sandbox.backends.subprocess import BOOT, kernel_sys_path, package_root
 from sunroom.sandbox.codegen import generate
 from sunroom.sandbox.functions import as_host_function
+from sunroom.sandbox.limits import Limits
 
 EXTENSION_FLAG = "--IPKernelApp.extra_extensions=sunroom.prelude.ipython"
 """The ipykernel (7.4) option that loads the extension; ``--ext=sunroom.prelude.ipython`` (its
@@ -61,6 +62,7 @@ class Host:
     workdir: Path
     kernel_fd: int
     nonce: str
+    log: Path
     release: asyncio.Event = field(default_factory=asyncio.Event)
     calls: list[str] = field(default_factory=list)
     held: asyncio.Event = field(default_factory=asyncio.Event)
@@ -91,18 +93,29 @@ def _connection_file(tmp: Path) -> Path:
 
 
 def _start_supervisor(
-    config: dict[str, Any], workdir: Path, kernel_end: socket.socket
+    config: dict[str, Any], workdir: Path, kernel_end: socket.socket, log: Path
 ) -> subprocess.Popen[bytes]:
-    """The supervisor as the subprocess backend starts it (``-I -S``, a scrubbed environment)."""
+    """The supervisor as the subprocess backend starts it (``-I -S``, a scrubbed environment);
+    its stdout and stderr (and the kernel's) go to *log*."""
     env = {"PATH": "/usr/bin:/bin", "HOME": str(workdir), "LANG": "C.UTF-8"}
-    return subprocess.Popen(
-        [sys.executable, "-I", "-S", "-c", BOOT, json.dumps(kernel_sys_path()), json.dumps(config)],
-        pass_fds=[kernel_end.fileno()],
-        cwd=workdir,
-        env=env,
-        stderr=subprocess.PIPE,
-        start_new_session=True,
-    )
+    with log.open("ab") as out:
+        return subprocess.Popen(
+            [
+                sys.executable,
+                "-I",
+                "-S",
+                "-c",
+                BOOT,
+                json.dumps(kernel_sys_path()),
+                json.dumps(config),
+            ],
+            pass_fds=[kernel_end.fileno()],
+            cwd=workdir,
+            env=env,
+            stdout=out,
+            stderr=out,
+            start_new_session=True,
+        )
 
 
 def _fd_links(pid: int) -> set[str]:
@@ -130,7 +143,7 @@ async def supervised(
         "fd": kernel_end.fileno(),
         "nonce": nonce,
         "max_frame": DEFAULT_MAX_FRAME,
-        "rlimits": {},
+        "rlimits": Limits().rlimits(),  # the defaults every kernel gets
         "exec": {
             "argv": argv,
             "env": {"PYTHONPATH": package_root()},
@@ -138,7 +151,7 @@ async def supervised(
             **({"name": name} if name else {}),
         },
     }
-    proc = _start_supervisor(config, workdir, kernel_end)
+    proc = _start_supervisor(config, workdir, kernel_end, tmp / "kernel.log")
     kernel_fd = kernel_end.fileno()
     kernel_end.close()
     hello: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
@@ -154,7 +167,7 @@ async def supervised(
         return await host.serve(method, params)
 
     channel = await Channel.open(host_end, handler=serve, on_notification=on_notification)
-    host = Host(channel, hello, proc, workdir, kernel_fd, nonce)
+    host = Host(channel, hello, proc, workdir, kernel_fd, nonce, tmp / "kernel.log")
     try:
         yield host
     finally:
@@ -162,15 +175,16 @@ async def supervised(
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(10)
-        assert proc.stderr is not None
-        proc.stderr.close()
+        print(host.log.read_text(errors="replace"))  # shown when the test fails
 
 
 @contextlib.asynccontextmanager
 async def client(connection: Path) -> AsyncIterator[AsyncKernelClient]:
     kc = AsyncKernelClient()
     kc.load_connection_file(str(connection))
-    kc.start_channels()
+    # no heartbeat: a client without a manager judges the kernel dead after one pong slower
+    # than 1 s (seen on a loaded machine while bash_kernel starts); the tests watch processes
+    kc.start_channels(hb=False)
     try:
         await kc.wait_for_ready(timeout=30)
         yield kc
@@ -369,8 +383,7 @@ async def test_exec_mode_resets_signals_and_reports_a_missing_program(tmp_path: 
         await asyncio.wait_for(host.channel.closed, 10)
         assert not host.hello.done()  # no keeper speaks for a program that never ran
         assert host.supervisor.returncode == EXEC_FAILED
-        assert host.supervisor.stderr is not None
-        err = host.supervisor.stderr.read().decode()
+        err = host.log.read_text()
         assert (
             err
             == "sunroom: cannot run the kernel program 'no-such-kernel-program': No such file or directory\n"
