@@ -345,6 +345,13 @@ async def test_bash_kernel_gets_a_keeper(tmp_path: Path) -> None:
             assert reply["status"] == "ok", reply
             assert out.startswith("hello bash\n")
             assert await read_file(channel, "made.txt") == b"made\n"
+            cell = asyncio.ensure_future(run(kc, "sleep 30"))
+            await asyncio.sleep(0.5)
+            os.kill(kernel.pid, signal.SIGINT)  # as jupyter-client interrupts it
+            out, reply = await asyncio.wait_for(cell, 10)
+            assert reply["status"] == "abort", reply
+            out, reply = await run(kc, "echo still here")
+            assert out == "still here\n", (out, reply)
             # the kernel never had the channel: only the keeper (the supervisor's other child)
             (keeper,) = [p for p in psutil.Process(host.supervisor.pid).children() if p != kernel]
             link = os.readlink(f"/proc/{keeper.pid}/fd/{host.kernel_fd}")
