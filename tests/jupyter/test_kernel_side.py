@@ -395,6 +395,11 @@ async def test_exec_mode_resets_signals_and_reports_a_missing_program(tmp_path: 
             err
             == "sunroom: cannot run the kernel program 'no-such-kernel-program': No such file or directory\n"
         )
+    async with supervised(tmp_path / "c", [], attach=True) as host:
+        await asyncio.wait_for(host.channel.closed, 10)
+        await until(lambda: host.supervisor.poll() is not None)
+        assert host.supervisor.returncode == 1
+        assert "ValueError: the kernel program's argv is empty" in host.log.read_text()
 
 
 @dataclass
