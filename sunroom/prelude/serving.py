@@ -4,7 +4,8 @@ Shared by sunroom's own runtime (:mod:`sunroom.prelude.runtime`) and the IPython
 (:mod:`sunroom.prelude.ipython`): both keep the user's names in one namespace dict, and both
 answer ``install`` (host function wrappers), ``bind`` / ``bind_chunk`` (inputs),
 ``variables`` and the ``file_*`` requests (:mod:`sunroom.prelude.files`) the same way. Who
-runs the cells, and on which thread requests are served, is the caller's business.
+runs the cells, and on which thread requests are served, is the caller's business. The
+keeper (:mod:`sunroom.prelude.keeper`) uses the hello and the files alone.
 Standard library and msgpack only.
 """
 
