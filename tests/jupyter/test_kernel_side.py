@@ -315,6 +315,13 @@ async def test_sigint_interrupts_a_cell_blocked_in_a_host_call(tmp_path: Path) -
             out, reply = await run(kc, "print(double(5)); print(double(6))")
             assert reply["status"] == "ok", reply
             assert out == "10\n12\n"
+            out, reply = await run(  # from threads a cell starts, many at once
+                kc,
+                "from concurrent.futures import ThreadPoolExecutor\n"
+                "with ThreadPoolExecutor(8) as pool:\n"
+                "    print(sum(pool.map(double, range(100))))",
+            )
+            assert out == f"{sum(2 * i for i in range(100))}\n", (out, reply)
             # a host call while the serving thread is busy answering requests
             host.calls.clear()
             cell = asyncio.ensure_future(run(kc, "print(sum(double(i) for i in range(200)))"))
