@@ -77,6 +77,11 @@ def attach(channel: BlockingChannel) -> None:
     _channel = channel
 
 
+def attached() -> bool:
+    """Whether calls have a channel to go through."""
+    return _channel is not None
+
+
 def _exception_for(name: str, error_type: str, message: str) -> Exception:
     cls = _BY_NAME.get(error_type)
     if cls is not None:

@@ -11,7 +11,9 @@ and names it in ``SUNROOM_CHANNEL``; ipykernel loads this module as an extension
   hello as sunroom's runtime does (protocol, pid, Python version, nonce);
 * serves ``install``, ``bind`` / ``bind_chunk``, ``variables`` and the ``file_*`` requests
   (:mod:`sunroom.prelude.serving`) into the shell's user namespace on a daemon thread, answers
-  ``shutdown``, and refuses anything else (``execute`` above all) with ``MethodNotFound``.
+  ``shutdown``, and refuses anything else (``execute`` above all) with ``MethodNotFound``;
+* makes ``input()`` and ``getpass.getpass()`` raise ``EOFError`` in every cell, as in sunroom's
+  own kernels, where ipykernel (no stdin allowed) would raise ``StdinNotImplementedError``.
 
 Cells call host functions on ipykernel's main thread while the serving thread usually holds
 the channel's reader role; :class:`~sunroom.rpc.blocking.BlockingChannel` routes the answer to
@@ -24,6 +26,8 @@ as sunroom's runtime does. Standard library and msgpack only.
 from __future__ import annotations
 
 import _socket
+import builtins
+import getpass
 import json
 import os
 import signal
@@ -41,16 +45,15 @@ if TYPE_CHECKING:
 IPYTHON_NAMES = frozenset({"In", "Out", "exit", "quit", "get_ipython"})
 """IPython's own names, left out of ``variables`` (besides ``user_ns_hidden`` and ``_`` names)."""
 
-_attached: list[BlockingChannel] = []  # the channel, once attached (loading twice is a no-op)
-
 
 def load_ipython_extension(ip: Any) -> None:
     """Attach the shell *ip* to the channel named in ``SUNROOM_CHANNEL`` and start serving it.
 
     Raises RuntimeError when the variable is missing or malformed (the extension was loaded
-    outside sunroom's jupyter backend); a second load in the same kernel does nothing.
+    outside sunroom's jupyter backend); a second load in the same kernel (``%reload_ext``)
+    does nothing.
     """
-    if _attached:
+    if hostcall.attached():
         return
     raw = os.environ.pop(CHANNEL_ENV, None)
     if raw is None:
@@ -62,15 +65,17 @@ def load_ipython_extension(ip: Any) -> None:
         spec = json.loads(raw)
         fd, nonce, max_frame = int(spec["fd"]), str(spec["nonce"]), int(spec["max_frame"])
     except (ValueError, TypeError, KeyError) as exc:
-        raise RuntimeError(f"{CHANNEL_ENV} is malformed: {type(exc).__name__}") from None
+        raise RuntimeError(
+            f"{CHANNEL_ENV} is not JSON with fd, nonce and max_frame ({type(exc).__name__})"
+        ) from None
     os.set_inheritable(fd, False)
     channel = BlockingChannel(_socket.socket(fileno=fd), max_frame=max_frame)
     hostcall.attach(channel)
     services = serving.Services(
         ip.user_ns, workdir=os.getcwd(), hidden=(ip.user_ns_hidden, IPYTHON_NAMES)
     )
+    ip.events.register("pre_run_cell", _eof_for_stdin)
     serving.hello(channel, nonce, os.getpid())
-    _attached.append(channel)
     thread = threading.Thread(
         target=_serve, args=(channel, services), name="sunroom-channel", daemon=True
     )
@@ -109,6 +114,33 @@ def serve(channel: BlockingChannel, services: serving.Services) -> None:
                 serving.answer(channel, req, handler)
         except ConnectionError:
             return
+
+
+def _eof_for_stdin(info: Any = None) -> None:
+    """Before each cell: wrap ``input`` and ``getpass`` (ipykernel has set its own by now)."""
+    if not hasattr(builtins.input, "sunroom_eof"):
+        builtins.input = eof_instead(builtins.input)
+    if not hasattr(getpass.getpass, "sunroom_eof"):
+        getpass.getpass = eof_instead(getpass.getpass)
+
+
+def eof_instead(read: Any) -> Any:
+    """*read* with IPython's "no stdin" error (``StdinNotImplementedError``) as ``EOFError``.
+
+    Matched by class name: the extension does not import IPython. ipykernel restores its
+    originals after each cell, so wrappers never pile up.
+    """
+
+    def no_stdin(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return read(*args, **kwargs)
+        except Exception as exc:
+            if type(exc).__name__ != "StdinNotImplementedError":
+                raise
+            raise EOFError("EOF when reading a line: the kernel has no stdin") from None
+
+    no_stdin.sunroom_eof = True  # type: ignore[attr-defined]
+    return no_stdin
 
 
 def refusal(method: str) -> RpcError:

@@ -21,10 +21,6 @@ from sunroom.prelude import serving
 from sunroom.rpc.blocking import BlockingChannel
 from sunroom.rpc.messages import RpcError
 
-TYPE_CHECKING = False  # typing costs the kernel ~10 ms to import; annotations are lazy
-if TYPE_CHECKING:
-    from typing import Any
-
 
 def refusal(method: str, kernel_name: str | None) -> RpcError:
     """The error every request the keeper does not serve is answered with."""
@@ -36,13 +32,14 @@ def refusal(method: str, kernel_name: str | None) -> RpcError:
     )
 
 
-def serve(channel: BlockingChannel, kernel_pid: int, kernel_name: str | None = None) -> None:
-    """Serve *channel* for the kernel program *kernel_pid* until shutdown or the host leaves.
+def serve(channel: BlockingChannel, kernel_name: str | None = None) -> None:
+    """Serve *channel* for a kernel program until shutdown or the host leaves.
 
     Returns after ``shutdown`` (answered) or when the channel closes; either way the caller
-    ends the program.
+    ends the program. Only the ``file_*`` requests are served (rooted at the working
+    directory); every other request gets :func:`refusal`.
     """
-    files: Any = None
+    files: serving.Services | None = None
     while True:
         try:
             req = channel.next_request()
@@ -83,7 +80,7 @@ def main(
     channel = BlockingChannel(_socket.socket(fileno=fd), max_frame=max_frame)
     try:
         serving.hello(channel, nonce, kernel_pid, python=False)
-        serve(channel, kernel_pid, kernel_name)
+        serve(channel, kernel_name)
     finally:
         with contextlib.suppress(OSError):
             os.kill(kernel_pid, signal.SIGKILL)

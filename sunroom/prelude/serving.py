@@ -4,7 +4,8 @@ Shared by sunroom's own runtime (:mod:`sunroom.prelude.runtime`) and the IPython
 (:mod:`sunroom.prelude.ipython`): both keep the user's names in one namespace dict, and both
 answer ``install`` (host function wrappers), ``bind`` / ``bind_chunk`` (inputs),
 ``variables`` and the ``file_*`` requests (:mod:`sunroom.prelude.files`) the same way. Who
-runs the cells, and on which thread requests are served, is the caller's business.
+runs the cells, and on which thread requests are served, is the caller's business. The
+keeper (:mod:`sunroom.prelude.keeper`) uses the hello and the files alone.
 Standard library and msgpack only.
 """
 
@@ -71,7 +72,9 @@ class Services:
         namespace: the user's names; installed functions and bound inputs land here.
         workdir: the root of the files API (fixed at boot, before any cell can ``chdir``).
         hidden: names ``variables`` leaves out besides private (``_``) names, installed
-            functions and modules (e.g. IPython's own names); checked at each request.
+            functions and modules (e.g. IPython's own names); checked at each request. A
+            name the host bound is never hidden: IPython hides every name present when its
+            start-up ends, and a bind may land before that.
     """
 
     def __init__(
@@ -85,6 +88,7 @@ class Services:
         self.workdir = workdir
         self.hidden = hidden
         self.installed: set[str] = set()
+        self.bound: set[str] = set()
         self.incoming = inputs.Incoming()
         self._files: Any = None  # sunroom.prelude.files.FileServer, made on first use
 
@@ -148,7 +152,9 @@ class Services:
         files: dict[str, dict[str, Any]] = params.get("files") or {}
         for name, spec in files.items():
             self.namespace[name] = inputs.load_file(spec)
-        return [*values, *files]
+        names = [*values, *files]
+        self.bound.update(names)
+        return names
 
     def bind_chunk(self, params: dict[str, Any]) -> int:
         """Take one piece of a streamed bind; the bytes received so far."""
@@ -160,7 +166,7 @@ class Services:
         for name, value in list(self.namespace.items()):
             if name.startswith("_") or name in self.installed:
                 continue
-            if any(name in names for names in self.hidden):
+            if name not in self.bound and any(name in names for names in self.hidden):
                 continue
             if isinstance(value, types.ModuleType):
                 continue

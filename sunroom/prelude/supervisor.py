@@ -219,6 +219,8 @@ def _run_program(config: dict[str, Any], fd: int, status_fd: int | None) -> int:
         from sunroom.prelude import keeper  # import before fork: the keeper starts warm
     rlimits: dict[str, int] = config.get("rlimits", {})
     argv = [str(a) for a in spec["argv"]]
+    if not argv:
+        raise ValueError("the kernel program's argv is empty")
     exec_r, exec_w = os.pipe()  # close-on-exec: EOF once the program runs, a byte if it cannot
     kernel = os.fork()
     if kernel == 0:
@@ -297,8 +299,8 @@ def _exec_child(
         signal.pthread_sigmask(signal.SIG_SETMASK, ())
         os.execvpe(argv[0], argv, env)
     except BaseException as exc:  # noqa: BLE001 - reported on stderr, then exit 127
-        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else repr(exc)
         with contextlib.suppress(BaseException):
+            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else repr(exc)
             line = f"sunroom: cannot run the kernel program {argv[0]!r}: {reason}\n"
             os.write(2, line.encode(errors="replace"))
         with contextlib.suppress(BaseException):

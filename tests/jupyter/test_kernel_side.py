@@ -27,13 +27,16 @@ from jupyter_client.connect import write_connection_file
 from sunroom.prelude.ipython import IPYTHON_NAMES
 from sunroom.prelude.supervisor import CHANNEL_ENV, EXEC_FAILED
 from sunroom.rpc.channel import Channel, RemoteError
-from sunroom.rpc.codec import DEFAULT_MAX_FRAME
+from sunroom.rpc.codec import DEFAULT_MAX_FRAME, PROTOCOL_VERSION
 from sunroom.sandbox.backends.subprocess import BOOT, kernel_sys_path, package_root
 from sunroom.sandbox.codegen import generate
 from sunroom.sandbox.functions import as_host_function
+from sunroom.sandbox.limits import Limits
 
-EXTENSION_FLAG = "--IPKernelApp.extensions=sunroom.prelude.ipython"
-"""The ipykernel (7.4) command-line option that loads the extension."""
+EXTENSION_FLAG = "--IPKernelApp.extra_extensions=sunroom.prelude.ipython"
+"""The ipykernel (7.4) option that loads the extension; ``--ext=sunroom.prelude.ipython`` (its
+alias) and ``--IPKernelApp.extensions=sunroom.prelude.ipython`` work too, but the latter
+replaces the extensions a configuration file lists instead of adding to them."""
 
 
 def double(x: int) -> int:
@@ -58,6 +61,8 @@ class Host:
     supervisor: subprocess.Popen[bytes]
     workdir: Path
     kernel_fd: int
+    nonce: str
+    log: Path
     release: asyncio.Event = field(default_factory=asyncio.Event)
     calls: list[str] = field(default_factory=list)
     held: asyncio.Event = field(default_factory=asyncio.Event)
@@ -88,18 +93,29 @@ def _connection_file(tmp: Path) -> Path:
 
 
 def _start_supervisor(
-    config: dict[str, Any], workdir: Path, kernel_end: socket.socket
+    config: dict[str, Any], workdir: Path, kernel_end: socket.socket, log: Path
 ) -> subprocess.Popen[bytes]:
-    """The supervisor as the subprocess backend starts it (``-I -S``, a scrubbed environment)."""
+    """The supervisor as the subprocess backend starts it (``-I -S``, a scrubbed environment);
+    its stdout and stderr (and the kernel's) go to *log*."""
     env = {"PATH": "/usr/bin:/bin", "HOME": str(workdir), "LANG": "C.UTF-8"}
-    return subprocess.Popen(
-        [sys.executable, "-I", "-S", "-c", BOOT, json.dumps(kernel_sys_path()), json.dumps(config)],
-        pass_fds=[kernel_end.fileno()],
-        cwd=workdir,
-        env=env,
-        stderr=subprocess.PIPE,
-        start_new_session=True,
-    )
+    with log.open("ab") as out:
+        return subprocess.Popen(
+            [
+                sys.executable,
+                "-I",
+                "-S",
+                "-c",
+                BOOT,
+                json.dumps(kernel_sys_path()),
+                json.dumps(config),
+            ],
+            pass_fds=[kernel_end.fileno()],
+            cwd=workdir,
+            env=env,
+            stdout=out,
+            stderr=out,
+            start_new_session=True,
+        )
 
 
 def _fd_links(pid: int) -> set[str]:
@@ -120,14 +136,14 @@ async def supervised(
 ) -> AsyncIterator[Host]:
     """Start the supervisor in exec mode on a socketpair; kill what is left at the end."""
     workdir = tmp / "work"
-    workdir.mkdir(parents=True)
+    workdir.mkdir(parents=True, exist_ok=True)
     host_end, kernel_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
     nonce = secrets.token_hex(16)
     config = {
         "fd": kernel_end.fileno(),
         "nonce": nonce,
         "max_frame": DEFAULT_MAX_FRAME,
-        "rlimits": {},
+        "rlimits": Limits().rlimits(),  # the defaults every kernel gets
         "exec": {
             "argv": argv,
             "env": {"PYTHONPATH": package_root()},
@@ -135,7 +151,7 @@ async def supervised(
             **({"name": name} if name else {}),
         },
     }
-    proc = _start_supervisor(config, workdir, kernel_end)
+    proc = _start_supervisor(config, workdir, kernel_end, tmp / "kernel.log")
     kernel_fd = kernel_end.fileno()
     kernel_end.close()
     hello: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
@@ -151,7 +167,7 @@ async def supervised(
         return await host.serve(method, params)
 
     channel = await Channel.open(host_end, handler=serve, on_notification=on_notification)
-    host = Host(channel, hello, proc, workdir, kernel_fd)
+    host = Host(channel, hello, proc, workdir, kernel_fd, nonce, tmp / "kernel.log")
     try:
         yield host
     finally:
@@ -159,15 +175,16 @@ async def supervised(
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(10)
-        assert proc.stderr is not None
-        proc.stderr.close()
+        print(host.log.read_text(errors="replace"))  # shown when the test fails
 
 
 @contextlib.asynccontextmanager
 async def client(connection: Path) -> AsyncIterator[AsyncKernelClient]:
     kc = AsyncKernelClient()
     kc.load_connection_file(str(connection))
-    kc.start_channels()
+    # no heartbeat: a client without a manager judges the kernel dead after one pong slower
+    # than 1 s (seen on a loaded machine while bash_kernel starts); the tests watch processes
+    kc.start_channels(hb=False)
     try:
         await kc.wait_for_ready(timeout=30)
         yield kc
@@ -183,7 +200,7 @@ async def run(kc: AsyncKernelClient, code: str) -> tuple[str, dict[str, Any]]:
         if msg["msg_type"] == "stream":
             out.append(msg["content"]["text"])
 
-    reply = await kc.execute_interactive(code, output_hook=hook, timeout=20)
+    reply = await kc.execute_interactive(code, output_hook=hook, allow_stdin=False, timeout=20)
     return "".join(out), reply["content"]
 
 
@@ -213,12 +230,18 @@ def ipykernel_argv(connection: Path) -> list[str]:
 
 async def test_ipykernel_attaches_serves_the_channel_and_dies_with_it(tmp_path: Path) -> None:
     connection = _connection_file(tmp_path)
+    # a slow start-up file: the host's bind surely lands before IPython's start-up ends (and
+    # IPython then hides every name in the namespace from %who and the like)
+    startup = tmp_path / "work" / ".ipython" / "profile_default" / "startup"
+    startup.mkdir(parents=True)
+    (startup / "00-slow.py").write_text("import time\ntime.sleep(0.5)\n")
     async with supervised(tmp_path, ipykernel_argv(connection), attach=True) as host:
         hello = await asyncio.wait_for(host.hello, 30)
         kernel = psutil.Process(hello["pid"])
         assert kernel.ppid() == host.supervisor.pid  # the exec'd child itself, not a helper
         assert "ipykernel_launcher" in kernel.cmdline()
         assert hello["python"] == sys.version.split()[0]
+        assert hello["nonce"] == host.nonce and hello["protocol"] == PROTOCOL_VERSION
         channel = host.channel
         names = await channel.call(
             "install", {"source": WRAPPERS.source, "exports": list(WRAPPERS.exports)}
@@ -231,6 +254,19 @@ async def test_ipykernel_attaches_serves_the_channel_and_dies_with_it(tmp_path: 
             assert reply["status"] == "ok", reply
             assert out == "42 x from the host\n"
             assert host.calls == ["double"]
+            out, reply = await run(
+                kc,
+                "import getpass\n"
+                "for _read in (input, getpass.getpass):\n"
+                "    try:\n"
+                "        _read('? ')\n"
+                "    except EOFError as exc:\n"
+                "        print(type(exc).__name__, exc)",
+            )
+            assert reply["status"] == "ok", reply
+            assert out == "EOFError EOF when reading a line: the kernel has no stdin\n" * 2
+            out, reply = await run(kc, "%reload_ext sunroom.prelude.ipython")  # a no-op
+            assert reply["status"] == "ok" and out == "", (reply, out)
             out, reply = await run(kc, "import os\nopen('out.txt', 'w').write('cell'); y = [1]")
             assert reply["status"] == "ok", reply
             assert await read_file(channel, "out.txt") == b"cell"
@@ -279,6 +315,13 @@ async def test_sigint_interrupts_a_cell_blocked_in_a_host_call(tmp_path: Path) -
             out, reply = await run(kc, "print(double(5)); print(double(6))")
             assert reply["status"] == "ok", reply
             assert out == "10\n12\n"
+            out, reply = await run(  # from threads a cell starts, many at once
+                kc,
+                "from concurrent.futures import ThreadPoolExecutor\n"
+                "with ThreadPoolExecutor(8) as pool:\n"
+                "    print(sum(pool.map(double, range(100))))",
+            )
+            assert out == f"{sum(2 * i for i in range(100))}\n", (out, reply)
             # a host call while the serving thread is busy answering requests
             host.calls.clear()
             cell = asyncio.ensure_future(run(kc, "print(sum(double(i) for i in range(200)))"))
@@ -301,6 +344,7 @@ async def test_bash_kernel_gets_a_keeper(tmp_path: Path) -> None:
         assert kernel.ppid() == host.supervisor.pid
         assert "bash_kernel" in kernel.cmdline()
         assert "python" not in hello
+        assert hello["nonce"] == host.nonce and hello["protocol"] == PROTOCOL_VERSION
         channel = host.channel
         await write_file(channel, "data.txt", b"hello bash\n")
         async with client(connection) as kc:
@@ -308,6 +352,13 @@ async def test_bash_kernel_gets_a_keeper(tmp_path: Path) -> None:
             assert reply["status"] == "ok", reply
             assert out.startswith("hello bash\n")
             assert await read_file(channel, "made.txt") == b"made\n"
+            cell = asyncio.ensure_future(run(kc, "sleep 30"))
+            await asyncio.sleep(0.5)
+            os.kill(kernel.pid, signal.SIGINT)  # as jupyter-client interrupts it
+            out, reply = await asyncio.wait_for(cell, 10)
+            assert reply["status"] == "abort", reply
+            out, reply = await run(kc, "echo still here")
+            assert out == "still here\n", (out, reply)
             # the kernel never had the channel: only the keeper (the supervisor's other child)
             (keeper,) = [p for p in psutil.Process(host.supervisor.pid).children() if p != kernel]
             link = os.readlink(f"/proc/{keeper.pid}/fd/{host.kernel_fd}")
@@ -346,9 +397,68 @@ async def test_exec_mode_resets_signals_and_reports_a_missing_program(tmp_path: 
         await asyncio.wait_for(host.channel.closed, 10)
         assert not host.hello.done()  # no keeper speaks for a program that never ran
         assert host.supervisor.returncode == EXEC_FAILED
-        assert host.supervisor.stderr is not None
-        err = host.supervisor.stderr.read().decode()
+        err = host.log.read_text()
         assert (
             err
             == "sunroom: cannot run the kernel program 'no-such-kernel-program': No such file or directory\n"
         )
+    async with supervised(tmp_path / "c", [], attach=True) as host:
+        await asyncio.wait_for(host.channel.closed, 10)
+        await until(lambda: host.supervisor.poll() is not None)
+        assert host.supervisor.returncode == 1
+        assert "ValueError: the kernel program's argv is empty" in host.log.read_text()
+
+
+@dataclass
+class FakeShell:
+    """The two attributes of an IPython shell the extension reads."""
+
+    user_ns: dict[str, Any] = field(default_factory=dict)
+    user_ns_hidden: dict[str, Any] = field(default_factory=dict)
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        (None, f"needs {CHANNEL_ENV}: only sunroom's jupyter backend loads this extension"),
+        (
+            "{not json",
+            rf"{CHANNEL_ENV} is not JSON with fd, nonce and max_frame \(JSONDecodeError\)",
+        ),
+        ('{"fd": 3}', rf"{CHANNEL_ENV} is not JSON with fd, nonce and max_frame \(KeyError\)"),
+    ],
+)
+def test_the_extension_refuses_to_load_without_its_channel(
+    monkeypatch: pytest.MonkeyPatch, value: str | None, message: str
+) -> None:
+    from sunroom.prelude import hostcall
+    from sunroom.prelude.ipython import load_ipython_extension
+
+    assert not hostcall.attached()
+    if value is None:
+        monkeypatch.delenv(CHANNEL_ENV, raising=False)
+    else:
+        monkeypatch.setenv(CHANNEL_ENV, value)
+    with pytest.raises(RuntimeError, match=message):
+        load_ipython_extension(FakeShell())
+    assert CHANNEL_ENV not in os.environ and not hostcall.attached()
+
+
+async def test_the_program_is_the_kernel_its_end_ends_the_keeper(tmp_path: Path) -> None:
+    async with supervised(tmp_path, ["/bin/sh", "-c", "exec sleep 60"], attach=False) as host:
+        hello = await asyncio.wait_for(host.hello, 10)
+        await until(lambda: psutil.Process(hello["pid"]).name() == "sleep")
+        assert len(host.tree()) == 3  # supervisor, program, keeper
+        with pytest.raises(RemoteError, match="this Jupyter kernel has no sunroom runtime"):
+            await host.channel.call("variables")
+        os.kill(hello["pid"], signal.SIGKILL)
+        await asyncio.wait_for(host.channel.closed, 10)  # the keeper was swept with it
+        await until(lambda: host.supervisor.poll() is not None)
+        assert host.supervisor.returncode == 128 + signal.SIGKILL
+        assert host.tree() == []
+    argv = ["/bin/sh", "-c", "exec sleep 60"]
+    async with supervised(tmp_path / "b", argv, attach=False) as host:
+        await asyncio.wait_for(host.hello, 10)
+        assert await host.channel.call("shutdown") is True  # the keeper ends the program
+        await until(lambda: host.supervisor.poll() is not None)
+        assert host.tree() == []
