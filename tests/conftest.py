@@ -20,6 +20,9 @@ from sunroom.errors import SandboxUnavailableError
 
 ALL_BACKENDS = ("subprocess", "bwrap", "docker", "jupyter")
 ISOLATED_BACKENDS = ("bwrap", "docker")
+THREAT_BACKENDS = ("bwrap", "docker", "jupyter")
+"""Where the core threat suite (tests/security/test_threats.py) runs: ``jupyter`` is an
+IPython kernel in bwrap, under the same sandbox."""
 
 _availability: dict[str, str | None] = {}
 
@@ -107,6 +110,12 @@ def backend(request: pytest.FixtureRequest) -> str:
 def isolated_backend(request: pytest.FixtureRequest) -> str:
     """The isolating backends under test (security suite)."""
     return _require(request.param)
+
+
+@pytest.fixture(params=backends_under_test(THREAT_BACKENDS))
+def threat_backend(request: pytest.FixtureRequest) -> str:
+    """The isolating backends and the jupyter backend in bwrap (the core threat suite)."""
+    return _require(request.param, request.node)
 
 
 def _descendants() -> set[int]:

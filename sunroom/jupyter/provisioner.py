@@ -109,7 +109,7 @@ def kernel_argv(argv: list[str], *, python: str, attach: bool) -> tuple[str, ...
     if len(out) > 2 and out[0] == PYTHON_TOKEN and out[1] == "-m":  # see jupyter_main
         out[2:2] = [JUPYTER_MAIN]
     if attach:  # and no history database in the workdir: each kernel's history is its own
-        out.append(f"--IPKernelApp.extensions={json.dumps([EXTENSION])}")
+        out.append(f"--IPKernelApp.extra_extensions={EXTENSION}")  # added to a config's own
         out.append("--HistoryManager.enabled=False")
     return tuple(out)
 
