@@ -641,6 +641,7 @@ class AsyncKernel:
         answer is malformed (the kernel is then restarted on next use).
         """
         self._check_names(values)
+        self._require_runtime("inputs")
         async with self._lock:
             files = await asyncio.to_thread(self._resolve_files, values)  # stats, walks
             if files:
@@ -661,6 +662,15 @@ class AsyncKernel:
             await self._send_bind(values)
             self._inputs.update(values)
 
+    def _require_runtime(self, what: str) -> None:
+        """UsageError unless the kernel runs sunroom's runtime (not a non-Python Jupyter one)."""
+        backend = self._backend or self._backend_arg
+        if not isinstance(backend, str) and getattr(backend, "python", True) is False:
+            name = getattr(backend, "kernel_name", backend.name)
+            raise UsageError(
+                f"the {name!r} Jupyter kernel has no sunroom runtime: {what} need a Python kernel"
+            )
+
     async def variables(self) -> list[Variable]:
         """The user's variables: names, type names and short reprs (no values).
 
@@ -668,6 +678,7 @@ class AsyncKernel:
         while answering, ProtocolError when its answer is not a list of variables (the kernel
         is then restarted on next use).
         """
+        self._require_runtime("variables")
         async with self._lock:
             await self._ensure()
             assert self._channel is not None

@@ -142,8 +142,10 @@ async def test_the_bash_kernel_runs_sandboxed_and_refuses_sunroom_functions() ->
         assert fail.status == "error", fail
         await k.files.write("note.txt", b"from the host")
         assert (await k.execute("cat note.txt")).stdout.strip() == "from the host"
-        with pytest.raises(Exception, match="Python kernel"):
+        with pytest.raises(UsageError, match="variables need a Python kernel"):
             await k.variables()
+        with pytest.raises(UsageError, match="inputs need a Python kernel"):
+            await k.bind(x=1)
     with pytest.raises(UsageError, match="need a Python kernel"):
         AsyncKernel(backend=backend, functions=[add])
     with pytest.raises(UsageError, match="need a Python kernel"):
