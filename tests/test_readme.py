@@ -55,6 +55,7 @@ GUIDES = {
     "docs/fork.md": ["[1, 2, 3]", "'{\"rows\": 3}'", "success 45 3"],
     "docs/mcp.md": ["42", "42"],
     "docs/approvals.md": ["success deleted old", "pay() was denied: over the limit of 100"],
+    "docs/jupyter.md": ["42"],
 }
 
 
