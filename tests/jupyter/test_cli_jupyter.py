@@ -1,0 +1,87 @@
+"""The CLI's jupyter surface: ``sunroom kernelspecs``, ``--backend jupyter --kernel-name``.
+
+Real installed kernelspecs (ipykernel's ``python3`` and bash_kernel's ``bash`` are dev
+dependencies) and the real ``sunroom`` command in a subprocess.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from sunroom.jupyter import kernelspecs
+
+# bash_kernel's kernel.json has a key traitlets warns about when jupyter-client reads it
+pytestmark = pytest.mark.filterwarnings("ignore:Passing unrecognized arguments:DeprecationWarning")
+
+
+def run(
+    *args: str, stdin: str | None = None, timeout: float = 90
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "sunroom.cli", *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def test_kernelspecs_lists_the_installed_kernels() -> None:
+    proc = run("kernelspecs")
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[0].split() == ["NAME", "LANGUAGE", "HOST", "FUNCTIONS", "DISPLAY", "NAME"]
+    rows = {line.split()[0]: line.split() for line in lines[1:]}
+    assert rows["python3"][1:3] == ["python", "yes"]
+    assert rows["bash"][1:3] == ["bash", "no"]
+    assert set(rows) == {s.name for s in kernelspecs()}
+
+
+def test_kernelspecs_json_is_for_machines() -> None:
+    proc = run("kernelspecs", "--json")
+    assert proc.returncode == 0, proc.stderr
+    specs = {s["name"]: s for s in json.loads(proc.stdout)}
+    assert specs["python3"]["language"] == "python" and specs["python3"]["host_functions"]
+    assert specs["bash"]["language"] == "bash" and not specs["bash"]["host_functions"]
+    assert specs["bash"]["display_name"] == "Bash"
+    assert "{connection_file}" in specs["python3"]["argv"]
+    assert specs["python3"]["resource_dir"].endswith("python3")
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["--kernel-name", "bash"], "--kernel-name is only for --backend jupyter"),
+        (["--sandbox", "none"], "--sandbox is only for --backend jupyter"),
+        (
+            ["--backend", "subprocess", "--kernel-name", "bash", "--sandbox", "none"],
+            "--kernel-name and --sandbox are only for --backend jupyter (the backend is "
+            "subprocess)",
+        ),
+        (
+            ["--backend", "jupyter", "--kernel-name", "no-such-kernel"],
+            "no Jupyter kernel named 'no-such-kernel' is installed (installed: bash, python3",
+        ),
+        (["--backend", "jupyter", "--sandbox", "chroot"], "unknown sandbox 'chroot'"),
+    ],
+)
+def test_exec_refuses_a_bad_choice_with_one_line(args: list[str], says: str) -> None:
+    proc = run("exec", *args, "-", stdin="print('never')")
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.count("\n") == 1 and says in proc.stderr, proc.stderr
+    assert "never" not in proc.stdout
+
+
+@pytest.mark.parametrize("command", ["serve", "mcp", "run"])
+def test_every_command_with_backend_checks_kernel_name(command: str) -> None:
+    extra = ["a task", "--model", "fake:x"] if command == "run" else []
+    proc = run(command, *extra, "--kernel-name", "bash", timeout=60)
+    assert proc.returncode == 2, proc.stderr
+    assert "--kernel-name is only for --backend jupyter" in proc.stderr, proc.stderr
+    proc = run(command, *extra, "--backend", "jupyter", "--kernel-name", "nope", timeout=60)
+    assert proc.returncode == 2, proc.stderr
+    assert "no Jupyter kernel named 'nope' is installed" in proc.stderr, proc.stderr
