@@ -1,16 +1,29 @@
 """The ``jupyter`` backend: any installed Jupyter kernel, run inside sunroom's sandbox.
 
-(Work in progress: the constructor is final, ``launch`` is being written.)
+``JupyterBackend(kernel_name, sandbox=...)`` starts the kernelspec through jupyter-client's
+``AsyncKernelManager`` and sunroom's provisioner (:mod:`sunroom.jupyter.provisioner`), which
+runs the kernelspec's program under sunroom's supervisor in the chosen sandbox (``bwrap``,
+``docker`` or ``none``: the ``subprocess`` backend). The kernel is ready when it has answered
+``kernel_info`` and said hello on its sunroom channel (IPython kernels through sunroom's
+extension; other languages through :mod:`sunroom.prelude.keeper`, which says hello for them).
+Cells run through the Jupyter protocol (:class:`~sunroom.jupyter.process.JupyterProcess`).
 """
 
 from __future__ import annotations
 
+import asyncio
 import socket
-from typing import final
+import sys
+from queue import Empty
+from typing import Any, final
 
-from sunroom.errors import UsageError
+from sunroom.errors import KernelStartError, SandboxUnavailableError, UsageError
+from sunroom.jupyter.process import JupyterProcess, close_quietly
+from sunroom.jupyter.provisioner import NAME, LaunchRequest, expect, forget
 from sunroom.jupyter.specs import KernelSpecInfo, find_kernelspec
+from sunroom.sandbox import backends
 from sunroom.sandbox.backend import Backend, KernelProcess, LaunchSpec
+from sunroom.sandbox.process import seal_ipc_dir
 
 SANDBOXES = ("bwrap", "docker", "none")
 
@@ -33,16 +46,117 @@ class JupyterBackend:
             raise UsageError("kernel_name must be a non-empty str")
         if isinstance(sandbox, str) and sandbox not in SANDBOXES:
             raise UsageError(f"unknown sandbox {sandbox!r}; choose one of {', '.join(SANDBOXES)}")
+        if not isinstance(sandbox, str) and sandbox.name == self.name:
+            raise UsageError("a Jupyter kernel's sandbox cannot be another Jupyter backend")
         self.spec: KernelSpecInfo = find_kernelspec(kernel_name)
         self.kernel_name = kernel_name
         self._sandbox_arg = sandbox
         self.sandbox = sandbox if isinstance(sandbox, str) else sandbox.name
+        self._inner: Backend | None = None
 
     @property
     def python(self) -> bool:
         """Whether the kernel is an IPython kernel (host functions and inputs work in it)."""
         return self.spec.python
 
+    def _sandbox(self) -> Backend:
+        if self._inner is None:
+            arg = self._sandbox_arg
+            self._inner = backends.resolve("subprocess" if arg == "none" else arg)
+        return self._inner
+
     async def launch(self, spec: LaunchSpec) -> tuple[KernelProcess, socket.socket]:
-        """Start the kernel; see ``Backend.launch``."""
-        raise NotImplementedError("being written")
+        """Start the kernel and wait for its ``kernel_info``; see ``Backend.launch``.
+
+        Raises SandboxUnavailableError when the sandbox cannot be had and KernelStartError
+        (with the kernel's log) when the kernel dies at start or does not answer within
+        ``limits.start_timeout_s``.
+        """
+        from jupyter_client.manager import AsyncKernelManager
+
+        if spec.program is not None:
+            raise UsageError("a Jupyter kernel runs its kernelspec's program, not another")
+        request = LaunchRequest(
+            backend=self._sandbox(),
+            limits=spec.limits,
+            nonce=spec.nonce,
+            env=spec.env,
+            mounts=spec.mounts,
+            attach=self.python,
+            python=sys.executable,
+        )
+        token = expect(request)
+        manager = AsyncKernelManager(kernel_name=self.kernel_name, transport="ipc")
+        kernelspec = manager.kernel_spec
+        if kernelspec is None:
+            raise KernelStartError(f"the kernelspec {self.kernel_name!r} could not be read")
+        kernelspec.metadata = {
+            **(kernelspec.metadata or {}),
+            "kernel_provisioner": {"provisioner_name": NAME, "config": {"request_id": token}},
+        }
+        client = None
+        try:
+            await manager.start_kernel()
+            assert request.proc is not None
+            assert request.sock is not None
+            assert request.ipc_dir is not None
+            client = manager.client()
+            client.start_channels()
+            info = await self._ready(client, request.proc, spec.limits.start_timeout_s)
+            seal_ipc_dir(request.ipc_dir)
+        except BaseException as exc:
+            detail = ""
+            if request.proc is not None:
+                from sunroom.sandbox.launch import failure_detail
+
+                detail = await failure_detail(request.proc)
+                await request.proc.kill()
+            if request.sock is not None:
+                request.sock.close()
+            await close_quietly(manager, client)
+            if isinstance(exc, KernelStartError | UsageError | asyncio.CancelledError):
+                if detail and isinstance(exc, KernelStartError):
+                    raise KernelStartError(f"{exc}{detail}") from exc
+                raise
+            if isinstance(exc, SandboxUnavailableError):
+                raise
+            raise KernelStartError(
+                f"the Jupyter kernel {self.kernel_name!r} did not start: {exc}{detail}"
+            ) from exc
+        finally:
+            forget(token)
+        proc = JupyterProcess(
+            request.proc,
+            manager,
+            client,
+            kernel_name=self.kernel_name,
+            python=self.python,
+            info=info,
+        )
+        return proc, request.sock
+
+    async def _ready(self, client: Any, proc: KernelProcess, timeout_s: float) -> dict[str, Any]:
+        """Ask for ``kernel_info`` until answered; KernelStartError if the kernel dies first."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        while True:
+            if not proc.alive():
+                why = await proc.exit_reason()
+                raise KernelStartError(
+                    f"the Jupyter kernel {self.kernel_name!r} ended at start: {why}"
+                )
+            left = deadline - loop.time()
+            if left <= 0:
+                raise KernelStartError(
+                    f"the Jupyter kernel {self.kernel_name!r} did not answer kernel_info within "
+                    f"{timeout_s:g} s"
+                )
+            msg_id = client.kernel_info()
+            try:
+                while True:
+                    reply = await client.get_shell_msg(timeout=min(0.5, left))
+                    if reply.get("parent_header", {}).get("msg_id") == msg_id:
+                        content: dict[str, Any] = reply.get("content") or {}
+                        return content
+            except Empty:  # no answer yet: ask again (a kernel may miss the first request)
+                continue

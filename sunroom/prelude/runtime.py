@@ -21,12 +21,11 @@ import threading
 import time
 import types
 
-from sunroom.prelude import capture, display, hostcall, inputs, pyhelp, sources
+from sunroom.prelude import capture, display, hostcall, pyhelp, serving
 from sunroom.prelude.executor import CellOutcome, Executor, describe
 from sunroom.rpc.blocking import BlockingChannel
-from sunroom.rpc.codec import DEFAULT_MAX_FRAME, PROTOCOL_VERSION
+from sunroom.rpc.codec import DEFAULT_MAX_FRAME
 from sunroom.rpc.messages import Request, RpcError
-from sunroom.rpc.wire import from_wire
 
 TYPE_CHECKING = False  # typing costs the kernel ~10 ms to import; annotations are lazy
 if TYPE_CHECKING:
@@ -45,11 +44,9 @@ class Runtime:
         self.channel = BlockingChannel(sock, max_frame=max_frame)
         self.namespace: dict[str, Any] = {"__name__": "__main__", "__builtins__": builtins}
         self.executor = Executor(self.namespace)
-        self.installed: set[str] = set()
-        self.incoming = inputs.Incoming()
+        # install, bind, variables, files; the files API's root is fixed before any cell runs
+        self.services = serving.Services(self.namespace, workdir=os.getcwd())
         self.executing = False
-        self.workdir = os.getcwd()  # the files API's root, fixed before any cell can chdir
-        self._files: Any = None  # sunroom.prelude.files.FileServer, made on first use
         self.out, self.err = capture.install(self._stream)
         hostcall.attach(self.channel)
         display.install()
@@ -62,16 +59,13 @@ class Runtime:
         signal.signal(signal.SIGINT, self._sigint_handler)
         self._hello(nonce)
 
+    @property
+    def workdir(self) -> str:
+        """The files API's root: the working directory at boot (a copy's own, in a copy)."""
+        return self.services.workdir
+
     def _hello(self, nonce: str) -> None:
-        self.channel.notify(
-            "hello",
-            {
-                "protocol": PROTOCOL_VERSION,
-                "pid": os.getpid(),
-                "python": sys.version.split()[0],
-                "nonce": nonce,
-            },
-        )
+        serving.hello(self.channel, nonce, os.getpid())
 
     # -- fork (sunroom.prelude.forking) ----------------------------------------------------
 
@@ -125,8 +119,7 @@ class Runtime:
             if os.environ.get(key) == self.workdir:
                 os.environ[key] = workdir
         os.chdir(workdir)
-        self.workdir = workdir
-        self._files = None
+        self.services.move(workdir)
         self._hello(nonce)
 
     def _stream(self, name: str, text: str) -> None:
@@ -152,36 +145,11 @@ class Runtime:
                 continue  # a late interrupt landed between cells: nothing to stop
 
     def _handle(self, req: Request) -> None:
-        handler = getattr(self, f"_do_{req.method}", None)
-        if handler is None and req.method.startswith("file_"):
-            handler = self._file_handler(req.method)
+        handler = getattr(self, f"_do_{req.method}", None) or self.services.handler(req.method)
         if handler is None:
             self.channel.respond(req.id, RpcError("MethodNotFound", f"unknown method {req.method}"))
             return
-        try:
-            result = handler(req.params)
-        except KeyboardInterrupt:
-            self.channel.respond(req.id, RpcError("Interrupted", "interrupted outside user code"))
-            return
-        except Exception as exc:
-            self.channel.respond(req.id, RpcError(type(exc).__name__, str(exc)))
-            return
-        self.channel.respond(req.id, None, result)
-
-    def _file_handler(self, method: str) -> Any:
-        if self._files is None:
-            try:
-                from sunroom.prelude.files import FileServer  # ctypes and re: only when used
-
-                self._files = FileServer(self.workdir)
-            except Exception as exc:  # answered as the request's error; the kernel goes on
-                failure = exc
-
-                def unavailable(params: Any) -> None:
-                    raise failure
-
-                return unavailable
-        return self._files.handlers.get(method)
+        serving.answer(self.channel, req, handler)
 
     def _do_execute(self, params: dict[str, Any]) -> dict[str, Any]:
         if self.copies:  # reap the supervisors of copies that have ended
@@ -225,55 +193,6 @@ class Runtime:
             "outputs": outputs,
             "dropped_outputs": dropped_outputs,
         }
-
-    def _do_install(self, params: dict[str, Any]) -> list[str]:
-        source: str = params["source"]
-        filename = "<sunroom-functions>"
-        sources.remember(filename, source)
-        module = types.ModuleType("sunroom_functions")
-        sys.modules["sunroom_functions"] = module  # dataclasses look their module up
-        exec(compile(source, filename, "exec", dont_inherit=True), module.__dict__)  # noqa: S102 - host-generated
-        names: list[str] = list(params.get("exports", []))
-        for name in names:
-            self.namespace[name] = module.__dict__[name]
-        self.installed.update(names)
-        return names
-
-    def _do_bind(self, params: dict[str, Any]) -> list[str]:
-        values: dict[str, Any] = params["values"]
-        if "streamed" in params:  # the big values came first, in bind_chunk requests
-            values.update(self.incoming.take(int(params["streamed"])))
-        else:
-            self.incoming.reset()  # drop what an abandoned streamed bind left
-        types_by_name: dict[str, str] = params.get("types") or {}
-        module = sys.modules.get("sunroom_functions")
-        for name, value in values.items():
-            type_name = types_by_name.get(name)
-            tp = getattr(module, type_name, None) if module and type_name else None
-            self.namespace[name] = from_wire(tp, value)
-        files: dict[str, dict[str, Any]] = params.get("files") or {}
-        for name, spec in files.items():
-            self.namespace[name] = inputs.load_file(spec)
-        return [*values, *files]
-
-    def _do_bind_chunk(self, params: dict[str, Any]) -> int:
-        return self.incoming.chunk(params)
-
-    def _do_variables(self, params: Any) -> list[dict[str, str]]:
-        out = []
-        for name, value in list(self.namespace.items()):
-            if name.startswith("_") or name in self.installed:
-                continue
-            if isinstance(value, types.ModuleType):
-                continue
-            try:
-                text = repr(value)
-            except Exception as exc:
-                text = f"<repr failed: {type(exc).__name__}>"
-            if len(text) > 80:
-                text = text[:77] + "..."
-            out.append({"name": name, "type": type(value).__name__, "repr": text})
-        return out
 
 
 def _flush(stream: Any) -> None:

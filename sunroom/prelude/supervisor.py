@@ -8,6 +8,12 @@ then forks the kernel runtime (no second interpreter start). When the kernel exi
 ``SIGTERM``, it stops and kills every descendant, reaps them all, reports the kernel's exit on
 the status fd and exits. A kernel's copies (:mod:`sunroom.prelude.forking`) outlive it: each
 has a supervisor of its own, and this one waits for them before it exits.
+
+In exec mode (config key ``exec``: a foreign kernel program, e.g. a Jupyter kernel) the kernel
+is a child that ``execvpe``s the program instead, with default signal dispositions and an
+empty signal mask; either the program attaches to the channel itself (``attach``: the fd is
+inherited and named in ``SUNROOM_CHANNEL``), or a second child runs
+:mod:`sunroom.prelude.keeper` on the channel for it. Exec mode makes no copies.
 """
 
 from __future__ import annotations
@@ -134,7 +140,9 @@ def main(config_json: str) -> None:
     kernel's exit status) or none, in which case the exit status becomes this process's
     (``128 + signal`` for a signal); ``parent_pid`` (checked after asking for the parent-death
     signal) or none; ``forward_sigint`` (relay SIGINT to the kernel runtime, for backends that
-    can only signal the container's first process).
+    can only signal the container's first process); ``exec`` (a foreign kernel program to
+    run instead of the runtime: ``{"argv": [...], "env": {...}, "attach": bool}`` and an
+    optional ``"name"`` for messages, resolved by the host; see :func:`_run_program`).
     """
     config = json.loads(config_json)
     status_fd: int | None = config.get("status_fd")
@@ -148,6 +156,10 @@ def main(config_json: str) -> None:
         if os.getppid() != parent:
             os._exit(70)  # the host died before we could ask to be told
     fd: int = config["fd"] if "fd" in config else _connect(config["connect"])
+    if "exec" in config:
+        code = _run_program(config, fd, status_fd)
+        sys.stdout.flush()
+        os._exit(code)
     from sunroom.prelude import runtime  # import before fork: the kernel starts warm
 
     registry_r, registry_w = os.pipe()  # the runtime names its copies' supervisors here
@@ -177,6 +189,121 @@ def main(config_json: str) -> None:
     )
     sys.stdout.flush()
     os._exit(code)
+
+
+EXEC_FAILED = 127
+"""The exit status of an exec-mode kernel whose program could not be started."""
+
+CHANNEL_ENV = "SUNROOM_CHANNEL"
+"""The environment variable naming the channel for a program that attaches to it: JSON
+``{"fd": int, "nonce": str, "max_frame": int}``."""
+
+
+def _run_program(config: dict[str, Any], fd: int, status_fd: int | None) -> int:
+    """Exec mode: run ``config["exec"]`` as the kernel and supervise it; the exit code to use.
+
+    With ``attach`` the program inherits channel *fd* (named in :data:`CHANNEL_ENV`) and
+    speaks for itself; without it the program never sees the fd and a keeper
+    (:func:`sunroom.prelude.keeper.main`) serves the channel beside it, speaking for the
+    program's pid. The program is "the kernel": its exit ends everything, keeper included.
+    """
+    spec: dict[str, Any] = config["exec"]
+    attach = bool(spec.get("attach"))
+    env = dict(os.environ)
+    env.update(spec.get("env") or {})
+    if attach:
+        env[CHANNEL_ENV] = json.dumps(
+            {"fd": fd, "nonce": config["nonce"], "max_frame": config["max_frame"]}
+        )
+    else:
+        from sunroom.prelude import keeper  # import before fork: the keeper starts warm
+    rlimits: dict[str, int] = config.get("rlimits", {})
+    argv = [str(a) for a in spec["argv"]]
+    exec_r, exec_w = os.pipe()  # close-on-exec: EOF once the program runs, a byte if it cannot
+    kernel = os.fork()
+    if kernel == 0:
+        os.close(exec_r)
+        _exec_child(
+            argv,
+            env,
+            channel_fd=fd,
+            attach=attach,
+            status_fd=status_fd,
+            rlimits=rlimits,
+            failed_fd=exec_w,
+        )
+    os.close(exec_w)
+    started = os.read(exec_r, 1) == b""
+    os.close(exec_r)
+    if started and not attach:  # the keeper speaks for a program that runs, never before
+        helper = os.fork()
+        if helper == 0:
+            try:
+                if status_fd is not None:
+                    os.close(status_fd)
+                signal.signal(signal.SIGTERM, signal.SIG_DFL)  # SIGINT stays ignored
+                _apply_rlimits(rlimits)
+                keeper.main(
+                    fd,
+                    config["nonce"],
+                    config["max_frame"],
+                    kernel_pid=kernel,
+                    kernel_name=spec.get("name"),
+                )
+                os._exit(0)
+            except BaseException:
+                import traceback
+
+                traceback.print_exc()
+            os._exit(1)
+    os.close(fd)
+    return supervise(
+        kernel,
+        status_fd=status_fd,
+        registry_fd=None,
+        forward_sigint=bool(config.get("forward_sigint")),
+    )
+
+
+def _exec_child(
+    argv: list[str],
+    env: dict[str, str],
+    *,
+    channel_fd: int,
+    attach: bool,
+    status_fd: int | None,
+    rlimits: dict[str, int],
+    failed_fd: int,
+) -> None:
+    """In the forked kernel: close what must not leak, reset signals, exec *argv*; never returns.
+
+    The channel fd is inherited with *attach*, else closed here. An exec failure is one line
+    on stderr (the kernel's log), a byte on *failed_fd* (close-on-exec: the supervisor reads
+    EOF when the exec succeeds) and exit status :data:`EXEC_FAILED`.
+    """
+    try:
+        if status_fd is not None:
+            os.close(status_fd)
+        if attach:
+            os.set_inheritable(channel_fd, True)
+        else:
+            os.close(channel_fd)
+        _prctl(PR_SET_DUMPABLE, 1)  # the program is the user's own process
+        _apply_rlimits(rlimits)
+        for sig in signal.valid_signals():  # an ignored signal would stay ignored across exec
+            if sig not in (signal.SIGKILL, signal.SIGSTOP):
+                with contextlib.suppress(OSError, ValueError):
+                    signal.signal(sig, signal.SIG_DFL)
+        signal.pthread_sigmask(signal.SIG_SETMASK, ())
+        os.execvpe(argv[0], argv, env)
+    except BaseException as exc:  # noqa: BLE001 - reported on stderr, then exit 127
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else repr(exc)
+        with contextlib.suppress(BaseException):
+            line = f"sunroom: cannot run the kernel program {argv[0]!r}: {reason}\n"
+            os.write(2, line.encode(errors="replace"))
+        with contextlib.suppress(BaseException):
+            os.write(failed_fd, b"!")
+    os._exit(EXEC_FAILED)
 
 
 def supervise(

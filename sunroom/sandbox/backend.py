@@ -41,7 +41,8 @@ class ExecSpec:
 
     The backend creates an IPC directory private to the kernel's uid, shared between host and
     kernel (Unix sockets live there: a kernel with no network still talks to its client),
-    writes *files* into it (mode 0600, owned by the kernel's uid), and the supervisor execs
+    writes *files* into it (readable by the kernel's uid only; see
+    :func:`sunroom.sandbox.process.make_ipc_dir`), and the supervisor execs
     *argv* as the kernel. :data:`IPC_TOKEN` in argv, env values and file contents becomes the
     directory's path as the kernel sees it; ``argv[0] == PYTHON_TOKEN`` becomes the backend's
     interpreter. With *attach*, the program attaches to the sunroom channel itself (the

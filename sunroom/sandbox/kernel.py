@@ -131,6 +131,15 @@ class AsyncKernel:
             self._check_names(inputs)
             self._file_inputs = self._resolve_files(inputs)
             self._inputs.update(inputs)
+        if (
+            not isinstance(backend, str)
+            and getattr(backend, "python", True) is False
+            and (self._own_functions or self._inputs or self._file_inputs)
+        ):
+            raise UsageError(
+                f"the {getattr(backend, 'kernel_name', backend.name)!r} Jupyter kernel has no "
+                "sunroom runtime: host functions, MCP servers and inputs need a Python kernel"
+            )
         self._env = dict(env or {})
         self._on_output = on_output
         self._check_execute = schema.execute_result(
@@ -424,7 +433,7 @@ class AsyncKernel:
             }
             self._running_cell = True
             try:
-                call = self._channel.request("execute", params, check=self._check_execute)
+                call = self._start_cell(code, params)
                 clock = CellClock(call, self._proc, timeout, self.limits.interrupt_grace_s)
                 self._clock = clock
                 try:
@@ -449,6 +458,21 @@ class AsyncKernel:
             finally:
                 self._running_cell = False
 
+    def _start_cell(self, code: str, params: dict[str, Any]) -> asyncio.Future[Any]:
+        """Send the cell: over the channel, or as a Jupyter ``execute_request`` (jupyter)."""
+        assert self._channel is not None
+        execute_cell = getattr(self._proc, "execute_cell", None)
+        if execute_cell is None:
+            return self._channel.request("execute", params, check=self._check_execute)
+        call: asyncio.Future[Any] = execute_cell(
+            code,
+            max_output_bytes=self.limits.max_output_bytes,
+            max_display_bytes=self.limits.display_bytes,
+            on_output=self._on_output,
+            closed=self._channel.closed,
+        )
+        return call
+
     def _to_result(
         self,
         call: asyncio.Future[Any],
@@ -457,7 +481,9 @@ class AsyncKernel:
         timed_out: bool = False,
         timeout: float = 0.0,
     ) -> ExecutionResult:
-        raw = call.result()  # checked by schema.execute_result; raises if the kernel died
+        raw = call.result()  # raises if the kernel died
+        if getattr(self._proc, "execute_cell", None) is not None:
+            raw = self._check_execute(raw)  # the channel checks its own answers
         err = raw["error"]
         error = CellError(err["type"], err["message"], err["traceback"]) if err else None
         status: Any = "ok" if error is None else "error"

@@ -20,6 +20,7 @@ from typing import Any, Final, final
 import psutil
 
 from sunroom.errors import KernelStartError
+from sunroom.sandbox.backend import IPC_TOKEN, PYTHON_TOKEN, ExecSpec
 from sunroom.sandbox.cgroup import Cgroup
 from sunroom.sandbox.identity import Identity, IdentityLease
 from sunroom.sandbox.limits import Limits
@@ -56,6 +57,8 @@ class SupervisedProcess:
         self._kernel_pid: int | None = None
         self._status: str | None = None
         self._teardown: asyncio.Task[None] | None = None
+        self.ipc_dir: Path | None = None
+        """A foreign kernel program's IPC directory as the host sees it (``ExecSpec``)."""
 
     @property
     def pid(self) -> int:
@@ -213,6 +216,49 @@ class SupervisedProcess:
         return describe_status(self._status or "", oom=oom, memory_mb=self._memory_mb)
 
 
+def make_ipc_dir(
+    path: Path, program: ExecSpec, kernel_side: str, identity: Identity | None
+) -> Path:
+    """Create the IPC directory *path* and *program*'s files in it (see LocalLaunch)."""
+    path.mkdir(mode=0o700)
+    gid = identity.gid if identity is not None else -1
+    for name, text in program.files.items():
+        if "/" in name or name in ("", ".", ".."):
+            raise ValueError(f"an IPC file name must be a plain name, not {name!r}")
+        file = path / name
+        fd = os.open(file, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(text.replace(IPC_TOKEN, kernel_side))
+        if identity is not None:
+            os.chown(file, -1, gid)
+            os.chmod(file, 0o640)
+    if identity is not None:
+        os.chown(path, -1, gid)
+        os.chmod(path, 0o730)
+    return path
+
+
+def seal_ipc_dir(path: Path) -> None:
+    """Close the IPC directory for writing once the kernel has made its sockets.
+
+    As root, the kernel (of the directory's group) keeps only the right to pass through:
+    it cannot fill the host's disk there. As an unprivileged user the kernel runs as that
+    user and could undo it, so nothing is done (see docs/security.md).
+    """
+    st = path.stat()
+    if st.st_uid == os.geteuid() == 0 and st.st_gid != 0:
+        os.chmod(path, 0o710)
+
+
+def exec_config(program: ExecSpec, *, python: str, ipc: str) -> dict[str, Any]:
+    """The supervisor's ``exec`` config for *program*, its tokens replaced."""
+    argv = [a.replace(IPC_TOKEN, ipc) for a in program.argv]
+    if argv and argv[0] == PYTHON_TOKEN:
+        argv[0] = python
+    env = {k: v.replace(IPC_TOKEN, ipc) for k, v in program.env.items()}
+    return {"argv": argv, "env": env, "attach": program.attach}
+
+
 def describe_status(status: str, *, oom: bool, memory_mb: int) -> str:
     """A person's sentence for a supervisor's status word (``exit:N``, ``signal:N``)."""
     if oom:
@@ -325,6 +371,16 @@ class LocalLaunch:
             os.chown(workdir, self.lease.identity.uid, self.lease.identity.gid)
         return workdir
 
+    def make_ipc_dir(self, program: ExecSpec, kernel_side: str) -> Path:
+        """Create ``<rundir>/ipc`` for *program*, with its files; see :func:`seal_ipc_dir`.
+
+        :data:`~sunroom.sandbox.backend.IPC_TOKEN` in the files becomes *kernel_side*, the
+        directory as the kernel sees it. As root (the kernel has its own uid), the directory
+        and its files belong to root with the kernel's group: the kernel may create its
+        sockets (mode 0730) and read its files (0640), and cannot change either.
+        """
+        return make_ipc_dir(self.rundir / "ipc", program, kernel_side, self.identity)
+
     def private_file(self, name: str, content: bytes = b"") -> Path:
         """A read-only file in the run directory that the kernel's uid may read."""
         path = self.rundir / name
@@ -332,15 +388,31 @@ class LocalLaunch:
         os.chmod(path, 0o444)
         return path
 
-    def supervisor_config(self, *, nonce: str, limits: Limits) -> dict[str, Any]:
-        """The supervisor's config for these resources (callers add backend-specific keys)."""
-        return {
+    def supervisor_config(
+        self,
+        *,
+        nonce: str,
+        limits: Limits,
+        program: ExecSpec | None = None,
+        python: str = "",
+        ipc: str = "",
+    ) -> dict[str, Any]:
+        """The supervisor's config for these resources (callers add backend-specific keys).
+
+        With *program*, the supervisor execs it instead of sunroom's runtime: its tokens are
+        replaced here (*python*: the interpreter as the kernel sees it, *ipc*: the IPC
+        directory as the kernel sees it).
+        """
+        config: dict[str, Any] = {
             "fd": self.kernel_sock.fileno(),
             "status_fd": self.status_w,
             "nonce": nonce,
             "max_frame": limits.max_frame_bytes,
             "rlimits": limits.rlimits(),
         }
+        if program is not None:
+            config["exec"] = exec_config(program, python=python, ipc=ipc)
+        return config
 
     def abandon(self) -> None:
         """Release everything without spawning (a launch that failed before the spawn)."""

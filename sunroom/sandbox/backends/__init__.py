@@ -1,8 +1,9 @@
 """Kernel backends and the name → backend lookup.
 
 ``subprocess`` is a plain process (not a security boundary; ask for it by name). ``bwrap`` is the
-default for untrusted code on Linux; ``docker`` runs one container per kernel. ``jupyter`` runs an installed Jupyter kernel
-(``python3``, in bwrap) through jupyter-client; :class:`~sunroom.JupyterBackend` picks another.
+default for untrusted code on Linux; ``docker`` runs one container per kernel.
+``jupyter`` runs an installed Jupyter kernel (``python3``, in bwrap) through jupyter-client;
+:class:`~sunroom.JupyterBackend` picks another kernel or sandbox.
 """
 
 from __future__ import annotations

@@ -46,6 +46,8 @@ PYTHON_DIR: Final = "/opt/sunroom/python"
 LIB_DIR: Final = "/opt/sunroom/lib"
 WORKDIR: Final = "/work"
 FORKS_DIR: Final = "/forks"
+IPC_DIR: Final = "/run/sunroom"
+"""Where a foreign kernel program's IPC directory (host: ``<rundir>/ipc``) is bound."""
 TMP_MB: Final = 64
 MASKED_PROC_FILES: Final = (
     "kcore",
@@ -239,8 +241,15 @@ class BwrapBackend:
         seccomp_fd = os.memfd_create("sunroom-seccomp", 0)
         os.write(seccomp_fd, program)
         os.lseek(seccomp_fd, 0, os.SEEK_SET)
-        config = local.supervisor_config(nonce=spec.nonce, limits=limits)
+        ipc_binds: list[str] = []
         env = kernel_env(Path(WORKDIR), {"MPLCONFIGDIR": KERNEL_DIR, **spec.env})
+        if spec.program is not None:
+            ipc_host = local.make_ipc_dir(spec.program, IPC_DIR)
+            ipc_binds = ["--bind", str(ipc_host), IPC_DIR]
+            env["PYTHONPATH"] = os.pathsep.join(sys_path)
+        config = local.supervisor_config(
+            nonce=spec.nonce, limits=limits, program=spec.program, python=python_inside, ipc=IPC_DIR
+        )
         argv = [
             self._bwrap,
             "--unshare-all",
@@ -281,6 +290,7 @@ class BwrapBackend:
             "--tmpfs",
             "/tmp",
             *(["--ro-bind", str(fonts), f"{KERNEL_DIR}/{fonts.name}"] if fonts else []),
+            *ipc_binds,
             "--dir",
             "/etc",
             "--remount-ro",
@@ -294,7 +304,7 @@ class BwrapBackend:
         argv += ["--seccomp", str(seccomp_fd), "--"]
         argv += [python_inside, "-I", "-S", "-c", BOOT, json.dumps(sys_path), json.dumps(config)]
         try:
-            return await local.spawn(
+            proc, sock = await local.spawn(
                 argv,
                 cwd=local.rundir,
                 env={"PATH": SAFE_PATH, "LANG": "C.UTF-8"},
@@ -305,3 +315,6 @@ class BwrapBackend:
             )
         finally:
             os.close(seccomp_fd)
+        if ipc_binds:
+            proc.ipc_dir = Path(ipc_binds[1])
+        return proc, sock

@@ -81,7 +81,8 @@ from sunroom.sandbox.backends.docker_process import DockerKernelProcess, _logs, 
 from sunroom.sandbox.backends.subprocess import BOOT, kernel_sys_path, package_root
 from sunroom.sandbox.fontcache import FONT_DIRS
 from sunroom.sandbox.identity import Identity, IdentityLease, lease_identity
-from sunroom.sandbox.rundirs import make_rundir
+from sunroom.sandbox.process import exec_config, make_ipc_dir
+from sunroom.sandbox.rundirs import make_rundir, remove_tree
 from sunroom.sandbox.seccomp import docker_profile
 
 if TYPE_CHECKING:
@@ -91,6 +92,8 @@ DEFAULT_IMAGE: Final = "sunroom-kernel:offline"
 WORKDIR: Final = "/work"
 FORKS_DIR: Final = "/forks"
 RUN_DIR: Final = "/run/sunroom"
+IPC_DIR: Final = "/run/sunroom-ipc"
+"""Where a foreign kernel program's IPC directory is mounted, read-write (``ExecSpec``)."""
 SOCKET_NAME: Final = "kernel.sock"
 RESOLV_NAME: Final = "resolv.conf"
 PYTHON_DIR: Final = "/opt/sunroom/python"
@@ -335,6 +338,9 @@ class DockerBackend:
             env.update(layout.env)
         else:
             python, sys_path, mounts = IMAGE_PYTHON, [LIB_DIR], []
+        if spec.program is not None:
+            config["exec"] = exec_config(spec.program, python=python, ipc=IPC_DIR)
+            env["PYTHONPATH"] = os.pathsep.join(sys_path)
         argv = [python, "-I", "-S", "-c", BOOT, json.dumps(sys_path), json.dumps(config)]
         return argv, mounts, env
 
@@ -375,7 +381,12 @@ class DockerBackend:
         return parent, sockdir, listener
 
     def _create(
-        self, client: docker.DockerClient, spec: LaunchSpec, sockdir: Path, ident: Identity
+        self,
+        client: docker.DockerClient,
+        spec: LaunchSpec,
+        sockdir: Path,
+        ident: Identity,
+        ipc: Path | None = None,
     ) -> tuple[str, str]:
         """Create and start the container (blocking); return its id and name."""
         sdk = _docker()
@@ -388,6 +399,8 @@ class DockerBackend:
         mounts += [
             sdk.types.Mount(m.target, m.source, type="bind", read_only=True) for m in spec.mounts
         ]
+        if ipc is not None:  # a foreign kernel's sockets: the only writable host directory
+            mounts.append(sdk.types.Mount(IPC_DIR, str(ipc), type="bind", read_only=False))
         resolv = str(sockdir.parent / RESOLV_NAME)
         mounts.append(sdk.types.Mount("/etc/resolv.conf", resolv, type="bind", read_only=True))
         me = os.getpid()
@@ -476,6 +489,7 @@ class DockerBackend:
         """
         client, owned = await asyncio.to_thread(self._connect)
         lease: IdentityLease | None = None
+        ipc: Path | None = None
         try:
             if self._fixed is not None:
                 ident = Identity(*self._fixed)
@@ -487,7 +501,10 @@ class DockerBackend:
             except OSError as exc:
                 raise KernelStartError(f"cannot make the kernel's socket: {exc}") from exc
             try:
-                cid, name = await asyncio.to_thread(self._create, client, spec, sockdir, ident)
+                if spec.program is not None:
+                    ipc = make_rundir("sunroom-docker-ipc-", parent=self._socket_dir) / "ipc"
+                    make_ipc_dir(ipc, spec.program, IPC_DIR, ident)
+                cid, name = await asyncio.to_thread(self._create, client, spec, sockdir, ident, ipc)
                 try:
                     conn, pid = await self._accept(
                         client, cid, listener, spec.limits.start_timeout_s
@@ -500,6 +517,8 @@ class DockerBackend:
                 listener.close()
                 await asyncio.to_thread(shutil.rmtree, parent, True)
         except BaseException:
+            if ipc is not None:
+                await asyncio.to_thread(remove_tree, ipc.parent)
             if owned:
                 client.close()
             if lease is not None:
@@ -518,6 +537,7 @@ class DockerBackend:
             identity=ident,
             lease=lease,
         )
+        handle.ipc_dir = ipc
         return handle, conn
 
     async def _accept(

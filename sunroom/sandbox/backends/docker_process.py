@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, Final, final
 
 from sunroom.errors import KernelError
 from sunroom.sandbox.identity import Identity, IdentityLease
+from sunroom.sandbox.rundirs import remove_tree
 
 if TYPE_CHECKING:
     import docker
@@ -78,6 +79,9 @@ class DockerKernelProcess:
         self._teardown: asyncio.Task[None] | None = None
         self._state: dict[str, Any] | None = None
         self._interrupts: list[threading.Thread] = []
+        self.ipc_dir: Path | None = None
+        """A foreign kernel program's IPC directory as the host sees it (``ExecSpec``); its
+        parent run dir is removed with the container."""
 
     @property
     def pid(self) -> int:
@@ -154,6 +158,8 @@ class DockerKernelProcess:
         else:
             if self._lease is not None:
                 self._lease.release()  # the container and all its processes are gone
+            if self.ipc_dir is not None:
+                await asyncio.to_thread(remove_tree, self.ipc_dir.parent)
         finally:
             if self._owns_client:
                 self._client.close()

@@ -91,14 +91,20 @@ class SubprocessBackend:
             lease=lease,
         )
         workdir = local.make_workdir()
-        config = local.supervisor_config(nonce=spec.nonce, limits=limits)
+        env = kernel_env(workdir, spec.env)
+        ipc = ""
+        if spec.program is not None:
+            ipc = str(local.make_ipc_dir(spec.program, str(local.rundir / "ipc")))
+            env["PYTHONPATH"] = os.pathsep.join(kernel_sys_path())
+        config = local.supervisor_config(
+            nonce=spec.nonce, limits=limits, program=spec.program, python=self._python, ipc=ipc
+        )
         config["parent_pid"] = os.getpid()
         argv = [self._python, "-I", "-S", "-c", BOOT]
         argv += [json.dumps(kernel_sys_path()), json.dumps(config)]
-        return await local.spawn(
-            argv,
-            cwd=workdir,
-            env=kernel_env(workdir, spec.env),
-            workdir=workdir,
-            memory_mb=limits.memory_mb,
+        proc, sock = await local.spawn(
+            argv, cwd=workdir, env=env, workdir=workdir, memory_mb=limits.memory_mb
         )
+        if ipc:
+            proc.ipc_dir = Path(ipc)
+        return proc, sock

@@ -1,0 +1,119 @@
+"""The IPython extension that attaches an ipykernel to its sunroom channel.
+
+Jupyter runs the cells (``execute_request`` over ZeroMQ); sunroom's private channel carries
+the rest. The supervisor (exec mode with ``attach``) leaves the channel's fd open in the kernel
+and names it in ``SUNROOM_CHANNEL``; ipykernel loads this module as an extension
+(``--IPKernelApp.extensions=sunroom.prelude.ipython``), and :func:`load_ipython_extension`:
+
+* takes ``SUNROOM_CHANNEL`` out of the environment (``!env`` and child processes never see
+  it) and makes the fd close-on-exec (``!`` lines and subprocesses do not inherit it);
+* routes host function calls through the channel (:mod:`sunroom.prelude.hostcall`) and says
+  hello as sunroom's runtime does (protocol, pid, Python version, nonce);
+* serves ``install``, ``bind`` / ``bind_chunk``, ``variables`` and the ``file_*`` requests
+  (:mod:`sunroom.prelude.serving`) into the shell's user namespace on a daemon thread, answers
+  ``shutdown``, and refuses anything else (``execute`` above all) with ``MethodNotFound``.
+
+Cells call host functions on ipykernel's main thread while the serving thread usually holds
+the channel's reader role; :class:`~sunroom.rpc.blocking.BlockingChannel` routes the answer to
+the waiting cell. The serving thread blocks ``SIGINT``, so an interrupt lands on the main
+thread: a cell blocked in a host call gets ``KeyboardInterrupt`` and the late answer is dropped.
+When the host goes away (or says ``shutdown``) the kernel process ends at once (``os._exit``),
+as sunroom's runtime does. Standard library and msgpack only.
+"""
+
+from __future__ import annotations
+
+import _socket
+import json
+import os
+import signal
+import threading
+
+from sunroom.prelude import hostcall, serving
+from sunroom.prelude.supervisor import CHANNEL_ENV
+from sunroom.rpc.blocking import BlockingChannel
+from sunroom.rpc.messages import RpcError
+
+TYPE_CHECKING = False  # typing costs the kernel ~10 ms to import; annotations are lazy
+if TYPE_CHECKING:
+    from typing import Any
+
+IPYTHON_NAMES = frozenset({"In", "Out", "exit", "quit", "get_ipython"})
+"""IPython's own names, left out of ``variables`` (besides ``user_ns_hidden`` and ``_`` names)."""
+
+_attached: list[BlockingChannel] = []  # the channel, once attached (loading twice is a no-op)
+
+
+def load_ipython_extension(ip: Any) -> None:
+    """Attach the shell *ip* to the channel named in ``SUNROOM_CHANNEL`` and start serving it.
+
+    Raises RuntimeError when the variable is missing or malformed (the extension was loaded
+    outside sunroom's jupyter backend); a second load in the same kernel does nothing.
+    """
+    if _attached:
+        return
+    raw = os.environ.pop(CHANNEL_ENV, None)
+    if raw is None:
+        raise RuntimeError(
+            f"sunroom.prelude.ipython needs {CHANNEL_ENV}: only sunroom's jupyter backend "
+            "loads this extension"
+        )
+    try:
+        spec = json.loads(raw)
+        fd, nonce, max_frame = int(spec["fd"]), str(spec["nonce"]), int(spec["max_frame"])
+    except (ValueError, TypeError, KeyError) as exc:
+        raise RuntimeError(f"{CHANNEL_ENV} is malformed: {type(exc).__name__}") from None
+    os.set_inheritable(fd, False)
+    channel = BlockingChannel(_socket.socket(fileno=fd), max_frame=max_frame)
+    hostcall.attach(channel)
+    services = serving.Services(
+        ip.user_ns, workdir=os.getcwd(), hidden=(ip.user_ns_hidden, IPYTHON_NAMES)
+    )
+    serving.hello(channel, nonce, os.getpid())
+    _attached.append(channel)
+    thread = threading.Thread(
+        target=_serve, args=(channel, services), name="sunroom-channel", daemon=True
+    )
+    thread.start()
+
+
+def _serve(channel: BlockingChannel, services: serving.Services) -> None:
+    """The serving thread: answer requests until shutdown or the host leaves, then end."""
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})  # interrupts are for cells
+    code = 0
+    try:
+        serve(channel, services)
+    except BaseException:
+        import traceback
+
+        traceback.print_exc()
+        code = 1
+    os._exit(code)
+
+
+def serve(channel: BlockingChannel, services: serving.Services) -> None:
+    """Serve *channel* with *services* until ``shutdown`` (answered) or the channel closes."""
+    while True:
+        try:
+            req = channel.next_request()
+        except ConnectionError:
+            return
+        try:
+            if req.method == "shutdown":
+                channel.respond(req.id, None, True)
+                return
+            handler = services.handler(req.method)
+            if handler is None:
+                channel.respond(req.id, refusal(req.method))
+            else:
+                serving.answer(channel, req, handler)
+        except ConnectionError:
+            return
+
+
+def refusal(method: str) -> RpcError:
+    """The answer to a request this kernel does not serve on the sunroom channel."""
+    why = ": cells run through Jupyter's execute_request" if method == "execute" else ""
+    return RpcError(
+        "MethodNotFound", f"an IPython kernel does not serve {method!r} on the sunroom channel{why}"
+    )
