@@ -7,9 +7,12 @@ dependencies) and the real ``sunroom`` command in a subprocess.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+from pathlib import Path
 
+import httpx
 import pytest
 
 from sunroom.jupyter import kernelspecs
@@ -85,3 +88,82 @@ def test_every_command_with_backend_checks_kernel_name(command: str) -> None:
     proc = run(command, *extra, "--backend", "jupyter", "--kernel-name", "nope", timeout=60)
     assert proc.returncode == 2, proc.stderr
     assert "no Jupyter kernel named 'nope' is installed" in proc.stderr, proc.stderr
+
+
+IPYTHON_FILE = """\
+!echo hi from the shell
+%timeit -n1 -r1 pass
+import sys
+print(sys.version_info[0])
+6 * 7
+"""
+
+
+@pytest.mark.parametrize("sandbox", [[], ["--sandbox", "none"]])
+def test_exec_runs_ipython_in_the_jupyter_backend(tmp_path: Path, sandbox: list[str]) -> None:
+    script = tmp_path / "cell.ipy"
+    script.write_text(IPYTHON_FILE)
+    proc = run("exec", "--backend", "jupyter", *sandbox, str(script))
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[0] == "hi from the shell"
+    assert "per loop" in lines[1]
+    assert lines[2:] == ["3", "42"]
+    proc = run("exec", "--backend", "jupyter", *sandbox, "--json", "-", stdin="1/0")
+    assert proc.returncode == 1, proc.stderr
+    result = json.loads(proc.stdout)
+    assert result["status"] == "error" and result["error"]["type"] == "ZeroDivisionError"
+
+
+def test_exec_runs_bash_in_the_jupyter_backend() -> None:
+    code = 'N=$((6 * 7))\necho "n is $N"\n'
+    proc = run("exec", "--backend", "jupyter", "--kernel-name", "bash", "-", stdin=code)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "n is 42\n"
+
+
+def test_exec_in_bash_refuses_inputs() -> None:
+    data = Path(__file__)  # readable by the kernel's uid: the refusal is bash's, not the file's
+    args = ["--backend", "jupyter", "--kernel-name", "bash", "--input", f"data={data}"]
+    proc = run("exec", *args, "-", stdin="echo never")
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.count("\n") == 1 and "inputs" in proc.stderr, proc.stderr
+    assert "never" not in proc.stdout
+
+
+def test_serve_with_a_default_jupyter_kernel(tmp_path: Path) -> None:
+    token = "serve-token-0123456789abcdef"
+    env = {**os.environ, "SUNROOM_TOKEN": token, "SUNROOM_DB": str(tmp_path / "s.db")}
+    args = ["serve", "--port", "0", "--backend", "jupyter", "--kernel-name", "bash"]
+    with (
+        (tmp_path / "stderr").open("w") as errors,
+        subprocess.Popen(
+            [sys.executable, "-m", "sunroom.cli", *args, "--sandbox", "none"],
+            stdout=subprocess.PIPE,
+            stderr=errors,
+            text=True,
+            env=env,
+        ) as proc,
+    ):
+        try:
+            assert proc.stdout is not None
+            first = proc.stdout.readline()
+            assert first.startswith("sunroom service listening on "), (
+                tmp_path / "stderr"
+            ).read_text()
+            url = first.split()[-1]
+            headers = {"Authorization": f"Bearer {token}"}
+            with httpx.Client(base_url=url, headers=headers, timeout=60) as client:
+                kid = client.post("/kernels", json={}).json()["kernel_id"]
+                about = client.get(f"/kernels/{kid}").json()
+                assert (about["backend"], about["kernel_name"], about["sandbox"]) == (
+                    "jupyter",
+                    "bash",
+                    "none",
+                )
+                out = client.post(f"/kernels/{kid}/execute", json={"code": "echo hi"}).json()
+                assert out["stdout"] == "hi\n", out
+                assert client.delete(f"/kernels/{kid}").status_code == 200
+        finally:
+            proc.terminate()
+            proc.wait(30)
