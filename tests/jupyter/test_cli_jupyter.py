@@ -17,9 +17,6 @@ import pytest
 
 from sunroom.jupyter import kernelspecs
 
-# bash_kernel's kernel.json has a key traitlets warns about when jupyter-client reads it
-pytestmark = pytest.mark.filterwarnings("ignore:Passing unrecognized arguments:DeprecationWarning")
-
 
 def run(
     *args: str, stdin: str | None = None, timeout: float = 90

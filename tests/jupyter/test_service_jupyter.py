@@ -18,9 +18,6 @@ from sunroom.providers.fakes import ScriptedModel
 from sunroom.service import ServiceConfig
 from tests.service.conftest import TOKEN, Server, code
 
-# bash_kernel's kernel.json has a key traitlets warns about when jupyter-client reads it
-pytestmark = pytest.mark.filterwarnings("ignore:Passing unrecognized arguments:DeprecationWarning")
-
 
 @pytest.fixture
 def make_server(tmp_path: Path) -> Iterator[Callable[..., Server]]:
