@@ -164,3 +164,15 @@ def test_serve_with_a_default_jupyter_kernel(tmp_path: Path) -> None:
         finally:
             proc.terminate()
             proc.wait(30)
+
+
+async def test_mcp_over_stdio_serves_a_bash_kernel() -> None:
+    from tests.mcp.test_server import stdio, text_of
+
+    args = ("--backend", "jupyter", "--kernel-name", "bash", "--sandbox", "none")
+    async with stdio(*args) as client:
+        await client.call_tool("execute_code", {"code": "N=21"})
+        r = await client.call_tool("execute_code", {"code": "echo $((N * 2))"})
+        assert not r.is_error, text_of(r)
+        assert r.structured_content is not None
+        assert r.structured_content["stdout"] == "42\n", r.structured_content
