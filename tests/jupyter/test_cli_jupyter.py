@@ -176,3 +176,22 @@ async def test_mcp_over_stdio_serves_a_bash_kernel() -> None:
         assert not r.is_error, text_of(r)
         assert r.structured_content is not None
         assert r.structured_content["stdout"] == "42\n", r.structured_content
+
+
+def test_run_an_agent_session_on_a_jupyter_kernel(tmp_path: Path) -> None:
+    root = Path(__file__).resolve().parents[2]
+    model = f"scripted:{root / 'examples' / 'replies.json'}"
+    db = str(tmp_path / "s.db")
+    args = ["--model", model, "--backend", "jupyter", "--sandbox", "none", "--db", db]
+    proc = run("run", "What is the 20th Fibonacci number?", *args, "--json")
+    assert proc.returncode == 0, proc.stderr
+    summary = json.loads(proc.stdout)
+    assert summary["status"] == "success"
+    assert summary["output"] == "The 20th Fibonacci number is 6765."
+    proc = run("sessions", "show", summary["session_id"], "--db", db, "--json")
+    config = json.loads(proc.stdout)["config"]
+    assert (config["backend"], config["kernel_name"], config["sandbox"]) == (
+        "jupyter",
+        "python3",
+        "none",
+    )
