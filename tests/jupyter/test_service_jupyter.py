@@ -87,6 +87,7 @@ def test_kernel_name_and_sandbox_need_the_jupyter_backend(
         ({"backend": "jupyter", "kernel_name": ""}, "kernel_name"),
         ({"backend": "jupyter", "kernel_name": "../python3"}, "kernel_name"),
         ({"backend": "jupyter", "kernel_name": 3}, "kernel_name"),
+        ({"backend": "jupyter", "kernel_name": "k" * 201}, "kernel_name"),  # 200 at most
     ],
 )
 def test_a_malformed_choice_is_a_validation_error(
