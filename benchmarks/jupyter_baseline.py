@@ -21,6 +21,15 @@ take turns, one of each per turn, the order rotating. *execute* is the round tri
 they take turns running blocks of ``--n`` cells, and a kernel's p50 is the median over its
 blocks. Ratios are the median of the per-turn (start) or per-block (execute) ratios. The issue's
 target: sunroom none / plain <= 1.2x for both.
+
+Measured 2026-12-01 on the 2-core dev VM shared with two other test runs (load average 1.7 to
+2.7; sunroom's own subprocess kernel started in 112-149 ms here against about 40 ms quiet, so
+every figure is 2-3x slower than on a quiet machine), ``kernel.py --compare subprocess,jupyter
+--rounds 3 --n 1000 --starts 10``: start p50 plain ipc 723 ms, sunroom none 638 ms (0.89x),
+bwrap 643 ms (0.90x); execute ``x = 1`` p50 plain ipc 7.15 ms, sunroom none 6.35 ms (0.88x),
+bwrap 6.48 ms (0.93x). Two busier runs (load 2.9 to 5.8): start 0.78x and 0.86x, execute 0.68x
+and 0.71x. sunroom is not slower than plain jupyter-client: its IPython kernel starts through
+``sunroom.prelude.jupyter_main`` (the IOPub pipe off), which a plain kernel does not.
 """
 
 from __future__ import annotations
