@@ -28,8 +28,9 @@ every figure is 2-3x slower than on a quiet machine), ``kernel.py --compare subp
 --rounds 3 --n 1000 --starts 10``: start p50 plain ipc 723 ms, sunroom none 638 ms (0.89x),
 bwrap 643 ms (0.90x); execute ``x = 1`` p50 plain ipc 7.15 ms, sunroom none 6.35 ms (0.88x),
 bwrap 6.48 ms (0.93x). Two busier runs (load 2.9 to 5.8): start 0.78x and 0.86x, execute 0.68x
-and 0.71x. sunroom is not slower than plain jupyter-client: its IPython kernel starts through
-``sunroom.prelude.jupyter_main`` (the IOPub pipe off), which a plain kernel does not.
+and 0.71x. sunroom is not slower than plain jupyter-client; a guess, not measured apart: its
+IPython kernel starts through ``sunroom.prelude.jupyter_main`` (the IOPub pipe off), a plain
+one through ``ipykernel_launcher``.
 """
 
 from __future__ import annotations
