@@ -21,9 +21,15 @@ from run to run (which CPU a woken process lands on otherwise dominates them).
 
 ``--fork`` runs ``benchmarks/fork.py`` (forking a live kernel; its own flags may follow).
 
-``--compare subprocess,bwrap,docker`` adds start and execute p50 per backend, each as a ratio to
-``subprocess`` measured in the same run (targets: bwrap start <= 60 ms and execute within 1.5x
-of subprocess; docker start <= 400 ms).
+``--compare subprocess,bwrap,docker`` adds start, execute and host call p50 per backend, each as a
+ratio to ``subprocess`` measured in the same run (targets: bwrap start <= 60 ms and execute
+within 1.5x of subprocess; docker start <= 400 ms).
+
+``--compare subprocess,jupyter`` adds two rows for the jupyter backend (ipykernel's ``python3``
+with ``sandbox="none"`` and ``"bwrap"``) to that table, then ``benchmarks/jupyter_baseline.py``:
+the same ipykernel driven by plain jupyter-client (no sunroom) beside the jupyter backend,
+interleaved, start and execute p50 and their ratios (the issue's target: the jupyter backend
+with ``sandbox="none"`` within 1.2x of plain jupyter-client).
 """
 
 from __future__ import annotations
@@ -43,8 +49,12 @@ from typing import Any, cast
 import msgpack
 
 import sunroom
-from sunroom import AsyncKernel, Kernel, Limits, host_function
+from sunroom import AsyncKernel, JupyterBackend, Kernel, Limits, host_function
+from sunroom.sandbox.backend import Backend
 from sunroom.sandbox.pool import KernelPool
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import jupyter_baseline  # noqa: E402  (the plain jupyter-client side lives in its own module)
 
 WARMUP = 200
 """Round trips run before each measured series (the echo client's own warm-up is the same)."""
@@ -110,7 +120,7 @@ def pct(values: list[float], q: float) -> float:
     return values[min(len(values) - 1, int(len(values) * q))]
 
 
-async def bench_start(backend: str, n: int) -> list[float]:
+async def bench_start(backend: str | Backend, n: int) -> list[float]:
     times = []
     for _ in range(n):
         t = time.perf_counter()
@@ -120,7 +130,7 @@ async def bench_start(backend: str, n: int) -> list[float]:
     return times
 
 
-async def bench_pooled_start(backend: str, n: int) -> list[float]:
+async def bench_pooled_start(backend: str | Backend, n: int) -> list[float]:
     """Start to first result when a warm kernel is waiting in a KernelPool."""
     times = []
     async with KernelPool(backend=backend, size=2) as pool:
@@ -345,26 +355,56 @@ def main() -> None:
             runner.run(compare([b for b in args.compare.split(",") if b], args.starts, args.n))
 
 
-async def compare(names: list[str], starts: int, n: int) -> None:
-    """Start and execute p50 per backend, as ratios to subprocess measured in this run."""
-    figures: dict[str, tuple[float, float, float]] = {}
+def compared_backends(names: list[str]) -> list[tuple[str, str | Backend]]:
+    """The rows of ``--compare``: subprocess first; ``jupyter`` is two rows (none and bwrap)."""
+    rows: list[tuple[str, str | Backend]] = []
     for name in ["subprocess", *[b for b in names if b != "subprocess"]]:
-        s = await bench_start(name, starts)
-        w = await bench_pooled_start(name, starts)
-        async with AsyncKernel(backend=name, limits=Limits(timeout_s=120)) as k:
+        if name == "jupyter":
+            for sandbox in ("none", "bwrap"):
+                rows.append((f"jupyter ({sandbox})", JupyterBackend("python3", sandbox=sandbox)))
+        else:
+            rows.append((name, name))
+    return rows
+
+
+async def compare(names: list[str], starts: int, n: int) -> None:
+    """Start, execute and host call p50 per backend, as ratios to subprocess in this run.
+
+    With ``jupyter`` among *names*, then the side-by-side with plain jupyter-client
+    (``jupyter_baseline.report``).
+    """
+    figures: dict[str, tuple[float, float | None, float, float]] = {}
+    for label, backend in compared_backends(names):
+        s = await bench_start(backend, starts)
+        try:
+            w: float | None = statistics.median(await bench_pooled_start(backend, starts))
+        except sunroom.SunroomError as exc:  # a backend a pool cannot keep: said, not hidden
+            print(f"{label}: no pooled start ({exc})")
+            w = None
+        limits = Limits(timeout_s=120)
+        async with AsyncKernel(backend=backend, functions=[ping], limits=limits) as k:
             e = await bench_execute(k, n)
-        figures[name] = (statistics.median(s), statistics.median(w), statistics.median(e))
-    base_start, _, base_exec = figures["subprocess"]
+            h = await bench_host_call(k, "ping", n)
+        figures[label] = (
+            statistics.median(s),
+            w,
+            statistics.median(e),
+            statistics.median(h),
+        )
+    base_start, _, base_exec, base_call = figures["subprocess"]
     print()
     print(
-        f"{'backend':12} {'start p50':>11} {'x subproc':>10} {'pooled p50':>11} "
-        f"{'execute p50':>12} {'x subproc':>10}"
+        f"{'backend':16} {'start p50':>11} {'x subproc':>10} {'pooled p50':>11} "
+        f"{'execute p50':>12} {'x subproc':>10} {'host call p50':>14} {'x subproc':>10}"
     )
-    for name, (st, warm, ex) in figures.items():
+    for label, (st, warm, ex, call) in figures.items():
+        pooled = f"{warm:9.1f}ms" if warm is not None else f"{'-':>11}"
         print(
-            f"{name:12} {st:9.1f}ms {st / base_start:9.2f}x {warm:9.1f}ms "
-            f"{ex:10.1f}us {ex / base_exec:9.2f}x"
+            f"{label:16} {st:9.1f}ms {st / base_start:9.2f}x {pooled} "
+            f"{ex:10.1f}us {ex / base_exec:9.2f}x {call:12.1f}us {call / base_call:9.2f}x"
         )
+    if "jupyter" in names:
+        await jupyter_baseline.report(min(starts, 10), max(50, n // 5), 5)
 
 
 if __name__ == "__main__":

@@ -42,10 +42,13 @@ import pydantic
 import typer
 from rich.console import Console
 
+from sunroom.cli_kernelspecs import kernelspecs_command
 from sunroom.cli_sessions import sessions_app
 from sunroom.cli_support import (
     DbOption,
     JsonOption,
+    KernelNameOption,
+    SandboxOption,
     fail,
     guarded,
     interrupted_exit,
@@ -54,6 +57,8 @@ from sunroom.cli_support import (
     run_summary,
 )
 from sunroom.errors import SunroomError
+from sunroom.kernel_choice import OPTION_NAMES, choose_backend
+from sunroom.sandbox.backend import Backend
 from sunroom.sandbox.backends import DEFAULT_BACKEND, NAMES
 from sunroom.sandbox.files import copy_out
 from sunroom.sandbox.inputs import File
@@ -77,6 +82,7 @@ app = typer.Typer(
     pretty_exceptions_show_locals=False,  # a traceback of a bug must not print keys in locals
 )
 app.add_typer(sessions_app, name="sessions")
+app.command("kernelspecs")(kernelspecs_command)
 
 
 @app.callback()
@@ -102,7 +108,7 @@ def _read_text(path: str, *, what: str) -> str:
 async def _execute_once(
     code: str,
     *,
-    backend: str,
+    backend: str | Backend,
     limits: Limits,
     inputs: dict[str, File] | None = None,
     output: Path | None = None,
@@ -197,11 +203,17 @@ def exec_(
             "as a module of its tools (docs/mcp.md).",
         ),
     ] = None,
+    kernel_name: KernelNameOption = None,
+    sandbox: SandboxOption = None,
 ) -> None:
     """Run a file in a fresh kernel and print its output.
 
     Each ``--input NAME=FILE`` binds the host file read-only (mounted at /inputs/NAME on bwrap
     and docker) as the variable NAME, a ``pathlib.Path``; nothing is copied.
+
+    ``--backend jupyter`` runs the file as one cell of an installed Jupyter kernel
+    (``--kernel-name``, default python3: IPython's magics and ``!`` lines work) inside
+    ``--sandbox`` (default bwrap); ``sunroom kernelspecs`` lists the kernels.
 
     Exit status: 0 ok, 1 the code raised, 124 timeout, 125 the kernel died, 2 usage or setup
     error (one line on stderr).
@@ -214,6 +226,7 @@ def exec_(
     if output_glob and output is None:
         raise fail("--output-glob needs --output DIR")
     limits = Limits(timeout_s=timeout, memory_mb=memory_mb)
+    chosen = _chosen_backend(backend, kernel_name, sandbox)
     files = _file_inputs(inputs or [])
     servers = _mcp_servers(mcp)
     if servers:
@@ -228,7 +241,7 @@ def exec_(
     result = guarded(
         lambda: _execute_once(
             code,
-            backend=backend,
+            backend=chosen,
             limits=limits,
             inputs=files or None,
             output=output,
@@ -262,6 +275,8 @@ def serve(
         bool, typer.Option("--expose", help="Allow listening on a non-loopback address.")
     ] = False,
     backend: Annotated[str | None, typer.Option(help="Default kernel backend.")] = None,
+    kernel_name: KernelNameOption = None,
+    sandbox: SandboxOption = None,
     model: Annotated[str | None, typer.Option(help="Default model of sessions.")] = None,
     base_url: Annotated[str | None, typer.Option(help="Base URL of that model.")] = None,
     functions: Annotated[
@@ -291,7 +306,11 @@ def serve(
         ),
     ] = None,
 ) -> None:
-    """Run the HTTP/SSE service (token from SUNROOM_TOKEN, or generated and printed)."""
+    """Run the HTTP/SSE service (token from SUNROOM_TOKEN, or generated and printed).
+
+    With ``--backend jupyter``, ``--kernel-name`` and ``--sandbox`` are the defaults of jupyter
+    kernels and sessions whose request names none.
+    """
     from sunroom.service import ServiceConfig, bind
     from sunroom.service import serve as run_server
 
@@ -300,6 +319,7 @@ def serve(
     try:
         base = ServiceConfig.from_env(
             host=host, port=port, db_path=db, expose=expose or None, backend=backend,
+            kernel_name=kernel_name, sandbox=sandbox,
             model=_model_spec(model or os.environ.get("SUNROOM_MODEL")), base_url=base_url,
             functions=fns, lease_s=lease_s, max_kernel_requests=max_kernel_requests,
             templates=templates or None, mcp_servers=_mcp_servers(mcp),
@@ -325,6 +345,14 @@ def serve(
         level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     guarded(lambda: run_server(config, sock=sock, log_level="warning"))
+
+
+def _chosen_backend(backend: str, kernel_name: str | None, sandbox: str | None) -> str | Backend:
+    """The backend that ``--backend``, ``--kernel-name``, ``--sandbox`` name; exit 2 if none."""
+    try:
+        return choose_backend(backend, kernel_name=kernel_name, sandbox=sandbox, names=OPTION_NAMES)
+    except SunroomError as exc:
+        raise fail(str(exc)) from None
 
 
 def _mcp_servers(path: Path | None) -> dict[str, Any] | None:
@@ -367,13 +395,14 @@ def _model_spec(spec: str | None) -> str | None:
 def _check_service(config: ServiceConfig) -> None:
     """Fail before serving when the default backend, model or host functions cannot work.
 
-    Raises UsageError, AuthenticationError (the default model has no API key).
+    Raises UsageError (also: an unknown kernel name, or ``--kernel-name`` / ``--sandbox``
+    without ``--backend jupyter``), AuthenticationError (the default model has no API key).
     """
-    from sunroom.errors import UsageError
     from sunroom.service import load_functions, resolve_model
 
-    if config.backend not in NAMES:
-        raise UsageError(f"unknown backend {config.backend!r}; choose one of {', '.join(NAMES)}")
+    choose_backend(
+        config.backend, kernel_name=config.kernel_name, sandbox=config.sandbox, names=OPTION_NAMES
+    )
     load_functions(config.functions)
     if config.model is not None:
         asyncio.run(resolve_model(config.model, config.base_url).aclose())
@@ -414,6 +443,8 @@ def run(
     backend: Annotated[
         str | None, typer.Option(help=f"Kernel backend: {', '.join(NAMES)}.")
     ] = None,
+    kernel_name: KernelNameOption = None,
+    sandbox: SandboxOption = None,
     preset: Annotated[str, typer.Option(help="codeact, rlm or typed.")] = "codeact",
     max_turns: Annotated[int, typer.Option(help="Model turns allowed.")] = 20,
     code_mode: Annotated[
@@ -467,6 +498,9 @@ def run(
     model = _model_spec(model or os.environ.get("SUNROOM_MODEL"))
     if not model:
         raise fail("no model: pass --model provider:name or set SUNROOM_MODEL")
+    if kernel_name is not None or sandbox is not None or backend is not None:
+        default = os.environ.get("SUNROOM_BACKEND") or DEFAULT_BACKEND
+        _chosen_backend(backend or default, kernel_name, sandbox)  # its error, before recording
     files = {n: FileInputIn(path=os.fspath(f.path)) for n, f in _file_inputs(inputs or []).items()}
     rules = parse_rules(approval or [], fail)
     schema = None
@@ -481,6 +515,7 @@ def run(
         request = CreateSession(
             task=task, model=model, base_url=base_url, files=files, output_schema=schema,
             preset=preset, backend=backend, max_turns=max_turns,  # type: ignore[arg-type]
+            kernel_name=kernel_name, sandbox=sandbox,  # type: ignore[arg-type]
             code_mode=code_mode, approvals=rules,  # type: ignore[arg-type]
         )  # fmt: skip
     except pydantic.ValidationError as exc:
@@ -553,6 +588,8 @@ def mcp(
     session_idle: Annotated[
         float, typer.Option(help="Seconds before an idle session (and its kernel) ends (--http).")
     ] = 1800.0,
+    kernel_name: KernelNameOption = None,
+    sandbox: SandboxOption = None,
 ) -> None:
     """Serve kernels to MCP clients: one persistent kernel per MCP session (docs/mcp.md).
 
@@ -565,9 +602,12 @@ def mcp(
         raise fail(f"sunroom mcp needs the MCP SDK: pip install 'sunroom[mcp]' ({exc})") from None
 
     models = model or ([os.environ["SUNROOM_MODEL"]] if os.environ.get("SUNROOM_MODEL") else [])
+    chosen = _chosen_backend(
+        backend or os.environ.get("SUNROOM_BACKEND") or DEFAULT_BACKEND, kernel_name, sandbox
+    )
     try:
         settings = mcp_server.McpSettings(
-            backend=backend or os.environ.get("SUNROOM_BACKEND") or DEFAULT_BACKEND,
+            backend=chosen,
             limits=Limits(timeout_s=timeout, memory_mb=memory_mb), max_timeout_s=max_timeout,
             max_file_bytes=max_file_bytes, models=tuple(_model_spec(m) or m for m in models),
             base_url=base_url or os.environ.get("SUNROOM_BASE_URL"), max_turns=max_turns,
@@ -580,8 +620,6 @@ def mcp(
             config = ServiceConfig.from_env(host=host, port=port, expose=expose or None)
     except SunroomError as exc:
         raise fail(str(exc)) from None
-    if settings.backend not in NAMES:
-        raise fail(f"unknown backend {settings.backend!r}; choose one of {', '.join(NAMES)}")
     guarded(lambda: mcp_server.check(settings))
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
     if config is None:

@@ -23,6 +23,20 @@ DbOption = Annotated[
     typer.Option("--db", help="The SQLite store (default: $SUNROOM_DB or ~/.local/state)."),
 ]
 JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON.")]
+KernelNameOption = Annotated[
+    str | None,
+    typer.Option(
+        help="With --backend jupyter: the installed kernelspec to run (sunroom kernelspecs "
+        "lists them). [default: python3]"
+    ),
+]
+SandboxOption = Annotated[
+    str | None,
+    typer.Option(
+        help="With --backend jupyter: where the kernel runs, bwrap, docker or none. "
+        "[default: bwrap]"
+    ),
+]
 
 
 def fail(message: str) -> typer.Exit:

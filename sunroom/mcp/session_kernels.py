@@ -13,6 +13,7 @@ from typing import Final, final
 from mcp.server.connection import Connection
 
 from sunroom.errors import ClosedError, UsageError
+from sunroom.sandbox.backend import Backend
 from sunroom.sandbox.backends import DEFAULT_BACKEND
 from sunroom.sandbox.kernel import AsyncKernel
 from sunroom.sandbox.limits import Limits
@@ -31,7 +32,9 @@ class McpSettings:
     """How ``sunroom mcp`` runs its kernels and tools.
 
     Attributes:
-        backend: the kernel backend (``bwrap`` by default; never a silent fallback).
+        backend: the kernel backend (``bwrap`` by default; never a silent fallback), a name
+            or a Backend (``sunroom mcp --backend jupyter --kernel-name K`` passes a
+            :class:`~sunroom.JupyterBackend`).
         limits: every kernel's limits; ``limits.timeout_s`` is ``execute_code``'s default.
         max_timeout_s: the largest ``timeout_s`` a call may ask for (at most
             :data:`MAX_TIMEOUT_S`).
@@ -44,7 +47,7 @@ class McpSettings:
         session_idle_s: an HTTP session idle this long is ended, and its kernel closed.
     """
 
-    backend: str = DEFAULT_BACKEND
+    backend: str | Backend = DEFAULT_BACKEND
     limits: Limits = field(default_factory=Limits)
     max_timeout_s: float = 600.0
     max_file_bytes: int = 8 * 1024 * 1024

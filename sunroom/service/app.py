@@ -17,6 +17,8 @@ Routes (all but ``/healthz`` need ``Authorization: Bearer <token>``):
 - ``POST /kernels/{id}/fork``: :class:`~.schemas.Fork` (``{"n": k}``, 1-64) → 201
   ``{"kernel_ids": [...]}``: copies of the kernel's live state, raw kernels of their own
   (409 while it is busy or runs threads of its own; see docs/fork.md)
+- ``GET /kernels/{id}``: ``{"kernel_id", "backend", "kernel_name", "sandbox", "template",
+  "created_at"}`` (``kernel_name`` and ``sandbox`` are null but for the jupyter backend)
 - ``DELETE /kernels/{id}``: kill it → 200
 - ``PUT|GET|DELETE /kernels/{id}/files/{path}``, ``GET /kernels/{id}/files?glob=``, and the same
   under ``/sessions/{id}``: the kernel's workdir (:mod:`sunroom.service.files`)
@@ -305,6 +307,9 @@ def create_app(
             ids = await kernels().fork(request.path_params["kid"], body.n)
         return JSONResponse({"kernel_ids": ids}, status_code=201)
 
+    async def get_kernel(request: Request) -> Response:
+        return JSONResponse(kernels().describe(request.path_params["kid"]))
+
     async def delete_kernel(request: Request) -> Response:
         kid = request.path_params["kid"]
         await kernels().delete(kid)
@@ -365,6 +370,7 @@ def create_app(
             ("/kernels", "POST", create_kernel),
             ("/kernels/{kid}/execute", "POST", execute),
             ("/kernels/{kid}/fork", "POST", fork_kernel),
+            ("/kernels/{kid}", "GET", get_kernel),
             ("/kernels/{kid}", "DELETE", delete_kernel),
             *file_routes(kernels, sessions),
         ]

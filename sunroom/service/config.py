@@ -10,16 +10,18 @@ import os
 import secrets
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, Literal
 
 import pydantic
 
 from sunroom.errors import UsageError
+from sunroom.kernel_choice import JUPYTER, choose_backend
 from sunroom.sandbox.backends import DEFAULT_BACKEND
 from sunroom.service.problems import validation_message
 
 if TYPE_CHECKING:
     from sunroom.mcp.servers import McpServer
+    from sunroom.sandbox.backend import Backend
 
 __all__ = ["LOOPBACK", "MAX_HEADER_BYTES", "ServiceConfig", "default_db_path"]
 
@@ -49,6 +51,9 @@ class ServiceConfig(pydantic.BaseModel):
             never shown by ``repr`` or in an error.
         db_path: the SQLite store.
         backend: the kernel backend of sessions and of kernels that do not name one.
+        kernel_name / sandbox: the kernelspec and sandbox of ``jupyter`` kernels that do not
+            name one (``sunroom serve --kernel-name``, ``SUNROOM_KERNEL_NAME``; defaults
+            ``python3`` and ``bwrap``); see :meth:`kernel_backend`.
         model / base_url: the default model of sessions that do not name one.
         allowed_base_urls: base URLs a session request may name besides ``base_url``. The
             server's API keys go with every model call, so a request may only point a model
@@ -96,6 +101,8 @@ class ServiceConfig(pydantic.BaseModel):
     token: str = pydantic.Field(default="", repr=False)
     db_path: Path = pydantic.Field(default_factory=default_db_path)
     backend: str = DEFAULT_BACKEND
+    kernel_name: str | None = pydantic.Field(default=None, min_length=1)
+    sandbox: Literal["bwrap", "docker", "none"] | None = None
     model: str | None = None
     base_url: str | None = None
     allowed_base_urls: tuple[str, ...] = ()
@@ -155,6 +162,26 @@ class ServiceConfig(pydantic.BaseModel):
             raise UsageError("an MCP server is named twice")
         return from_config({"mcpServers": {n: self.mcp_servers[n] for n in names}})
 
+    def kernel_backend(
+        self,
+        backend: str | None = None,
+        *,
+        kernel_name: str | None = None,
+        sandbox: str | None = None,
+    ) -> str | Backend:
+        """The backend a request names (None: this server's), for ``AsyncKernel(backend=...)``.
+
+        A ``jupyter`` kernel that names no kernel or sandbox gets this server's
+        ``kernel_name`` / ``sandbox``. Raises UsageError (see
+        :func:`sunroom.kernel_choice.choose_backend`: an unknown backend or kernel name, a
+        kernel name or sandbox with another backend).
+        """
+        chosen = backend or self.backend
+        if chosen == JUPYTER:
+            kernel_name = kernel_name or self.kernel_name
+            sandbox = sandbox or self.sandbox
+        return choose_backend(chosen, kernel_name=kernel_name, sandbox=sandbox)
+
     def base_url_allowed(self, url: str) -> bool:
         """Whether a session request may send this server's model calls (and keys) to *url*."""
         norm = url.rstrip("/")
@@ -186,7 +213,8 @@ class ServiceConfig(pydantic.BaseModel):
         """Settings from the environment, then *overrides* (None values are ignored).
 
         Reads ``SUNROOM_TOKEN``, ``SUNROOM_MODEL``, ``SUNROOM_BASE_URL``, ``SUNROOM_DB``,
-        ``SUNROOM_BACKEND``, ``SUNROOM_MAX_FILE_BYTES``, ``SUNROOM_READ_TIMEOUT_S``,
+        ``SUNROOM_BACKEND``, ``SUNROOM_KERNEL_NAME``, ``SUNROOM_MAX_FILE_BYTES``,
+        ``SUNROOM_READ_TIMEOUT_S``,
         ``SUNROOM_ALLOWED_BASE_URLS``, ``SUNROOM_ALLOWED_HOSTS`` and ``SUNROOM_FUNCTIONS`` (the
         last three comma-separated).
         Raises UsageError with one line naming each bad setting (never its value: the token is
@@ -200,6 +228,7 @@ class ServiceConfig(pydantic.BaseModel):
             ("base_url", "SUNROOM_BASE_URL"),
             ("db_path", "SUNROOM_DB"),
             ("backend", "SUNROOM_BACKEND"),
+            ("kernel_name", "SUNROOM_KERNEL_NAME"),
             ("max_file_bytes", "SUNROOM_MAX_FILE_BYTES"),
             ("read_timeout_s", "SUNROOM_READ_TIMEOUT_S"),
         ):

@@ -15,11 +15,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 import uuid
 from collections.abc import Iterator, Sequence
-from typing import final
+from typing import Any, final
 
 from sunroom.errors import UsageError
+from sunroom.kernel_choice import describe_backend
 from sunroom.sandbox.functions import HostFunction
 from sunroom.sandbox.kernel import AsyncKernel
 from sunroom.sandbox.result import ExecutionResult
@@ -51,6 +53,7 @@ class KernelManager:
         self._templates = templates or Templates(config)
         self._functions = tuple(functions)
         self._kernels: dict[str, AsyncKernel] = {}
+        self._about: dict[str, dict[str, Any]] = {}
         self._starting = 0
         self._in_flight = 0
 
@@ -92,20 +95,26 @@ class KernelManager:
         self._starting += 1
         try:
             if request.template is not None:
-                if request.limits is not None or request.backend is not None:
+                chose = (request.limits, request.backend, request.kernel_name, request.sandbox)
+                if any(x is not None for x in chose):
                     raise UsageError(
                         "a kernel from a template runs on its backend with its limits; "
-                        "omit backend and limits"
+                        "omit backend and limits (kernel_name and sandbox too)"
                     )
+                template = await self._templates.get(request.template)
+                backend = template.backend
                 kernel = AsyncKernel(
-                    template=await self._templates.get(request.template),
+                    template=template,
                     functions=self._functions,
                     inputs=request.inputs or None,
                     mcp=self.config.mcp(request.mcp),
                 )
             else:
+                backend = self.config.kernel_backend(
+                    request.backend, kernel_name=request.kernel_name, sandbox=request.sandbox
+                )
                 kernel = AsyncKernel(
-                    backend=request.backend or self.config.backend,
+                    backend=backend,
                     functions=self._functions,
                     inputs=request.inputs or None,
                     limits=request.limits.build() if request.limits else None,
@@ -120,6 +129,11 @@ class KernelManager:
             self._starting -= 1
         kid = uuid.uuid4().hex
         self._kernels[kid] = kernel
+        self._about[kid] = {
+            **describe_backend(backend),
+            "template": request.template,
+            "created_at": time.time(),
+        }
         return kid
 
     async def fork(self, kid: str, n: int) -> list[str]:
@@ -143,7 +157,19 @@ class KernelManager:
         for copy in copies:
             ids.append(uuid.uuid4().hex)
             self._kernels[ids[-1]] = copy
+            self._about[ids[-1]] = {**self._about[kid], "created_at": time.time()}
         return ids
+
+    def describe(self, kid: str) -> dict[str, Any]:
+        """What ``GET /kernels/{id}`` reports about kernel *kid*.
+
+        ``kernel_id``, ``backend``, ``kernel_name`` and ``sandbox`` (None but for
+        ``jupyter``), ``template`` and ``created_at`` (Unix time).
+
+        Raises NotFoundError.
+        """
+        self._get(kid)
+        return {"kernel_id": kid, **self._about[kid]}
 
     def kernel(self, kid: str) -> AsyncKernel:
         """The raw kernel *kid* (for its files). Raises NotFoundError."""
@@ -163,11 +189,13 @@ class KernelManager:
         """Kill the kernel. Raises NotFoundError."""
         kernel = self._get(kid)
         del self._kernels[kid]
+        self._about.pop(kid, None)
         await kernel.aclose()
 
     async def aclose(self) -> None:
         """Kill every kernel; a kernel that fails to close is logged, the others still close."""
         kernels, self._kernels = list(self._kernels.values()), {}
+        self._about.clear()
         outcomes = await asyncio.gather(*(k.aclose() for k in kernels), return_exceptions=True)
         for outcome in outcomes:
             if isinstance(outcome, Exception):

@@ -40,6 +40,13 @@ MAX_APPROVAL_RULES: Final = 256
 
 _Rule = Annotated[str, pydantic.StringConstraints(min_length=1, max_length=200)]
 
+KernelName = Annotated[
+    str, pydantic.StringConstraints(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9._-]+$")
+]
+"""A Jupyter kernelspec's name (the characters jupyter-client allows in one)."""
+Sandbox = Literal["bwrap", "docker", "none"]
+"""Where a jupyter kernel runs (``sandbox`` of :class:`sunroom.JupyterBackend`)."""
+
 RANGES: Final[dict[str, tuple[float, float, str]]] = {
     # field: (lowest, highest, unit); documented in docs/service.md ("Limits")
     "limits.timeout_s": (0.001, 86_400, "seconds"),
@@ -167,6 +174,8 @@ class CreateSession(pydantic.BaseModel):
     max_turns: int = pydantic.Field(default=20, gt=0, le=1000)
     system_prompt: str | None = None
     backend: str | None = None
+    kernel_name: KernelName | None = None
+    sandbox: Sandbox | None = None
     code_mode: Literal["tool", "fenced"] = "tool"
     template: str | None = None
     mcp: list[str] = pydantic.Field(default_factory=list, max_length=32)
@@ -195,11 +204,17 @@ class MessageIn(pydantic.BaseModel):
 
 
 class CreateKernel(pydantic.BaseModel):
-    """``POST /kernels``: a raw kernel."""
+    """``POST /kernels``: a raw kernel.
+
+    ``kernel_name`` (an installed kernelspec) and ``sandbox`` are only for ``backend`` (or the
+    server's default backend) ``jupyter``.
+    """
 
     model_config = _Strict
 
     backend: str | None = None
+    kernel_name: KernelName | None = None
+    sandbox: Sandbox | None = None
     inputs: dict[str, Any] = pydantic.Field(default_factory=dict)
     limits: LimitsIn | None = None
     template: str | None = None

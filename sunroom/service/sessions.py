@@ -27,8 +27,8 @@ from sunroom.agent.budget import Spend
 from sunroom.agent.hooks import Hooks, Veto
 from sunroom.agent.session import AsyncSession
 from sunroom.errors import ApprovalNotPending, UsageError
+from sunroom.kernel_choice import JUPYTER, describe_backend
 from sunroom.providers import Message, Model
-from sunroom.sandbox import backends
 from sunroom.sandbox.functions import HostFunction
 from sunroom.sandbox.inputs import File
 from sunroom.sandbox.kernel import AsyncKernel
@@ -185,6 +185,12 @@ class SessionManager:
         if request.base_url is None and self.config.base_url is not None:
             request = request.model_copy(update={"base_url": self.config.base_url})
         request = pin_files(request)
+        jupyter = (request.backend or self.config.backend) == JUPYTER
+        if jupyter and request.template is None:  # recorded as it runs: kernel and sandbox
+            chosen = self.config.kernel_backend(
+                request.backend, kernel_name=request.kernel_name, sandbox=request.sandbox
+            )
+            request = request.model_copy(update=describe_backend(chosen))
         sid = session_id or uuid.uuid4().hex
         async with self._lock:
             self._check_capacity()
@@ -473,16 +479,18 @@ class SessionManager:
         AuthenticationError (no API key), after which nothing is left to close.
         """
         assert request.model is not None
-        backend = request.backend or self.config.backend
-        if backend not in backends.NAMES:
-            raise UsageError(
-                f"unknown backend {backend!r}; choose one of {', '.join(backends.NAMES)}"
-            )
+        backend = self.config.kernel_backend(
+            request.backend, kernel_name=request.kernel_name, sandbox=request.sandbox
+        )
         limits = request.limits.build() if request.limits else None
         template = None
         if request.template is not None:
             if limits is not None:
                 raise UsageError("a session from a template runs with its limits; omit limits")
+            if request.kernel_name is not None or request.sandbox is not None:
+                raise UsageError(
+                    "a session from a template runs on its backend; omit kernel_name and sandbox"
+                )
             template = await self._templates.get(request.template)
         budget = request.budget.build() if request.budget else None
         output = output_type(request.output_schema)

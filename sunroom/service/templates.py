@@ -28,7 +28,7 @@ class Templates:
 
     def __init__(self, config: ServiceConfig) -> None:
         self._setups = dict(config.templates)
-        self._backend = config.backend
+        self._config = config
         self._live: dict[str, Template] = {}
         self._lock = asyncio.Lock()
 
@@ -44,7 +44,8 @@ class Templates:
         async with self._lock:
             template = self._live.get(name)
             if template is None:
-                template = Template(setup=self._setups[name], backend=self._backend)
+                backend = self._config.kernel_backend()
+                template = Template(setup=self._setups[name], backend=backend)
                 try:
                     await template.start()
                 except BaseException:
