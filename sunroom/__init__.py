@@ -153,6 +153,7 @@ if TYPE_CHECKING:
         SunroomError,
         UsageError,
     )
+    from sunroom.jupyter import JupyterBackend
     from sunroom.providers import (
         AssistantMessage,
         FunctionModel,
