@@ -143,9 +143,16 @@ class JupyterBackend:
         return proc, request.sock
 
     async def _ready(self, client: Any, proc: KernelProcess, timeout_s: float) -> dict[str, Any]:
-        """Ask for ``kernel_info`` until answered; KernelStartError if the kernel dies first."""
+        """Ask for ``kernel_info`` until answered and seen on IOPub; the reply's content.
+
+        IOPub is a ZeroMQ PUB/SUB pair: what the kernel publishes before the subscription has
+        reached it is lost, so a first cell could lose its output. The kernel is ready once a
+        ``kernel_info`` request's status message has arrived on IOPub as well. Raises
+        KernelStartError when the kernel dies first or the time is up.
+        """
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s
+        info: dict[str, Any] | None = None
         while True:
             if not proc.alive():
                 why = await proc.exit_reason()
@@ -160,10 +167,13 @@ class JupyterBackend:
                 )
             msg_id = client.kernel_info()
             try:
-                while True:
+                while info is None:
                     reply = await client.get_shell_msg(timeout=min(0.5, left))
                     if reply.get("parent_header", {}).get("msg_id") == msg_id:
-                        content: dict[str, Any] = reply.get("content") or {}
-                        return content
+                        info = reply.get("content") or {}
+                while True:  # the request's status on IOPub: the subscription is live
+                    msg = await client.get_iopub_msg(timeout=min(0.2, left))
+                    if msg.get("parent_header", {}).get("msg_id") == msg_id:
+                        return info
             except Empty:  # no answer yet: ask again (a kernel may miss the first request)
                 continue

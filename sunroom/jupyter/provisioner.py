@@ -196,6 +196,8 @@ class SunroomProvisioner(KernelProvisionerBase):
             "kernel_name": km.kernel_name,
         }
         env = {**request.env, **kwargs.get("env", {})}
+        if request.attach:  # the extension caps stream messages in the kernel (streamcap)
+            env["SUNROOM_MAX_OUTPUT_BYTES"] = str(request.limits.max_output_bytes)
         if request.backend.name in PRIVATE_TMP_BACKENDS:  # IPython's profile, out of the workdir
             env.setdefault("IPYTHONDIR", "/tmp/.ipython")
         program = ExecSpec(

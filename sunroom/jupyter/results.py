@@ -6,7 +6,8 @@ and then its ``execute_reply``, and returns the same dict a sunroom kernel sends
 
 * ``stream`` → ``stdout`` / ``stderr``, capped as sunroom's kernels cap them: the first half of
   ``max_output_bytes`` and a tail of the second half are kept, the bytes between are dropped,
-  counted in ``truncated_bytes`` and marked in the text;
+  counted in ``truncated_bytes`` and marked in the text; bytes an IPython kernel took out before
+  sending (``sunroom_dropped``, :mod:`sunroom.prelude.streamcap`) count as dropped too;
 * ``execute_result`` → ``value`` (its ``text/plain``); a bundle with more than plain text is
   also kept as a display item in ``outputs``;
 * ``display_data`` and ``update_display_data`` → ``outputs`` (an update carries
@@ -84,6 +85,14 @@ class _Stream:
                 self.dropped += excess
         return live
 
+    def skip(self, count: int) -> None:
+        """Count *count* bytes the kernel took out (never sent); they are marked as dropped.
+
+        The kernel takes bytes out only past the same head this stream keeps, so the marker
+        between head and tail stands where they were.
+        """
+        self.dropped += count
+
     def text(self) -> str:
         text = bytes(self._head).decode("utf-8", "replace")
         if self.dropped:
@@ -139,7 +148,11 @@ class CellMessages:
         if kind == "stream":
             name, text = content.get("name"), content.get("text")
             if isinstance(text, str) and name in ("stdout", "stderr"):
-                live = (self._out if name == "stdout" else self._err).write(text)
+                stream = self._out if name == "stdout" else self._err
+                dropped = content.get("sunroom_dropped")  # taken out in the kernel (streamcap)
+                if type(dropped) is int and dropped > 0:
+                    stream.skip(min(dropped, 1 << 62))
+                live = stream.write(text)
                 if live and self._on_output is not None:
                     self._on_output(name, live)
         elif kind == "execute_result":

@@ -31,9 +31,10 @@ import getpass
 import json
 import os
 import signal
+import sys
 import threading
 
-from sunroom.prelude import hostcall, serving
+from sunroom.prelude import hostcall, serving, streamcap
 from sunroom.prelude.supervisor import CHANNEL_ENV
 from sunroom.rpc.blocking import BlockingChannel
 from sunroom.rpc.messages import RpcError
@@ -42,6 +43,8 @@ TYPE_CHECKING = False  # typing costs the kernel ~10 ms to import; annotations a
 if TYPE_CHECKING:
     from typing import Any
 
+OUTPUT_CAP_ENV = "SUNROOM_MAX_OUTPUT_BYTES"
+"""The kernel's ``max_output_bytes``, set by the host: the cap on stream messages."""
 IPYTHON_NAMES = frozenset({"In", "Out", "exit", "quit", "get_ipython"})
 """IPython's own names, left out of ``variables`` (besides ``user_ns_hidden`` and ``_`` names)."""
 
@@ -75,6 +78,9 @@ def load_ipython_extension(ip: Any) -> None:
         ip.user_ns, workdir=os.getcwd(), hidden=(ip.user_ns_hidden, IPYTHON_NAMES)
     )
     ip.events.register("pre_run_cell", _eof_for_stdin)
+    cap = os.environ.pop(OUTPUT_CAP_ENV, None)
+    if cap is not None and cap.isdigit():  # floods stay in the kernel (streamcap)
+        streamcap.install((sys.stdout, sys.stderr), int(cap))
     serving.hello(channel, nonce, os.getpid())
     thread = threading.Thread(
         target=_serve, args=(channel, services), name="sunroom-channel", daemon=True

@@ -303,7 +303,8 @@ def test_stdio_prints_nothing_but_frames_and_fails_closed() -> None:
     )
     assert proc.returncode == 2 and proc.stdout == ""
     assert (
-        proc.stderr == "sunroom: unknown backend 'nope'; choose one of subprocess, bwrap, docker\n"
+        proc.stderr
+        == "sunroom: unknown backend 'nope'; choose one of subprocess, bwrap, docker, jupyter\n"
     )
 
 
