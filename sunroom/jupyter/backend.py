@@ -17,15 +17,27 @@ import sys
 from queue import Empty
 from typing import Any, final
 
+import zmq
+
 from sunroom.errors import KernelStartError, SandboxUnavailableError, UsageError
 from sunroom.jupyter.process import JupyterProcess, close_quietly
 from sunroom.jupyter.provisioner import NAME, LaunchRequest, expect, forget
 from sunroom.jupyter.specs import KernelSpecInfo, find_kernelspec
 from sunroom.sandbox import backends
 from sunroom.sandbox.backend import Backend, KernelProcess, LaunchSpec
+from sunroom.sandbox.limits import Limits
 from sunroom.sandbox.process import seal_ipc_dir
 
 SANDBOXES = ("bwrap", "docker", "none")
+
+
+def max_message_bytes(limits: Limits) -> int:
+    """The largest Jupyter message the host accepts from a kernel with *limits*.
+
+    The frame cap of sunroom's channel, or room for a full stream message (JSON escapes can
+    grow text up to six times) or a display item in base64, whichever is larger.
+    """
+    return max(limits.max_frame_bytes, 6 * limits.max_output_bytes, 2 * limits.display_bytes)
 
 
 @final
@@ -94,6 +106,12 @@ class JupyterBackend:
         )
         token = expect(request)
         manager = AsyncKernelManager(kernel_name=self.kernel_name, transport="ipc")
+        # every socket of this kernel's manager and client refuses a message over the cap
+        # (libzmq drops the connection): a hostile kernel cannot make the host decode a
+        # gigabyte; an honest one sends at most about max_output_bytes (streamcap) or a
+        # display item of max_display_bytes (base64) in one message
+        cap = max_message_bytes(spec.limits)
+        manager.context.setsockopt(zmq.MAXMSGSIZE, cap)
         kernelspec = manager.kernel_spec
         if kernelspec is None:
             raise KernelStartError(f"the kernelspec {self.kernel_name!r} could not be read")
@@ -108,6 +126,7 @@ class JupyterBackend:
             assert request.sock is not None
             assert request.ipc_dir is not None
             client = manager.client()
+            client.context.setsockopt(zmq.MAXMSGSIZE, cap)  # the client has a context of its own
             client.start_channels()
             info = await self._ready(client, request.proc, spec.limits.start_timeout_s)
             seal_ipc_dir(request.ipc_dir)

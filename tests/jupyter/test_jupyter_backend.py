@@ -20,6 +20,7 @@ from sunroom.errors import KernelStartError, UsageError
 from sunroom.jupyter import kernelspecs
 from sunroom.providers import ScriptedModel
 from tests.agent.conftest import code, last_output
+from tests.security.test_host_dos import PeakRss
 
 LIMITS = Limits(timeout_s=20, interrupt_grace_s=1.0, start_timeout_s=20)
 
@@ -215,4 +216,25 @@ async def test_the_memory_limit_holds_for_an_ipython_kernel() -> None:
             assert r.error is not None and r.error.type == "MemoryError"
         else:
             assert "memory" in (r.error.message if r.error else ""), r
+        assert (await k.execute("1 + 1")).value == "2"
+
+
+async def test_a_kernel_that_sends_a_huge_message_itself_cannot_balloon_the_host() -> None:
+    """Past the stream cap: kernel code sends a 300 MB message on IOPub with ipykernel's own
+    session. The host's sockets refuse messages over the cap (ZMQ_MAXMSGSIZE), so its peak
+    memory stays bounded; the cell ends one way or another and the kernel is usable after."""
+    limits = Limits(timeout_s=10, interrupt_grace_s=1, start_timeout_s=20)
+    async with AsyncKernel(backend=JupyterBackend(sandbox="bwrap"), limits=limits) as k:
+        await k.execute("x = 1")
+        with PeakRss() as peak:
+            r = await k.execute(
+                "k = get_ipython().kernel\n"
+                "text = 'x' * (300 << 20)\n"
+                "k.session.send(k.iopub_socket, 'stream', {'name': 'stdout', 'text': text},"
+                " parent=k.get_parent('shell'))\n"
+                "'sent'"
+            )
+        assert peak.growth_mb < 64, f"the host's peak RSS grew by {peak.growth_mb:.0f} MB"
+        assert r.status in ("ok", "timeout", "died"), r
+        assert r.truncated_bytes < 300 << 20  # the huge message never reached the mapping
         assert (await k.execute("1 + 1")).value == "2"
