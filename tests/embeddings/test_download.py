@@ -9,6 +9,7 @@ land outside the cache; nothing may be written then, inside the cache or out.
 from __future__ import annotations
 
 import json
+import sys
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -35,6 +36,7 @@ class Repo:
     commit: str = COMMIT
     token: str | None = None  # when set, every request must carry it
     requests: list[str] = field(default_factory=list)
+    errors: list[BaseException] = field(default_factory=list)
     headers: list[str] = field(default_factory=list)
 
 
@@ -101,7 +103,12 @@ def hub(model_dir: Path) -> Iterator[tuple[str, Repo]]:
         if p.is_file() and p.name != ".complete"
     )
     repo = Repo(files=model_dir, listing=listing)
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(repo))
+
+    class Server(ThreadingHTTPServer):
+        def handle_error(self, request: object, client_address: object) -> None:
+            repo.errors.append(sys.exc_info()[1] or RuntimeError("unknown server error"))
+
+    server = Server(("127.0.0.1", 0), _handler(repo))
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
@@ -110,6 +117,8 @@ def hub(model_dir: Path) -> Iterator[tuple[str, Repo]]:
         server.shutdown()
         server.server_close()
         thread.join()
+    # the only failure allowed in the server: a client that hung up mid-file (the size cap)
+    assert all(isinstance(e, ConnectionError) for e in repo.errors), repo.errors
 
 
 def _tree(root: Path) -> list[str]:
