@@ -4,6 +4,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 bash scripts/system-setup.sh
+# the real embedding model the tests use (fetched once, cached under .venv)
+bash scripts/test-models.sh
 # Gates before any test: lint, formatting and strict types (package and tests); any finding fails.
 echo "test.sh: ruff check, ruff format --check, mypy --strict (sunroom, tests)"
 .venv/bin/ruff check --quiet .
