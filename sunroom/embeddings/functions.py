@@ -54,7 +54,9 @@ __all__ = [
     "Embedder",
     "Hit",
     "embedding_functions",
+    "normalised",
     "pack",
+    "rank",
 ]
 
 MAX_TEXTS: Final = 4096
@@ -181,7 +183,21 @@ def document_cache(embedder: Embedder) -> _Cache:
         return cache
 
 
-def _normalised(vectors: npt.NDArray[Any]) -> npt.NDArray[np.float32]:
+def rank(query: npt.NDArray[Any], documents: npt.NDArray[Any], k: int) -> list[tuple[int, float]]:
+    """The *k* best ``(row, cosine similarity)`` of *documents* for the vector *query*.
+
+    Best first, ties by lower row; neither input needs to be normalised.
+    """
+    if len(documents) == 0:
+        return []
+    scores = normalised(documents) @ normalised(query.reshape(1, -1))[0]
+    top = min(k, len(scores))
+    best = np.argpartition(-scores, top - 1)[:top]
+    return sorted(((int(i), float(scores[i])) for i in best), key=lambda p: (-p[1], p[0]))
+
+
+def normalised(vectors: npt.NDArray[Any]) -> npt.NDArray[np.float32]:
+    """*vectors* (rows) scaled to unit length, as float32 (zero rows stay zero)."""
     rows = np.asarray(vectors, dtype=np.float32)
     norms = np.linalg.norm(rows, axis=1, keepdims=True)
     out: npt.NDArray[np.float32] = rows / np.maximum(norms, np.float32(1e-12))
@@ -243,19 +259,15 @@ def embedding_functions(
         fresh: dict[str, npt.NDArray[np.float32]] = {}
         for start in range(0, len(missing), max_rows):
             batch = missing[start : start + max_rows]
-            got = _normalised((await embedder.aembed(batch, kind="document")).vectors)
+            got = normalised((await embedder.aembed(batch, kind="document")).vectors)
             for text, row in zip(batch, got, strict=True):
                 fresh[text] = row
                 cache.put(text, row)
         matrix = np.stack(
             [r if r is not None else fresh[t] for t, r in zip(texts, rows, strict=True)]
         )
-        q = _normalised((await embedder.aembed([query], kind="query")).vectors)[0]
-        scores = matrix @ q
-        top = min(k, len(texts))
-        best = np.argpartition(-scores, top - 1)[:top]
-        ordered = sorted(best.tolist(), key=lambda i: (-float(scores[i]), i))
-        return [Hit(index=i, score=float(scores[i]), text=texts[i]) for i in ordered]
+        q = (await embedder.aembed([query], kind="query")).vectors[0]
+        return [Hit(index=i, score=score, text=texts[i]) for i, score in rank(q, matrix, k)]
 
     search.__doc__ = (
         f"The k texts most similar in meaning to query ({embedder.name} embeddings, cosine "
