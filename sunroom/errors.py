@@ -34,10 +34,12 @@ caller can catch by *who must act*::
     │   └── CircuitOpenError        the model's circuit breaker is open; failing fast
     ├── AgentError                  an agent session could not go on as asked
     │   └── BudgetExceededError     the session's budget (calls, tokens, cost, wall) is spent
-    └── StoreError                  the durable store failed (I/O, a locked or corrupt file)
-        ├── StoreConflictError      a write lost a race or broke an invariant; nothing written
-        ├── StoreNotFoundError      no session (or call) with that id
-        └── StoreVersionError       the database file was written by a newer sunroom
+    ├── StoreError                  the durable store failed (I/O, a locked or corrupt file)
+    │   ├── StoreConflictError      a write lost a race or broke an invariant; nothing written
+    │   ├── StoreNotFoundError      no session (or call) with that id
+    │   └── StoreVersionError       the database file was written by a newer sunroom
+    └── EmbeddingModelError         an embedding model could not be fetched or loaded, or its parts
+                                    disagree (corrupt file, missing tokenizer, vocab/size mismatch)
 
 User code that fails *inside* a kernel never raises on the host: it comes back as data in an
 ``ExecutionResult`` (its ``error`` is a :class:`~sunroom.sandbox.result.CellError`, a record,
@@ -61,6 +63,7 @@ __all__ = [
     "BadRequestError",
     "BudgetExceededError",
     "CircuitOpenError",
+    "EmbeddingModelError",
     "ClosedError",
     "ContextTooLongError",
     "FileError",
@@ -361,3 +364,17 @@ class StoreNotFoundError(StoreError):
 @final
 class StoreVersionError(StoreError):
     """The database's schema is newer than this sunroom knows; upgrade sunroom to open it."""
+
+
+# --- local embedding models ---------------------------------------------------------------
+
+
+@final
+class EmbeddingModelError(SunroomError):
+    """An embedding model could not be used: the operator must fix or replace its files.
+
+    Raised when a model cannot be fetched (the endpoint refused, a remote file name would land
+    outside the cache), when its ONNX file is corrupt or lacks the inputs an encoder needs, when
+    ``tokenizer.json`` is missing or unreadable, or when the tokenizer and the graph disagree
+    (token ids past the embedding table, a hidden size other than config.json's).
+    """

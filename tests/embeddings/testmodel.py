@@ -93,8 +93,14 @@ def model_dir() -> Path:
     return out
 
 
-def write_onnx(weights: Weights, config: dict[str, Any], path: Path) -> None:
-    """Write the BERT encoder of ``weights`` as an ONNX graph at ``path``."""
+def write_onnx(
+    weights: Weights, config: dict[str, Any], path: Path, *, token_types: bool = True
+) -> None:
+    """Write the BERT encoder of ``weights`` as an ONNX graph at ``path``.
+
+    ``token_types=False`` leaves out the ``token_type_ids`` input (type 0 for every token), as
+    graphs of models without segment embeddings have it.
+    """
     import onnx
     from onnx import TensorProto, helper, numpy_helper
 
@@ -153,7 +159,11 @@ def write_onnx(weights: Weights, config: dict[str, Any], path: Path) -> None:
             op("Gather", weight("embeddings.word_embeddings.weight"), "input_ids"),
             op("Gather", weight("embeddings.position_embeddings.weight"), positions),
         ),
-        op("Gather", weight("embeddings.token_type_embeddings.weight"), "token_type_ids"),
+        op(
+            "Gather",
+            weight("embeddings.token_type_embeddings.weight"),
+            "token_type_ids" if token_types else const(0, np.int64),
+        ),
     )
     x = layernorm(x, "embeddings.LayerNorm")
     # additive attention mask: 0 where attended, a large negative number at padding; [B,1,1,S]
@@ -197,7 +207,11 @@ def write_onnx(weights: Weights, config: dict[str, Any], path: Path) -> None:
     graph = helper.make_graph(
         nodes,
         "bert-encoder",
-        [int_input("input_ids"), int_input("attention_mask"), int_input("token_type_ids")],
+        [
+            int_input(n)
+            for n in ("input_ids", "attention_mask", "token_type_ids")
+            if token_types or n != "token_type_ids"
+        ],
         [
             helper.make_tensor_value_info(
                 "last_hidden_state", TensorProto.FLOAT, ["batch", "sequence", hidden]
