@@ -9,8 +9,8 @@ Tasks are generated locally and seeded, so a run is reproducible and needs no da
   records ("Record 000123 | date: ... | user: ... | label: billing | note: ..."): how many
   records have label L (exact integer), which label is most common (exactly that label).
 * ``niah-semantic`` (only with ``--embeddings MODEL``, not in the default ``--tasks``): a needle
-  worded unlike its question ("the passcode of the <key> archive" / "only the combination <n>
-  opens the door of the <key> records room") among a dozen distractors with the same key and
+  worded unlike its question ("the passcode of the <key> archive" / "the lock on the <key>
+  document store opens with the secret PIN <n>") among eleven distractors with the same key and
   other numbers. Matching words finds them all; the efficient strategy is the host function
   ``search`` (embedding similarity) that sessions get from ``AsyncSession(embeddings=...)``:
   rank the paragraphs, read the best one. Scored by string match, no other 7-digit number.
@@ -272,8 +272,8 @@ _FALLBACK_CODE = {
     ),
     "niah-semantic": (
         "import re\n"
-        "found = re.search('combination ([0-9]+) opens the door of the ' + re.escape(__KEY__)"
-        " + ' records room', context)\n"
+        "found = re.search('the ' + re.escape(__KEY__) + ' document store opens with the secret"
+        " PIN ([0-9]+)', context)\n"
         "submit(int(found.group(1)))"
     ),
     "oolong-count": "submit(context.count('| label: ' + __LABEL__ + ' |'))",
@@ -301,7 +301,7 @@ def _solve(kind: str, params: dict[str, str], text: str) -> str:
         found = re.search(rf"magic number for {params['key']} is (\d+)", text)
         return found.group(1) if found else "I could not find it."
     if kind == "niah-semantic":
-        pattern = rf"combination (\d+) opens the door of the {params['key']} records room"
+        pattern = rf"the {params['key']} document store opens with the secret PIN (\d+)"
         found = re.search(pattern, text)
         return found.group(1) if found else "none"
     labels = Counter(_RECORD_LABEL.findall(text))

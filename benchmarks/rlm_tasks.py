@@ -4,8 +4,8 @@
 essay-like filler); ``oolong-count`` and ``oolong-common`` follow OOLONG's aggregation tasks over
 labelled records. ``niah-semantic`` (in :data:`SEMANTIC_TASKS`, run only with embeddings) hides
 a needle that shares no wording with the question but its key: the question asks for the
-*passcode of the <key> archive*, the needle says that *the door of the <key> records room opens
-only with the combination <n>*, and a dozen distractors name the same key with other numbers
+*passcode of the <key> archive*, the needle says that *the lock on the <key> document store
+opens with the secret PIN <n>*, and eleven distractors name the same key with other numbers
 (the <key> lighthouse, bakery, ferry ...). Matching the key finds every one of them; embedding
 similarity (``search``) ranks the needle first. Everything is generated locally from a seed;
 :func:`score` checks an answer.
@@ -67,20 +67,19 @@ _LABELS = (
 )
 
 SEMANTIC_QUESTION = "What is the passcode of the {key} archive mentioned in the provided text?"
-SEMANTIC_NEEDLE = "Only the combination {number} opens the door of the {key} records room."
+SEMANTIC_NEEDLE = "The lock on the {key} document store opens with the secret PIN {number}."
 SEMANTIC_DISTRACTORS = (
     "The {key} lighthouse was repainted {number} times since it was built.",
     "Last season the {key} bakery sold {number} loaves of rye.",
-    "The {key} library lends out {number} books every decade.",
     "The {key} ferry has carried {number} passengers across the bay.",
     "Tickets for the {key} orchestra's tour numbered {number} in all.",
-    "The {key} museum counted {number} visitors over its history.",
     "The {key} vineyard bottled {number} bottles of white wine.",
     "The {key} marathon route is {number} millimetres long.",
     "Farmers near the {key} valley planted {number} apple trees.",
     "The {key} observatory has catalogued {number} distant stars.",
-    "The {key} railway station sold {number} season tickets.",
     "The {key} football club's stadium holds {number} seats after the rebuild.",
+    "The {key} brewery brewed {number} litres of pale ale.",
+    "The {key} zoo feeds its elephants {number} grams of hay.",
 )
 NIAH_QUESTION = "What is the special magic number for {key} mentioned in the provided text?"
 COUNT_QUESTION = "How many records in the provided data have the label '{label}'?"

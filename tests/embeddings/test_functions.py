@@ -2,14 +2,25 @@
 
 from __future__ import annotations
 
+import ast
+import sys
+from pathlib import Path
+
+import numpy as np
 import pytest
 
 from sunroom import AsyncKernel
+from sunroom.embeddings import OnnxEmbedder
 from sunroom.embeddings import functions as ef
 from sunroom.embeddings.functions import embedding_functions
 from sunroom.sandbox.codegen import generate
 from tests.conftest import _require
+from tests.embeddings import testmodel
 from tests.embeddings.fake_embedder import HashingEmbedder
+from tests.embeddings.test_model import PUBLISHED_SENTENCES, PUBLISHED_SIMILARITIES
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+import rlm_tasks  # noqa: E402  (the benchmark's generated tasks)
 
 
 @pytest.fixture(params=["subprocess", "bwrap"])
@@ -135,3 +146,53 @@ async def test_before_call_counts_and_may_refuse() -> None:
     assert seen == ["embed", "search", "embed"]
     assert r.error is not None and r.error.type == "PermissionError"
     assert len(emb.calls) == 3  # embed, search's documents and query; not the refused call
+
+
+# --- the real model (all-MiniLM-L6-v2 as ONNX; fixtures in tests/embeddings/conftest.py) -------
+
+
+async def test_real_model_vectors_from_the_kernel_match_the_numpy_reference(
+    kernel_backend: str, embedder: OnnxEmbedder
+) -> None:
+    sentences = ["A man is eating food.", "The new movie is awesome!", "ok"]
+    async with AsyncKernel(backend=kernel_backend, functions=embedding_functions(embedder)) as k:
+        r = await k.execute(
+            f"v = embed({sentences!r})\n"
+            "import array; array.array('f', [x for row in v for x in row]).tobytes().hex()"
+        )
+    assert r.ok, r
+    assert r.value is not None
+    got = np.frombuffer(bytes.fromhex(r.value.strip("'")), dtype=np.float32).reshape(3, 384)
+    assert np.array_equal(got, embedder.embed(sentences).vectors)  # float32, bit for bit
+    enc = embedder._tokenizer.encode_batch(sentences)
+    ids = np.array([e.ids for e in enc], dtype=np.int64)
+    mask = np.array([e.attention_mask for e in enc], dtype=np.int64)
+    hidden = testmodel.numpy_forward(
+        testmodel.load_weights(), testmodel.load_config(), ids, mask, np.zeros_like(ids)
+    )
+    assert np.abs(got - testmodel.mean_pool_normalise(hidden, mask)).max() < 1e-5
+
+
+async def test_real_model_search_scores_are_the_published_similarities(
+    kernel_backend: str, embedder: OnnxEmbedder
+) -> None:
+    first, *rest = PUBLISHED_SENTENCES
+    async with AsyncKernel(backend=kernel_backend, functions=embedding_functions(embedder)) as k:
+        r = await k.execute(
+            f"[(h.index, h.score, h.text) for h in search({first!r}, {rest!r}, k=5)]"
+        )
+    assert r.ok, r
+    hits = ast.literal_eval(r.value or "")
+    assert [h[0] for h in hits] == [0, 1]  # "It's so sunny outside!" first
+    assert [h[2] for h in hits] == rest
+    want = PUBLISHED_SIMILARITIES[0, 1:]  # sentence-transformers' published cosine similarities
+    assert np.abs(np.array([h[1] for h in hits]) - want).max() < 1.5e-4
+
+
+async def test_real_model_search_finds_the_paraphrased_needle(embedder: OnnxEmbedder) -> None:
+    for task in rlm_tasks.make_tasks(["niah-semantic"], [20_000], samples=3, seed=0):
+        paragraphs = [p for p in task.context.split("\n\n") if p.strip()]
+        search = embedding_functions(embedder)[1]
+        question = task.question.replace(" mentioned in the provided text", "")
+        hits = await search.fn(query=question, texts=paragraphs, k=1)
+        assert task.expected in hits[0].text, (task.question, hits[0])

@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+import importlib.util
+import sys
+from pathlib import Path
 
 import pytest
 
 from sunroom import AsyncSession, Session
 from sunroom.agent import events as ev
 from sunroom.agent.budget import Budget
+from sunroom.embeddings import OnnxEmbedder
+from sunroom.embeddings.functions import Embedder
 from sunroom.errors import UsageError
 from sunroom.providers import Request, SystemMessage
 from sunroom.providers.fakes import ScriptedModel
@@ -22,6 +27,8 @@ def system_text(request: Request) -> str:
     assert isinstance(first, SystemMessage)
     return first.text
 
+
+ROOT = Path(__file__).resolve().parents[2]
 
 CHUNKS = ["the invoice total is 42 dollars", "weather was sunny", "the cat sleeps"]
 
@@ -132,3 +139,41 @@ def test_the_sync_twin_takes_embeddings() -> None:
     with Session(model=model, preset="rlm", backend="subprocess", embeddings=emb) as s:
         result = s.run("count")
     assert result.output == 2
+
+
+# --- the real model ----------------------------------------------------------------------------
+
+
+async def test_a_session_searches_with_the_real_model(
+    kernel_backend: str, embedder: OnnxEmbedder
+) -> None:
+    shared: Embedder = embedder  # OnnxEmbedder is what sessions take (checked by mypy)
+    docs = ["It's so sunny outside!", "He drove to the stadium.", "Stocks fell on Monday."]
+    model = ScriptedModel(
+        [code(f"submit([h.index for h in search('The weather is lovely today.', {docs!r}, k=2)])")]
+    )
+    async with AsyncSession(
+        model=model, preset="rlm", backend=kernel_backend, embeddings=shared
+    ) as s:
+        result = await s.run("rank")
+    assert result.status == "success", result
+    assert isinstance(result.output, list) and result.output[0] == 0
+
+
+def test_rlm_eval_niah_semantic_is_solved_by_search(
+    model_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    spec = importlib.util.spec_from_file_location("rlm_eval", ROOT / "benchmarks" / "rlm_eval.py")
+    assert spec is not None and spec.loader is not None
+    rlm_eval = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault("rlm_eval", rlm_eval)
+    spec.loader.exec_module(rlm_eval)
+    args = ["--fake", "--backend", "subprocess", "--tasks", "niah-semantic", "--lengths", "8k"]
+    assert rlm_eval.main([*args, "--methods", "rlm", "--embeddings", str(model_dir)]) == 0
+    out = capsys.readouterr().out
+    row = next(line.split() for line in out.splitlines() if line.startswith("8K"))
+    assert row[1:4] == ["rlm", "1", "1.00"], out
+    assert row[7] == "1.0"  # one sub-call: the best paragraph only
+    with pytest.raises(SystemExit):
+        rlm_eval.main(args)  # niah-semantic without --embeddings is a usage error
+    assert "needs --embeddings" in capsys.readouterr().err
