@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import importlib.util
 import sys
 from pathlib import Path
 
@@ -19,8 +20,11 @@ from tests.embeddings import testmodel
 from tests.embeddings.fake_embedder import HashingEmbedder
 from tests.embeddings.test_model import PUBLISHED_SENTENCES, PUBLISHED_SIMILARITIES
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-import rlm_tasks  # noqa: E402  (the benchmark's generated tasks)
+_TASKS_PY = Path(__file__).resolve().parents[2] / "benchmarks" / "rlm_tasks.py"
+_spec = importlib.util.spec_from_file_location("rlm_tasks", _TASKS_PY)
+assert _spec is not None and _spec.loader is not None
+rlm_tasks = sys.modules.setdefault("rlm_tasks", importlib.util.module_from_spec(_spec))
+_spec.loader.exec_module(rlm_tasks)
 
 
 @pytest.fixture(params=["subprocess", "bwrap"])
