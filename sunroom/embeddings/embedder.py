@@ -207,7 +207,7 @@ class OnnxEmbedder:
         truncated: list[int] = []
         for start in range(0, len(order), self._batch_size):
             picked = order[start : start + self._batch_size]
-            encodings = self._tokenizer.encode_batch([items[i] for i in picked])
+            encodings = self._encode([items[i] for i in picked], picked)
             truncated.extend(i for i, e in zip(picked, encodings, strict=True) if e.overflowing)
             ids = np.array([e.ids for e in encodings], dtype=np.int64)
             mask = np.array([e.attention_mask for e in encodings], dtype=np.int64)
@@ -241,6 +241,18 @@ class OnnxEmbedder:
         return f"OnnxEmbedder({self.name!r}, dim={self.dim}, max_length={self.max_length})"
 
     # --- internals -----------------------------------------------------------------------------
+
+    def _encode(self, texts: list[str], indices: list[int]) -> list[Any]:
+        try:
+            encodings: list[Any] = self._tokenizer.encode_batch(texts)
+        except TypeError as exc:  # tokenizers refuses text that is not valid Unicode
+            bad = next((i for i, t in zip(indices, texts, strict=True) if not _is_utf8(t)), None)
+            if bad is None:
+                raise
+            raise UsageError(
+                f"texts[{bad}] is not valid Unicode (it has a lone surrogate character)"
+            ) from exc
+        return encodings
 
     def _run(
         self,
@@ -302,6 +314,14 @@ def _check_texts(texts: object) -> list[str]:
     if total > MAX_CHARS:
         raise UsageError(f"{total} characters in one call is more than the limit of {MAX_CHARS}")
     return items
+
+
+def _is_utf8(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _load_tokenizer(directory: Path, max_length: int) -> Any:

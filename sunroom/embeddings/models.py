@@ -68,6 +68,7 @@ TIMEOUT_S = 60.0
 
 _REPO_ID = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)/([A-Za-z0-9][A-Za-z0-9._-]*)(?:@(.+))?$")
 _COMMIT = re.compile(r"^[0-9a-f]{40}$")
+_REVISION = re.compile(r"^[A-Za-z0-9._/-]+$")
 
 
 def default_cache() -> Path:
@@ -132,7 +133,11 @@ def resolve_model(
             "('org/name' or 'org/name@revision')"
         )
     org, name, revision = match.group(1), match.group(2), match.group(3) or "main"
-    safe_remote_name(revision)  # a branch name becomes a path under refs/
+    if any(part in ("", ".", "..") for part in revision.split("/")) or not _REVISION.match(
+        revision
+    ):
+        # a branch name becomes a path under refs/: only plain relative names
+        raise UsageError(f"revision {revision!r} of {org}/{name} is not a branch, tag or commit")
     cache = Path(cache_dir).expanduser() if cache_dir is not None else default_cache()
     repo_dir = cache / f"models--{org}--{name}"
     snapshot = _cached_snapshot(repo_dir, revision)

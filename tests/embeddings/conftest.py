@@ -11,9 +11,6 @@ import pytest
 from sunroom.embeddings import OnnxEmbedder
 from tests.embeddings import testmodel
 
-pytest.importorskip("onnxruntime")
-pytest.importorskip("tokenizers")
-
 
 @pytest.fixture(scope="session")
 def model_dir() -> Path:

@@ -206,6 +206,7 @@ async def test_aembed_in_a_running_loop(embedder: OnnxEmbedder) -> None:
         ("just a string", "not a single string"),
         (["fine", 3, "x"], r"texts\[1\] is a int"),
         (["fine", None], r"texts\[1\] is a NoneType"),
+        (["fine", "also fine", "bad \ud800 half a pair"], r"texts\[2\] is not valid Unicode"),
         (["x"] * (MAX_TEXTS + 1), f"more than the limit of {MAX_TEXTS}"),
         (["a" * 1_000_000] * 21, f"more than the limit of {MAX_CHARS}"),
     ],

