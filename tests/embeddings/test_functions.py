@@ -200,3 +200,10 @@ async def test_real_model_search_finds_the_paraphrased_needle(embedder: OnnxEmbe
         question = task.question.replace(" mentioned in the provided text", "")
         hits = await search.fn(query=question, texts=paragraphs, k=1)
         assert task.expected in hits[0].text, (task.question, hits[0])
+
+
+def test_onnx_embedder_functions_are_embed_and_search(embedder: OnnxEmbedder) -> None:
+    fns = embedder.functions()
+    assert [f.name for f in fns] == ["embed", "search"]
+    assert all(f.idempotent for f in fns)
+    assert "384 dimensions" in fns[0].description
