@@ -224,9 +224,11 @@ def embedding_functions(
     """``embed`` and ``search`` host functions calling *embedder* (see the module docstring).
 
     *before_call* is called with the function's name before each call does any work; what it
-    raises refuses the call.
+    raises refuses the call. The docstrings the kernel and the prompt see name the model by the
+    last part of ``embedder.name`` (never a host directory).
     """
     dim = embedder.dim
+    shown = embedder.name.rstrip("/\\").replace("\\", "/").rsplit("/", 1)[-1]  # no host path
     max_rows = min(MAX_TEXTS, MAX_VECTOR_BYTES // (4 * dim))
     cache = document_cache(embedder)
 
@@ -240,7 +242,7 @@ def embedding_functions(
         return pack(result.vectors)
 
     embed.__doc__ = (
-        f"One embedding vector per text ({embedder.name}, {dim} dimensions), in order.\n\n"
+        f"One embedding vector per text ({shown}, {dim} dimensions), in order.\n\n"
         'kind="query" for a search query, "document" (the default) for passages: the model may '
         f"prefix them differently. At most {max_rows:,} texts and {MAX_CHARS:,} characters per "
         "call (batch larger inputs); longer texts are truncated to the model's maximum length."
@@ -270,7 +272,7 @@ def embedding_functions(
         return [Hit(index=i, score=score, text=texts[i]) for i, score in rank(q, matrix, k)]
 
     search.__doc__ = (
-        f"The k texts most similar in meaning to query ({embedder.name} embeddings, cosine "
+        f"The k texts most similar in meaning to query ({shown} embeddings, cosine "
         "similarity from -1 to 1), best first. Use it to find the few chunks of a large text "
         "worth reading or passing to predict. Vectors of texts are cached by text, so searching "
         f"the same chunks again is cheap. At most {MAX_SEARCH_TEXTS:,} texts and "

@@ -207,3 +207,9 @@ def test_onnx_embedder_functions_are_embed_and_search(embedder: OnnxEmbedder) ->
     assert [f.name for f in fns] == ["embed", "search"]
     assert all(f.idempotent for f in fns)
     assert "384 dimensions" in fns[0].description
+
+
+def test_the_prompt_never_shows_the_model_directory(embedder: OnnxEmbedder) -> None:
+    for fn in embedder.functions():
+        assert str(embedder.directory) not in fn.description
+        assert "all-MiniLM-L6-v2-onnx" in fn.description
