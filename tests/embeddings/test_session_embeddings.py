@@ -177,3 +177,20 @@ def test_rlm_eval_niah_semantic_is_solved_by_search(
     with pytest.raises(SystemExit):
         rlm_eval.main(args)  # niah-semantic without --embeddings is a usage error
     assert "needs --embeddings" in capsys.readouterr().err
+
+
+async def test_a_fork_keeps_embed_and_search_and_the_one_budget() -> None:
+    emb = HashingEmbedder(dim=64)
+    model = ScriptedModel(
+        [code("a = len(embed(['x']))\nsubmit(a)"), code("submit(len(embed(['y'])))")]
+    )
+    async with AsyncSession(model=model, preset="rlm", backend="subprocess", embeddings=emb) as s:
+        assert (await s.run("first")).output == 1
+        fork = await s.fork()
+        try:
+            result = await fork.run("second")
+        finally:
+            await fork.aclose()
+        spent = s.tracker.snapshot()
+    assert result.status == "success" and result.output == 1, result
+    assert spent.embedding_calls == 2  # the fork counted against the parent's tracker
