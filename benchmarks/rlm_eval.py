@@ -8,6 +8,12 @@ Tasks are generated locally and seeded, so a run is reproducible and needs no da
 * ``oolong-count`` / ``oolong-common``: OOLONG-style aggregation over generated labelled
   records ("Record 000123 | date: ... | user: ... | label: billing | note: ..."): how many
   records have label L (exact integer), which label is most common (exactly that label).
+* ``niah-semantic`` (only with ``--embeddings MODEL``, not in the default ``--tasks``): a needle
+  worded unlike its question ("the passcode of the <key> archive" / "the lock on the <key>
+  document store opens with the secret PIN <n>") among eleven distractors with the same key and
+  other numbers. Matching words finds them all; the efficient strategy is the host function
+  ``search`` (embedding similarity) that sessions get from ``AsyncSession(embeddings=...)``:
+  rank the paragraphs, read the best one. Scored by string match, no other 7-digit number.
 
 For every task and length three methods run against the configured model:
 
@@ -28,6 +34,7 @@ micro-USD ("unknown" when a price is unknown), mean sub-calls and mean latency.
         --lengths 8k,32k,128k --tasks niah,oolong-count --samples 3
     SUNROOM_MODEL=gemini:gemini-2.5-flash python benchmarks/rlm_eval.py --sub-model gemini:gemini-2.5-flash-lite
     python benchmarks/rlm_eval.py --fake --backend subprocess      # offline, deterministic
+    python benchmarks/rlm_eval.py --fake --tasks niah-semantic --embeddings PATH/all-MiniLM-L6-v2-onnx
 
 ``--fake`` runs the methods against deterministic ``FunctionModel``s that really solve the
 tasks: the root writes Python that reads ``context``, calls ``predict``/``predict_many`` and
@@ -72,6 +79,8 @@ from sunroom.providers import model as build_model  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from rlm_tasks import (  # noqa: E402  (generated tasks live in their own module)
+    ALL_TASKS,
+    SEMANTIC_TASKS,
     TASKS,
     Task,
     make_tasks,
@@ -119,13 +128,16 @@ def baseline_prompt(task: Task) -> str:
         "A special magic number is hidden within the following text. Make sure to memorize it. "
         "I will quiz you about the number afterwards."
         if task.name == "niah"
+        else "A passcode is hidden within the following text. Read it carefully; I will ask "
+        "about it afterwards."
+        if task.name == "niah-semantic"
         else "Below is a list of records. Read all of them; you will be asked about them."
     )
     return f"{intro}\n\n{task.context}\n\n{task.question} {task.answer_format}"
 
 
 def rlm_task(task: Task) -> str:
-    what = "text" if task.name == "niah" else "records (one per line)"
+    what = "text" if task.name.startswith("niah") else "records (one per line)"
     return (
         f"The variable `context` holds the {what}. {task.question} "
         f"{task.answer_format} Call submit() with the answer."
@@ -166,6 +178,7 @@ async def run_rlm(
     max_turns: int,
     branches: int | None = None,
     choose: Literal["first", "vote"] = "vote",
+    embeddings: Any = None,
 ) -> Outcome:
     """One RLM run of *task*; with *branches* (k) the best-of-k arm: k branches, *choose*."""
     method = "rlm" if branches is None else "rlm-best-of-k"
@@ -180,6 +193,7 @@ async def run_rlm(
             output=None,
             budget=budget,
             max_turns=max_turns,
+            embeddings=embeddings,
         ) as session:
             start = time.perf_counter()  # the run itself, not the kernel's start
             result = await session.run(rlm_task(task), branches=branches, choose=choose)
@@ -203,6 +217,7 @@ async def run_rlm(
 # --- the fake models (--fake) -----------------------------------------------------------------
 
 _NIAH_KEY = re.compile(r"special magic number for ([a-z]+-[a-z]+)")
+_SEMANTIC_KEY = re.compile(r"passcode of the ([a-z]+) archive")
 _COUNT_LABEL = re.compile(r"have the label '([a-z]+)'")
 _RECORD_LABEL = re.compile(r"\| label: ([a-z]+) \|")
 
@@ -215,6 +230,16 @@ hits = [chunk for chunk in chunks if "magic number for " + key in chunk]
 print(len(context), "characters,", len(chunks), "chunks,", len(hits), "with the needle")
 reply = predict("What is the special magic number for " + key + "? Reply with the number only.",
                 hits[0])
+submit(int(re.search(r"[0-9]+", reply).group()))
+"""
+_SEMANTIC_CODE = """\
+import re
+key = __KEY__
+question = "What is the passcode of the " + key + " archive?"
+paragraphs = [p for p in context.split("\\n\\n") if p.strip()]
+hits = search(question, paragraphs, k=3)
+print(len(paragraphs), "paragraphs; best:", [(h.index, round(h.score, 3)) for h in hits])
+reply = predict(question + " Reply with the number only, or none.", hits[0].text)
 submit(int(re.search(r"[0-9]+", reply).group()))
 """
 _COUNT_CODE = """\
@@ -245,6 +270,12 @@ _FALLBACK_CODE = {
         "found = re.search('magic number for ' + re.escape(__KEY__) + ' is ([0-9]+)', context)\n"
         "submit(int(found.group(1)))"
     ),
+    "niah-semantic": (
+        "import re\n"
+        "found = re.search('the ' + re.escape(__KEY__) + ' document store opens with the secret"
+        " PIN ([0-9]+)', context)\n"
+        "submit(int(found.group(1)))"
+    ),
     "oolong-count": "submit(context.count('| label: ' + __LABEL__ + ' |'))",
     "oolong-common": (
         "import collections, re\n"
@@ -257,6 +288,8 @@ _FALLBACK_CODE = {
 def _which(question: str) -> tuple[str, dict[str, str]]:
     if (m := _NIAH_KEY.search(question)) is not None:
         return "niah", {"key": m.group(1)}
+    if (m := _SEMANTIC_KEY.search(question)) is not None:
+        return "niah-semantic", {"key": m.group(1)}
     if (m := _COUNT_LABEL.search(question)) is not None:
         return "oolong-count", {"label": m.group(1)}
     return "oolong-common", {}
@@ -267,6 +300,10 @@ def _solve(kind: str, params: dict[str, str], text: str) -> str:
     if kind == "niah":
         found = re.search(rf"magic number for {params['key']} is (\d+)", text)
         return found.group(1) if found else "I could not find it."
+    if kind == "niah-semantic":
+        pattern = rf"the {params['key']} document store opens with the secret PIN (\d+)"
+        found = re.search(pattern, text)
+        return found.group(1) if found else "none"
     labels = Counter(_RECORD_LABEL.findall(text))
     if kind == "oolong-count":
         return str(labels[params["label"]])
@@ -276,6 +313,7 @@ def _solve(kind: str, params: dict[str, str], text: str) -> str:
 # Wrong first programs (--fake-error-rate): each changes the last line to a plausible bug.
 _WRONG_SUBMIT = {
     "niah": 'submit(int(re.search(r"[0-9]+", reply).group()[::-1]))',  # digits reversed
+    "niah-semantic": 'submit(int(re.search(r"[0-9]+", reply).group()[::-1]))',
     "oolong-count": "submit(sum(counts) + 1)",  # off by one
     "oolong-common": "submit(min(totals, key=totals.get))",  # the rarest label
 }
@@ -294,7 +332,12 @@ def fake_root(request: Request, *, wrong: bool = False) -> str | AssistantMessag
     attempts = sum(1 for m in request.messages if isinstance(m, AssistantMessage))
     if attempts >= 2:
         return "I could not solve it."
-    template = {"niah": _NIAH_CODE, "oolong-count": _COUNT_CODE, "oolong-common": _COMMON_CODE}
+    template = {
+        "niah": _NIAH_CODE,
+        "niah-semantic": _SEMANTIC_CODE,
+        "oolong-count": _COUNT_CODE,
+        "oolong-common": _COMMON_CODE,
+    }
     code = template[kind] if attempts == 0 else _FALLBACK_CODE[kind]
     if wrong and attempts == 0:
         code = code.rstrip().rsplit("\n", 1)[0] + "\n" + _WRONG_SUBMIT[kind] + "\n"
@@ -309,6 +352,8 @@ def fake_sub(request: Request) -> str:
     text = request.messages[-1].text if isinstance(request.messages[-1], UserMessage) else ""
     if (m := _NIAH_KEY.search(system)) is not None:
         return _solve("niah", {"key": m.group(1)}, text)
+    if (m := _SEMANTIC_KEY.search(system)) is not None:
+        return _solve("niah-semantic", {"key": m.group(1)}, text)
     labels = Counter(_RECORD_LABEL.findall(text))
     if (m := re.search(r"whose label is '([a-z]+)'", system)) is not None:
         value: Any = labels[m.group(1)]
@@ -399,7 +444,12 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="deterministic offline models that solve the tasks by writing code",
     )
-    p.add_argument("--tasks", default=",".join(TASKS), help=f"comma list of {', '.join(TASKS)}")
+    p.add_argument("--tasks", default=",".join(TASKS), help=f"comma list of {', '.join(ALL_TASKS)}")
+    p.add_argument(
+        "--embeddings",
+        help="an embedding model (directory or HF repo id) bound in RLM sessions as embed/search;"
+        " needed by niah-semantic",
+    )
     p.add_argument(
         "--methods", default=",".join(METHODS), help=f"comma list of {', '.join(METHODS)}"
     )
@@ -460,6 +510,11 @@ async def evaluate(args: argparse.Namespace) -> list[Outcome]:
         max_wall_s=args.timeout,
     )
     root, sub = _models(args)
+    embedder: Any = None
+    if args.embeddings:
+        from sunroom.embeddings import OnnxEmbedder
+
+        embedder = OnnxEmbedder(args.embeddings)
     outcomes: list[Outcome] = []
     try:
         for task in tasks:
@@ -469,7 +524,7 @@ async def evaluate(args: argparse.Namespace) -> list[Outcome]:
                 outcomes.append(
                     await run_rlm(
                         task, root, sub, backend=args.backend, budget=budget,
-                        max_turns=args.max_turns,
+                        max_turns=args.max_turns, embeddings=embedder,
                     )
                 )  # fmt: skip
             if "rlm-best-of-k" in methods:
@@ -477,12 +532,15 @@ async def evaluate(args: argparse.Namespace) -> list[Outcome]:
                     await run_rlm(
                         task, root, sub, backend=args.backend, budget=budget,
                         max_turns=args.max_turns, branches=args.k, choose=args.choose,
+                        embeddings=embedder,
                     )
                 )  # fmt: skip
     finally:
         await root.aclose()
         if sub is not root:
             await sub.aclose()
+        if embedder is not None:
+            embedder.close()
     return outcomes
 
 
@@ -490,12 +548,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Parse ``argv``, run the evaluation, print the table; 0 on success, 2 on bad usage."""
     parser = _parser()
     args = parser.parse_args(argv)
-    bad = [t for t in args.tasks.split(",") if t.strip() and t.strip() not in TASKS]
+    bad = [t for t in args.tasks.split(",") if t.strip() and t.strip() not in ALL_TASKS]
     bad += [m for m in args.methods.split(",") if m.strip() and m.strip() not in METHODS]
     if bad:
         parser.error(f"unknown task or method: {', '.join(bad)}")
     if not args.fake and not args.model:
         parser.error("give --model provider:name (or set SUNROOM_MODEL), or --fake")
+    semantic = [t for t in args.tasks.split(",") if t.strip() in SEMANTIC_TASKS]
+    if semantic and not args.embeddings:
+        parser.error(f"{', '.join(semantic)} needs --embeddings MODEL (a directory or repo id)")
     if args.samples <= 0:
         parser.error("--samples must be positive")
     if not 2 <= args.k <= 64:
@@ -509,7 +570,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         models = f"{args.model} (sub: {args.sub_model or args.model})"
     print(f"rlm_eval  model: {models}  tasks: {args.tasks}  samples: {args.samples}  "
           f"seed: {args.seed}  backend: {args.backend}  best-of-k: k={args.k}, "
-          f"choose={args.choose}")  # fmt: skip
+          f"choose={args.choose}"
+          + (f"  embeddings: {args.embeddings}" if args.embeddings else ""))  # fmt: skip
     print(table(outcomes))
     failures = [o for o in outcomes if not o.correct]
     if failures:

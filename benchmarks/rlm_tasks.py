@@ -2,7 +2,13 @@
 
 ``niah`` follows RULER's single-needle S-NIAH (one "special magic number" sentence hidden in
 essay-like filler); ``oolong-count`` and ``oolong-common`` follow OOLONG's aggregation tasks over
-labelled records. Everything is generated locally from a seed; :func:`score` checks an answer.
+labelled records. ``niah-semantic`` (in :data:`SEMANTIC_TASKS`, run only with embeddings) hides
+a needle that shares no wording with the question but its key: the question asks for the
+*passcode of the <key> archive*, the needle says that *the lock on the <key> document store
+opens with the secret PIN <n>*, and eleven distractors name the same key with other numbers
+(the <key> lighthouse, bakery, ferry ...). Matching the key finds every one of them; embedding
+similarity (``search``) ranks the needle first. Everything is generated locally from a seed;
+:func:`score` checks an answer.
 """
 
 from __future__ import annotations
@@ -15,6 +21,9 @@ from dataclasses import dataclass
 from typing import Any
 
 TASKS = ("niah", "oolong-count", "oolong-common")
+SEMANTIC_TASKS = ("niah-semantic",)
+"""Tasks whose efficient strategy is embedding search (``rlm_eval.py --embeddings``)."""
+ALL_TASKS = TASKS + SEMANTIC_TASKS
 
 # --- generated data -------------------------------------------------------------------------
 
@@ -57,6 +66,21 @@ _LABELS = (
     "pricing",
 )
 
+SEMANTIC_QUESTION = "What is the passcode of the {key} archive mentioned in the provided text?"
+SEMANTIC_NEEDLE = "The lock on the {key} document store opens with the secret PIN {number}."
+SEMANTIC_DISTRACTORS = (
+    "The {key} lighthouse was repainted {number} times since it was built.",
+    "Last season the {key} bakery sold {number} loaves of rye.",
+    "The {key} ferry has carried {number} passengers across the bay.",
+    "Tickets for the {key} orchestra's tour numbered {number} in all.",
+    "The {key} vineyard bottled {number} bottles of white wine.",
+    "The {key} marathon route is {number} millimetres long.",
+    "Farmers near the {key} valley planted {number} apple trees.",
+    "The {key} observatory has catalogued {number} distant stars.",
+    "The {key} football club's stadium holds {number} seats after the rebuild.",
+    "The {key} brewery brewed {number} litres of pale ale.",
+    "The {key} zoo feeds its elephants {number} grams of hay.",
+)
 NIAH_QUESTION = "What is the special magic number for {key} mentioned in the provided text?"
 COUNT_QUESTION = "How many records in the provided data have the label '{label}'?"
 COMMON_QUESTION = "Which label appears on the most records in the provided data?"
@@ -111,6 +135,28 @@ def make_niah(rng: random.Random, length: int, sample: int) -> Task:
         NIAH_QUESTION.format(key=key),
         _NUMBER_FORMAT,
         number,
+    )
+
+
+def make_niah_semantic(rng: random.Random, length: int, sample: int) -> Task:
+    """Filler of ``length`` characters holding the needle and every distractor, same key."""
+    key = rng.choice(_KEY_WORDS)
+    numbers = rng.sample(range(1_000_000, 10_000_000), len(SEMANTIC_DISTRACTORS) + 1)
+    facts = [SEMANTIC_NEEDLE.format(key=key, number=numbers[0])] + [
+        d.format(key=key, number=n) for d, n in zip(SEMANTIC_DISTRACTORS, numbers[1:], strict=True)
+    ]
+    size = sum(len(f) + 2 for f in facts)
+    paragraphs = _filler(rng, max(length - size, 0))
+    for fact in facts:
+        paragraphs.insert(rng.randint(0, len(paragraphs)), fact)
+    return Task(
+        "niah-semantic",
+        length,
+        sample,
+        "\n\n".join(paragraphs),
+        SEMANTIC_QUESTION.format(key=key),
+        _NUMBER_FORMAT,
+        str(numbers[0]),
     )
 
 
@@ -174,20 +220,24 @@ def make_tasks(
         for name in names:
             for sample in range(samples):
                 rng = random.Random(f"{seed}:{name}:{length}:{sample}")
-                tasks.append(
-                    make_niah(rng, length, sample)
-                    if name == "niah"
-                    else make_oolong(rng, length, sample, name)
-                )
+                if name == "niah":
+                    tasks.append(make_niah(rng, length, sample))
+                elif name == "niah-semantic":
+                    tasks.append(make_niah_semantic(rng, length, sample))
+                else:
+                    tasks.append(make_oolong(rng, length, sample, name))
     return tasks
 
 
 def score(task: Task, answer: Any) -> bool:
-    """Whether ``answer`` is right: the number appears (niah), the integer is equal (count),
-    exactly the right label is named (common)."""
+    """Whether ``answer`` is right: the number appears (niah; niah-semantic: and no other
+    seven-digit number does), the integer is equal (count), exactly the right label is named
+    (common)."""
     text = str(answer if answer is not None else "").strip()
     if task.name == "niah":
         return task.expected in text
+    if task.name == "niah-semantic":
+        return re.findall(r"\d{7}", text.replace(",", "")) == [task.expected]
     if task.name == "oolong-count":
         found = re.search(r"-?\d[\d,]*", text)
         return found is not None and found.group().replace(",", "") == task.expected

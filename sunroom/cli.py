@@ -15,6 +15,9 @@
 - ``sunroom mcp [--http [--host H] [--port P] [--expose]] [--backend B] [--model M ...]``
   serves kernels to MCP clients over stdio (or streamable HTTP with a bearer token):
   :mod:`sunroom.mcp.server`, docs/mcp.md.
+- ``sunroom embed FILE --model PATH_OR_REPO [--query Q] [--k N] [--kind document|query]
+  [--json]`` embeds one text per line with a local ONNX model and prints the vectors, or the
+  top-k matches of a query (:mod:`sunroom.cli_embed`, docs/embeddings.md).
 - ``sunroom sessions list|show|export|resume|purge`` looks after the sessions in the store
   (:mod:`sunroom.cli_sessions`; what the commands share is in :mod:`sunroom.cli_support`).
 
@@ -42,6 +45,7 @@ import pydantic
 import typer
 from rich.console import Console
 
+from sunroom.cli_embed import embed_command
 from sunroom.cli_kernelspecs import kernelspecs_command
 from sunroom.cli_sessions import sessions_app
 from sunroom.cli_support import (
@@ -83,6 +87,7 @@ app = typer.Typer(
 )
 app.add_typer(sessions_app, name="sessions")
 app.command("kernelspecs")(kernelspecs_command)
+app.command("embed")(embed_command)
 
 
 @app.callback()

@@ -56,7 +56,14 @@ GUIDES = {
     "docs/mcp.md": ["42", "42"],
     "docs/approvals.md": ["success deleted old", "pay() was denied: over the limit of 100"],
     "docs/jupyter.md": ["42"],
+    "docs/embeddings.md": [
+        "[(0, 'It is so sunny outside!')]",
+        "1 success The invoice is due on Friday.",
+    ],
 }
+# guides that name the test embedding model where scripts/test-models.sh puts it by default;
+# the test runs them with the model's actual directory ($SUNROOM_TEST_MODELS may move it)
+TEST_MODEL_PATHS = {"docs/embeddings.md": ".venv/sunroom-test-models/all-MiniLM-L6-v2-onnx"}
 
 
 @pytest.mark.parametrize("guide", sorted(GUIDES))
@@ -64,4 +71,8 @@ def test_a_guide_snippet_runs_as_written(guide: str) -> None:
     snippets = re.findall(r"```python\n(.*?)```", (ROOT / guide).read_text(), re.S)
     assert len(snippets) == len(GUIDES[guide])
     for snippet, expected in zip(snippets, GUIDES[guide], strict=True):
+        if guide in TEST_MODEL_PATHS:
+            from tests.embeddings import testmodel
+
+            snippet = snippet.replace(TEST_MODEL_PATHS[guide], str(testmodel.model_dir()))
         _runs_as_written(snippet, expected)

@@ -1,5 +1,8 @@
 """Session budgets: :class:`Budget` (the limits) and :class:`BudgetTracker` (the spend).
 
+Embedding calls (``embed``/``search``, :mod:`sunroom.embeddings.functions`) are counted by the
+same tracker (:meth:`BudgetTracker.count_embedding_call`) against ``max_embedding_calls``.
+
 One tracker is shared by a session, its ``predict``/``predict_many`` sub-calls and any nested
 sessions, so every model call anywhere counts against the same limits. A call is *reserved*
 before it is made (so concurrent fan-out cannot overshoot ``max_model_calls``) and *recorded*
@@ -8,6 +11,7 @@ after; tokens and cost can overshoot by the calls already in flight.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass
 from typing import final
@@ -28,15 +32,24 @@ class Budget:
         max_tokens: input plus output tokens.
         max_cost_micro_usd: cost in micro-USD; calls whose price is unknown add nothing.
         max_wall_s: seconds since the session started; past it a run ends with ``timeout``.
+        max_embedding_calls: calls of the ``embed`` and ``search`` host functions (a session
+            with ``embeddings=``); each call counts one, whatever its number of texts.
     """
 
     max_model_calls: int | None = None
     max_tokens: int | None = None
     max_cost_micro_usd: int | None = None
     max_wall_s: float | None = None
+    max_embedding_calls: int | None = None
 
     def __post_init__(self) -> None:
-        for name in ("max_model_calls", "max_tokens", "max_cost_micro_usd", "max_wall_s"):
+        for name in (
+            "max_model_calls",
+            "max_tokens",
+            "max_cost_micro_usd",
+            "max_wall_s",
+            "max_embedding_calls",
+        ):
             value = getattr(self, name)
             if value is not None and (isinstance(value, bool) or value <= 0):
                 raise UsageError(f"Budget.{name} must be positive or None, got {value!r}")
@@ -45,13 +58,14 @@ class Budget:
 @final
 @dataclass(frozen=True, slots=True)
 class Spend:
-    """A snapshot of what a tracker has counted."""
+    """A snapshot of what a tracker has counted (``embedding_calls``: ``embed``/``search``)."""
 
     model_calls: int = 0
     sub_calls: int = 0
     usage: Usage = Usage()
     cost_micro_usd: int = 0
     unpriced_calls: int = 0
+    embedding_calls: int = 0
 
     @property
     def cost_known(self) -> bool:
@@ -74,6 +88,7 @@ class Spend:
             ),
             cost_micro_usd=self.cost_micro_usd - earlier.cost_micro_usd,
             unpriced_calls=self.unpriced_calls - earlier.unpriced_calls,
+            embedding_calls=self.embedding_calls - earlier.embedding_calls,
         )
 
 
@@ -161,5 +176,22 @@ class BudgetTracker:
             usage=s.usage + usage,
             cost_micro_usd=s.cost_micro_usd + (cost_micro_usd or 0),
             unpriced_calls=s.unpriced_calls + (cost_micro_usd is None),
+            embedding_calls=s.embedding_calls,
         )
+        return self._spend
+
+    def count_embedding_call(self) -> Spend:
+        """Count one ``embed``/``search`` call before it runs; return the new totals.
+
+        Raises BudgetExceededError (limit ``embedding_calls``) when ``max_embedding_calls`` are
+        spent, or when any other limit is already reached (:meth:`check`); nothing is counted.
+        """
+        self.check()
+        b, s = self.budget, self._spend
+        if b.max_embedding_calls is not None and s.embedding_calls >= b.max_embedding_calls:
+            raise self._fail(
+                "embedding_calls",
+                f"the session's budget of {b.max_embedding_calls} embedding calls is spent",
+            )
+        self._spend = dataclasses.replace(s, embedding_calls=s.embedding_calls + 1)
         return self._spend

@@ -44,6 +44,11 @@ _INTRO: Final = {
         "The input's fields are bound as variables in your kernel."
     ),
 }
+_RLM_SEARCH: Final = (
+    "To find the parts of a large input that matter, split it into chunks and rank them with "
+    "search(query, chunks, k) (embedding similarity, computed on the host, no sub-model "
+    "calls), then read or predict over the best few rather than every chunk."
+)
 _PREDICT_DOC: Final = """\
 def predict(instructions: str, input: Any = None, *, output: type | None = None,
             recursive: bool = False) -> Any:
@@ -65,6 +70,7 @@ def _signature_only(node: ast.FunctionDef) -> str:
     stub.decorator_list = []
     text = ast.unparse(stub)
     text = text.replace("_t.", "").replace("_datetime.", "datetime.").replace("_DEFAULT", "...")
+    text = text.replace("_vectors.Vectors", "list[list[float]]")
     return text.replace(" | Any)", ")") if node.name == "submit" else text
 
 
@@ -139,9 +145,17 @@ def system_prompt(
     output_name: str | None,
     max_output_chars: int,
     extra: str | None,
+    semantic_search: bool = False,
 ) -> str:
-    """The whole system prompt of a session."""
-    parts = [_INTRO[preset], _ACT_TOOL if tool else _ACT_FENCED]
+    """The whole system prompt of a session.
+
+    *semantic_search*: the session bound an embedder (``embed``/``search`` are host functions);
+    the ``rlm`` preset then says to rank chunks with ``search`` before reading them.
+    """
+    intro = _INTRO[preset]
+    if semantic_search and preset == "rlm":
+        intro += " " + _RLM_SEARCH
+    parts = [intro, _ACT_TOOL if tool else _ACT_FENCED]
     parts.append(
         f"Output longer than {max_output_chars:,} characters is shown to you cut in the middle; "
         "print summaries and slices rather than whole large values."

@@ -38,7 +38,7 @@ from sunroom.agent.result import RunResult, Status
 from sunroom.agent.schema import JsonSchema
 from sunroom.agent.shim import SHIM_SOURCE
 from sunroom.agent.submit import Submission, type_name
-from sunroom.errors import AgentError, ClosedError, KernelError, UsageError
+from sunroom.errors import AgentError, BudgetExceededError, ClosedError, KernelError, UsageError
 from sunroom.providers import Message, Model, SystemMessage
 from sunroom.providers import model as build_model
 from sunroom.sandbox import backends
@@ -52,6 +52,7 @@ _MCP_HEADING = "MCP tools, one module per server"
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
 
+    from sunroom.embeddings.functions import Embedder
     from sunroom.mcp.servers import McpServer
     from sunroom.mcp.toolset import Toolset
     from sunroom.sandbox.template import Template
@@ -117,6 +118,13 @@ class AsyncSession:
             ``"allow"``, ``"deny"``, ``"ask"`` or a callable; see docs/approvals.md and
             :mod:`sunroom.agent.approvals` for the precedence.
         approval_timeout_s: how long a call waits for an answer to ``ask`` before it is denied.
+        embeddings: an embedder (:class:`~sunroom.embeddings.OnnxEmbedder`, loaded once and
+            shared by any number of sessions) bound in the kernel as the host functions
+            ``embed`` and ``search`` (:mod:`sunroom.embeddings.functions`). Their calls pass the
+            same hooks, events and approvals as host functions and count against
+            ``Budget.max_embedding_calls``; the prompt lists them, and the ``rlm`` preset's
+            tells the model to rank chunks with ``search`` first. Forks and nested sessions
+            get them too. See ``docs/embeddings.md``.
 
     Raises UsageError for invalid options (before any kernel starts).
     """
@@ -150,6 +158,7 @@ class AsyncSession:
         mcp: Iterable[McpServer] | Toolset = (),
         approvals: Mapping[str, Policy] | None = None,
         approval_timeout_s: float = DEFAULT_TIMEOUT_S,
+        embeddings: Embedder | None = None,
     ) -> None:
         self._setup(
             model=model,
@@ -178,6 +187,7 @@ class AsyncSession:
             mcp=mcp,
             approvals=approvals,
             approval_timeout_s=approval_timeout_s,
+            embeddings=embeddings,
             tracker=None,
             depth=0,
         )
@@ -218,6 +228,7 @@ class AsyncSession:
         mcp: Iterable[McpServer] | Toolset = (),
         approvals: Mapping[str, Policy] | None = None,
         approval_timeout_s: float = DEFAULT_TIMEOUT_S,
+        embeddings: Embedder | None = None,
         broker: Approvals | None = None,
         approval_publish: Publish | None = None,
         tracker: BudgetTracker | None,
@@ -273,6 +284,7 @@ class AsyncSession:
             "event_buffer": event_buffer,
             "approvals": approvals,
             "approval_timeout_s": approval_timeout_s,
+            "embeddings": embeddings,
         }
         self._branch_runs = 0
         self._branches: list[AsyncSession] = []
@@ -294,6 +306,7 @@ class AsyncSession:
             "code_tool": code_tool,
             "broker": self._approvals,
             "approval_publish": self._approval_publish,
+            "embeddings": embeddings,
         }
         self._submission = Submission(output=output, publish=self._publish, redact=self._redact)
         self._predictor = Predictor(
@@ -310,6 +323,10 @@ class AsyncSession:
         else:  # a fork's kernel holds them already, and its prompt is the parent's
             values, types = {}, {}
         user_functions = [as_host_function(f) for f in functions]
+        if embeddings is not None:
+            from sunroom.embeddings.functions import embedding_functions  # numpy: an extra
+
+            user_functions += embedding_functions(embeddings, before_call=self._count_embedding)
         submit_fn = self._submission.function()
         every = [*user_functions, *self._predictor.functions(), submit_fn]
         instrumented = [
@@ -373,6 +390,7 @@ class AsyncSession:
                 output=output,
                 max_output_chars=max_output_chars,
                 extra=system_prompt,
+                semantic_search=embeddings is not None,
             )
         )
         self._loop = Loop(
@@ -414,6 +432,14 @@ class AsyncSession:
 
     def _redact(self, text: str) -> str:
         return self._guard.redact(text)
+
+    def _count_embedding(self, name: str) -> None:
+        """Count one ``embed``/``search`` call against the budget (a BudgetWarning if spent)."""
+        try:
+            self.tracker.count_embedding_call()
+        except BudgetExceededError as exc:
+            self._publish(ev.BudgetWarning, limit=exc.limit, message=str(exc))
+            raise
 
     def _gate_for(self, hf: HostFunction) -> Gate | None:
         return self._approvals.gate(
@@ -811,6 +837,7 @@ class AsyncSession:
             code_tool=o["code_tool"],
             broker=o["broker"],
             approval_publish=o["approval_publish"],
+            embeddings=o["embeddings"],
         ) as sub:
             result = await sub.run(instructions)
         if not result.ok:
@@ -829,6 +856,7 @@ def system_prompt_for(
     output: Any,
     max_output_chars: int,
     extra: str | None,
+    semantic_search: bool = False,
 ) -> str:
     """The generated system prompt of a session (see :mod:`sunroom.agent.prompts`)."""
     return system_prompt(
@@ -841,4 +869,5 @@ def system_prompt_for(
         output_name=None if output is None else type_name(output),
         max_output_chars=max_output_chars,
         extra=extra,
+        semantic_search=semantic_search,
     )

@@ -26,6 +26,7 @@ from sunroom.sandbox.portal import Portal, TwinState
 __all__ = ["Session"]
 
 if TYPE_CHECKING:
+    from sunroom.embeddings.functions import Embedder
     from sunroom.mcp.servers import McpServer
     from sunroom.mcp.toolset import Toolset
 
@@ -71,6 +72,7 @@ class Session:
         mcp: Iterable[McpServer] | Toolset = (),
         approvals: Mapping[str, Policy] | None = None,
         approval_timeout_s: float = DEFAULT_TIMEOUT_S,
+        embeddings: Embedder | None = None,
     ) -> None:
         self._portal = Portal("sunroom-session-loop", what="the session")
         self._users = [1]  # sessions sharing the portal: this one and its forks
@@ -103,6 +105,7 @@ class Session:
                     mcp=mcp,
                     approvals=approvals,
                     approval_timeout_s=approval_timeout_s,
+                    embeddings=embeddings,
                 )
             )
         except BaseException:

@@ -22,7 +22,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 import numpy.typing as npt
@@ -30,6 +30,9 @@ import numpy.typing as npt
 from sunroom.embeddings.models import find_onnx, resolve_model
 from sunroom.embeddings.profile import Profile, read_profile
 from sunroom.errors import ClosedError, EmbeddingModelError, UsageError
+
+if TYPE_CHECKING:
+    from sunroom.sandbox.functions import HostFunction
 
 __all__ = ["MAX_BATCH_SIZE", "MAX_CHARS", "MAX_TEXTS", "EmbedResult", "OnnxEmbedder"]
 
@@ -224,6 +227,12 @@ class OnnxEmbedder:
     ) -> EmbedResult:
         """:meth:`embed` on a worker thread (the event loop keeps running)."""
         return await asyncio.to_thread(self.embed, texts, kind=kind, prefix=prefix)
+
+    def functions(self) -> list[HostFunction]:
+        """``embed`` and ``search`` as host functions over this embedder (:mod:`.functions`)."""
+        from sunroom.embeddings.functions import embedding_functions
+
+        return embedding_functions(self)
 
     def close(self) -> None:
         """Release the session; later calls raise :class:`ClosedError`. Idempotent."""
