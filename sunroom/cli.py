@@ -58,6 +58,7 @@ from sunroom.cli_support import (
     interrupted_exit,
     one_line,
     open_manager,
+    read_text,
     run_summary,
 )
 from sunroom.errors import SunroomError
@@ -93,21 +94,6 @@ app.command("embed")(embed_command)
 @app.callback()
 def _root() -> None:
     """A fast, typed, isolated runtime for agents that act by writing Python."""
-
-
-def _read_text(path: str, *, what: str) -> str:
-    """The UTF-8 text at *path* (``-``: stdin); exits 2 with one line when it is not text."""
-    name = "stdin" if path == "-" else path
-    try:
-        data = sys.stdin.buffer.read() if path == "-" else Path(path).read_bytes()
-    except OSError as exc:
-        raise fail(f"cannot read {name}: {exc.strerror or exc}") from None
-    try:
-        return data.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        raise fail(
-            f"{name} is not UTF-8 text (byte {exc.start} is {data[exc.start]:#04x}): {what}"
-        ) from None
 
 
 async def _execute_once(
@@ -223,7 +209,7 @@ def exec_(
     Exit status: 0 ok, 1 the code raised, 124 timeout, 125 the kernel died, 2 usage or setup
     error (one line on stderr).
     """
-    code = _read_text(path, what="exec runs Python source")
+    code = read_text(path, what="exec runs Python source")
     if not timeout > 0:
         raise fail(f"--timeout must be a positive number of seconds, got {timeout:g}")
     if memory_mb <= 0:

@@ -14,13 +14,11 @@ exit status 2.
 from __future__ import annotations
 
 import json
-import sys
-from pathlib import Path
 from typing import Annotated, Any, Final, Literal
 
 import typer
 
-from sunroom.cli_support import JsonOption, fail, one_line
+from sunroom.cli_support import JsonOption, fail, one_line, read_text
 from sunroom.errors import SunroomError
 
 __all__ = ["MAX_LINES", "embed_command"]
@@ -31,16 +29,7 @@ MAX_LINES: Final = 100_000
 
 def _lines(path: str) -> list[tuple[int, str]]:
     name = "stdin" if path == "-" else path
-    try:
-        data = sys.stdin.buffer.read() if path == "-" else Path(path).read_bytes()
-    except OSError as exc:
-        raise fail(f"cannot read {name}: {exc.strerror or exc}") from None
-    try:
-        text = data.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        raise fail(
-            f"{name} is not UTF-8 text (byte {exc.start} is {data[exc.start]:#04x})"
-        ) from None
+    text = read_text(path, what="sunroom embed reads one text per line")
     lines = [(n, line.strip()) for n, line in enumerate(text.splitlines(), 1) if line.strip()]
     if not lines:
         raise fail(f"{name} has no text to embed (one text per line)")

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import shlex
+import sys
 from collections.abc import Awaitable, Callable, Coroutine
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
@@ -138,3 +139,18 @@ async def with_store(db: Path | None, job: Callable[[Any], Awaitable[T]]) -> T:
     config = ServiceConfig.from_env(db_path=db)
     async with SQLiteStore(config.db_path) as store:
         return await job(store)
+
+
+def read_text(path: str, *, what: str) -> str:
+    """The UTF-8 text at *path* (``-``: stdin); exits 2 with one line when it is not text."""
+    name = "stdin" if path == "-" else path
+    try:
+        data = sys.stdin.buffer.read() if path == "-" else Path(path).read_bytes()
+    except OSError as exc:
+        raise fail(f"cannot read {name}: {exc.strerror or exc}") from None
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise fail(
+            f"{name} is not UTF-8 text (byte {exc.start} is {data[exc.start]:#04x}): {what}"
+        ) from None

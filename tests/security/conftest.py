@@ -114,10 +114,11 @@ def canaries(monkeypatch: pytest.MonkeyPatch) -> Iterator[Canaries]:
         assert c.connections == [], f"connections reached the host: {c.connections}"
 
 
+JAIL_LIMITS = Limits(timeout_s=10, memory_mb=256, pids=64, disk_mb=32)
+"""The limits of the kernel each attack runs in."""
+
+
 @pytest.fixture
 async def jail(isolated_backend: str) -> AsyncIterator[AsyncKernel]:
-    async with AsyncKernel(
-        backend=isolated_backend,
-        limits=Limits(timeout_s=10, memory_mb=256, pids=64, disk_mb=32),
-    ) as k:
+    async with AsyncKernel(backend=isolated_backend, limits=JAIL_LIMITS) as k:
         yield k

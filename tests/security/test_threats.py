@@ -17,7 +17,7 @@ import pytest
 
 from sunroom import AsyncKernel, Limits
 
-from .conftest import Canaries
+from .conftest import JAIL_LIMITS, Canaries
 
 
 async def run(k: AsyncKernel, code: str, timeout_s: float = 10) -> str:
@@ -30,10 +30,7 @@ async def run(k: AsyncKernel, code: str, timeout_s: float = 10) -> str:
 @pytest.fixture
 async def jail(threat_backend: str) -> AsyncIterator[AsyncKernel]:
     """This suite's kernel: the security harness's jail, on the jupyter backend too."""
-    async with AsyncKernel(
-        backend=threat_backend,
-        limits=Limits(timeout_s=10, memory_mb=256, pids=64, disk_mb=32),
-    ) as k:
+    async with AsyncKernel(backend=threat_backend, limits=JAIL_LIMITS) as k:
         yield k
 
 
