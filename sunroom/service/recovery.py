@@ -61,6 +61,10 @@ APPROVAL_ANSWERED = "ApprovalAnswered"
 RUN_ENDED = "SessionEnded"
 USAGE_UPDATED = "UsageUpdated"
 SUBMIT_ACCEPTED = "SubmitAccepted"
+HOST_CALL_STARTED = "HostCallStarted"
+BUDGET_WARNING = "BudgetWarning"
+EMBEDDING_FUNCTIONS = frozenset({"embed", "search"})
+"""The host functions counted against ``Budget.max_embedding_calls`` (sunroom.embeddings)."""
 
 
 @final
@@ -96,7 +100,9 @@ class Replay:
         submit: ``{"output": value}`` when the open run's ``submit`` was accepted, else None.
         last_result: the result of the last ``SessionEnded`` (None when none).
         last_seq: the seq of the last event.
-        spent: the session's spend as its last ``UsageUpdated`` event recorded it.
+        spent: the session's spend as its last ``UsageUpdated`` event recorded it, with the
+            ``embed``/``search`` calls counted from their ``HostCallStarted`` events (less
+            those a ``BudgetWarning`` refused), so a resume keeps ``max_embedding_calls``.
         reported_unknown: ids of the calls a ``CallOutcomeUnknown`` event reported.
         untold_unknown: ids of those no ``Transcript`` message mentioned since (as
             :func:`restart_note` does): the model was not told, or the note died with its
@@ -140,6 +146,7 @@ def replay(events: Sequence[StoredEvent]) -> Replay:
     asked: dict[str, dict[str, Any]] = {}  # call id → request payload, while unanswered
     requests: dict[str, dict[str, Any]] = {}
     untold_asks: dict[str, dict[str, Any]] = {}
+    embedding_calls = 0  # started embed/search calls, less those the budget refused
     for e in events:
         p = e.payload
         if e.kind == TRANSCRIPT:
@@ -178,6 +185,10 @@ def replay(events: Sequence[StoredEvent]) -> Replay:
                 m.answered = m.answered or m.taken
         elif e.kind == USAGE_UPDATED:
             spent = _spend_from(p)
+        elif e.kind == HOST_CALL_STARTED and p.get("name") in EMBEDDING_FUNCTIONS:
+            embedding_calls += 1
+        elif e.kind == BUDGET_WARNING and p.get("limit") == "embedding_calls":
+            embedding_calls -= 1  # the call it refused was never counted
         elif e.kind == APPROVAL_REQUESTED:
             asked[str(p["call_id"])] = requests[str(p["call_id"])] = p
         elif e.kind == APPROVAL_ANSWERED:
@@ -196,7 +207,7 @@ def replay(events: Sequence[StoredEvent]) -> Replay:
         submit=submit,
         last_result=last_result,
         last_seq=events[-1].seq if events else 0,
-        spent=spent,
+        spent=dataclasses.replace(spent, embedding_calls=max(0, embedding_calls)),
         reported_unknown=frozenset(reported),
         untold_unknown=frozenset(untold),
         waiting_approvals=tuple(asked.values()),

@@ -1,6 +1,9 @@
 from __future__ import annotations
 
-from sunroom.agent.budget import Spend
+import pytest
+
+from sunroom.agent.budget import Budget, BudgetTracker, Spend
+from sunroom.errors import BudgetExceededError
 from sunroom.providers import Usage, UserMessage
 from sunroom.service.codec import message_to_json
 from sunroom.service.recovery import plan, replay
@@ -27,6 +30,29 @@ def test_replay_recovers_the_spend_from_the_last_usage_event() -> None:
     unknown = replay([_event(1, "UsageUpdated", {"usage": {}, "model_calls": 2,
                                                  "cost_micro_usd": None, "sub_call": False})])  # fmt: skip
     assert not unknown.spent.cost_known
+
+
+def test_replay_counts_embedding_calls_so_a_resume_keeps_their_budget() -> None:
+    events = [
+        _event(1, "HostCallStarted", {"call_id": 1, "name": "embed"}),
+        _event(2, "HostCallStarted", {"call_id": 2, "name": "lookup"}),  # not an embedding
+        _event(3, "UsageUpdated", {"usage": {}, "model_calls": 1, "cost_micro_usd": 0,
+                                   "sub_call": False}),  # carries no embedding count
+        _event(4, "HostCallStarted", {"call_id": 3, "name": "search"}),
+        _event(5, "HostCallStarted", {"call_id": 4, "name": "embed"}),
+        _event(6, "BudgetWarning", {"limit": "embedding_calls", "message": "spent"}),
+    ]  # fmt: skip
+    spent = replay(events).spent
+    assert spent.embedding_calls == 2 and spent.model_calls == 1
+    tracker = BudgetTracker(Budget(max_embedding_calls=2), spent=spent)
+    with pytest.raises(BudgetExceededError, match="2 embedding calls is spent"):
+        tracker.count_embedding_call()
+    assert (
+        BudgetTracker(Budget(max_embedding_calls=3), spent=spent)
+        .count_embedding_call()
+        .embedding_calls
+        == 3
+    )
 
 
 def _transcript(seq: int, start: int, texts: list[str], taken: list[str]) -> StoredEvent:
