@@ -21,6 +21,7 @@ _EXPORTS: dict[str, str] = {
     "Template": "sunroom.sandbox.template",
     "JupyterBackend": "sunroom.jupyter",
     "Limits": "sunroom.sandbox.limits",
+    "Network": "sunroom.network.policy",
     "File": "sunroom.sandbox.inputs",
     "Directory": "sunroom.sandbox.inputs",
     "ExecutionResult": "sunroom.sandbox.result",
@@ -99,6 +100,7 @@ __all__ = [
     "McpServerError",
     "McpToolError",
     "Model",
+    "Network",
     "OutputSchema",
     "ProtocolError",
     "ProviderError",
@@ -173,6 +175,7 @@ if TYPE_CHECKING:
     from sunroom.sandbox.functions import HostFunction, host_function
     from sunroom.sandbox.inputs import Directory, File
     from sunroom.sandbox.kernel import AsyncKernel
+    from sunroom.network.policy import Network
     from sunroom.sandbox.limits import Limits
     from sunroom.sandbox.pool import KernelPool
     from sunroom.sandbox.result import CellError, DisplayItem, ExecutionResult, Variable

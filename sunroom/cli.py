@@ -47,6 +47,7 @@ from rich.console import Console
 
 from sunroom.cli_embed import embed_command
 from sunroom.cli_kernelspecs import kernelspecs_command
+from sunroom.cli_network import AllowHostOption, named_networks, network_from
 from sunroom.cli_sessions import sessions_app
 from sunroom.cli_support import (
     DbOption,
@@ -73,6 +74,7 @@ from sunroom.sandbox.result import CellError, ExecutionResult
 
 if TYPE_CHECKING:
     from sunroom.mcp.servers import McpServer
+    from sunroom.network.policy import Network
     from sunroom.service import ServiceConfig
 
 EXIT_CODES = {"ok": 0, "error": 1, "timeout": 124, "died": 125}
@@ -105,6 +107,7 @@ async def _execute_once(
     output: Path | None = None,
     output_globs: Sequence[str] = (),
     mcp: Sequence[McpServer] = (),
+    network: Network | None = None,
 ) -> ExecutionResult:
     """Run *code* in a fresh kernel that is closed afterwards: the one cell of ``exec``.
 
@@ -115,7 +118,9 @@ async def _execute_once(
     matching *output_globs* (default all) are copied there after the cell, unless the kernel
     was lost. Raises what ``AsyncKernel`` raises.
     """
-    async with AsyncKernel(backend=backend, limits=limits, inputs=inputs, mcp=mcp) as kernel:
+    async with AsyncKernel(
+        backend=backend, limits=limits, inputs=inputs, mcp=mcp, network=network
+    ) as kernel:
         result = await _run_cell(kernel, code, limits)
         if output is not None and not result.state_lost:
             await _copy_output(kernel, output, output_globs)
@@ -196,6 +201,15 @@ def exec_(
     ] = None,
     kernel_name: KernelNameOption = None,
     sandbox: SandboxOption = None,
+    allow_host: Annotated[list[str] | None, AllowHostOption] = None,
+    network: Annotated[
+        Path | None,
+        typer.Option(
+            "--network",
+            help="A JSON network policy (allow, inject, tls, ...; docs/network.md); "
+            "--allow-host entries are added to its allowlist.",
+        ),
+    ] = None,
 ) -> None:
     """Run a file in a fresh kernel and print its output.
 
@@ -205,6 +219,9 @@ def exec_(
     ``--backend jupyter`` runs the file as one cell of an installed Jupyter kernel
     (``--kernel-name``, default python3: IPython's magics and ``!`` lines work) inside
     ``--sandbox`` (default bwrap); ``sunroom kernelspecs`` lists the kernels.
+
+    ``--allow-host`` / ``--network FILE`` give the kernel a network policy: the hosts it
+    allows are reachable through sunroom's egress proxy, nothing else is.
 
     Exit status: 0 ok, 1 the code raised, 124 timeout, 125 the kernel died, 2 usage or setup
     error (one line on stderr).
@@ -219,6 +236,7 @@ def exec_(
     limits = Limits(timeout_s=timeout, memory_mb=memory_mb)
     chosen = _chosen_backend(backend, kernel_name, sandbox)
     files = _file_inputs(inputs or [])
+    policy = network_from(allow_host or [], network)
     servers = _mcp_servers(mcp)
     if servers:
         from sunroom.mcp import from_config
@@ -238,6 +256,7 @@ def exec_(
             output=output,
             output_globs=output_glob or (),
             mcp=bound,
+            network=policy,
         )
     )
     if as_json:
@@ -296,6 +315,21 @@ def serve(
             'by name with "mcp": [...] (docs/mcp.md).',
         ),
     ] = None,
+    network: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--network",
+            help="A network policy NAME=FILE (JSON: allow, inject, ...) that requests may "
+            'name with "network": NAME (repeatable; docs/network.md).',
+        ),
+    ] = None,
+    client_network: Annotated[
+        bool,
+        typer.Option(
+            help='Let requests send their own allowlist ("network": {"allow": [...]}; hosts '
+            "only, no injected headers, no private addresses)."
+        ),
+    ] = False,
 ) -> None:
     """Run the HTTP/SSE service (token from SUNROOM_TOKEN, or generated and printed).
 
@@ -314,6 +348,7 @@ def serve(
             model=_model_spec(model or os.environ.get("SUNROOM_MODEL")), base_url=base_url,
             functions=fns, lease_s=lease_s, max_kernel_requests=max_kernel_requests,
             templates=templates or None, mcp_servers=_mcp_servers(mcp),
+            networks=named_networks(network or []), client_network=client_network or None,
         )  # fmt: skip
         _check_service(base)
     except SunroomError as exc:
@@ -461,6 +496,7 @@ def run(
         bool,
         typer.Option(help="Deny approval requests at once when stdin is not a terminal."),
     ] = False,
+    allow_host: Annotated[list[str] | None, AllowHostOption] = None,
     db: DbOption = None,
     as_json: JsonOption = False,
 ) -> None:
@@ -494,6 +530,7 @@ def run(
         _chosen_backend(backend or default, kernel_name, sandbox)  # its error, before recording
     files = {n: FileInputIn(path=os.fspath(f.path)) for n, f in _file_inputs(inputs or []).items()}
     rules = parse_rules(approval or [], fail)
+    net = network_from(allow_host or [], None)  # its error, before recording
     schema = None
     if output_schema is not None:
         try:
@@ -508,6 +545,7 @@ def run(
             preset=preset, backend=backend, max_turns=max_turns,  # type: ignore[arg-type]
             kernel_name=kernel_name, sandbox=sandbox,  # type: ignore[arg-type]
             code_mode=code_mode, approvals=rules,  # type: ignore[arg-type]
+            network=None if net is None else {"allow": list(net.allow)},  # type: ignore[arg-type]
         )  # fmt: skip
     except pydantic.ValidationError as exc:
         raise fail(validation_message(exc, field=_flag)) from None

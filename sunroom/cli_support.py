@@ -111,7 +111,8 @@ class open_manager:
         from sunroom.service import ServiceConfig, SessionManager, load_functions, resolve_model
         from sunroom.store import SQLiteStore
 
-        config = ServiceConfig.from_env(db_path=self._db, resume_orphans=False)
+        # the person at this terminal is the operator: a session may name its own hosts
+        config = ServiceConfig.from_env(db_path=self._db, resume_orphans=False, client_network=True)
         self._store = await SQLiteStore.open(config.db_path)
         try:
             self._m = SessionManager(

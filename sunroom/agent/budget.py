@@ -1,7 +1,9 @@
 """Session budgets: :class:`Budget` (the limits) and :class:`BudgetTracker` (the spend).
 
 Embedding calls (``embed``/``search``, :mod:`sunroom.embeddings.functions`) are counted by the
-same tracker (:meth:`BudgetTracker.count_embedding_call`) against ``max_embedding_calls``.
+same tracker (:meth:`BudgetTracker.count_embedding_call`) against ``max_embedding_calls``, and
+the bytes through the kernel's egress proxy (:meth:`BudgetTracker.charge_network`) against
+``max_network_bytes``.
 
 One tracker is shared by a session, its ``predict``/``predict_many`` sub-calls and any nested
 sessions, so every model call anywhere counts against the same limits. A call is *reserved*
@@ -34,6 +36,8 @@ class Budget:
         max_wall_s: seconds since the session started; past it a run ends with ``timeout``.
         max_embedding_calls: calls of the ``embed`` and ``search`` host functions (a session
             with ``embeddings=``); each call counts one, whatever its number of texts.
+        max_network_bytes: bytes through the kernel's egress proxy, both directions (a
+            session with ``network=``); the connection that crosses it is cut.
     """
 
     max_model_calls: int | None = None
@@ -41,6 +45,7 @@ class Budget:
     max_cost_micro_usd: int | None = None
     max_wall_s: float | None = None
     max_embedding_calls: int | None = None
+    max_network_bytes: int | None = None
 
     def __post_init__(self) -> None:
         for name in (
@@ -49,6 +54,7 @@ class Budget:
             "max_cost_micro_usd",
             "max_wall_s",
             "max_embedding_calls",
+            "max_network_bytes",
         ):
             value = getattr(self, name)
             if value is not None and (isinstance(value, bool) or value <= 0):
@@ -58,7 +64,11 @@ class Budget:
 @final
 @dataclass(frozen=True, slots=True)
 class Spend:
-    """A snapshot of what a tracker has counted (``embedding_calls``: ``embed``/``search``)."""
+    """A snapshot of what a tracker has counted.
+
+    ``embedding_calls`` counts ``embed``/``search`` calls; ``network_bytes`` the bytes through
+    the kernel's egress proxy.
+    """
 
     model_calls: int = 0
     sub_calls: int = 0
@@ -66,6 +76,7 @@ class Spend:
     cost_micro_usd: int = 0
     unpriced_calls: int = 0
     embedding_calls: int = 0
+    network_bytes: int = 0
 
     @property
     def cost_known(self) -> bool:
@@ -89,6 +100,7 @@ class Spend:
             cost_micro_usd=self.cost_micro_usd - earlier.cost_micro_usd,
             unpriced_calls=self.unpriced_calls - earlier.unpriced_calls,
             embedding_calls=self.embedding_calls - earlier.embedding_calls,
+            network_bytes=self.network_bytes - earlier.network_bytes,
         )
 
 
@@ -145,6 +157,11 @@ class BudgetTracker:
                 f"the session's cost budget is spent ({s.cost_micro_usd} of "
                 f"{b.max_cost_micro_usd} micro-USD)",
             )
+        if b.max_network_bytes is not None and s.network_bytes > b.max_network_bytes:
+            raise self._fail(
+                "network_bytes",
+                f"the session's network budget of {b.max_network_bytes:,} bytes is spent",
+            )
 
     def reserve(self) -> None:
         """Claim one model call; raise BudgetExceededError if no limit allows it.
@@ -177,6 +194,7 @@ class BudgetTracker:
             cost_micro_usd=s.cost_micro_usd + (cost_micro_usd or 0),
             unpriced_calls=s.unpriced_calls + (cost_micro_usd is None),
             embedding_calls=s.embedding_calls,
+            network_bytes=s.network_bytes,
         )
         return self._spend
 
@@ -195,3 +213,14 @@ class BudgetTracker:
             )
         self._spend = dataclasses.replace(s, embedding_calls=s.embedding_calls + 1)
         return self._spend
+
+    def charge_network(self, size: int) -> bool:
+        """Count *size* bytes through the egress proxy; False once the budget is passed.
+
+        Past ``max_network_bytes`` the proxy cuts the connection, and :meth:`check` fails
+        from then on.
+        """
+        s = self._spend
+        self._spend = dataclasses.replace(s, network_bytes=s.network_bytes + size)
+        cap = self.budget.max_network_bytes
+        return cap is None or self._spend.network_bytes <= cap

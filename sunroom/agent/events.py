@@ -38,6 +38,7 @@ __all__ = [
     "ExecutionFinished",
     "HostCallFinished",
     "HostCallStarted",
+    "NetworkConnection",
     "PredictProgress",
     "SessionEnded",
     "SessionError",
@@ -130,6 +131,27 @@ class HostCallFinished(_Base):
     duration_s: float
     cost_micro_usd: int | None
     error: str | None
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NetworkConnection(_Base):
+    """The kernel's egress proxy ended (or refused) a connection (a session with ``network=``).
+
+    ``scheme`` is ``"https"`` (a CONNECT tunnel) or ``"http"`` (a forwarded request);
+    ``reason`` says why it was refused or cut short (None: allowed and ended normally);
+    ``bytes_sent`` went from the kernel out, ``bytes_received`` came back in. No header or
+    body is ever in an event.
+    """
+
+    host: str
+    port: int
+    scheme: str
+    allowed: bool
+    reason: str | None
+    bytes_sent: int
+    bytes_received: int
+    duration_s: float
 
 
 @final
@@ -307,6 +329,7 @@ Event: TypeAlias = (
     | ExecutionFinished
     | HostCallStarted
     | HostCallFinished
+    | NetworkConnection
     | PredictProgress
     | SubmitAccepted
     | SubmitRejected

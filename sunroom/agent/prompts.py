@@ -10,7 +10,7 @@ from __future__ import annotations
 import ast
 import copy
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Final
 
 from sunroom.sandbox.codegen import generate
@@ -134,6 +134,25 @@ def describe_variables(values: Mapping[str, Any], types: Mapping[str, str] | Non
     return "\n".join(lines)
 
 
+MAX_PROMPT_HOSTS = 20
+"""Allowlist entries a prompt names; the rest are counted."""
+
+
+def describe_network(hosts: Sequence[str]) -> str:
+    """The prompt's line about the kernel's network (an allowlist behind a proxy)."""
+    if not hosts:
+        return "The kernel has no network: every connection is refused."
+    shown = ", ".join(hosts[:MAX_PROMPT_HOSTS])
+    more = len(hosts) - MAX_PROMPT_HOSTS
+    if more > 0:
+        shown += f" and {more:,} more"
+    return (
+        "The kernel reaches only these hosts, through a proxy that HTTP_PROXY and HTTPS_PROXY "
+        f"name (urllib, requests and pip use it): {shown}. Any other host, raw IP address or "
+        "direct socket is refused."
+    )
+
+
 def system_prompt(
     *,
     preset: str,
@@ -146,11 +165,14 @@ def system_prompt(
     max_output_chars: int,
     extra: str | None,
     semantic_search: bool = False,
+    network_hosts: Sequence[str] | None = None,
 ) -> str:
     """The whole system prompt of a session.
 
     *semantic_search*: the session bound an embedder (``embed``/``search`` are host functions);
     the ``rlm`` preset then says to rank chunks with ``search`` before reading them.
+    *network_hosts*: the kernel's network allowlist (a session with ``network=``), named in
+    one line (at most :data:`MAX_PROMPT_HOSTS` entries, then a count).
     """
     intro = _INTRO[preset]
     if semantic_search and preset == "rlm":
@@ -173,6 +195,8 @@ def system_prompt(
             "Variables bound in the kernel (values not shown; inspect them with code):\n"
             + describe_variables(variables, variable_types)
         )
+    if network_hosts is not None:
+        parts.append(describe_network(network_hosts))
     if output_name is not None:
         parts.append(
             f"When you have the answer, call submit(...) with a value of type {output_name} from "

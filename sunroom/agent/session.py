@@ -55,6 +55,8 @@ if TYPE_CHECKING:
     from sunroom.embeddings.functions import Embedder
     from sunroom.mcp.servers import McpServer
     from sunroom.mcp.toolset import Toolset
+    from sunroom.network.policy import Network
+    from sunroom.network.proxy import Connection
     from sunroom.sandbox.template import Template
 
 __all__ = ["AsyncSession", "Inputs", "OutputSpec", "system_prompt_for"]
@@ -125,6 +127,11 @@ class AsyncSession:
             ``Budget.max_embedding_calls``; the prompt lists them, and the ``rlm`` preset's
             tells the model to rank chunks with ``search`` first. Forks and nested sessions
             get them too. See ``docs/embeddings.md``.
+        network: a :class:`~sunroom.Network` policy for the kernel (bwrap and docker): the
+            hosts it allows are reachable through a proxy on the host, nothing else is. Every
+            connection is a :class:`~sunroom.agent.events.NetworkConnection` event and its
+            bytes count against ``Budget.max_network_bytes``; the prompt names the hosts.
+            Nested sessions get the same policy. See ``docs/network.md``.
 
     Raises UsageError for invalid options (before any kernel starts).
     """
@@ -159,6 +166,7 @@ class AsyncSession:
         approvals: Mapping[str, Policy] | None = None,
         approval_timeout_s: float = DEFAULT_TIMEOUT_S,
         embeddings: Embedder | None = None,
+        network: Network | None = None,
     ) -> None:
         self._setup(
             model=model,
@@ -188,6 +196,7 @@ class AsyncSession:
             approvals=approvals,
             approval_timeout_s=approval_timeout_s,
             embeddings=embeddings,
+            network=network,
             tracker=None,
             depth=0,
         )
@@ -229,6 +238,7 @@ class AsyncSession:
         approvals: Mapping[str, Policy] | None = None,
         approval_timeout_s: float = DEFAULT_TIMEOUT_S,
         embeddings: Embedder | None = None,
+        network: Network | None = None,
         broker: Approvals | None = None,
         approval_publish: Publish | None = None,
         tracker: BudgetTracker | None,
@@ -285,6 +295,7 @@ class AsyncSession:
             "approvals": approvals,
             "approval_timeout_s": approval_timeout_s,
             "embeddings": embeddings,
+            "network": network,
         }
         self._branch_runs = 0
         self._branches: list[AsyncSession] = []
@@ -307,6 +318,7 @@ class AsyncSession:
             "broker": self._approvals,
             "approval_publish": self._approval_publish,
             "embeddings": embeddings,
+            "network": network,
         }
         self._submission = Submission(output=output, publish=self._publish, redact=self._redact)
         self._predictor = Predictor(
@@ -369,7 +381,11 @@ class AsyncSession:
                 limits=limits,
                 template=template,
                 mcp=self._toolset if self._toolset is not None else (),
+                network=network,
+                on_connection=self._connection if network is not None else None,
             )
+            if self._kernel.network is not None:
+                self._kernel.network.meter(self._charge_network)
         else:
             # A forked kernel's copied registry serves the parent's submit, predict and events:
             # this session's own functions (the same names and signatures) take their place.
@@ -391,6 +407,7 @@ class AsyncSession:
                 max_output_chars=max_output_chars,
                 extra=system_prompt,
                 semantic_search=embeddings is not None,
+                network=network,
             )
         )
         self._loop = Loop(
@@ -440,6 +457,31 @@ class AsyncSession:
         except BudgetExceededError as exc:
             self._publish(ev.BudgetWarning, limit=exc.limit, message=str(exc))
             raise
+
+    def _connection(self, c: Connection) -> None:
+        """Publish one connection of the kernel's egress proxy (no header, no body)."""
+        self._publish(
+            ev.NetworkConnection,
+            host=c.host,
+            port=c.port,
+            scheme=c.scheme,
+            allowed=c.allowed,
+            reason=c.reason,
+            bytes_sent=c.bytes_sent,
+            bytes_received=c.bytes_received,
+            duration_s=c.duration_s,
+        )
+
+    def _charge_network(self, size: int) -> bool:
+        """Count bytes through the proxy against the budget (a BudgetWarning once spent)."""
+        if self.tracker.charge_network(size):
+            return True
+        if self.tracker.exceeded is None:
+            try:
+                self.tracker.check()
+            except BudgetExceededError as exc:
+                self._publish(ev.BudgetWarning, limit=exc.limit, message=str(exc))
+        return False
 
     def _gate_for(self, hf: HostFunction) -> Gate | None:
         return self._approvals.gate(
@@ -857,6 +899,7 @@ def system_prompt_for(
     max_output_chars: int,
     extra: str | None,
     semantic_search: bool = False,
+    network: Network | None = None,
 ) -> str:
     """The generated system prompt of a session (see :mod:`sunroom.agent.prompts`)."""
     return system_prompt(
@@ -870,4 +913,5 @@ def system_prompt_for(
         max_output_chars=max_output_chars,
         extra=extra,
         semantic_search=semantic_search,
+        network_hosts=None if network is None else list(network.allow),
     )

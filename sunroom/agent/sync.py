@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from sunroom.embeddings.functions import Embedder
     from sunroom.mcp.servers import McpServer
     from sunroom.mcp.toolset import Toolset
+    from sunroom.network.policy import Network
 
 
 @final
@@ -73,6 +74,7 @@ class Session:
         approvals: Mapping[str, Policy] | None = None,
         approval_timeout_s: float = DEFAULT_TIMEOUT_S,
         embeddings: Embedder | None = None,
+        network: Network | None = None,
     ) -> None:
         self._portal = Portal("sunroom-session-loop", what="the session")
         self._users = [1]  # sessions sharing the portal: this one and its forks
@@ -106,6 +108,7 @@ class Session:
                     approvals=approvals,
                     approval_timeout_s=approval_timeout_s,
                     embeddings=embeddings,
+                    network=network,
                 )
             )
         except BaseException:

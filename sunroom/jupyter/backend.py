@@ -101,6 +101,7 @@ class JupyterBackend:
             nonce=spec.nonce,
             env=spec.env,
             mounts=spec.mounts,
+            network=spec.network,
             attach=self.python,
             python=sys.executable,
         )

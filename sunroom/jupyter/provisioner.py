@@ -47,6 +47,7 @@ from sunroom.sandbox.backend import (
     LaunchSpec,
 )
 from sunroom.sandbox.limits import Limits
+from sunroom.sandbox.network import Egress
 
 NAME = "sunroom-provisioner"
 """The entry point name a kernelspec's ``metadata.kernel_provisioner`` names."""
@@ -71,6 +72,7 @@ class LaunchRequest:
     nonce: str
     env: Mapping[str, str]
     mounts: tuple[InputMount, ...]
+    network: Egress | None
     attach: bool
     python: str
     """The interpreter that runs sunroom (an argv[0] naming it becomes the backend's own)."""
@@ -211,6 +213,7 @@ class SunroomProvisioner(KernelProvisionerBase):
             env=env,
             mounts=request.mounts,
             program=program,
+            network=request.network,
         )
         proc, sock = await request.backend.launch(spec)
         ipc_dir: Path | None = getattr(proc, "ipc_dir", None)

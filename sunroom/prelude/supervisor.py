@@ -142,7 +142,10 @@ def main(config_json: str) -> None:
     signal) or none; ``forward_sigint`` (relay SIGINT to the kernel runtime, for backends that
     can only signal the container's first process); ``exec`` (a foreign kernel program to
     run instead of the runtime: ``{"argv": [...], "env": {...}, "attach": bool}`` and an
-    optional ``"name"`` for messages, resolved by the host; see :func:`_run_program`).
+    optional ``"name"`` for messages, resolved by the host; see :func:`_run_program`);
+    ``forward`` (a network policy: ``{"port": int, "socket": path}``, see
+    :mod:`sunroom.prelude.forwarder`; the listener is bound before the kernel starts and
+    relayed by a thread of this process).
     """
     config = json.loads(config_json)
     status_fd: int | None = config.get("status_fd")
@@ -156,8 +159,9 @@ def main(config_json: str) -> None:
         if os.getppid() != parent:
             os._exit(70)  # the host died before we could ask to be told
     fd: int = config["fd"] if "fd" in config else _connect(config["connect"])
+    forward = _Forward(config.get("forward"))
     if "exec" in config:
-        code = _run_program(config, fd, status_fd)
+        code = _run_program(config, fd, status_fd, forward)
         sys.stdout.flush()
         os._exit(code)
     from sunroom.prelude import runtime  # import before fork: the kernel starts warm
@@ -167,6 +171,7 @@ def main(config_json: str) -> None:
     if kernel == 0:
         try:
             os.close(registry_r)
+            forward.close()
             _prctl(PR_SET_DUMPABLE, 1)  # the runtime is the user's own process
             if status_fd is not None:
                 os.close(status_fd)
@@ -181,6 +186,7 @@ def main(config_json: str) -> None:
         os._exit(1)
     os.close(fd)
     os.close(registry_w)
+    forward.start()
     code = supervise(
         kernel,
         status_fd=status_fd,
@@ -199,7 +205,7 @@ CHANNEL_ENV = "SUNROOM_CHANNEL"
 ``{"fd": int, "nonce": str, "max_frame": int}``."""
 
 
-def _run_program(config: dict[str, Any], fd: int, status_fd: int | None) -> int:
+def _run_program(config: dict[str, Any], fd: int, status_fd: int | None, forward: _Forward) -> int:
     """Exec mode: run ``config["exec"]`` as the kernel and supervise it; the exit code to use.
 
     With ``attach`` the program inherits channel *fd* (named in :data:`CHANNEL_ENV`) and
@@ -241,6 +247,7 @@ def _run_program(config: dict[str, Any], fd: int, status_fd: int | None) -> int:
         helper = os.fork()
         if helper == 0:
             try:
+                forward.close()
                 if status_fd is not None:
                     os.close(status_fd)
                 signal.signal(signal.SIGTERM, signal.SIG_DFL)  # SIGINT stays ignored
@@ -259,6 +266,7 @@ def _run_program(config: dict[str, Any], fd: int, status_fd: int | None) -> int:
                 traceback.print_exc()
             os._exit(1)
     os.close(fd)
+    forward.start()
     return supervise(
         kernel,
         status_fd=status_fd,
@@ -398,6 +406,35 @@ def supervise(
     if status is None:
         _report(status_fd, "terminated")
     return 0 if status_fd is not None else exit_code
+
+
+class _Forward:
+    """The network forwarder of a kernel with a policy (config ``forward``), or nothing.
+
+    Built before the kernel is forked, so the port is bound before any of its code runs; the
+    kernel's processes close their copy of the listener (:meth:`close`), and the supervisor
+    relays in a thread once the kernel is forked (:meth:`start`).
+    """
+
+    def __init__(self, spec: dict[str, Any] | None) -> None:
+        self.target = str(spec["socket"]) if spec else ""
+        self.listener: Any = None
+        if spec:
+            from sunroom.prelude import forwarder
+
+            self.listener = forwarder.listen(int(spec["port"]))
+
+    def close(self) -> None:
+        """In a child: drop the listener (the kernel never serves it)."""
+        if self.listener is not None:
+            self.listener.close()
+
+    def start(self) -> None:
+        """In the supervisor: relay in a daemon thread."""
+        if self.listener is not None:
+            from sunroom.prelude import forwarder
+
+            forwarder.Forwarder(self.listener, self.target).start()
 
 
 class _Registry:

@@ -13,9 +13,12 @@ import socket
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from sunroom.sandbox.limits import Limits
+
+if TYPE_CHECKING:
+    from sunroom.sandbox.network import Egress
 
 SAFE_PATH = "/usr/local/bin:/usr/bin:/bin"
 
@@ -66,6 +69,12 @@ class LaunchSpec:
     set, is a foreign kernel program to run instead of sunroom's runtime; the process handle
     then has an ``ipc_dir`` attribute (the IPC directory as the host sees it). A backend that
     cannot run one raises SandboxUnavailableError.
+
+    ``network``, when set, is a network policy: the backend opens the kernel's egress proxy
+    (:meth:`~sunroom.sandbox.network.Egress.open`) in a directory it binds into the sandbox,
+    lets ``AF_INET`` stream sockets through its seccomp filter, has the supervisor forward
+    ``127.0.0.1`` to the proxy, and adds the proxy to the process handle's ``companions``.
+    A backend that cannot enforce a policy raises SandboxUnavailableError.
     """
 
     limits: Limits
@@ -73,6 +82,7 @@ class LaunchSpec:
     env: Mapping[str, str] = field(default_factory=dict)
     mounts: tuple[InputMount, ...] = ()
     program: ExecSpec | None = None
+    network: Egress | None = None
 
 
 @runtime_checkable

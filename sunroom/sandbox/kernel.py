@@ -38,12 +38,15 @@ from sunroom.sandbox.files import KernelFiles
 from sunroom.sandbox.functions import FunctionRegistry, HostFunction, rpc_error, to_wire
 from sunroom.sandbox.launch import Ready, Router, failure_detail, launch
 from sunroom.sandbox.limits import Limits
+from sunroom.sandbox.network import KernelNetwork
 from sunroom.sandbox.pool import KernelPool
 from sunroom.sandbox.result import CellError, DisplayItem, ExecutionResult, Variable
 
 if TYPE_CHECKING:
     from sunroom.mcp.servers import McpServer
     from sunroom.mcp.toolset import Toolset
+    from sunroom.network.policy import Network
+    from sunroom.network.proxy import Connection
     from sunroom.sandbox.template import Template
 
 OutputCallback = Callable[[str, str], None]
@@ -74,6 +77,11 @@ class AsyncKernel:
             like host functions; see ``docs/mcp.md``. Eager servers connect at start (a server
             that cannot raises :class:`~sunroom.errors.McpServerError`), lazy ones before the
             first cell. The servers stop when the kernel (and its last forked copy) closes.
+        network: a :class:`~sunroom.Network` policy (bwrap and docker only): the kernel reaches
+            the hosts it allows through a proxy on the host, and nothing else; without one it
+            has no network at all. See ``docs/network.md``.
+        on_connection: called with a :class:`~sunroom.network.Connection` record for every
+            connection the kernel's proxy allowed or refused, when it ends.
     """
 
     def __init__(
@@ -88,6 +96,8 @@ class AsyncKernel:
         pool: KernelPool | None = None,
         template: Template | None = None,
         mcp: Iterable[McpServer] | Toolset = (),
+        network: Network | None = None,
+        on_connection: Callable[[Connection], None] | None = None,
     ) -> None:
         self._pool = pool
         if template is not None and pool is not None:
@@ -113,6 +123,16 @@ class AsyncKernel:
                 raise UsageError("a pooled kernel runs with its pool's env; omit env=")
             limits, env, backend = pool.limits, pool.env, pool.backend
         self._backend_arg = backend
+        self._network: KernelNetwork | None = None
+        if network is not None:
+            if template is not None or pool is not None:
+                raise UsageError(
+                    "a kernel from a template or a pool has its sandbox's network (none); "
+                    "pass network= to a kernel started on its own"
+                )
+            if isinstance(backend, str):
+                KernelNetwork.check_backend(backend)
+            self._network = KernelNetwork(network, on_connection=on_connection)
         self.limits = limits or Limits()
         if not isinstance(self.limits, Limits):
             raise UsageError("limits must be a sunroom.Limits")
@@ -174,7 +194,10 @@ class AsyncKernel:
         if self._channel is not None and not self._channel.closed.done():
             return
         if self._backend is None:
-            self._backend = backends.resolve(self._backend_arg)
+            backend = backends.resolve(self._backend_arg)
+            if self._network is not None:
+                KernelNetwork.check_backend(backend.name, getattr(backend, "sandbox", None))
+            self._backend = backend
         binding = None
         if self._toolset is not None:  # list the MCP tools while the kernel boots
             binding = asyncio.ensure_future(self._toolset.bind())
@@ -228,7 +251,13 @@ class AsyncKernel:
             ready = await self._template.fork_ready()
         else:
             mounts = host_inputs.mounts(self._inputs_backend(), self._file_inputs)
-            ready = await launch(self._backend, limits=self.limits, env=self._env, mounts=mounts)
+            ready = await launch(
+                self._backend,
+                limits=self.limits,
+                env=self._env,
+                mounts=mounts,
+                network=self._network.egress() if self._network is not None else None,
+            )
         self._proc, self._channel, self._router = ready.proc, ready.channel, ready.router
         ready.router.on_output = self._on_output
         ready.channel.serve_with(self._serve, eager=True)
@@ -289,6 +318,11 @@ class AsyncKernel:
         finally:
             if toolset is not None:
                 await toolset.aclose()
+
+    @property
+    def network(self) -> KernelNetwork | None:
+        """The kernel's network policy and what crossed it (None: no network at all)."""
+        return self._network
 
     @property
     def process(self) -> KernelProcess | None:
@@ -379,6 +413,7 @@ class AsyncKernel:
         copy._file_inputs = dict(self._file_inputs)
         copy._on_output = on_output
         copy._backend = self._backend
+        copy._network = self._network  # the same sandbox, proxy and byte count
         copy._template, copy._own_functions = self._template, self._own_functions
         copy._proc, copy._channel, copy._router = ready.proc, ready.channel, ready.router
         ready.router.on_output = on_output

@@ -18,6 +18,7 @@ from sunroom.rpc.channel import Channel
 from sunroom.rpc.codec import PROTOCOL_VERSION
 from sunroom.sandbox.backend import Backend, InputMount, KernelProcess, LaunchSpec
 from sunroom.sandbox.limits import Limits
+from sunroom.sandbox.network import Egress
 
 
 @final
@@ -92,6 +93,7 @@ async def launch(
     limits: Limits,
     env: dict[str, str],
     mounts: tuple[InputMount, ...] = (),
+    network: Egress | None = None,
 ) -> Ready:
     """Launch a kernel and wait for its hello; the caller owns the result and must discard it.
 
@@ -101,7 +103,7 @@ async def launch(
     """
     nonce = secrets.token_hex(16)
     proc, sock = await backend.launch(
-        LaunchSpec(limits=limits, nonce=nonce, env=env, mounts=mounts)
+        LaunchSpec(limits=limits, nonce=nonce, env=env, mounts=mounts, network=network)
     )
     router = Router(asyncio.get_running_loop().create_future())
     channel: Channel | None = None

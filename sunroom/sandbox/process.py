@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import select
 import signal
 import socket
 from pathlib import Path
-from typing import Any, Final, final
+from typing import Any, Final, Protocol, final
 
 import psutil
 
@@ -25,6 +26,8 @@ from sunroom.sandbox.cgroup import Cgroup
 from sunroom.sandbox.identity import Identity, IdentityLease
 from sunroom.sandbox.limits import Limits
 from sunroom.sandbox.rundirs import make_rundir, remove_tree
+
+log = logging.getLogger(__name__)
 
 _SIGNAL_NAMES = {s.value: s.name for s in signal.Signals}
 
@@ -59,6 +62,9 @@ class SupervisedProcess:
         self._teardown: asyncio.Task[None] | None = None
         self.ipc_dir: Path | None = None
         """A foreign kernel program's IPC directory as the host sees it (``ExecSpec``)."""
+        self.companions: list[Companion] = []
+        """Host resources that live as long as the sandbox (its egress proxy), closed once the
+        tree is dead."""
 
     @property
     def pid(self) -> int:
@@ -146,6 +152,7 @@ class SupervisedProcess:
                 await asyncio.to_thread(self._hard_kill)
                 await self._proc.wait()
         self._read_status()
+        await close_companions(self.companions)
         if self._cgroup is not None:
             await asyncio.to_thread(self._cgroup.remove)
         with contextlib.suppress(OSError):
@@ -214,6 +221,24 @@ class SupervisedProcess:
         if not oom and not self._status:
             return f"the kernel's supervisor ended (return code {self._proc.returncode})"
         return describe_status(self._status or "", oom=oom, memory_mb=self._memory_mb)
+
+
+class Companion(Protocol):
+    """A host resource that lives as long as a kernel's sandbox (e.g. its egress proxy)."""
+
+    async def aclose(self) -> None:
+        """Release it; idempotent."""
+        ...
+
+
+async def close_companions(companions: list[Companion]) -> None:
+    """Close every companion (most recent first); a failure is logged, never raised."""
+    while companions:
+        companion = companions.pop()
+        try:
+            await companion.aclose()
+        except Exception:
+            log.exception("closing %r after its kernel failed", companion)
 
 
 def make_ipc_dir(

@@ -73,6 +73,11 @@ DENIED: Final = (
 """Syscalls refused outright with EPERM."""
 
 AF_UNIX: Final = 1
+AF_INET: Final = 2
+SOCK_STREAM: Final = 1
+SOCK_TYPE_MASK: Final = 0xF
+OTHER_SOCK_TYPES: Final = (0, 2, 3, 4, 5, 6, 10)
+"""``SOCK_*`` types other than ``SOCK_STREAM`` (datagram, raw, seqpacket, packet, ...)."""
 TIOCSTI: Final = 0x5412
 PER_LINUX: Final = 0
 NAMESPACE_FLAGS: Final = (
@@ -113,8 +118,15 @@ def _deny(sc: Any, filt: Any, name: str, *args: Any, code: int = errno.EPERM) ->
 
 
 @functools.cache
-def compile_bpf() -> bytes:
-    """The policy as a BPF program (cached per process). Raises SandboxUnavailableError."""
+def compile_bpf(network: bool = False) -> bytes:
+    """The policy as a BPF program (cached per process). Raises SandboxUnavailableError.
+
+    With *network* (a kernel with a network policy), ``AF_INET`` stream sockets are allowed
+    too, for the forwarder on 127.0.0.1 (:mod:`sunroom.prelude.forwarder`) and the clients
+    that reach it; datagram and raw ``AF_INET`` sockets and every other family (``AF_INET6``,
+    ``AF_NETLINK``, ``AF_PACKET``, ...) stay refused. The sandbox's network namespace has
+    only ``lo`` either way.
+    """
     sc = _library()
     filt = sc.SyscallFilter(defaction=sc.ALLOW)
     # a syscall through a foreign (32-bit) entry point kills the whole process, not just the
@@ -122,7 +134,20 @@ def compile_bpf() -> bytes:
     filt.set_attr(sc.Attr.ACT_BADARCH, sc.KILL_PROCESS)
     for name in DENIED:
         _deny(sc, filt, name)
-    _deny(sc, filt, "socket", sc.Arg(0, sc.NE, AF_UNIX), code=errno.EAFNOSUPPORT)
+    if network:
+        _deny(sc, filt, "socket", sc.Arg(0, sc.LT, AF_UNIX), code=errno.EAFNOSUPPORT)
+        _deny(sc, filt, "socket", sc.Arg(0, sc.GT, AF_INET), code=errno.EAFNOSUPPORT)
+        for kind in OTHER_SOCK_TYPES:
+            _deny(
+                sc,
+                filt,
+                "socket",
+                sc.Arg(0, sc.EQ, AF_INET),
+                sc.Arg(1, sc.MASKED_EQ, SOCK_TYPE_MASK, kind),
+                code=errno.EAFNOSUPPORT,
+            )
+    else:
+        _deny(sc, filt, "socket", sc.Arg(0, sc.NE, AF_UNIX), code=errno.EAFNOSUPPORT)
     _deny(sc, filt, "socketpair", sc.Arg(0, sc.NE, AF_UNIX), code=errno.EAFNOSUPPORT)
     _deny(sc, filt, "clone", sc.Arg(0, sc.MASKED_EQ, NAMESPACE_FLAGS, 0x10000000))
     for flag in (0x00020000, 0x20000000, 0x40000000, 0x08000000, 0x04000000, 0x02000000):
@@ -154,13 +179,14 @@ def _rule(names: list[str], code: int, *args: tuple[int, str, int, int]) -> dict
 
 
 @functools.cache
-def docker_profile() -> str:
+def docker_profile(network: bool = False) -> str:
     """The kernel's seccomp policy as a Docker profile (JSON), the same policy as ``bwrap``'s.
 
     The same rules as :func:`compile_bpf`, compiled by the container runtime with libseccomp:
     allow by default; refuse ``DENIED`` with EPERM, non-``AF_UNIX`` sockets with EAFNOSUPPORT,
     namespace flags to ``clone`` with EPERM, ``clone3`` with ENOSYS, ``TIOCSTI`` and any
-    persona but ``PER_LINUX``. Only the native architecture is listed, so syscalls through a
+    persona but ``PER_LINUX``; with *network*, ``AF_INET`` stream sockets pass too (see
+    :func:`compile_bpf`). Only the native architecture is listed, so syscalls through a
     foreign (32-bit) entry point hit libseccomp's bad-architecture action and are refused.
     It replaces the daemon's default profile. Raises SandboxUnavailableError on an
     architecture it does not know.
@@ -173,7 +199,23 @@ def docker_profile() -> str:
     clone_flags = [0x00020000, 0x20000000, 0x40000000, 0x08000000, 0x04000000, 0x02000000]
     rules = [
         _rule(list(DENIED), errno.EPERM),
-        _rule(["socket"], errno.EAFNOSUPPORT, (0, "SCMP_CMP_NE", AF_UNIX, 0)),
+        *(
+            [
+                _rule(["socket"], errno.EAFNOSUPPORT, (0, "SCMP_CMP_LT", AF_UNIX, 0)),
+                _rule(["socket"], errno.EAFNOSUPPORT, (0, "SCMP_CMP_GT", AF_INET, 0)),
+                *(
+                    _rule(
+                        ["socket"],
+                        errno.EAFNOSUPPORT,
+                        (0, "SCMP_CMP_EQ", AF_INET, 0),
+                        (1, "SCMP_CMP_MASKED_EQ", SOCK_TYPE_MASK, kind),
+                    )
+                    for kind in OTHER_SOCK_TYPES
+                ),
+            ]
+            if network
+            else [_rule(["socket"], errno.EAFNOSUPPORT, (0, "SCMP_CMP_NE", AF_UNIX, 0))]
+        ),
         _rule(["socketpair"], errno.EAFNOSUPPORT, (0, "SCMP_CMP_NE", AF_UNIX, 0)),
         _rule(["clone"], errno.EPERM, (0, "SCMP_CMP_MASKED_EQ", NAMESPACE_FLAGS, 0x10000000)),
         *(

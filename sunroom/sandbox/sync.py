@@ -11,12 +11,15 @@ from sunroom.sandbox.files import Files
 from sunroom.sandbox.functions import HostFunction
 from sunroom.sandbox.kernel import AsyncKernel, OutputCallback
 from sunroom.sandbox.limits import Limits
+from sunroom.sandbox.network import KernelNetwork
 from sunroom.sandbox.portal import Portal, TwinState
 from sunroom.sandbox.result import ExecutionResult, Variable
 
 if TYPE_CHECKING:
     from sunroom.mcp.servers import McpServer
     from sunroom.mcp.toolset import Toolset
+    from sunroom.network.policy import Network
+    from sunroom.network.proxy import Connection
 
 
 @final
@@ -40,13 +43,17 @@ class Kernel:
         env: Mapping[str, str] | None = None,
         on_output: OutputCallback | None = None,
         mcp: Iterable[McpServer] | Toolset = (),
+        network: Network | None = None,
+        on_connection: Callable[[Connection], None] | None = None,
     ) -> None:
         self._portal = Portal("sunroom-kernel-loop", what="the kernel")
         self._users = [1]  # kernels sharing the portal: this one and its copies
         self._state = TwinState.UNOPENED
         try:
             self._core: AsyncKernel = self._portal.call(
-                _build(backend, functions, inputs, limits, env, on_output, mcp)
+                _build(
+                    backend, functions, inputs, limits, env, on_output, mcp, network, on_connection
+                )
             )
         except BaseException:
             self._portal.close()
@@ -72,6 +79,11 @@ class Kernel:
     def process(self) -> KernelProcess | None:
         """The running process handle (for tests and diagnostics)."""
         return self._core.process
+
+    @property
+    def network(self) -> KernelNetwork | None:
+        """The kernel's network policy and what crossed it; see ``AsyncKernel.network``."""
+        return self._core.network
 
     @property
     def running(self) -> bool:
@@ -155,6 +167,8 @@ async def _build(
     env: Mapping[str, str] | None,
     on_output: OutputCallback | None,
     mcp: Iterable[McpServer] | Toolset,
+    network: Network | None,
+    on_connection: Callable[[Connection], None] | None,
 ) -> AsyncKernel:
     return AsyncKernel(
         backend=backend,
@@ -164,4 +178,6 @@ async def _build(
         env=env,
         on_output=on_output,
         mcp=mcp,
+        network=network,
+        on_connection=on_connection,
     )

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 import secrets
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, Literal
 
@@ -21,6 +21,7 @@ from sunroom.service.problems import validation_message
 
 if TYPE_CHECKING:
     from sunroom.mcp.servers import McpServer
+    from sunroom.network.policy import Network
     from sunroom.sandbox.backend import Backend
 
 __all__ = ["LOOPBACK", "MAX_HEADER_BYTES", "ServiceConfig", "default_db_path"]
@@ -83,6 +84,13 @@ class ServiceConfig(pydantic.BaseModel):
             /sessions`` may bind by name with ``"mcp": [...]``, in the ``mcpServers`` shape of
             MCP client configs (``sunroom serve --mcp FILE``); each kernel or session starts
             its own connections. Their ``env`` and ``headers`` stay on this host.
+        networks: name → network policy (``sunroom.Network.to_json()`` shape, ``inject``
+            headers included: they stay on this host) that ``POST /kernels`` and ``POST
+            /sessions`` may name with ``"network": NAME`` (``sunroom serve --network
+            NAME=FILE``; docs/network.md).
+        client_network: let requests send their own allowlist (``"network": {"allow":
+            [...]}``: hosts only, no injected headers, no private addresses); off by default,
+            so a client reaches only what the operator named.
         allowed_hosts: ``Host`` header names (without port) requests may carry, besides the
             loopback names and ``host`` (against DNS rebinding; ``SUNROOM_ALLOWED_HOSTS``,
             comma-separated; ``*`` allows any).
@@ -119,6 +127,8 @@ class ServiceConfig(pydantic.BaseModel):
     functions: tuple[str, ...] = ()
     templates: dict[str, str] = pydantic.Field(default_factory=dict)
     mcp_servers: dict[str, dict[str, Any]] = pydantic.Field(default_factory=dict, repr=False)
+    networks: dict[str, dict[str, Any]] = pydantic.Field(default_factory=dict, repr=False)
+    client_network: bool = False
     allowed_hosts: tuple[str, ...] = ()
     read_timeout_s: float = pydantic.Field(default=10.0, gt=0, le=3600)
     max_connections: int = pydantic.Field(default=1024, gt=0)
@@ -139,6 +149,15 @@ class ServiceConfig(pydantic.BaseModel):
             renamed = [s.name for s in servers if s.name not in self.mcp_servers]
             if renamed:
                 raise ValueError(f"MCP server name {renamed[0]!r} must be a Python identifier")
+        for name, policy in self.networks.items():
+            if not name.isidentifier():
+                raise ValueError(f"network name {name!r} must be a Python identifier")
+            from sunroom.network.policy import Network
+
+            try:
+                Network.from_json(policy)
+            except UsageError as exc:
+                raise ValueError(f"network {name!r}: {exc}") from None
         if self.host not in LOOPBACK and not self.expose:
             raise ValueError(
                 f"host {self.host!r} is not a loopback address: pass --expose (expose=True) to "
@@ -161,6 +180,29 @@ class ServiceConfig(pydantic.BaseModel):
         if len(set(names)) != len(names):
             raise UsageError("an MCP server is named twice")
         return from_config({"mcpServers": {n: self.mcp_servers[n] for n in names}})
+
+    def network(self, spec: str | Mapping[str, Any] | None) -> Network | None:
+        """The policy a request names (a configured name, or its own allowlist) or None.
+
+        Raises UsageError for an unknown name, and for a request's own allowlist unless
+        ``client_network`` is on (it then gets the hosts and a byte cap, nothing else).
+        """
+        if spec is None:
+            return None
+        from sunroom.network.policy import Network
+
+        if isinstance(spec, str):
+            if spec not in self.networks:
+                known = ", ".join(sorted(self.networks)) or "none"
+                raise UsageError(f"unknown network {spec!r}; this server has: {known}")
+            return Network.from_json(self.networks[spec])
+        if not self.client_network:
+            known = ", ".join(sorted(self.networks)) or "none"
+            raise UsageError(
+                "this server does not let clients choose network hosts (sunroom serve "
+                f"--client-network); name one of its networks instead: {known}"
+            )
+        return Network(allow=tuple(spec.get("allow") or ()), max_bytes=spec.get("max_bytes"))
 
     def kernel_backend(
         self,

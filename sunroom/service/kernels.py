@@ -27,7 +27,7 @@ from sunroom.sandbox.kernel import AsyncKernel
 from sunroom.sandbox.result import ExecutionResult
 from sunroom.service.config import ServiceConfig
 from sunroom.service.problems import CapacityError, NotFoundError
-from sunroom.service.schemas import CreateKernel
+from sunroom.service.schemas import CreateKernel, network_spec
 from sunroom.service.templates import Templates
 
 __all__ = ["KernelManager"]
@@ -108,6 +108,7 @@ class KernelManager:
                     functions=self._functions,
                     inputs=request.inputs or None,
                     mcp=self.config.mcp(request.mcp),
+                    network=self.config.network(network_spec(request.network)),
                 )
             else:
                 backend = self.config.kernel_backend(
@@ -119,6 +120,7 @@ class KernelManager:
                     inputs=request.inputs or None,
                     limits=request.limits.build() if request.limits else None,
                     mcp=self.config.mcp(request.mcp),
+                    network=self.config.network(network_spec(request.network)),
                 )
             try:
                 await kernel.start()
@@ -132,6 +134,7 @@ class KernelManager:
         self._about[kid] = {
             **describe_backend(backend),
             "template": request.template,
+            "network": request.network if isinstance(request.network, str) else None,
             "created_at": time.time(),
         }
         return kid
@@ -164,12 +167,15 @@ class KernelManager:
         """What ``GET /kernels/{id}`` reports about kernel *kid*.
 
         ``kernel_id``, ``backend``, ``kernel_name`` and ``sandbox`` (None but for
-        ``jupyter``), ``template`` and ``created_at`` (Unix time).
+        ``jupyter``), ``template``, ``network`` (the configured policy's name, or None) and
+        ``network_bytes`` (through its proxy so far; None without a network), and
+        ``created_at`` (Unix time).
 
         Raises NotFoundError.
         """
-        self._get(kid)
-        return {"kernel_id": kid, **self._about[kid]}
+        kernel = self._get(kid)
+        used = kernel.network.bytes_total if kernel.network is not None else None
+        return {"kernel_id": kid, **self._about[kid], "network_bytes": used}
 
     def kernel(self, kid: str) -> AsyncKernel:
         """The raw kernel *kid* (for its files). Raises NotFoundError."""

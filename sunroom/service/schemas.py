@@ -30,6 +30,7 @@ __all__ = [
     "Execute",
     "LimitsIn",
     "MessageIn",
+    "NetworkIn",
     "output_type",
 ]
 
@@ -59,6 +60,7 @@ RANGES: Final[dict[str, tuple[float, float, str]]] = {
     "budget.max_tokens": (1, 10**10, "tokens"),
     "budget.max_cost_micro_usd": (1, 10**12, "micro-USD"),
     "budget.max_wall_s": (0.001, 2_592_000, "seconds"),
+    "budget.max_network_bytes": (1, 10**15, "bytes"),
     "timeout_s": (0.001, 86_400, "seconds"),
 }
 
@@ -108,6 +110,7 @@ _ModelCalls = Annotated[int, _b("budget.max_model_calls"), _a("budget.max_model_
 _Tokens = Annotated[int, _b("budget.max_tokens"), _a("budget.max_tokens")]
 _Cost = Annotated[int, _b("budget.max_cost_micro_usd"), _a("budget.max_cost_micro_usd")]
 _WallS = Annotated[float, _a("budget.max_wall_s")]
+_NetBytes = Annotated[int, _b("budget.max_network_bytes"), _a("budget.max_network_bytes")]
 _CellTimeout = Annotated[float, _a("timeout_s")]
 
 
@@ -137,6 +140,7 @@ class BudgetIn(pydantic.BaseModel):
     max_tokens: _Tokens | None = None
     max_cost_micro_usd: _Cost | None = None
     max_wall_s: _WallS | None = None
+    max_network_bytes: _NetBytes | None = None
 
     def build(self) -> Budget:
         """The Budget. Raises UsageError."""
@@ -155,6 +159,32 @@ class FileInputIn(pydantic.BaseModel):
     path: str = pydantic.Field(min_length=1)
     size: int | None = pydantic.Field(default=None, ge=0)
     mtime_ns: int | None = None
+
+
+MAX_CLIENT_HOSTS: Final = 10_000
+"""Most allowlist entries a request's own network may have (the server's own: no cap)."""
+
+NetworkName = Annotated[
+    str,
+    pydantic.StringConstraints(min_length=1, max_length=100, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$"),
+]
+"""A network policy this server configured (``sunroom serve --network NAME=FILE``)."""
+
+
+class NetworkIn(pydantic.BaseModel):
+    """A request's own network allowlist (a server with ``--client-network``): hosts only."""
+
+    model_config = _Strict
+
+    allow: list[Annotated[str, pydantic.StringConstraints(min_length=1, max_length=300)]] = (
+        pydantic.Field(max_length=MAX_CLIENT_HOSTS)
+    )
+    max_bytes: int | None = pydantic.Field(default=None, gt=0)
+
+
+def network_spec(value: str | NetworkIn | None) -> str | dict[str, Any] | None:
+    """A request's ``network`` as :meth:`ServiceConfig.network` takes it."""
+    return value.model_dump() if isinstance(value, NetworkIn) else value
 
 
 class CreateSession(pydantic.BaseModel):
@@ -183,6 +213,7 @@ class CreateSession(pydantic.BaseModel):
         default_factory=dict, max_length=MAX_APPROVAL_RULES
     )
     approval_timeout_s: float = pydantic.Field(default=DEFAULT_TIMEOUT_S, gt=0, le=MAX_TIMEOUT_S)
+    network: NetworkName | NetworkIn | None = None
 
 
 class ApprovalIn(pydantic.BaseModel):
@@ -219,6 +250,7 @@ class CreateKernel(pydantic.BaseModel):
     limits: LimitsIn | None = None
     template: str | None = None
     mcp: list[str] = pydantic.Field(default_factory=list, max_length=32)
+    network: NetworkName | NetworkIn | None = None
 
 
 class Fork(pydantic.BaseModel):

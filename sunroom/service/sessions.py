@@ -52,7 +52,7 @@ from sunroom.service.recovery import (
     unreported_unknown,
     untold_unknown,
 )
-from sunroom.service.schemas import CreateSession, FileInputIn, output_type
+from sunroom.service.schemas import CreateSession, FileInputIn, network_spec, output_type
 from sunroom.service.signals import Signals
 from sunroom.service.templates import Templates
 from sunroom.store import EventStore, SessionRecord, SessionStatus, SQLiteStore, StoredEvent
@@ -483,6 +483,7 @@ class SessionManager:
             request.backend, kernel_name=request.kernel_name, sandbox=request.sandbox
         )
         limits = request.limits.build() if request.limits else None
+        network = self.config.network(network_spec(request.network))
         template = None
         if request.template is not None:
             if limits is not None:
@@ -538,6 +539,7 @@ class SessionManager:
                 mcp=toolset if toolset is not None else (),
                 approvals=request.approvals,
                 approval_timeout_s=request.approval_timeout_s,
+                network=network,
             )
         except BaseException:
             await self._close_model(sid, model)

@@ -25,6 +25,7 @@ from sunroom.errors import McpServerError, UsageError
 from sunroom.mcp import from_config
 from sunroom.mcp.servers import McpServer
 from sunroom.sandbox.functions import host_function
+from tests.canary import scan_code
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.usefixtures("no_process_left")]
 
@@ -319,32 +320,7 @@ async def test_credentials_never_reach_the_kernel(isolated_backend: str) -> None
         backend=isolated_backend, mcp=[tracker()], limits=Limits(timeout_s=120)
     ) as k:
         assert await value(k, "tracker.add(1, 2)") == "3"
-        code = (
-            "import os, re, glob\n"
-            "pat = re.compile(rb'SRCANARY[0-9a-f]{32}')\n"
-            "hits = []\n"
-            "hits += [k for k, v in os.environ.items() if pat.search(v.encode())]\n"
-            "for path in glob.glob('/proc/*/environ') + glob.glob('/proc/*/cmdline'):\n"
-            "    try:\n        data = open(path, 'rb').read()\n    except OSError:\n        continue\n"
-            "    if pat.search(data):\n        hits.append(path)\n"
-            "for root in ('/tmp', os.getcwd(), '/forks'):\n"
-            "    for dirpath, _, files in os.walk(root):\n"
-            "        for f in files:\n"
-            "            try:\n                data = open(os.path.join(dirpath, f), 'rb').read(1 << 20)\n"
-            "            except OSError:\n                continue\n"
-            "            if pat.search(data):\n                hits.append(f)\n"
-            "mem = 0\n"
-            "with open('/proc/self/maps') as maps, open('/proc/self/mem', 'rb', 0) as m:\n"
-            "    for line in maps:\n"
-            "        addr, perms = line.split()[:2]\n"
-            "        if 'r' not in perms:\n            continue\n"
-            "        lo, hi = (int(x, 16) for x in addr.split('-'))\n"
-            "        try:\n            m.seek(lo); chunk = m.read(hi - lo)\n"
-            "        except (OSError, OverflowError, ValueError):\n            continue\n"
-            "        mem += len(chunk)\n"
-            "        if pat.search(chunk):\n            hits.append(line.strip())\n"
-            "(hits, mem > 1_000_000)"
-        )
+        code = scan_code(r"SRCANARY[0-9a-f]{32}")
         result = await k.execute(code)
         assert result.ok, result.error
         assert result.value == "([], True)"

@@ -38,6 +38,7 @@ from sunroom.sandbox.backend import SAFE_PATH, KernelProcess, LaunchSpec, kernel
 from sunroom.sandbox.backends.subprocess import BOOT, kernel_sys_path, package_root
 from sunroom.sandbox.fontcache import KERNEL_DIR, font_cache, font_dirs
 from sunroom.sandbox.identity import lease_if_root_off_loop, require_reachable
+from sunroom.sandbox.network import NET_DIR
 from sunroom.sandbox.process import LocalLaunch
 from sunroom.sandbox.seccomp import compile_bpf
 
@@ -206,7 +207,7 @@ class BwrapBackend:
 
     async def launch(self, spec: LaunchSpec) -> tuple[KernelProcess, socket.socket]:
         """Start a sandboxed kernel; see ``Backend.launch``."""
-        program = compile_bpf()
+        program = compile_bpf(network=spec.network is not None)
         limits = spec.limits
         prefix, python_inside = self._python_layout()
         code_binds, sys_path = self._code_binds()
@@ -250,6 +251,18 @@ class BwrapBackend:
         config = local.supervisor_config(
             nonce=spec.nonce, limits=limits, program=spec.program, python=python_inside, ipc=IPC_DIR
         )
+        net_binds: list[str] = []
+        proxy = None
+        if spec.network is not None:
+            try:
+                proxy = await spec.network.open(local.rundir / "net", local.identity)
+            except BaseException:
+                os.close(seccomp_fd)
+                local.abandon()
+                raise
+            net_binds = ["--ro-bind", str(local.rundir / "net"), NET_DIR]
+            env.update(spec.network.environment())
+            config["forward"] = spec.network.supervisor_config()
         argv = [
             self._bwrap,
             "--unshare-all",
@@ -291,6 +304,7 @@ class BwrapBackend:
             "/tmp",
             *(["--ro-bind", str(fonts), f"{KERNEL_DIR}/{fonts.name}"] if fonts else []),
             *ipc_binds,
+            *net_binds,
             "--dir",
             "/etc",
             "--remount-ro",
@@ -313,8 +327,14 @@ class BwrapBackend:
                 extra_fds=(seccomp_fd,),
                 stop_signal=signal.SIGKILL,
             )
+        except BaseException:
+            if proxy is not None:
+                await proxy.aclose()
+            raise
         finally:
             os.close(seccomp_fd)
+        if proxy is not None:
+            proc.companions.append(proxy)
         if ipc_binds:
             proc.ipc_dir = Path(ipc_binds[1])
         return proc, sock

@@ -81,7 +81,8 @@ from sunroom.sandbox.backends.docker_process import DockerKernelProcess, _logs, 
 from sunroom.sandbox.backends.subprocess import BOOT, kernel_sys_path, package_root
 from sunroom.sandbox.fontcache import FONT_DIRS
 from sunroom.sandbox.identity import Identity, IdentityLease, lease_identity
-from sunroom.sandbox.process import exec_config, make_ipc_dir
+from sunroom.sandbox.network import NET_DIR
+from sunroom.sandbox.process import Companion, exec_config, make_ipc_dir
 from sunroom.sandbox.rundirs import make_rundir, remove_tree
 from sunroom.sandbox.seccomp import docker_profile
 
@@ -341,6 +342,9 @@ class DockerBackend:
         if spec.program is not None:
             config["exec"] = exec_config(spec.program, python=python, ipc=IPC_DIR)
             env["PYTHONPATH"] = os.pathsep.join(sys_path)
+        if spec.network is not None:
+            env.update(spec.network.environment())
+            config["forward"] = spec.network.supervisor_config()
         argv = [python, "-I", "-S", "-c", BOOT, json.dumps(sys_path), json.dumps(config)]
         return argv, mounts, env
 
@@ -387,6 +391,7 @@ class DockerBackend:
         sockdir: Path,
         ident: Identity,
         ipc: Path | None = None,
+        net: Path | None = None,
     ) -> tuple[str, str]:
         """Create and start the container (blocking); return its id and name."""
         sdk = _docker()
@@ -401,6 +406,8 @@ class DockerBackend:
         ]
         if ipc is not None:  # a foreign kernel's sockets: the only writable host directory
             mounts.append(sdk.types.Mount(IPC_DIR, str(ipc), type="bind", read_only=False))
+        if net is not None:  # the egress proxy's socket (a network policy)
+            mounts.append(sdk.types.Mount(NET_DIR, str(net), type="bind", read_only=True))
         resolv = str(sockdir.parent / RESOLV_NAME)
         mounts.append(sdk.types.Mount("/etc/resolv.conf", resolv, type="bind", read_only=True))
         me = os.getpid()
@@ -414,7 +421,10 @@ class DockerBackend:
             network_mode="none",
             read_only=True,
             cap_drop=["ALL"],
-            security_opt=["no-new-privileges", f"seccomp={docker_profile()}"],
+            security_opt=[
+                "no-new-privileges",
+                f"seccomp={docker_profile(network=spec.network is not None)}",
+            ],
             mem_limit=f"{limits.memory_mb}m",
             memswap_limit=f"{limits.memory_mb}m",
             pids_limit=limits.pids,
@@ -490,6 +500,8 @@ class DockerBackend:
         client, owned = await asyncio.to_thread(self._connect)
         lease: IdentityLease | None = None
         ipc: Path | None = None
+        net: Path | None = None
+        proxy: Companion | None = None
         try:
             if self._fixed is not None:
                 ident = Identity(*self._fixed)
@@ -504,7 +516,12 @@ class DockerBackend:
                 if spec.program is not None:
                     ipc = make_rundir("sunroom-docker-ipc-", parent=self._socket_dir) / "ipc"
                     make_ipc_dir(ipc, spec.program, IPC_DIR, ident)
-                cid, name = await asyncio.to_thread(self._create, client, spec, sockdir, ident, ipc)
+                if spec.network is not None:
+                    net = make_rundir("sunroom-docker-net-", parent=self._socket_dir) / "net"
+                    proxy = await spec.network.open(net, ident)
+                cid, name = await asyncio.to_thread(
+                    self._create, client, spec, sockdir, ident, ipc, net
+                )
                 try:
                     conn, pid = await self._accept(
                         client, cid, listener, spec.limits.start_timeout_s
@@ -517,8 +534,11 @@ class DockerBackend:
                 listener.close()
                 await asyncio.to_thread(shutil.rmtree, parent, True)
         except BaseException:
-            if ipc is not None:
-                await asyncio.to_thread(remove_tree, ipc.parent)
+            if proxy is not None:
+                await proxy.aclose()
+            for directory in (ipc, net):
+                if directory is not None:
+                    await asyncio.to_thread(remove_tree, directory.parent)
             if owned:
                 client.close()
             if lease is not None:
@@ -538,6 +558,9 @@ class DockerBackend:
             lease=lease,
         )
         handle.ipc_dir = ipc
+        handle.net_dir = net
+        if proxy is not None:
+            handle.companions.append(proxy)
         return handle, conn
 
     async def _accept(

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, Final, final
 
 from sunroom.errors import KernelError
 from sunroom.sandbox.identity import Identity, IdentityLease
+from sunroom.sandbox.process import Companion, close_companions
 from sunroom.sandbox.rundirs import remove_tree
 
 if TYPE_CHECKING:
@@ -80,6 +81,10 @@ class DockerKernelProcess:
         self._state: dict[str, Any] | None = None
         self._interrupts: list[threading.Thread] = []
         self.ipc_dir: Path | None = None
+        self.net_dir: Path | None = None
+        """The kernel's network directory (its egress proxy's socket), removed with it."""
+        self.companions: list[Companion] = []
+        """Host resources that live as long as the container (its egress proxy)."""
         """A foreign kernel program's IPC directory as the host sees it (``ExecSpec``); its
         parent run dir is removed with the container."""
 
@@ -161,6 +166,9 @@ class DockerKernelProcess:
             if self.ipc_dir is not None:
                 await asyncio.to_thread(remove_tree, self.ipc_dir.parent)
         finally:
+            await close_companions(self.companions)
+            if self.net_dir is not None:
+                await asyncio.to_thread(remove_tree, self.net_dir.parent)
             if self._owns_client:
                 self._client.close()
 
