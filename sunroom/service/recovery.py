@@ -63,6 +63,7 @@ USAGE_UPDATED = "UsageUpdated"
 SUBMIT_ACCEPTED = "SubmitAccepted"
 HOST_CALL_STARTED = "HostCallStarted"
 BUDGET_WARNING = "BudgetWarning"
+NETWORK_CONNECTION = "NetworkConnection"
 EMBEDDING_FUNCTIONS = frozenset({"embed", "search"})
 """The host functions counted against ``Budget.max_embedding_calls`` (sunroom.embeddings)."""
 
@@ -102,7 +103,8 @@ class Replay:
         last_seq: the seq of the last event.
         spent: the session's spend as its last ``UsageUpdated`` event recorded it, with the
             ``embed``/``search`` calls counted from their ``HostCallStarted`` events (less
-            those a ``BudgetWarning`` refused), so a resume keeps ``max_embedding_calls``.
+            those a ``BudgetWarning`` refused), so a resume keeps ``max_embedding_calls``, and
+            the bytes of its ``NetworkConnection`` events (``max_network_bytes``).
         reported_unknown: ids of the calls a ``CallOutcomeUnknown`` event reported.
         untold_unknown: ids of those no ``Transcript`` message mentioned since (as
             :func:`restart_note` does): the model was not told, or the note died with its
@@ -147,6 +149,7 @@ def replay(events: Sequence[StoredEvent]) -> Replay:
     requests: dict[str, dict[str, Any]] = {}
     untold_asks: dict[str, dict[str, Any]] = {}
     embedding_calls = 0  # started embed/search calls, less those the budget refused
+    network_bytes = 0
     for e in events:
         p = e.payload
         if e.kind == TRANSCRIPT:
@@ -187,6 +190,8 @@ def replay(events: Sequence[StoredEvent]) -> Replay:
             spent = _spend_from(p)
         elif e.kind == HOST_CALL_STARTED and p.get("name") in EMBEDDING_FUNCTIONS:
             embedding_calls += 1
+        elif e.kind == NETWORK_CONNECTION:
+            network_bytes += int(p.get("bytes_sent", 0)) + int(p.get("bytes_received", 0))
         elif e.kind == BUDGET_WARNING and p.get("limit") == "embedding_calls":
             embedding_calls -= 1  # the call it refused was never counted
         elif e.kind == APPROVAL_REQUESTED:
@@ -207,7 +212,9 @@ def replay(events: Sequence[StoredEvent]) -> Replay:
         submit=submit,
         last_result=last_result,
         last_seq=events[-1].seq if events else 0,
-        spent=dataclasses.replace(spent, embedding_calls=max(0, embedding_calls)),
+        spent=dataclasses.replace(
+            spent, embedding_calls=max(0, embedding_calls), network_bytes=network_bytes
+        ),
         reported_unknown=frozenset(reported),
         untold_unknown=frozenset(untold),
         waiting_approvals=tuple(asked.values()),

@@ -32,7 +32,7 @@ def test_replay_recovers_the_spend_from_the_last_usage_event() -> None:
     assert not unknown.spent.cost_known
 
 
-def test_replay_counts_embedding_calls_so_a_resume_keeps_their_budget() -> None:
+def test_replay_counts_embedding_calls_and_network_bytes_so_a_resume_keeps_their_budget() -> None:
     events = [
         _event(1, "HostCallStarted", {"call_id": 1, "name": "embed"}),
         _event(2, "HostCallStarted", {"call_id": 2, "name": "lookup"}),  # not an embedding
@@ -41,9 +41,16 @@ def test_replay_counts_embedding_calls_so_a_resume_keeps_their_budget() -> None:
         _event(4, "HostCallStarted", {"call_id": 3, "name": "search"}),
         _event(5, "HostCallStarted", {"call_id": 4, "name": "embed"}),
         _event(6, "BudgetWarning", {"limit": "embedding_calls", "message": "spent"}),
+        _event(7, "NetworkConnection", {"host": "pypi.org", "port": 443, "scheme": "https",
+                                        "allowed": True, "reason": None, "bytes_sent": 300,
+                                        "bytes_received": 9000, "duration_s": 0.1}),
+        _event(8, "NetworkConnection", {"host": "x.org", "port": 443, "scheme": "https",
+                                        "allowed": False, "reason": "not in allowlist",
+                                        "bytes_sent": 0, "bytes_received": 0, "duration_s": 0}),
     ]  # fmt: skip
     spent = replay(events).spent
     assert spent.embedding_calls == 2 and spent.model_calls == 1
+    assert spent.network_bytes == 9300
     tracker = BudgetTracker(Budget(max_embedding_calls=2), spent=spent)
     with pytest.raises(BudgetExceededError, match="2 embedding calls is spent"):
         tracker.count_embedding_call()

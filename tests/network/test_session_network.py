@@ -1,0 +1,108 @@
+"""``AsyncSession(network=...)``: events per connection, the byte budget, the prompt line."""
+
+from __future__ import annotations
+
+import http.server
+import threading
+from collections.abc import Iterator
+
+import pytest
+
+from sunroom import AsyncSession, Network
+from sunroom.agent import events as ev
+from sunroom.agent.budget import Budget
+from sunroom.providers import Request, SystemMessage
+from sunroom.providers.fakes import ScriptedModel
+from tests.agent.conftest import code, collect, last_output
+
+pytestmark = [pytest.mark.asyncio, pytest.mark.usefixtures("no_process_left")]
+
+
+class _Bytes(http.server.BaseHTTPRequestHandler):
+    def do_GET(self) -> None:  # noqa: N802 - http.server's name
+        body = b"y" * int(self.path.rsplit("/", 1)[1])
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def port() -> Iterator[int]:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Bytes)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield server.server_address[1]
+    server.shutdown()
+    server.server_close()
+
+
+def policy(port: int) -> Network:
+    return Network(
+        allow=(f"data.test:{port}",),
+        hosts={"data.test": "127.0.0.1"},
+        allow_addresses=("127.0.0.1",),
+    )
+
+
+def system_text(request: Request) -> str:
+    first = request.messages[0]
+    assert isinstance(first, SystemMessage)
+    return first.text
+
+
+GET = (
+    "import urllib.request\n"
+    "def get(url):\n"
+    "    try:\n"
+    "        return len(urllib.request.urlopen(url, timeout=20).read())\n"
+    "    except Exception as e:\n"
+    "        return type(e).__name__\n"
+)
+
+
+async def test_connections_are_events_and_the_prompt_names_the_hosts(port: int) -> None:
+    model = ScriptedModel(
+        [
+            code(
+                GET + f"print(get('http://data.test:{port}/1000'), get('http://x.test:{port}/1'))"
+            ),
+            code("submit('done')"),
+        ]
+    )
+    async with AsyncSession(model=model, preset="rlm", network=policy(port)) as s:
+        sub = s.events()
+        result = await s.run("fetch it")
+        events = await collect(sub)
+        spent = s.tracker.snapshot()
+    assert result.status == "success", result
+    assert last_output(model.requests[1]).strip() == "1000 HTTPError"
+    assert f"data.test:{port}" in system_text(model.requests[0])
+    conns = [e for e in events if isinstance(e, ev.NetworkConnection)]
+    assert [(c.host, c.allowed) for c in conns] == [("data.test", True), ("x.test", False)]
+    assert conns[0].bytes_received > 1000 and conns[0].scheme == "http"
+    assert conns[1].reason is not None and conns[1].bytes_received == 0
+    assert spent.network_bytes == conns[0].bytes_sent + conns[0].bytes_received
+
+
+async def test_the_network_budget_cuts_the_transfer_and_ends_the_run(port: int) -> None:
+    model = ScriptedModel(
+        [
+            code(GET + f"print(get('http://data.test:{port}/3000000'))"),
+            code("submit('never')"),
+        ]
+    )
+    budget = Budget(max_network_bytes=1_000_000)
+    async with AsyncSession(model=model, network=policy(port), budget=budget) as s:
+        sub = s.events()
+        result = await s.run("fetch it")
+        events = await collect(sub)
+    assert result.status == "budget_exceeded", result
+    warnings = [e for e in events if isinstance(e, ev.BudgetWarning)]
+    assert [w.limit for w in warnings] == ["network_bytes"]
+    assert "1,000,000 bytes" in warnings[0].message
+    assert len(model.requests) == 1  # no model call after the budget was spent
+    (finished,) = [e for e in events if isinstance(e, ev.ExecutionFinished)]
+    assert "IncompleteRead" in finished.output
