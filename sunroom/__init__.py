@@ -156,6 +156,7 @@ if TYPE_CHECKING:
         UsageError,
     )
     from sunroom.jupyter import JupyterBackend
+    from sunroom.network.policy import Network
     from sunroom.providers import (
         AssistantMessage,
         FunctionModel,
@@ -175,7 +176,6 @@ if TYPE_CHECKING:
     from sunroom.sandbox.functions import HostFunction, host_function
     from sunroom.sandbox.inputs import Directory, File
     from sunroom.sandbox.kernel import AsyncKernel
-    from sunroom.network.policy import Network
     from sunroom.sandbox.limits import Limits
     from sunroom.sandbox.pool import KernelPool
     from sunroom.sandbox.result import CellError, DisplayItem, ExecutionResult, Variable

@@ -15,12 +15,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
-from sunroom.network.proxy import Connection
-from tests.network.upstream import UpstreamCA
 
 from sunroom import AsyncKernel, Limits, Network
 from sunroom.errors import UsageError
+from sunroom.network.proxy import Connection
 from tests.canary import scan_code
+from tests.network.upstream import UpstreamCA
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.usefixtures("no_process_left")]
 
