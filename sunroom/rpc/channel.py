@@ -22,104 +22,71 @@ One peer cannot hold the event loop or the host's memory:
   buffer is below its high-water mark), and at most ``MAX_INCOMING_REQUESTS`` requests are
   served at once: a peer that stops reading soon stops being read;
 * error messages sent to the peer are cut to ``MAX_ERROR_TEXT`` characters.
+
+The receive path is :mod:`sunroom.rpc.channel_receive`, the serving of what arrives
+:mod:`sunroom.rpc.channel_serve`; this module holds the socket, the host's own calls and the
+closing.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
-import mmap
 import os
 import socket
-from collections import deque
-from collections.abc import Awaitable, Callable, Mapping, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final, cast, final
 
 from sunroom.errors import ClosedError, ProtocolError
 from sunroom.rpc import schema
+from sunroom.rpc.channel_receive import BIG_FRAME, INLINE_FRAME, SPARE_FRAME, SPARE_IDLE_S
+from sunroom.rpc.channel_serve import (
+    MAX_ERROR_TEXT,
+    MAX_INCOMING_REQUESTS,
+    ChannelServing,
+    NotificationHandler,
+    RequestHandler,
+    RpcFailure,
+    cut,
+)
 from sunroom.rpc.codec import (
     DEFAULT_MAX_DEPTH,
     DEFAULT_MAX_FRAME,
     DEFAULT_MAX_VALUES,
-    HEADER,
-    Decoding,
     Framer,
     WireError,
-    decode,
 )
-from sunroom.rpc.eager import start_eagerly
-from sunroom.rpc.messages import Notification, Request, Response, RpcError, parse_message
+from sunroom.rpc.messages import Response, RpcError
 from sunroom.rpc.schema import Checker
 
-_log = logging.getLogger(__name__)
+__all__ = [
+    "BIG_FRAME",
+    "INLINE_FRAME",
+    "MAX_ERROR_TEXT",
+    "MAX_INCOMING_REQUESTS",
+    "MAX_PENDING_SWEEP",
+    "SEND_BUFFER",
+    "SPARE_FRAME",
+    "SPARE_IDLE_S",
+    "Channel",
+    "CloseHandler",
+    "NotificationHandler",
+    "RemoteError",
+    "RequestHandler",
+    "RpcFailure",
+    "cut",
+]
 
-RequestHandler = Callable[[str, Any], Awaitable[Any]]
-NotificationHandler = Callable[[str, Any], None]
 CloseHandler = Callable[[BaseException | None], None]
-
-MAX_INCOMING_REQUESTS: Final = 256
-"""Requests from the peer served at once; beyond this the channel stops reading (backpressure)."""
-
-INLINE_FRAME: Final = 2048
-"""Frames up to this many bytes are decoded as they arrive (at most ~0.5 ms each)."""
-
-BIG_FRAME: Final = 64 * 1024
-"""Frames of at least this many bytes are assembled in their own mapping."""
-
-MAX_ERROR_TEXT: Final = 1000
-"""Longest error message the channel sends to the peer (longer ones are cut)."""
 
 MAX_PENDING_SWEEP: Final = 1024
 """Requests awaiting an answer beyond which the channel forgets those abandoned meanwhile (the
 next sweep waits until there are twice as many left as after this one)."""
 
-SPARE_FRAME: Final = 4 * 1024 * 1024
-"""The mapping of a large frame of at most this many bytes is kept, once decoded, for the next
-frame of the same size (a file transfer's chunks are all one size), so it is not mapped,
-faulted in and unmapped again for each; it is let go after ``SPARE_IDLE_S`` unused."""
-
-SPARE_IDLE_S: Final = 1.0
-"""How long a kept mapping waits for its next frame."""
-
 SEND_BUFFER: Final = 512 * 1024
 """``SO_SNDBUF`` of the socket (Linux doubles it for its bookkeeping): a 1 MiB file chunk mostly
 goes straight into the socket instead of through the transport's buffer (a copy), while a
 peer that stops reading still gets only a couple of answers computed before the channel waits."""
-
-_Payload = bytes | mmap.mmap
-
-_RELEASER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sunroom-release")
-"""Unmaps large frames: munmap of a filled 16 MiB mapping takes ~4 ms, off the event loop."""
-
-
-@final
-class _Frame:
-    """A frame received (or being received) and its decoding."""
-
-    __slots__ = ("checked", "decoding", "payload")
-
-    def __init__(self, payload: _Payload, decoding: Decoding) -> None:
-        self.payload = payload
-        self.decoding = decoding
-        self.checked = False  # the early check has seen its first bytes
-
-
-def _release(received: _Frame) -> None:
-    """Let go of a frame's bytes; a mapping is unmapped on another thread."""
-    received.decoding.close()
-    if isinstance(received.payload, mmap.mmap):
-        _unmap(received.payload)
-
-
-def _unmap(mapping: mmap.mmap) -> None:
-    _RELEASER.submit(mapping.close).add_done_callback(_released)
-
-
-def _released(done: Future[None]) -> None:
-    if (exc := done.exception()) is not None:
-        _log.error("could not unmap a received frame", exc_info=exc)
 
 
 class RemoteError(Exception):
@@ -130,23 +97,8 @@ class RemoteError(Exception):
         self.error = error
 
 
-class RpcFailure(Exception):
-    """Raise from a request handler to answer with exactly this error map."""
-
-    def __init__(self, error: RpcError) -> None:
-        super().__init__(error.message)
-        self.error = error
-
-
-def cut(text: str, longest: int = MAX_ERROR_TEXT) -> str:
-    """*text* itself, or its first *longest* characters and how many were left out."""
-    if len(text) <= longest:
-        return text
-    return f"{text[:longest]}... ({len(text) - longest} more characters)"
-
-
 @final
-class Channel(asyncio.Protocol):
+class Channel(ChannelServing, asyncio.Protocol):
     """Async msgpack-RPC endpoint. Build with :meth:`open`; close with :meth:`aclose`.
 
     Args:
@@ -180,56 +132,31 @@ class Channel(asyncio.Protocol):
         early_check: Callable[[bytes], None] | None = schema.check_prefix,
         frame_deadline_s: float = 10.0,
     ) -> None:
-        self._handler = handler
-        self._eager = False
-        self._on_notification = on_notification
-        self._on_close = on_close
-        self._max_frame = max_frame
-        self._max_depth = max_depth
-        self._max_values = max_values
-        self._notifications = notifications
-        self._requests = requests
-        self._deadline_s = frame_deadline_s
-        self._framer = Framer(max_frame=max_frame)
         self._loop = asyncio.get_running_loop()
         self._transport: asyncio.Transport | None = None
-        self._buf = bytearray()
-        self._early_check = early_check
-        self._big: _Frame | None = None
-        self._big_fill = 0
-        self._spare: mmap.mmap | None = None
-        self._spare_timer: asyncio.TimerHandle | None = None
-        self._catch_up: asyncio.Handle | None = None
-        self._backlog: deque[_Frame] = deque()
-        self._decoder: asyncio.Task[None] | None = None
-        self._deadline: asyncio.TimerHandle | None = None
+        self._on_close = on_close
+        self._framer = Framer(max_frame=max_frame)
+        self._init_receiving(
+            max_frame=max_frame,
+            max_depth=max_depth,
+            max_values=max_values,
+            early_check=early_check,
+            frame_deadline_s=frame_deadline_s,
+        )
+        self._init_serving(
+            handler=handler,
+            on_notification=on_notification,
+            notifications=notifications,
+            requests=requests,
+        )
         self._pending: dict[int, tuple[asyncio.Future[Any], str, Checker | None]] = {}
         self._sweep_at = MAX_PENDING_SWEEP
         self._next_id = 0
         self._abandoned: set[int] = set()
-        self._tasks: set[asyncio.Task[None]] = set()
-        self._serving: set[int] = set()
-        self.refused = 0
-        """Requests and notifications refused without closing the channel (a duplicate id of
-        a request still being served, an unknown method): counted, never served."""
-        self._paused: set[str] = set()
         self._write_ready = asyncio.Event()
         self._write_ready.set()
         self._close_exc: BaseException | None = None
         self.closed: asyncio.Future[None] = self._loop.create_future()
-
-    def serve_with(self, handler: RequestHandler, *, eager: bool = False) -> None:
-        """Serve the peer's requests with *handler* from now on (requests before it: refused).
-
-        *eager*: start serving each request as soon as it is read (see
-        :func:`~sunroom.rpc.eager.start_eagerly`) instead of in a new task: a handler that
-        completes without waiting is answered in the same event-loop step (no task, no extra
-        loop iteration); at its first wait, a task carries it on. Until then it runs outside
-        any task, so it must not need one (``asyncio.timeout``, ``asyncio.current_task``)
-        before it awaits :func:`~sunroom.rpc.eager.in_task`.
-        """
-        self._handler = handler
-        self._eager = eager
 
     @classmethod
     async def open(cls, sock: socket.socket, **options: Any) -> Channel:
@@ -267,201 +194,7 @@ class Channel(asyncio.Protocol):
     def resume_writing(self) -> None:  # noqa: D102
         self._write_ready.set()
 
-    # -- framing ---------------------------------------------------------------------------
-
-    def _take(self, data: memoryview) -> None:
-        """Split *data* into frames and hand each complete one on, in order."""
-        if not self._buf and self._big is None and len(data) > 4:
-            (size,) = HEADER.unpack_from(data)
-            if len(data) == 4 + size and size < BIG_FRAME and size <= self._max_frame:
-                self._receive(bytes(data[4:]))  # exactly one frame: no buffering
-                return
-        while data:
-            if self._big is not None:
-                data = self._fill_big(data)
-                continue
-            buf = self._buf
-            buf += data
-            data = memoryview(b"")
-            pos = 0
-            while len(buf) - pos >= 4:
-                (size,) = HEADER.unpack_from(buf, pos)
-                if size > self._max_frame:
-                    raise WireError(f"frame of {size} bytes exceeds the {self._max_frame}-byte cap")
-                if size >= BIG_FRAME:
-                    # the rest of what arrived goes straight into the frame's own mapping
-                    mapping = self._mapping(size)
-                    self._big = _Frame(mapping, self._decoding(mapping))
-                    self._big_fill = 0
-                    data = memoryview(bytes(buf[pos + 4 :]))
-                    pos = len(buf)
-                    break
-                if len(buf) - pos - 4 < size:
-                    break
-                payload = bytes(buf[pos + 4 : pos + 4 + size])
-                pos += 4 + size
-                self._receive(payload)
-                if self.closed.done():
-                    return
-            del buf[:pos]
-
-    def _mapping(self, size: int) -> mmap.mmap:
-        """A mapping of *size* bytes for a large frame: the kept one when it fits exactly."""
-        spare, self._spare = self._spare, None
-        if spare is not None:
-            if len(spare) == size:
-                return spare
-            _unmap(spare)
-        return mmap.mmap(-1, size)
-
-    def _release(self, received: _Frame) -> None:
-        """Let go of a decoded frame's bytes; keep its mapping for the next frame of its size."""
-        payload = received.payload
-        if (
-            isinstance(payload, mmap.mmap)
-            and len(payload) <= SPARE_FRAME
-            and self._spare is None
-            and not self.closed.done()
-        ):
-            received.decoding.close()
-            self._spare = payload
-            if self._spare_timer is not None:
-                self._spare_timer.cancel()
-            self._spare_timer = self._loop.call_later(SPARE_IDLE_S, self._drop_spare)
-            return
-        _release(received)
-
-    def _drop_spare(self) -> None:
-        self._spare_timer = None
-        if self._spare is not None:
-            _unmap(self._spare)
-            self._spare = None
-
-    def _decoding(self, payload: _Payload) -> Decoding:
-        return Decoding(payload, max_depth=self._max_depth, max_values=self._max_values)
-
-    def _fill_big(self, data: memoryview) -> memoryview:
-        """Copy what arrived into the large frame being received; judge it as it fills."""
-        big = self._big
-        assert big is not None
-        assert isinstance(big.payload, mmap.mmap)
-        size, fill = len(big.payload), self._big_fill
-        part = data[: size - fill]
-        big.payload[fill : fill + len(part)] = part
-        self._big_fill = fill = fill + len(part)
-        if not big.checked and fill >= min(size, schema.PREFIX_BYTES):
-            big.checked = True
-            if self._early_check is not None:
-                self._early_check(big.payload[: schema.PREFIX_BYTES])
-        if fill == size:
-            self._big = None
-            self._queue(big)  # counting goes on there, in steps
-        elif not big.decoding.count_received(fill):  # a frame over the value cap ends early
-            self._pause("counting")  # counting is behind: catch up before reading more
-            if self._catch_up is None:
-                self._catch_up = self._loop.call_soon(self._count_received)
-        return data[len(part) :]
-
-    def _count_received(self) -> None:
-        """Count a bounded part of the large frame received so far; again until caught up."""
-        self._catch_up = None
-        big = self._big
-        try:
-            if big is None or self.closed.done() or big.decoding.count_received(self._big_fill):
-                self._resume("counting")
-            else:
-                self._catch_up = self._loop.call_soon(self._count_received)
-        except WireError as exc:
-            self._fail(ProtocolError(str(exc)))
-
-    def _receive(self, payload: bytes) -> None:
-        if self._backlog or len(payload) > INLINE_FRAME:
-            self._queue(_Frame(payload, self._decoding(payload)))
-            return
-        message = decode(payload, max_depth=self._max_depth, max_values=self._max_values)
-        self._dispatch(parse_message(message))
-
-    def _queue(self, received: _Frame) -> None:
-        self._backlog.append(received)
-        if self._decoder is None:
-            self._pause("decoding")
-            self._decoder = self._loop.create_task(self._decode_backlog())
-
-    async def _decode_backlog(self) -> None:
-        """Decode the waiting frames in order, a step at a time, then read again."""
-        try:
-            while self._backlog and not self.closed.done():
-                received = self._backlog[0]
-                while not received.decoding.step():
-                    await asyncio.sleep(0)
-                    if self.closed.done():
-                        return
-                self._backlog.popleft()
-                self._release(received)
-                self._dispatch(parse_message(received.decoding.value))
-        except (WireError, ProtocolError) as exc:
-            self._fail(exc if isinstance(exc, ProtocolError) else ProtocolError(str(exc)))
-        finally:
-            self._decoder = None
-            if not self.closed.done():
-                self._resume("decoding")
-
-    def _pause(self, reason: str) -> None:
-        if not self._paused and self._transport is not None:
-            self._transport.pause_reading()
-        self._paused.add(reason)
-        self._watch_deadline()
-
-    def _resume(self, reason: str) -> None:
-        self._paused.discard(reason)
-        if not self._paused and self._transport is not None and not self.closed.done():
-            self._transport.resume_reading()
-            self._watch_deadline()
-
-    def _watch_deadline(self) -> None:
-        """Time a partly received frame, only while the channel is reading."""
-        partial = bool(self._buf) or self._big is not None
-        if partial and not self._paused and not self.closed.done():
-            if self._deadline is None:
-                self._deadline = self._loop.call_later(self._deadline_s, self._stalled)
-        elif self._deadline is not None:
-            self._deadline.cancel()
-            self._deadline = None
-
-    def _stalled(self) -> None:
-        self._deadline = None
-        if (self._buf or self._big is not None) and not self._paused:
-            self._fail(ProtocolError(f"a frame stayed incomplete for {self._deadline_s} s"))
-
-    def _dispatch(self, msg: Request | Response | Notification) -> None:
-        if type(msg) is Response:
-            self._answer(msg)
-        elif type(msg) is Notification:
-            params = msg.params
-            if self._notifications is not None:
-                check = self._notifications.get(msg.method)
-                if check is None:
-                    self.refused += 1  # an unknown notification: dropped, counted
-                    return
-                params = check(params)
-            if self._on_notification is not None:
-                self._on_notification(msg.method, params)
-        else:
-            assert type(msg) is Request
-            if msg.id in self._serving:
-                self.refused += 1  # a duplicate id of a request still being served: dropped
-                return
-            params = msg.params
-            known = True
-            if self._requests is not None:
-                check = self._requests.get(msg.method)
-                known = check is not None
-                if check is not None:
-                    params = check(params)
-            if not known:
-                self.refused += 1  # answered MethodNotFound without reaching the handler
-            self._serving.add(msg.id)
-            self._start(msg.id, msg.method, params, known)
+    # -- the host's calls -----------------------------------------------------------------
 
     def _answer(self, msg: Response) -> None:
         entry = self._pending.pop(msg.id, None)
@@ -483,72 +216,6 @@ class Channel(asyncio.Protocol):
             fut.set_exception(error)
             raise error from None
         fut.set_result(result)
-
-    def _start(self, req_id: int, method: str, params: Any, known: bool) -> None:
-        """Serve one request: eagerly (see :meth:`serve_with`) or in a task."""
-        serving = self._serve(req_id, method, params, known=known)
-        if not self._eager:
-            self._track(self._loop.create_task(serving))
-        elif (task := start_eagerly(self._loop, serving)) is not None:
-            self._track(task)
-
-    def _track(self, task: asyncio.Task[None]) -> None:
-        # the task leaves the set itself, at the end of _serve (a done callback would cost
-        # another turn of the event loop per request)
-        self._tasks.add(task)
-        if len(self._tasks) >= MAX_INCOMING_REQUESTS:
-            self._pause("requests")
-
-    def _untrack(self) -> None:
-        if not self._tasks:
-            return
-        task = asyncio.current_task()
-        if task is not None:
-            self._tasks.discard(cast("asyncio.Task[None]", task))
-        if "requests" in self._paused and len(self._tasks) < MAX_INCOMING_REQUESTS // 2:
-            self._resume("requests")
-
-    async def _writable(self) -> None:
-        while not self._write_ready.is_set() and not self.closed.done():
-            await self._write_ready.wait()
-
-    async def _serve(self, req_id: int, method: str, params: Any, *, known: bool = True) -> None:
-        try:
-            await self._serve_one(req_id, method, params, known=known)
-        finally:
-            self._serving.discard(req_id)
-            self._untrack()
-
-    async def _serve_one(self, req_id: int, method: str, params: Any, *, known: bool) -> None:
-        error: RpcError | None = None
-        result: Any = None
-        if not self._write_ready.is_set():  # (no coroutine to create when it is)
-            await self._writable()  # no work for a peer that is not reading its answers
-        if self._handler is None or not known:
-            error = RpcError("MethodNotFound", f"no handler for {cut(method, 60)!r}")
-        else:
-            try:
-                result = await self._handler(method, params)
-            except RpcFailure as exc:
-                error = exc.error
-            except asyncio.CancelledError:
-                if self.closed.done():
-                    return
-                error = RpcError("Cancelled", "the call was cancelled on the host")
-            except Exception as exc:
-                error = RpcError(type(exc).__name__, str(exc))
-        if not self._write_ready.is_set():
-            await self._writable()
-        if self.closed.done():
-            return
-        if error is not None:
-            error = RpcError(cut(error.type, 200), cut(error.message), error.data)
-            self._write(Response(req_id, error, None).to_wire())
-            return
-        try:
-            self._write([1, req_id, None, result])
-        except WireError as exc:
-            self._write(Response(req_id, RpcError("EncodeError", cut(str(exc))), None).to_wire())
 
     # -- sending ---------------------------------------------------------------------------
 
@@ -662,15 +329,7 @@ class Channel(asyncio.Protocol):
             task.cancel()  # _serve takes each out of the set as it ends
         if self._decoder is not None:
             self._decoder.cancel()
-        self._buf.clear()
-        if self._big is not None:
-            _release(self._big)
-            self._big = None
-        while self._backlog:
-            _release(self._backlog.popleft())
-        if self._spare_timer is not None:
-            self._spare_timer.cancel()
-        self._drop_spare()
+        self._drop_received()
         self._write_ready.set()  # nobody waits to write on a closed channel
         self.closed.set_result(None)
         if self._on_close is not None:

@@ -17,37 +17,41 @@ Cells and file operations: an operation takes the kernel's cell lock for its who
 waits for a running cell to end and a cell waits for a running transfer (a cell never sees a
 half-written file, and transfers never mix with a cell's traffic). Do not call these from a host
 function while its cell runs: that would wait for itself.
+
+The checks of paths and answers are :mod:`sunroom.sandbox.files_checks`, the blocking twin
+:mod:`sunroom.sandbox.files_sync`, the copy to a host directory :mod:`sunroom.sandbox.files_copy`;
+their public names are importable from here too.
 """
 
 from __future__ import annotations
 
-import math
 import os
 from collections import deque
-from collections.abc import (
-    AsyncGenerator,
-    AsyncIterable,
-    AsyncIterator,
-    Generator,
-    Iterable,
-    Iterator,
-)
-from dataclasses import dataclass
-from pathlib import Path
-from typing import TYPE_CHECKING, Any, BinaryIO, Final, cast, final
+from collections.abc import AsyncGenerator, AsyncIterable, AsyncIterator
+from typing import TYPE_CHECKING, Any, Final, cast, final
 
 from sunroom.errors import ClosedError, FileError, KernelError, UsageError
-from sunroom.prelude.files import MAX_GLOB, MAX_LIST, PathRefused, normalize
+from sunroom.prelude.files import MAX_GLOB
 from sunroom.rpc.channel import RemoteError, cut
-from sunroom.rpc.codec import WireError
 from sunroom.sandbox import fdtake
+from sunroom.sandbox.files_checks import (
+    FileInfo,
+    check_chunk_of,
+    check_listing,
+    check_nil,
+    check_opened,
+    check_path,
+    check_shared,
+    check_written,
+)
+from sunroom.sandbox.files_copy import copy_out
+from sunroom.sandbox.files_sync import BlockingSharedFile, Files
 
 if TYPE_CHECKING:
     import asyncio
 
     from sunroom.rpc.channel import Channel
     from sunroom.sandbox.kernel import AsyncKernel
-    from sunroom.sandbox.portal import Portal
 
 __all__ = [
     "CHUNK_BYTES",
@@ -73,103 +77,6 @@ _REASONS: Final = {
     "NoSpace": "no_space",
     "TooMany": "too_many",
 }
-
-
-@final
-@dataclass(frozen=True, slots=True)
-class FileInfo:
-    """One entry of a listing: its workdir-relative path, size in bytes, mtime (epoch s)."""
-
-    path: str
-    size: int
-    mtime: float
-    is_dir: bool
-
-    def to_dict(self) -> dict[str, Any]:
-        """The entry as JSON-ready data."""
-        return {"path": self.path, "size": self.size, "mtime": self.mtime, "is_dir": self.is_dir}
-
-
-def check_path(path: str) -> str:
-    """*path* normalized (``a/b``); raises FileError(reason="refused") or UsageError."""
-    if not isinstance(path, str):
-        raise UsageError("a workdir path must be a str")
-    try:
-        return normalize(path)
-    except PathRefused as exc:
-        raise FileError(str(exc), reason="refused") from None
-
-
-# -- the checks of the kernel's answers ----------------------------------------------------------
-
-
-def _handle(result: Any) -> dict[str, int]:
-    if type(result) is not dict:
-        raise WireError("a file open result must be a map")
-    handle, size = result.get("handle"), result.get("size", 0)
-    if type(handle) is not int or type(size) is not int or size < 0:
-        raise WireError("a file open result must hold an int handle and a size >= 0")
-    return {"handle": handle, "size": size}
-
-
-def _shared(result: Any) -> dict[str, int]:
-    opened = _handle(result)
-    for key in ("fd", "dev", "ino"):
-        value = result.get(key)
-        if type(value) is not int or value < 0:
-            raise WireError("a shared file open result must hold ints fd, dev and ino >= 0")
-        opened[key] = value
-    return opened
-
-
-def _count(result: Any) -> int:
-    if type(result) is not int or result < 0:
-        raise WireError("a file write result must be an int >= 0")
-    return result
-
-
-def _none(result: Any) -> None:
-    if result is not None:
-        raise WireError("a file close or delete result must be nil")
-
-
-def _chunk_of(size: int) -> Any:
-    def check(result: Any) -> bytes:
-        if type(result) is not bytes:
-            raise WireError("a file read result must be bytes")
-        if len(result) > size:
-            raise WireError(f"a file read result must be at most {size} bytes")
-        return result
-
-    return check
-
-
-def _listing(result: Any) -> list[FileInfo]:
-    if type(result) is not list:
-        raise WireError("a file listing must be a list")
-    if len(result) > MAX_LIST:
-        raise WireError(f"a file listing must have at most {MAX_LIST} entries")
-    out = []
-    for row in result:
-        if type(row) is not dict:
-            raise WireError("a file listing entry must be a map")
-        path, size, is_dir = row.get("path"), row.get("size"), row.get("is_dir")
-        mtime: Any = row.get("mtime")
-        if type(path) is not str or not path or len(path) > 4096:
-            raise WireError("a file listing path must be a non-empty str")
-        try:
-            if normalize(path) != path:
-                raise WireError("a file listing path must be normalized")
-        except PathRefused:  # '..', absolute, NUL: never used on the host
-            raise WireError("a file listing path must stay inside the workdir") from None
-        if type(size) is not int or size < 0:
-            raise WireError("a file listing size must be an int >= 0")
-        if type(mtime) not in (int, float) or not math.isfinite(mtime):
-            raise WireError("a file listing mtime must be a finite number")
-        if type(is_dir) is not bool:
-            raise WireError("a file listing is_dir must be a bool")
-        out.append(FileInfo(path, size, float(mtime), is_dir))
-    return out
 
 
 @final
@@ -247,7 +154,7 @@ class KernelFiles:
         async with self._kernel._lock:  # noqa: SLF001 - serialised with cells
             channel = await self._channel()
             try:
-                opened = await channel.call("file_write_open", {"path": rel}, check=_handle)
+                opened = await channel.call("file_write_open", {"path": rel}, check=check_opened)
             except (RemoteError, ClosedError, ConnectionError) as exc:
                 raise await self._failed("files.write", exc) from None
             handle = opened["handle"]
@@ -276,7 +183,7 @@ class KernelFiles:
                     await flight.popleft()
                 committed = True
                 params = {"handle": handle, "commit": True}
-                return await channel.call("file_write_close", params, check=_count)  # type: ignore[no-any-return]
+                return await channel.call("file_write_close", params, check=check_written)  # type: ignore[no-any-return]
             except (RemoteError, ClosedError, ConnectionError) as exc:
                 raise await self._failed("files.write", exc) from None
             finally:
@@ -294,7 +201,7 @@ class KernelFiles:
         if len(flight) >= WINDOW:
             await flight.popleft()
         params = {"handle": handle, "data": b""}  # the data: the parts, as one binary
-        flight.append(channel.request("file_write_chunk", params, check=_count, tail=chunk))
+        flight.append(channel.request("file_write_chunk", params, check=check_written, tail=chunk))
 
     async def read(self, path: str) -> bytes:
         """The whole content of the workdir file *path* (see :meth:`read_stream` for big files)."""
@@ -332,11 +239,11 @@ class KernelFiles:
         """The file's size when opened, then its chunks (the steps of :meth:`read_stream`)."""
         rel = check_path(path)
         size = self._chunk_bytes()
-        check = _chunk_of(size)
+        check = check_chunk_of(size)
         async with self._kernel._lock:  # noqa: SLF001 - serialised with cells
             channel = await self._channel()
             try:
-                opened = await channel.call("file_read_open", {"path": rel}, check=_handle)
+                opened = await channel.call("file_read_open", {"path": rel}, check=check_opened)
             except (RemoteError, ClosedError, ConnectionError) as exc:
                 raise await self._failed("files.read", exc) from None
             handle = opened["handle"]
@@ -362,7 +269,7 @@ class KernelFiles:
                 await _drain(flight)
                 if not channel.closed.done():
                     try:
-                        await channel.call("file_read_close", {"handle": handle}, check=_none)
+                        await channel.call("file_read_close", {"handle": handle}, check=check_nil)
                     except RemoteError as exc:
                         raise await self._failed("files.read", exc) from None
 
@@ -398,7 +305,7 @@ class KernelFiles:
                 return
             try:
                 params = {"path": rel, "share": True}
-                opened = await channel.call("file_read_open", params, check=_shared)
+                opened = await channel.call("file_read_open", params, check=check_shared)
             except (RemoteError, ClosedError, ConnectionError) as exc:
                 raise await self._failed("files.read", exc) from None
             try:
@@ -415,7 +322,7 @@ class KernelFiles:
                 if not channel.closed.done():
                     params = {"handle": opened["handle"]}
                     try:
-                        await channel.call("file_read_close", params, check=_none)
+                        await channel.call("file_read_close", params, check=check_nil)
                     except RemoteError as exc:
                         raise await self._failed("files.read", exc) from None
 
@@ -430,7 +337,7 @@ class KernelFiles:
         async with self._kernel._lock:  # noqa: SLF001
             channel = await self._channel()
             try:
-                return await channel.call("file_list", {"glob": glob}, check=_listing)  # type: ignore[no-any-return]
+                return await channel.call("file_list", {"glob": glob}, check=check_listing)  # type: ignore[no-any-return]
             except (RemoteError, ClosedError, ConnectionError) as exc:
                 raise await self._failed("files.list", exc) from None
 
@@ -440,61 +347,9 @@ class KernelFiles:
         async with self._kernel._lock:  # noqa: SLF001
             channel = await self._channel()
             try:
-                await channel.call("file_delete", {"path": rel}, check=_none)
+                await channel.call("file_delete", {"path": rel}, check=check_nil)
             except (RemoteError, ClosedError, ConnectionError) as exc:
                 raise await self._failed("files.delete", exc) from None
-
-
-async def copy_out(
-    files: KernelFiles, dest: Path, globs: Iterable[str] = ("**/*",)
-) -> tuple[list[str], list[str]]:
-    """Copy the workdir files matching any of *globs* into the host directory *dest*.
-
-    Returns (copied, skipped) workdir paths; a file the kernel refuses to read (a link out of
-    the workdir) is skipped. The paths come from the kernel, so they are checked again here: a
-    file lands strictly inside *dest* (made if missing), is opened without following a link,
-    and replaces what was there. Raises FileError, UsageError (a path that would leave
-    *dest*), OSError from the host's own filesystem, and what the kernel's calls raise.
-    """
-    root = _made(dest)
-    seen: dict[str, FileInfo] = {}
-    for pattern in globs:
-        for info in await files.list(pattern):
-            seen.setdefault(info.path, info)
-    copied, skipped = [], []
-    for rel in sorted(seen):
-        if seen[rel].is_dir:
-            continue
-        try:
-            stream = files.read_stream(rel)
-            first = await anext(stream, b"")
-        except FileError as exc:
-            if exc.reason != "refused":
-                raise
-            skipped.append(rel)
-            continue
-        with _target(root, rel) as out:
-            out.write(first)
-            async for chunk in stream:
-                out.write(chunk)
-        copied.append(rel)
-    return copied, skipped
-
-
-def _made(dest: Path) -> Path:
-    root = dest.resolve()
-    root.mkdir(parents=True, exist_ok=True)
-    return root
-
-
-def _target(root: Path, rel: str) -> BinaryIO:
-    """The host file for workdir path *rel* under *root*, opened for writing (no link)."""
-    target = root / rel
-    if not target.parent.resolve().is_relative_to(root):
-        raise UsageError("a workdir file would be copied outside the output directory")
-    target.parent.mkdir(parents=True, exist_ok=True)
-    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC
-    return os.fdopen(os.open(target, flags, 0o644), "wb")
 
 
 async def _once(data: bytes) -> AsyncIterator[bytes]:
@@ -519,107 +374,8 @@ async def _abort(channel: Channel, flight: deque[asyncio.Future[Any]], handle: i
     if channel.closed.done():
         return  # the kernel is gone, and its workdir with it
     try:
-        await channel.call("file_write_close", {"handle": handle, "commit": False}, check=_count)
+        await channel.call(
+            "file_write_close", {"handle": handle, "commit": False}, check=check_written
+        )
     except (RemoteError, ClosedError, ConnectionError):
         return  # the write failed already; that error is the one raised
-
-
-# -- the sync twin -------------------------------------------------------------------------------
-
-
-@final
-class Files:
-    """The blocking twin of :class:`KernelFiles` (``Kernel.files``); same methods, same errors."""
-
-    def __init__(self, portal: Portal, core: KernelFiles) -> None:
-        self._portal = portal
-        self._core = core
-
-    def write(self, path: str, data: bytes | Iterable[bytes]) -> int:
-        """Write *data* (bytes or an iterable of bytes) to *path*; see ``KernelFiles.write``."""
-        if isinstance(data, bytes | bytearray | memoryview):
-            return self._portal.call(self._core.write(path, bytes(data)))
-        return self._portal.call(self._core.write(path, _pieces(iter(data))))
-
-    def read(self, path: str) -> bytes:
-        """The content of *path*; see ``KernelFiles.read``."""
-        return self._portal.call(self._core.read(path))
-
-    def read_stream(self, path: str) -> Iterator[bytes]:
-        """The content of *path* chunk by chunk; see ``KernelFiles.read_stream``."""
-        return self._chunks(self._core.read_stream(path))
-
-    def read_sized(self, path: str) -> tuple[int, Generator[bytes, None, None]]:
-        """The size of *path* when opened, and its content; see ``KernelFiles.read_sized``.
-
-        The kernel is held until the iterator ends or is closed (``close()``).
-        """
-        size, stream = self._portal.call(self._core.read_sized(path))
-        chunks = self._chunks(stream, primed=True)
-        next(chunks)  # to its first yield: from here on, closing it closes the stream
-        return size, chunks
-
-    def _chunks(
-        self, stream: AsyncGenerator[bytes, None], *, primed: bool = False
-    ) -> Generator[bytes, None, None]:
-        """The blocking iteration of *stream*; closing it closes *stream*.
-
-        *primed*: it first yields ``b""`` for the caller to take at once (not a chunk).
-        """
-        try:
-            if primed:
-                yield b""
-            while True:
-                try:
-                    chunk = self._portal.call(_next(stream))
-                except StopAsyncIteration:
-                    return
-                yield chunk
-        finally:
-            self._portal.call(stream.aclose())
-
-    def open_shared(self, path: str) -> BlockingSharedFile | None:
-        """*path* opened by the kernel, taken into this process; see ``KernelFiles.open_shared``.
-
-        The kernel is held until the result is closed (``close()``, or a ``with`` block).
-        """
-        shared = self._portal.call(self._core.open_shared(path))
-        return None if shared is None else BlockingSharedFile(self._portal, shared)
-
-    def list(self, glob: str = "**/*") -> list[FileInfo]:
-        """Entries matching *glob*; see ``KernelFiles.list``."""
-        return self._portal.call(self._core.list(glob))
-
-    def delete(self, path: str) -> None:
-        """Remove *path*; see ``KernelFiles.delete``."""
-        self._portal.call(self._core.delete(path))
-
-
-@final
-class BlockingSharedFile:
-    """The blocking twin of :class:`SharedFile` (``Files.open_shared``): ``fd``, ``size``."""
-
-    def __init__(self, portal: Portal, core: SharedFile) -> None:
-        self.fd = core.fd
-        self.size = core.size
-        self._portal = portal
-        self._core = core
-
-    def close(self) -> None:
-        """Close the descriptor and release the kernel. Idempotent."""
-        self._portal.call(self._core.aclose())
-
-    def __enter__(self) -> BlockingSharedFile:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-
-async def _pieces(source: Iterator[bytes]) -> AsyncIterator[bytes]:
-    for piece in source:  # runs on the kernel's loop thread, between chunks sent
-        yield piece
-
-
-async def _next(stream: AsyncIterator[bytes]) -> bytes:
-    return await anext(stream)

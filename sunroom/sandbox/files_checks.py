@@ -1,0 +1,123 @@
+"""What ``kernel.files`` checks: workdir paths before they are sent, answers when they arrive.
+
+A path is refused on the host before any request (:func:`check_path`: absolute, ``..``, NUL, the
+workdir itself), and the kernel checks it again. The kernel is not trusted, so every answer to a
+``file_*`` request is checked against its shape by one of the ``check_*`` functions here, passed
+as the ``check`` of the channel's call: an answer out of shape raises WireError, which the
+channel turns into a ProtocolError (and closes). A listing's paths must be normalized and stay
+inside the workdir; they become :class:`FileInfo` entries.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, final
+
+from sunroom.errors import FileError, UsageError
+from sunroom.prelude.files import MAX_LIST, PathRefused, normalize
+from sunroom.rpc.codec import WireError
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class FileInfo:
+    """One entry of a listing: its workdir-relative path, size in bytes, mtime (epoch s)."""
+
+    path: str
+    size: int
+    mtime: float
+    is_dir: bool
+
+    def to_dict(self) -> dict[str, Any]:
+        """The entry as JSON-ready data."""
+        return {"path": self.path, "size": self.size, "mtime": self.mtime, "is_dir": self.is_dir}
+
+
+def check_path(path: str) -> str:
+    """*path* normalized (``a/b``); raises FileError(reason="refused") or UsageError."""
+    if not isinstance(path, str):
+        raise UsageError("a workdir path must be a str")
+    try:
+        return normalize(path)
+    except PathRefused as exc:
+        raise FileError(str(exc), reason="refused") from None
+
+
+# -- the checks of the kernel's answers ----------------------------------------------------------
+
+
+def check_opened(result: Any) -> dict[str, int]:
+    """The answer to ``file_*_open``: its ``handle`` and ``size`` (0 when not sent)."""
+    if type(result) is not dict:
+        raise WireError("a file open result must be a map")
+    handle, size = result.get("handle"), result.get("size", 0)
+    if type(handle) is not int or type(size) is not int or size < 0:
+        raise WireError("a file open result must hold an int handle and a size >= 0")
+    return {"handle": handle, "size": size}
+
+
+def check_shared(result: Any) -> dict[str, int]:
+    """The answer to a shared ``file_read_open``: :func:`check_opened`'s, with fd, dev, ino."""
+    opened = check_opened(result)
+    for key in ("fd", "dev", "ino"):
+        value = result.get(key)
+        if type(value) is not int or value < 0:
+            raise WireError("a shared file open result must hold ints fd, dev and ino >= 0")
+        opened[key] = value
+    return opened
+
+
+def check_written(result: Any) -> int:
+    """The answer to ``file_write_chunk`` or ``file_write_close``: a byte count."""
+    if type(result) is not int or result < 0:
+        raise WireError("a file write result must be an int >= 0")
+    return result
+
+
+def check_nil(result: Any) -> None:
+    """The answer to ``file_read_close`` or ``file_delete``: nil."""
+    if result is not None:
+        raise WireError("a file close or delete result must be nil")
+
+
+def check_chunk_of(size: int) -> Any:
+    """The check of an answer to ``file_read_chunk`` asking for *size* bytes: at most that."""
+
+    def check(result: Any) -> bytes:
+        if type(result) is not bytes:
+            raise WireError("a file read result must be bytes")
+        if len(result) > size:
+            raise WireError(f"a file read result must be at most {size} bytes")
+        return result
+
+    return check
+
+
+def check_listing(result: Any) -> list[FileInfo]:
+    """The answer to ``file_list``: its entries, each path normalized and inside the workdir."""
+    if type(result) is not list:
+        raise WireError("a file listing must be a list")
+    if len(result) > MAX_LIST:
+        raise WireError(f"a file listing must have at most {MAX_LIST} entries")
+    out = []
+    for row in result:
+        if type(row) is not dict:
+            raise WireError("a file listing entry must be a map")
+        path, size, is_dir = row.get("path"), row.get("size"), row.get("is_dir")
+        mtime: Any = row.get("mtime")
+        if type(path) is not str or not path or len(path) > 4096:
+            raise WireError("a file listing path must be a non-empty str")
+        try:
+            if normalize(path) != path:
+                raise WireError("a file listing path must be normalized")
+        except PathRefused:  # '..', absolute, NUL: never used on the host
+            raise WireError("a file listing path must stay inside the workdir") from None
+        if type(size) is not int or size < 0:
+            raise WireError("a file listing size must be an int >= 0")
+        if type(mtime) not in (int, float) or not math.isfinite(mtime):
+            raise WireError("a file listing mtime must be a finite number")
+        if type(is_dir) is not bool:
+            raise WireError("a file listing is_dir must be a bool")
+        out.append(FileInfo(path, size, float(mtime), is_dir))
+    return out
