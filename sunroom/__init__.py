@@ -21,6 +21,7 @@ _EXPORTS: dict[str, str] = {
     "Template": "sunroom.sandbox.template",
     "JupyterBackend": "sunroom.jupyter",
     "Limits": "sunroom.sandbox.limits",
+    "Network": "sunroom.network.policy",
     "File": "sunroom.sandbox.inputs",
     "Directory": "sunroom.sandbox.inputs",
     "ExecutionResult": "sunroom.sandbox.result",
@@ -99,6 +100,7 @@ __all__ = [
     "McpServerError",
     "McpToolError",
     "Model",
+    "Network",
     "OutputSchema",
     "ProtocolError",
     "ProviderError",
@@ -154,6 +156,7 @@ if TYPE_CHECKING:
         UsageError,
     )
     from sunroom.jupyter import JupyterBackend
+    from sunroom.network.policy import Network
     from sunroom.providers import (
         AssistantMessage,
         FunctionModel,

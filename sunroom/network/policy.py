@@ -13,7 +13,7 @@ import ipaddress
 import math
 import re
 import types
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -209,6 +209,7 @@ class Network:
     only with ``tls="terminate"`` (the proxy then decrypts traffic to those hosts with a
     per-kernel CA the kernel trusts); with ``"passthrough"`` a CONNECT to such a host is refused.
 
+    Lists and dicts are accepted and stored as tuples and read-only mappings.
     Names resolve on the host, once per connection; every address must be global unless it is
     inside ``allow_addresses`` (CIDRs); ``hosts`` maps names to fixed IPs like /etc/hosts.
     ``ca_file`` adds CAs the proxy trusts for upstream TLS in terminate mode. ``max_bytes``
@@ -217,10 +218,10 @@ class Network:
     ``idle_timeout_s`` ends a connection with no bytes either way for that long.
     """
 
-    allow: tuple[str, ...] = ()
+    allow: Sequence[str] = ()
     inject: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
     tls: Literal["passthrough", "terminate"] = "passthrough"
-    allow_addresses: tuple[str, ...] = ()
+    allow_addresses: Sequence[str] = ()
     hosts: Mapping[str, str] = field(default_factory=dict)
     ca_file: str | None = None
     max_bytes: int | None = None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import jsonschema
 import pytest
@@ -46,7 +47,19 @@ def test_ip_literals_only_when_listed_exactly() -> None:
 
 @pytest.mark.parametrize(
     "entry",
-    ["", "a..b", "*.com", "*.1.2.3.4", "a*.b.com", "host:0", "host:70000", "host:x", "-a.com", "[::1", "a b.com"],
+    [
+        "",
+        "a..b",
+        "*.com",
+        "*.1.2.3.4",
+        "a*.b.com",
+        "host:0",
+        "host:70000",
+        "host:x",
+        "-a.com",
+        "[::1",
+        "a b.com",
+    ],
 )
 def test_bad_patterns_are_usage_errors(entry: str) -> None:
     with pytest.raises(UsageError):
@@ -54,6 +67,7 @@ def test_bad_patterns_are_usage_errors(entry: str) -> None:
 
 
 def test_bad_fields_are_usage_errors() -> None:
+    kwargs: dict[str, Any]
     for kwargs in (
         {"tls": "sometimes"},
         {"allow_addresses": ["10.0.0.1/8"]},
@@ -66,7 +80,7 @@ def test_bad_fields_are_usage_errors() -> None:
         {"allow": "pypi.org"},
     ):
         with pytest.raises(UsageError):
-            Network(**kwargs)  # type: ignore[arg-type]
+            Network(**kwargs)
 
 
 def test_inject_must_be_covered_and_well_formed_and_never_shown() -> None:
