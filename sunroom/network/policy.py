@@ -19,7 +19,14 @@ from typing import Any, Literal
 
 from sunroom.errors import UsageError
 
-__all__ = ["DEFAULT_PORTS", "Network", "network_schema", "normalize_host", "parse_pattern"]
+__all__ = [
+    "DEFAULT_PORTS",
+    "Network",
+    "is_ip",
+    "network_schema",
+    "normalize_host",
+    "parse_pattern",
+]
 
 DEFAULT_PORTS: frozenset[int] = frozenset({80, 443})
 """The ports a pattern without a port allows."""
@@ -107,14 +114,15 @@ def parse_pattern(entry: str) -> tuple[str, bool, frozenset[int]]:
         host = normalize_host(text)
     except UsageError:
         raise UsageError(f"{entry!r} is not a valid host pattern.") from None
-    if wildcard and _is_ip(host):
+    if wildcard and is_ip(host):
         raise UsageError(f"{entry!r}: an IP address cannot take a wildcard.")
     if wildcard and "." not in host:
         raise UsageError(f"{entry!r}: a wildcard must name a domain with a dot (not a TLD).")
     return host, wildcard, ports
 
 
-def _is_ip(host: str) -> bool:
+def is_ip(host: str) -> bool:
+    """Whether ``host`` is an IP literal (without brackets)."""
     try:
         ipaddress.ip_address(host)
     except ValueError:
@@ -144,7 +152,7 @@ class _Matcher:
     def keys_for(self, host: str, port: int) -> list[tuple[str, bool]]:
         """The (host, wildcard) keys that match, least specific first."""
         found: list[tuple[str, bool]] = []
-        if not _is_ip(host):
+        if not is_ip(host):
             labels = host.split(".")
             for start in range(len(labels) - 1, 0, -1):
                 suffix = ".".join(labels[start:])

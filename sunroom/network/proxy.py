@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ipaddress
 import logging
 import ssl
 import time
@@ -36,7 +35,7 @@ from sunroom.network.http import (
     forward_headers,
     host_header,
 )
-from sunroom.network.policy import Network, parse_pattern
+from sunroom.network.policy import Network, is_ip, parse_pattern
 from sunroom.network.resolve import HostResolver, Resolver, address_refusal
 
 __all__ = ["HEAD_TIMEOUT_S", "MAX_HEAD_BYTES", "Connection", "EgressProxy"]
@@ -132,12 +131,35 @@ def _shown(host: str, port: int) -> str:
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
-def _is_ip(host: str) -> bool:
-    try:
-        ipaddress.ip_address(host)
-    except ValueError:
-        return False
-    return True
+def _resend(event: object, conn: h11.Connection, cut_off: str) -> bytes:
+    """``event`` (a response head or a body part) serialized again by ``conn``.
+
+    Response heads lose their hop-by-hop headers and gain ``Connection: close``; any other
+    event (the peer closed early) ends the connection with ``cut_off`` as the reason.
+    """
+    if isinstance(event, h11.Data):
+        out = conn.send(h11.Data(data=event.data))
+    elif isinstance(event, h11.EndOfMessage):
+        out = conn.send(h11.EndOfMessage())
+    elif isinstance(event, h11.InformationalResponse):
+        out = conn.send(
+            h11.InformationalResponse(
+                status_code=event.status_code,
+                headers=forward_headers(event.headers, {})[:-1],
+                reason=event.reason,
+            )
+        )
+    elif isinstance(event, h11.Response):
+        out = conn.send(
+            h11.Response(
+                status_code=event.status_code,
+                headers=forward_headers(event.headers, {}),
+                reason=event.reason,
+            )
+        )
+    else:
+        raise _Ended(cut_off)
+    return out or b""
 
 
 class EgressProxy:
@@ -395,7 +417,7 @@ class EgressProxy:
         self, flow: _Flow, *, tls: bool
     ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
         host, port = flow.host, flow.port
-        if _is_ip(host):
+        if is_ip(host):
             addresses = [host]
         else:
             try:
@@ -630,12 +652,9 @@ class EgressProxy:
             if event is h11.NEED_DATA:
                 conn.receive_data(await reader.read(CHUNK))
                 continue
-            if isinstance(event, h11.Data):
-                out = client.send(h11.Data(data=event.data))
-            elif isinstance(event, h11.EndOfMessage):
-                out = client.send(h11.EndOfMessage())
-            else:
+            if isinstance(event, h11.Request | h11.InformationalResponse | h11.Response):
                 raise _Ended("the request body was cut off")
+            out = _resend(event, client, "the request body was cut off")
             if out:
                 self._count(flow, len(out), outbound=True)
                 up_writer.write(out)
@@ -662,28 +681,7 @@ class EgressProxy:
                     self._count(flow, len(data), outbound=False)
                 client.receive_data(data)
                 continue
-            if isinstance(event, h11.InformationalResponse):
-                out = conn.send(
-                    h11.InformationalResponse(
-                        status_code=event.status_code,
-                        headers=forward_headers(event.headers, {})[:-1],
-                        reason=event.reason,
-                    )
-                )
-            elif isinstance(event, h11.Response):
-                out = conn.send(
-                    h11.Response(
-                        status_code=event.status_code,
-                        headers=forward_headers(event.headers, {}),
-                        reason=event.reason,
-                    )
-                )
-            elif isinstance(event, h11.Data):
-                out = conn.send(h11.Data(data=event.data))
-            elif isinstance(event, h11.EndOfMessage):
-                out = conn.send(h11.EndOfMessage())
-            else:
-                raise _Ended("the upstream closed before its answer ended")
+            out = _resend(event, conn, "the upstream closed before its answer ended")
             if out:
                 writer.write(out)
                 await writer.drain()
