@@ -327,7 +327,17 @@ class EgressProxy:
         self, conn: h11.Connection, reader: asyncio.StreamReader, deadline: float
     ) -> h11.Request:
         """The client's request head, parsed by h11 within ``deadline`` (loop time)."""
-        loop = asyncio.get_running_loop()
+        try:
+            async with asyncio.timeout_at(deadline):
+                return await self._parse_head(conn, reader)
+        except TimeoutError:
+            raise _Refused(
+                408,
+                "head timeout",
+                f"sunroom: the request head did not arrive within {self._head_timeout_s:g} s.",
+            ) from None
+
+    async def _parse_head(self, conn: h11.Connection, reader: asyncio.StreamReader) -> h11.Request:
         fed = 0
         while True:
             try:
@@ -344,17 +354,7 @@ class EgressProxy:
                 raise _Ended("closed before a request")
             if fed >= self._max_head_bytes:
                 raise self._head_too_large()
-            remaining = deadline - loop.time()
-            try:
-                if remaining <= 0:
-                    raise TimeoutError
-                data = await asyncio.wait_for(reader.read(self._max_head_bytes - fed), remaining)
-            except TimeoutError:
-                raise _Refused(
-                    408,
-                    "head timeout",
-                    f"sunroom: the request head did not arrive within {self._head_timeout_s:g} s.",
-                ) from None
+            data = await reader.read(self._max_head_bytes - fed)
             fed += len(data)
             conn.receive_data(data)
 
@@ -500,33 +500,45 @@ class EgressProxy:
             with contextlib.suppress(OSError):
                 sink.write_eof()
 
-    async def _idle(self, flow: _Flow) -> None:
-        loop = asyncio.get_running_loop()
-        idle = self.network.idle_timeout_s
-        while True:
-            remaining = flow.active + idle - loop.time()
-            if remaining <= 0:
-                raise _Ended("idle timeout")
-            await asyncio.sleep(remaining)
-
     async def _supervise(
-        self, flow: _Flow, main: Awaitable[object], *side: Awaitable[object]
+        self, flow: _Flow, mains: list[Awaitable[object]], sides: list[Awaitable[object]]
     ) -> None:
-        """Run ``main`` (with ``side`` alongside) under the idle timeout; end all when it ends."""
-        work = asyncio.ensure_future(main)
-        others = [asyncio.ensure_future(s) for s in side]
-        watch = asyncio.ensure_future(self._idle(flow))
+        """Run ``mains`` and ``sides`` as tasks until every main one ends.
+
+        Under the idle timeout; a failure of any ends them all (the caller closes the streams).
+        """
+        loop = asyncio.get_running_loop()
+        tasks = [asyncio.ensure_future(work) for work in (*mains, *sides)]
+        main_tasks = set(tasks[: len(mains)])
+        idle = self.network.idle_timeout_s
+        expired = False
+        timer: asyncio.TimerHandle | None = None
+
+        def check_idle() -> None:
+            nonlocal expired, timer
+            if loop.time() >= flow.active + idle:
+                expired = True
+                for task in tasks:
+                    task.cancel()
+            else:
+                timer = loop.call_at(flow.active + idle, check_idle)
+
+        timer = loop.call_at(flow.active + idle, check_idle)
         try:
-            pending = {work, watch, *others}
-            while work in pending:
+            pending = set(tasks)
+            while pending & main_tasks:
                 done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+                if expired:
+                    raise _Ended("idle timeout")
                 for task in done:
                     task.result()  # a failed side task ends the connection too
             flow.finished = True
         finally:
-            for task in (work, watch, *others):
+            if timer is not None:
+                timer.cancel()
+            for task in tasks:
                 task.cancel()
-            await asyncio.gather(work, watch, *others, return_exceptions=True)
+            await asyncio.gather(*tasks, return_exceptions=True)
 
     async def _connect(
         self,
@@ -560,10 +572,11 @@ class EgressProxy:
             up_writer.write(early)
         await self._supervise(
             flow,
-            asyncio.gather(
+            [
                 self._pump(flow, reader, up_writer, outbound=True),
                 self._pump(flow, up_reader, writer, outbound=False),
-            ),
+            ],
+            [],
         )
 
     async def _terminate(
@@ -635,8 +648,8 @@ class EgressProxy:
         up_writer.write(head)
         await self._supervise(
             flow,
-            self._relay_response(flow, conn, writer, client, up_reader),
-            self._relay_body(flow, conn, reader, client, up_writer),
+            [self._relay_response(flow, conn, writer, client, up_reader)],
+            [self._relay_body(flow, conn, reader, client, up_writer)],
         )
 
     async def _relay_body(
