@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
+
+import pytest
 
 from sunroom.network import Connection
 
-from .upstream import ask, get, loopback, running, upstream
+from .upstream import ask, get, loopback, running, tunnel, upstream
 
 SECRET = "Bearer sk-plain-http-secret"
 
@@ -171,7 +174,7 @@ async def test_a_resolver_failure_is_a_502() -> None:
 
 
 async def test_an_on_connection_callback_that_raises_does_not_hurt_the_proxy(
-    caplog: object,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     def bad(record: Connection) -> None:
         raise RuntimeError("callback bug")
@@ -182,7 +185,7 @@ async def test_an_on_connection_callback_that_raises_does_not_hurt_the_proxy(
             one = await ask(sock, get("api.test", up.port))
             two = await ask(sock, get("api.test", up.port))
     assert one.status == two.status == 200
-    assert "on_connection callback raised" in caplog.text  # type: ignore[attr-defined]
+    assert "on_connection callback raised" in caplog.text
 
 
 async def test_an_unreachable_port_is_a_502() -> None:
@@ -193,3 +196,25 @@ async def test_an_unreachable_port_is_a_502() -> None:
     async with running(loopback("api.test", allow=[f"api.test:{port}"])) as (_, sock):
         answer = await ask(sock, get("api.test", port))
     assert answer.status == 502
+
+
+async def test_no_log_line_or_record_holds_an_injected_value_or_a_kernel_header(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.DEBUG, logger="sunroom")
+    records: list[Connection] = []
+    async with upstream() as up:
+        net = loopback(
+            "api.test",
+            allow=[f"api.test:{up.port}", "api.test"],
+            inject={f"api.test:{up.port}": {"Authorization": SECRET}, "api.test": {"X-K": SECRET}},
+        )
+        async with running(net, on_connection=records.append) as (_, sock):
+            kernel_header = "X-Kernel-Token: kt-private-123\r\n"
+            ok = await ask(sock, get("api.test", up.port, extra=kernel_header))
+            refused, _, _ = await tunnel(sock, "api.test", 443)  # inject over passthrough TLS
+            unreachable = await ask(sock, get("api.test", 80, extra=kernel_header))
+    assert ok.status == 200 and refused.status == 403 and unreachable.status == 502
+    assert caplog.records  # the proxy did log
+    text = caplog.text + repr(records) + refused.body.decode() + unreachable.body.decode()
+    assert SECRET not in text and "kt-private-123" not in text
