@@ -56,6 +56,7 @@ GUIDES = {
     "docs/mcp.md": ["42", "42"],
     "docs/approvals.md": ["success deleted old", "pay() was denied: over the limit of 100"],
     "docs/jupyter.md": ["42"],
+    "docs/network.md": ["(200, 403)", "True False"],
     "docs/embeddings.md": [
         "[(0, 'It is so sunny outside!')]",
         "1 success The invoice is due on Friday.",
