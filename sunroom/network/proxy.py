@@ -252,12 +252,6 @@ class EgressProxy:
         if self._ca is not None:
             self._ca.close()
 
-    async def __aenter__(self) -> EgressProxy:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.aclose()
-
     # -- one connection ----------------------------------------------------------------------
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
