@@ -22,6 +22,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from sunroom.network.policy import is_ip
+
 __all__ = ["CA_VALIDITY", "ProxyCA", "ca_bundle"]
 
 CA_VALIDITY = datetime.timedelta(days=7)
@@ -120,7 +122,8 @@ class ProxyCA:
         """A server certificate for ``host`` signed by this CA (PEM)."""
         cert = (
             x509.CertificateBuilder()
-            .subject_name(_name(host[:64]))
+            # an IP as the CN would be read as a DNS name by name-constraint checks
+            .subject_name(_name("IP leaf" if is_ip(host) else host[:64]))
             .issuer_name(self._cert.subject)
             .public_key(self._leaf_key.public_key())
             .serial_number(x509.random_serial_number())

@@ -179,3 +179,22 @@ def test_ca_bundle_appends_the_proxy_ca_to_the_system_bundle() -> None:
     bundle = ca_bundle(pem)
     assert bundle.endswith(pem)
     assert bundle.count(b"BEGIN CERTIFICATE") > 10  # the system's CAs are there too
+
+
+async def test_terminate_mode_serves_an_ip_literal_host() -> None:
+    ca = UpstreamCA("127.0.0.1")
+    try:
+        async with upstream(ca.server("127.0.0.1")) as up:
+            net = Network(
+                allow=[f"127.0.0.1:{up.port}"],
+                allow_addresses=["127.0.0.1/32"],
+                inject={f"127.0.0.1:{up.port}": {"Authorization": SECRET}},
+                tls="terminate",
+                ca_file=str(ca.file),
+            )
+            async with running(net) as (proxy, sock):
+                assert proxy.ca_pem is not None
+                status, _ = await _https_get(sock, "127.0.0.1", up.port, proxy.ca_pem)
+        assert status == 200 and up.header(0, "authorization") == [SECRET]
+    finally:
+        ca.close()
