@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import ssl
 import time
 from collections.abc import Awaitable, Callable
@@ -48,6 +49,8 @@ HEAD_TIMEOUT_S = 30.0
 """How long a client may take to send its request head (the slowloris defence)."""
 CHUNK = 256 * 1024
 """Bytes read per relay step."""
+MAX_SOCKET_PATH = 107
+"""The longest Unix socket path Linux takes (``sun_path`` is 108 bytes with its NUL)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -215,6 +218,10 @@ class EgressProxy:
         """
         if self._server is not None or self._closed:
             raise UsageError("an EgressProxy starts once.")
+        if len(os.fsencode(socket_path)) > MAX_SOCKET_PATH:
+            raise UsageError(
+                f"the proxy's socket path is over {MAX_SOCKET_PATH} bytes (a Unix socket limit)."
+            )
         if self.network.tls == "terminate":
             hosts = [parse_pattern(key)[0] for key in self.network.inject]
             self._ca = ProxyCA(hosts)
