@@ -23,11 +23,11 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import h11
 
 from sunroom.errors import UsageError
-from sunroom.network.ca import ProxyCA
 from sunroom.network.http import (
     BadTarget,
     absolute_target,
@@ -40,6 +40,9 @@ from sunroom.network.policy import Network, is_ip, parse_pattern
 from sunroom.network.resolve import HostResolver, Resolver, address_refusal
 
 __all__ = ["HEAD_TIMEOUT_S", "MAX_HEAD_BYTES", "Connection", "EgressProxy"]
+
+if TYPE_CHECKING:
+    from sunroom.network.ca import ProxyCA
 
 log = logging.getLogger(__name__)
 
@@ -223,6 +226,8 @@ class EgressProxy:
                 f"the proxy's socket path is over {MAX_SOCKET_PATH} bytes (a Unix socket limit)."
             )
         if self.network.tls == "terminate":
+            from sunroom.network.ca import ProxyCA  # cryptography: only terminate mode needs it
+
             hosts = [parse_pattern(key)[0] for key in self.network.inject]
             self._ca = ProxyCA(hosts)
             self.ca_pem = self._ca.pem
