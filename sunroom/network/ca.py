@@ -1,9 +1,10 @@
 """The per-proxy certificate authority of terminate mode, and the bundle a kernel trusts.
 
 One CA per proxy (so per kernel), made when the proxy starts: an EC P-256 key that lives only
-in this process's memory (and, for the TLS stack, in a private temporary directory that is
-removed when the proxy closes), valid for :data:`CA_VALIDITY`, and name-constrained to the
-hosts that have injected headers, so that even a leaked key cannot vouch for any other name.
+in this process's memory (the TLS stack loads each leaf and its key from a file in a private
+temporary directory, deleted right after loading), valid for :data:`CA_VALIDITY`, and
+name-constrained to the hosts that have injected headers, so that even a leaked key cannot
+vouch for any other name or IP.
 Leaf certificates are made on demand per host and cached.
 """
 
@@ -20,6 +21,8 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+from sunroom.network.policy import is_ip
 
 __all__ = ["CA_VALIDITY", "ProxyCA", "ca_bundle"]
 
@@ -52,6 +55,24 @@ def _constraint(host: str) -> x509.GeneralName:
         return x509.IPAddress(ipaddress.ip_network(host))
     except ValueError:
         return x509.DNSName(host)
+
+
+def _constraints(hosts: list[str]) -> x509.NameConstraints:
+    """Names and IPs under ``hosts`` only; with no name (no IP) among them, no name (no IP).
+
+    A type of name is constrained only when a subtree of that type is listed, so an absent
+    type is closed explicitly: DNS names to the reserved ``invalid`` domain, IPs excluded.
+    """
+    permitted = [_constraint(h) for h in dict.fromkeys(hosts)]
+    if not any(isinstance(p, x509.DNSName) for p in permitted):
+        permitted.append(x509.DNSName("invalid"))
+    excluded: list[x509.GeneralName] | None = None
+    if not any(isinstance(p, x509.IPAddress) for p in permitted):
+        excluded = [
+            x509.IPAddress(ipaddress.ip_network("0.0.0.0/0")),
+            x509.IPAddress(ipaddress.ip_network("::/0")),
+        ]
+    return x509.NameConstraints(permitted_subtrees=permitted, excluded_subtrees=excluded)
 
 
 class ProxyCA:
@@ -91,12 +112,7 @@ class ProxyCA:
                 x509.SubjectKeyIdentifier.from_public_key(self._key.public_key()), critical=False
             )
         )
-        if hosts:
-            permitted = [_constraint(h) for h in dict.fromkeys(hosts)]
-            builder = builder.add_extension(
-                x509.NameConstraints(permitted_subtrees=permitted, excluded_subtrees=None),
-                critical=True,
-            )
+        builder = builder.add_extension(_constraints(hosts), critical=True)
         self._cert = builder.sign(self._key, hashes.SHA256())
         self.pem: bytes = self._cert.public_bytes(serialization.Encoding.PEM)
         self._dir = Path(tempfile.mkdtemp(prefix="sunroom-ca-"))
@@ -106,7 +122,8 @@ class ProxyCA:
         """A server certificate for ``host`` signed by this CA (PEM)."""
         cert = (
             x509.CertificateBuilder()
-            .subject_name(_name(host[:64]))
+            # an IP as the CN would be read as a DNS name by name-constraint checks
+            .subject_name(_name("IP leaf" if is_ip(host) else host[:64]))
             .issuer_name(self._cert.subject)
             .public_key(self._leaf_key.public_key())
             .serial_number(x509.random_serial_number())

@@ -17,16 +17,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import ssl
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import h11
 
 from sunroom.errors import UsageError
-from sunroom.network.ca import ProxyCA
 from sunroom.network.http import (
     BadTarget,
     absolute_target,
@@ -40,6 +41,9 @@ from sunroom.network.resolve import HostResolver, Resolver, address_refusal
 
 __all__ = ["HEAD_TIMEOUT_S", "MAX_HEAD_BYTES", "Connection", "EgressProxy"]
 
+if TYPE_CHECKING:
+    from sunroom.network.ca import ProxyCA
+
 log = logging.getLogger(__name__)
 
 MAX_HEAD_BYTES = 64 * 1024
@@ -48,6 +52,8 @@ HEAD_TIMEOUT_S = 30.0
 """How long a client may take to send its request head (the slowloris defence)."""
 CHUNK = 256 * 1024
 """Bytes read per relay step."""
+MAX_SOCKET_PATH = 107
+"""The longest Unix socket path Linux takes (``sun_path`` is 108 bytes with its NUL)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -215,7 +221,13 @@ class EgressProxy:
         """
         if self._server is not None or self._closed:
             raise UsageError("an EgressProxy starts once.")
+        if len(os.fsencode(socket_path)) > MAX_SOCKET_PATH:
+            raise UsageError(
+                f"the proxy's socket path is over {MAX_SOCKET_PATH} bytes (a Unix socket limit)."
+            )
         if self.network.tls == "terminate":
+            from sunroom.network.ca import ProxyCA  # cryptography: only terminate mode needs it
+
             hosts = [parse_pattern(key)[0] for key in self.network.inject]
             self._ca = ProxyCA(hosts)
             self.ca_pem = self._ca.pem
@@ -251,12 +263,6 @@ class EgressProxy:
             self._socket_path.unlink()
         if self._ca is not None:
             self._ca.close()
-
-    async def __aenter__(self) -> EgressProxy:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.aclose()
 
     # -- one connection ----------------------------------------------------------------------
 

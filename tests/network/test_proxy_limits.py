@@ -6,8 +6,12 @@ from __future__ import annotations
 import asyncio
 import socket
 import time
+from pathlib import Path
 
-from sunroom.network import Connection
+import pytest
+
+from sunroom.errors import UsageError
+from sunroom.network import Connection, EgressProxy, Network
 from sunroom.network.proxy import MAX_HEAD_BYTES
 
 from .upstream import ask, get, loopback, read_answer, running, tunnel, upstream
@@ -175,3 +179,10 @@ async def test_aclose_ends_open_connections_and_is_idempotent() -> None:
             writer.close()
             assert not sock.exists()
     assert sorted(r.reason or "" for r in records) == ["proxy closed", "proxy closed"]
+
+
+async def test_a_socket_path_over_107_bytes_is_a_usage_error(tmp_path: Path) -> None:
+    proxy = EgressProxy(Network())
+    with pytest.raises(UsageError, match="107 bytes"):
+        await proxy.start(tmp_path / ("s" * 120))
+    await proxy.aclose()

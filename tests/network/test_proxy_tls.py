@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import ssl
 from collections.abc import Iterator
@@ -133,7 +134,44 @@ async def test_the_proxy_ca_is_name_constrained_to_the_injected_hosts() -> None:
         constraints = cert.extensions.get_extension_for_class(x509.NameConstraints)
         assert constraints.critical
         assert [n.value for n in constraints.value.permitted_subtrees or []] == ["api.corp.test"]
+        assert len(constraints.value.excluded_subtrees or []) == 2  # every IPv4 and IPv6
         assert (cert.not_valid_after_utc - cert.not_valid_before_utc).days <= 8
+
+
+async def test_a_leaf_for_a_name_outside_the_constraints_does_not_verify() -> None:
+    ca = UpstreamCA("api.test")
+    try:
+        async with upstream(ca.server("evil.test")) as evil, upstream(ca.server("api.test")) as ok:
+            trust = _client(ca.ca.pem)
+            _, writer = await asyncio.open_connection(
+                "127.0.0.1", ok.port, ssl=trust, server_hostname="api.test"
+            )
+            writer.close()
+            with pytest.raises(ssl.SSLCertVerificationError, match="subtree"):
+                await asyncio.open_connection(
+                    "127.0.0.1", evil.port, ssl=trust, server_hostname="evil.test"
+                )
+    finally:
+        ca.close()
+
+
+async def test_an_ipv6_literal_listed_exactly_with_its_address_allowed_is_relayed() -> None:
+    server = await asyncio.start_server(_hello, "::1", 0)
+    port = server.sockets[0].getsockname()[1]
+    net = Network(allow=[f"[::1]:{port}"], allow_addresses=["::1/128"])
+    async with server, running(net) as (_, sock):
+        answer, reader, writer = await tunnel(sock, "[::1]", port)
+        assert answer.status == 200
+        assert await reader.read() == b"hello over v6"
+        writer.close()
+        other, _, _ = await tunnel(sock, "[::1]", port + 1 if port < 65535 else port - 1)
+        assert other.status == 403
+
+
+async def _hello(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    writer.write(b"hello over v6")
+    await writer.drain()
+    writer.close()
 
 
 def test_ca_bundle_appends_the_proxy_ca_to_the_system_bundle() -> None:
@@ -141,3 +179,22 @@ def test_ca_bundle_appends_the_proxy_ca_to_the_system_bundle() -> None:
     bundle = ca_bundle(pem)
     assert bundle.endswith(pem)
     assert bundle.count(b"BEGIN CERTIFICATE") > 10  # the system's CAs are there too
+
+
+async def test_terminate_mode_serves_an_ip_literal_host() -> None:
+    ca = UpstreamCA("127.0.0.1")
+    try:
+        async with upstream(ca.server("127.0.0.1")) as up:
+            net = Network(
+                allow=[f"127.0.0.1:{up.port}"],
+                allow_addresses=["127.0.0.1/32"],
+                inject={f"127.0.0.1:{up.port}": {"Authorization": SECRET}},
+                tls="terminate",
+                ca_file=str(ca.file),
+            )
+            async with running(net) as (proxy, sock):
+                assert proxy.ca_pem is not None
+                status, _ = await _https_get(sock, "127.0.0.1", up.port, proxy.ca_pem)
+        assert status == 200 and up.header(0, "authorization") == [SECRET]
+    finally:
+        ca.close()
