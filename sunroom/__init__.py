@@ -21,6 +21,9 @@ _EXPORTS: dict[str, str] = {
     "Template": "sunroom.sandbox.template",
     "JupyterBackend": "sunroom.jupyter",
     "Limits": "sunroom.sandbox.limits",
+    "Packages": "sunroom.sandbox.packages",
+    "InstalledPackage": "sunroom.sandbox.packages",
+    "PackageInstallError": "sunroom.errors",
     "File": "sunroom.sandbox.inputs",
     "Directory": "sunroom.sandbox.inputs",
     "ExecutionResult": "sunroom.sandbox.result",
@@ -87,6 +90,7 @@ __all__ = [
     "ForkError",
     "FunctionModel",
     "Hooks",
+    "InstalledPackage",
     "HostFunction",
     "HostFunctionError",
     "JupyterBackend",
@@ -100,6 +104,8 @@ __all__ = [
     "McpToolError",
     "Model",
     "OutputSchema",
+    "PackageInstallError",
+    "Packages",
     "ProtocolError",
     "ProviderError",
     "Request",
@@ -146,6 +152,7 @@ if TYPE_CHECKING:
         KernelStartError,
         McpServerError,
         McpToolError,
+        PackageInstallError,
         ProtocolError,
         ProviderError,
         SandboxUnavailableError,
@@ -174,6 +181,7 @@ if TYPE_CHECKING:
     from sunroom.sandbox.inputs import Directory, File
     from sunroom.sandbox.kernel import AsyncKernel
     from sunroom.sandbox.limits import Limits
+    from sunroom.sandbox.packages import InstalledPackage, Packages
     from sunroom.sandbox.pool import KernelPool
     from sunroom.sandbox.result import CellError, DisplayItem, ExecutionResult, Variable
     from sunroom.sandbox.sync import Kernel

@@ -28,6 +28,13 @@ class InputMount:
     target: str
 
 
+DEFAULT_SITE_BYTES = 512 * 2**20
+"""Size of a kernel's writable site dir (``$SUNROOM_SITE``) when its Packages name none."""
+SITE_ENV = "SUNROOM_SITE"
+"""The environment variable through which a backend tells the kernel its site dir."""
+KERNEL_SITE = "/site"
+"""Where the sandboxing backends (bwrap, docker) put the site dir: a tmpfs of ``site_bytes``."""
+
 IPC_TOKEN = "{ipc}"
 """Replaced, in an :class:`ExecSpec`'s argv, env and files, by the kernel-side IPC directory."""
 PYTHON_TOKEN = "{python}"
@@ -65,7 +72,9 @@ class LaunchSpec:
     filesystem must mount each read-only at its target, or refuse to launch. ``program``, when
     set, is a foreign kernel program to run instead of sunroom's runtime; the process handle
     then has an ``ipc_dir`` attribute (the IPC directory as the host sees it). A backend that
-    cannot run one raises SandboxUnavailableError.
+    cannot run one raises SandboxUnavailableError. ``site_bytes`` caps the kernel's writable
+    site dir (:mod:`sunroom.prelude.packages`), which the backend makes and names in
+    ``$SUNROOM_SITE``.
     """
 
     limits: Limits
@@ -73,6 +82,7 @@ class LaunchSpec:
     env: Mapping[str, str] = field(default_factory=dict)
     mounts: tuple[InputMount, ...] = ()
     program: ExecSpec | None = None
+    site_bytes: int = DEFAULT_SITE_BYTES
 
 
 @runtime_checkable

@@ -11,6 +11,7 @@ from sunroom.sandbox.files import Files
 from sunroom.sandbox.functions import HostFunction
 from sunroom.sandbox.kernel import AsyncKernel, OutputCallback
 from sunroom.sandbox.limits import Limits
+from sunroom.sandbox.packages import InstalledPackage, PackageListing, Packages
 from sunroom.sandbox.portal import Portal, TwinState
 from sunroom.sandbox.result import ExecutionResult, Variable
 
@@ -40,13 +41,14 @@ class Kernel:
         env: Mapping[str, str] | None = None,
         on_output: OutputCallback | None = None,
         mcp: Iterable[McpServer] | Toolset = (),
+        packages: Packages | None = None,
     ) -> None:
         self._portal = Portal("sunroom-kernel-loop", what="the kernel")
         self._users = [1]  # kernels sharing the portal: this one and its copies
         self._state = TwinState.UNOPENED
         try:
             self._core: AsyncKernel = self._portal.call(
-                _build(backend, functions, inputs, limits, env, on_output, mcp)
+                _build(backend, functions, inputs, limits, env, on_output, mcp, packages)
             )
         except BaseException:
             self._portal.close()
@@ -118,6 +120,19 @@ class Kernel:
         """The user's variables; see ``AsyncKernel.variables``."""
         return self._portal.call(self._core.variables())
 
+    def install(self, *requirements: str, timeout_s: float | None = None) -> list[InstalledPackage]:
+        """Install packages into the kernel; see ``AsyncKernel.install``."""
+        return self._portal.call(self._core.install(*requirements, timeout_s=timeout_s))
+
+    def list_packages(self) -> PackageListing:
+        """What the kernel can import; see ``AsyncKernel.list_packages``."""
+        return self._portal.call(self._core.list_packages())
+
+    @property
+    def packages(self) -> Packages:
+        """The kernel's package settings (see :class:`~sunroom.Packages`)."""
+        return self._core.packages
+
     def interrupt(self) -> None:
         """Interrupt the running cell (safe to call from any thread)."""
         self._portal.call_soon(self._core.interrupt)
@@ -155,6 +170,7 @@ async def _build(
     env: Mapping[str, str] | None,
     on_output: OutputCallback | None,
     mcp: Iterable[McpServer] | Toolset,
+    packages: Packages | None,
 ) -> AsyncKernel:
     return AsyncKernel(
         backend=backend,
@@ -164,4 +180,5 @@ async def _build(
         env=env,
         on_output=on_output,
         mcp=mcp,
+        packages=packages,
     )
