@@ -2,8 +2,8 @@
 
 Boot order: adopt the inherited socket, capture fd 1/2, send ``hello`` (protocol version, pid,
 Python version, the nonce it was given), then serve ``execute``, ``bind``, ``bind_chunk``,
-``install``, ``variables``, ``install_packages`` / ``list_packages``
-(:mod:`sunroom.prelude.packages`), ``fork`` (:mod:`sunroom.prelude.forking`), ``shutdown`` and the
+``install``, ``variables``, ``install_packages`` (:mod:`sunroom.prelude.packages`),
+``list_packages``, ``fork`` (:mod:`sunroom.prelude.forking`), ``shutdown`` and the
 ``file_*`` requests (:mod:`sunroom.prelude.files`)
 one at a time on the main thread (so SIGINT reaches user code as ``KeyboardInterrupt``). The
 kernel exits when the host connection closes.
@@ -156,9 +156,6 @@ class Runtime:
 
     def _do_install_packages(self, params: dict[str, Any]) -> list[dict[str, str]]:
         return packages.install_packages(params["requirements"], params.get("timeout_s"))
-
-    def _do_list_packages(self, params: Any) -> dict[str, Any]:
-        return packages.listing()
 
     def _do_execute(self, params: dict[str, Any]) -> dict[str, Any]:
         if self.copies:  # reap the supervisors of copies that have ended

@@ -45,6 +45,20 @@ NOTABLE: Final = frozenset(
     }
 )  # fmt: skip
 """Well-known data, science, ML and web distributions the system prompt names when present."""
+IMPORT_NAMES: Final = {
+    "pillow": "PIL",
+    "scikit-learn": "sklearn",
+    "scikit-image": "skimage",
+    "beautifulsoup4": "bs4",
+    "pyyaml": "yaml",
+    "python-dateutil": "dateutil",
+    "opencv-python": "cv2",
+}
+"""Notable distributions imported under another name; the prompt says which."""
+
+
+PACKAGES_HEADING: Final = "Notable packages in the kernel"
+"""How the system prompt's packages line starts."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,10 +166,15 @@ def _normal(name: str) -> str:
     return name.lower().replace("_", "-").replace(".", "-")
 
 
+def _shown(package: InstalledPackage) -> str:
+    imported = IMPORT_NAMES.get(_normal(package.name))
+    return f"{package.name} {package.version}" + (f" (import {imported})" if imported else "")
+
+
 def notable_line(listing: PackageListing) -> str:
     """One compact system-prompt line: notable importable packages, and how to get more."""
     shown = [p for p in listing.packages if p.site or _normal(p.name) in NOTABLE]
-    names = ", ".join(f"{p.name} {p.version}" for p in shown) or "none of the usual ones"
+    names = ", ".join(_shown(p) for p in shown) or "none of the usual ones"
     where = list(listing.sources)
     if not where:
         how = "install() cannot reach a package index here (no network and no wheelhouse)."
@@ -164,4 +183,4 @@ def notable_line(listing: PackageListing) -> str:
             'install("name==version", ...) installs more into the kernel from its '
             f"{' and '.join(where)}; the import works in the next line."
         )
-    return f"Notable packages in the kernel: {names}. {how}"
+    return f"{PACKAGES_HEADING}: {names}. {how}"
