@@ -20,6 +20,18 @@ async def _site_entries(k: AsyncKernel) -> str:
     return r.value or ""
 
 
+def _pips() -> list[psutil.Process]:
+    """pip processes still running under this test process."""
+    found = []
+    for p in psutil.Process().children(recursive=True):
+        try:
+            if "pip" in " ".join(p.cmdline()) and p.status() != psutil.STATUS_ZOMBIE:
+                found.append(p)
+        except psutil.NoSuchProcess:
+            continue
+    return found
+
+
 async def test_a_package_that_does_not_exist(wheelhouse: Path) -> None:
     async with AsyncKernel(backend="subprocess", packages=Packages(find_links=[wheelhouse])) as k:
         await k.install("toolz")
@@ -72,13 +84,7 @@ async def test_an_install_over_time_kills_pip_and_its_group() -> None:
             with pytest.raises(PackageInstallError, match="ran past its 3 s limit"):
                 await k.install("anything")
             assert time.monotonic() - started < 15
-            me = psutil.Process()
-            pips = [
-                p
-                for p in me.children(recursive=True)
-                if "pip" in " ".join(p.cmdline()) and p.status() != psutil.STATUS_ZOMBIE
-            ]
-            assert pips == [] and proc is not None and proc.alive()
+            assert _pips() == [] and proc is not None and proc.alive()
             assert await _site_entries(k) == "[]"
 
 
@@ -101,3 +107,15 @@ async def test_requirements_that_are_options_or_empty_are_refused(wheelhouse: Pa
             await k.install()
         r = await k.execute("install('-r', 'x.txt')")
         assert r.error is not None and r.error.type == "ValueError"
+
+
+async def test_a_cell_timeout_during_an_install_stops_pip_and_keeps_the_kernel() -> None:
+    with stalling_index() as url:
+        packages = Packages(index_url=url, timeout_s=120)
+        async with AsyncKernel(backend="subprocess", packages=packages) as k:
+            await k.execute("kept = 41")
+            r = await k.execute("install('anything')", timeout_s=2)
+            assert r.status == "timeout" and not r.state_lost, r
+            assert _pips() == []
+            assert await _site_entries(k) == "[]"  # the staging dir went too
+            assert (await k.execute("kept + 1")).value == "42"
