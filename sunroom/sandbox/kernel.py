@@ -39,7 +39,13 @@ from sunroom.sandbox.files import KernelFiles
 from sunroom.sandbox.functions import FunctionRegistry, HostFunction, rpc_error, to_wire
 from sunroom.sandbox.launch import Ready, Router, failure_detail, launch
 from sunroom.sandbox.limits import Limits
-from sunroom.sandbox.packages import InstalledPackage, PackageListing, Packages, installed
+from sunroom.sandbox.packages import (
+    InstalledPackage,
+    PackageListing,
+    Packages,
+    check_timeout,
+    installed,
+)
 from sunroom.sandbox.pool import KernelPool
 from sunroom.sandbox.result import CellError, DisplayItem, ExecutionResult, Variable
 
@@ -731,7 +737,7 @@ class AsyncKernel:
         self._require_runtime("packages")
         params: dict[str, Any] = {"requirements": list(requirements)}
         if timeout_s is not None:
-            params["timeout_s"] = float(timeout_s)
+            params["timeout_s"] = check_timeout(timeout_s)
         async with self._lock:
             await self._ensure()
             assert self._channel is not None

@@ -109,10 +109,7 @@ class Packages:
             raise UsageError("max_bytes must be an int")
         if not 2**20 <= self.max_bytes <= 64 * 2**30:
             raise UsageError("max_bytes must be between 1 MiB and 64 GiB")
-        if isinstance(self.timeout_s, bool) or not isinstance(self.timeout_s, int | float):
-            raise UsageError("timeout_s must be a number of seconds")
-        if not 0 < self.timeout_s <= MAX_TIMEOUT_S:
-            raise UsageError(f"timeout_s must be above 0 and at most {MAX_TIMEOUT_S:g} s")
+        check_timeout(self.timeout_s)
 
     def mounts(self, backend: str) -> tuple[InputMount, ...]:
         """The read-only wheelhouse mounts *backend* must make (none for subprocess)."""
@@ -133,6 +130,15 @@ class Packages:
             "timeout_s": self.timeout_s,
         }
         return {CONFIG_ENV: json.dumps(settings)}
+
+
+def check_timeout(timeout_s: object) -> float:
+    """*timeout_s* as a float; UsageError unless it is a number above 0 and at most 3,600."""
+    if isinstance(timeout_s, bool) or not isinstance(timeout_s, int | float):
+        raise UsageError("timeout_s must be a number of seconds")
+    if not 0 < timeout_s <= MAX_TIMEOUT_S:
+        raise UsageError(f"timeout_s must be above 0 and at most {MAX_TIMEOUT_S:g} s")
+    return float(timeout_s)
 
 
 @dataclass(frozen=True, slots=True)

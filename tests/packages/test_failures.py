@@ -105,6 +105,8 @@ async def test_requirements_that_are_options_or_empty_are_refused(wheelhouse: Pa
             await k.install("--index-url=http://example.invalid/")
         with pytest.raises(UsageError, match="at least one requirement"):
             await k.install()
+        with pytest.raises(UsageError, match="above 0 and at most 3600"):
+            await k.install("tabulate", timeout_s=0)
         r = await k.execute("install('-r', 'x.txt')")
         assert r.error is not None and r.error.type == "ValueError"
 
