@@ -6,6 +6,8 @@ bash scripts/setup.sh
 bash scripts/system-setup.sh
 # the real embedding model the tests use (fetched once, cached under .venv)
 bash scripts/test-models.sh
+# the real wheels the packages tests install into kernels (downloaded once, never installed)
+bash scripts/test-wheels.sh
 # Gates before any test: lint, formatting and strict types (package and tests); any finding fails.
 echo "test.sh: ruff check, ruff format --check, mypy --strict (sunroom, tests)"
 .venv/bin/ruff check --quiet .

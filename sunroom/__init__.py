@@ -22,6 +22,9 @@ _EXPORTS: dict[str, str] = {
     "JupyterBackend": "sunroom.jupyter",
     "Limits": "sunroom.sandbox.limits",
     "Network": "sunroom.network.policy",
+    "Packages": "sunroom.sandbox.packages",
+    "InstalledPackage": "sunroom.sandbox.packages",
+    "PackageInstallError": "sunroom.errors",
     "File": "sunroom.sandbox.inputs",
     "Directory": "sunroom.sandbox.inputs",
     "ExecutionResult": "sunroom.sandbox.result",
@@ -88,6 +91,7 @@ __all__ = [
     "ForkError",
     "FunctionModel",
     "Hooks",
+    "InstalledPackage",
     "HostFunction",
     "HostFunctionError",
     "JupyterBackend",
@@ -102,6 +106,8 @@ __all__ = [
     "Model",
     "Network",
     "OutputSchema",
+    "PackageInstallError",
+    "Packages",
     "ProtocolError",
     "ProviderError",
     "Request",
@@ -148,6 +154,7 @@ if TYPE_CHECKING:
         KernelStartError,
         McpServerError,
         McpToolError,
+        PackageInstallError,
         ProtocolError,
         ProviderError,
         SandboxUnavailableError,
@@ -177,6 +184,7 @@ if TYPE_CHECKING:
     from sunroom.sandbox.inputs import Directory, File
     from sunroom.sandbox.kernel import AsyncKernel
     from sunroom.sandbox.limits import Limits
+    from sunroom.sandbox.packages import InstalledPackage, Packages
     from sunroom.sandbox.pool import KernelPool
     from sunroom.sandbox.result import CellError, DisplayItem, ExecutionResult, Variable
     from sunroom.sandbox.sync import Kernel

@@ -13,6 +13,7 @@ caller can catch by *who must act*::
     │   ├── KernelStartError        the kernel could not be started
     │   ├── KernelDiedError         the kernel process died (exit code / signal / OOM)
     │   └── SandboxUnavailableError the backend cannot provide its boundary (fail closed)
+    ├── PackageInstallError         install() failed (pip's reason); the site dir is unchanged
     ├── ProtocolError               the wire was violated; the channel is closed, kernel killed
     ├── HostFunctionError           a host function could not be called as asked
     │   ├── HostFunctionNotFound    no such function is registered
@@ -80,6 +81,7 @@ __all__ = [
     "KernelError",
     "KernelStartError",
     "OverloadedError",
+    "PackageInstallError",
     "ProtocolError",
     "ProviderConnectionError",
     "ProviderError",
@@ -174,6 +176,14 @@ class SandboxUnavailableError(KernelError):
 
 
 # --- the wire was violated -----------------------------------------------------------------
+
+
+class PackageInstallError(SunroomError):
+    """Installing packages into a kernel failed; the message carries pip's reason.
+
+    No such package, an import that fails, over the size or time budget, nowhere to look. The
+    kernel runs on, its site dir as it was before the install.
+    """
 
 
 class ProtocolError(SunroomError):

@@ -46,8 +46,10 @@ from sunroom.sandbox.backend import Backend
 from sunroom.sandbox.functions import FunctionRegistry, Gate, HostFunction, as_host_function
 from sunroom.sandbox.kernel import AsyncKernel
 from sunroom.sandbox.limits import Limits
+from sunroom.sandbox.packages import PACKAGES_HEADING, notable_line
 
 _MCP_HEADING = "MCP tools, one module per server"
+
 
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
@@ -526,12 +528,24 @@ class AsyncSession:
         system = self._loop.messages[0]
         tools = self._toolset.describe() if self._toolset is not None else ""
         if tools and isinstance(system, SystemMessage) and _MCP_HEADING not in system.text:
-            self._loop.messages[0] = SystemMessage(
+            self._loop.messages[0] = system = SystemMessage(
                 f"{system.text}\n\n{_MCP_HEADING} (call them from your code; "
                 "help(module.tool) shows the full description):\n"
                 f"```python\n{self._redact(tools)}\n```"
             )
+        if isinstance(system, SystemMessage) and PACKAGES_HEADING not in system.text:
+            line = await self._packages_line()
+            if line:
+                self._loop.messages[0] = SystemMessage(f"{system.text}\n\n{self._redact(line)}")
         self._started = True
+
+    async def _packages_line(self) -> str:
+        """The prompt's line of notable packages; empty for a kernel without sunroom's runtime."""
+        try:
+            listing = await self._kernel.list_packages()
+        except UsageError:  # raised only for a non-Python Jupyter kernel: nothing to list
+            return ""
+        return notable_line(listing)
 
     async def _install_shim(self) -> None:
         result = await self._kernel.execute(SHIM_SOURCE)

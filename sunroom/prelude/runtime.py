@@ -2,7 +2,8 @@
 
 Boot order: adopt the inherited socket, capture fd 1/2, send ``hello`` (protocol version, pid,
 Python version, the nonce it was given), then serve ``execute``, ``bind``, ``bind_chunk``,
-``install``, ``variables``, ``fork`` (:mod:`sunroom.prelude.forking`), ``shutdown`` and the
+``install``, ``variables``, ``install_packages`` (:mod:`sunroom.prelude.packages`),
+``list_packages``, ``fork`` (:mod:`sunroom.prelude.forking`), ``shutdown`` and the
 ``file_*`` requests (:mod:`sunroom.prelude.files`)
 one at a time on the main thread (so SIGINT reaches user code as ``KeyboardInterrupt``). The
 kernel exits when the host connection closes.
@@ -21,7 +22,7 @@ import threading
 import time
 import types
 
-from sunroom.prelude import capture, display, hostcall, pyhelp, serving
+from sunroom.prelude import capture, display, hostcall, packages, pyhelp, serving
 from sunroom.prelude.executor import CellOutcome, Executor, describe
 from sunroom.rpc.blocking import BlockingChannel
 from sunroom.rpc.codec import DEFAULT_MAX_FRAME
@@ -51,6 +52,8 @@ class Runtime:
         hostcall.attach(self.channel)
         display.install()
         pyhelp.install()
+        packages.add_site()  # the writable site dir, before the read-only site-packages
+        packages.install_builtins()
         # matplotlib, if a cell imports it: Agg, and plt.show() emits display items
         os.environ.setdefault("MPLBACKEND", "module://sunroom.prelude.mplbackend")
         sys.stdin = open(os.devnull)  # noqa: SIM115 - input() must raise EOFError
@@ -150,6 +153,9 @@ class Runtime:
             self.channel.respond(req.id, RpcError("MethodNotFound", f"unknown method {req.method}"))
             return
         serving.answer(self.channel, req, handler)
+
+    def _do_install_packages(self, params: dict[str, Any]) -> list[dict[str, str]]:
+        return packages.install_packages(params["requirements"], params.get("timeout_s"))
 
     def _do_execute(self, params: dict[str, Any]) -> dict[str, Any]:
         if self.copies:  # reap the supervisors of copies that have ended

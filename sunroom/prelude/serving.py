@@ -3,9 +3,9 @@
 Shared by sunroom's own runtime (:mod:`sunroom.prelude.runtime`) and the IPython extension
 (:mod:`sunroom.prelude.ipython`): both keep the user's names in one namespace dict, and both
 answer ``install`` (host function wrappers), ``bind`` / ``bind_chunk`` (inputs),
-``variables`` and the ``file_*`` requests (:mod:`sunroom.prelude.files`) the same way. Who
-runs the cells, and on which thread requests are served, is the caller's business. The
-keeper (:mod:`sunroom.prelude.keeper`) uses the hello and the files alone.
+``variables``, ``list_packages`` and the ``file_*`` requests (:mod:`sunroom.prelude.files`)
+the same way. Who runs the cells, and on which thread requests are served, is the caller's
+business. The keeper (:mod:`sunroom.prelude.keeper`) uses the hello and the files alone.
 Standard library and msgpack only.
 """
 
@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 FUNCTIONS_MODULE = "sunroom_functions"
 """The module host function wrappers (and the types they use) are installed in."""
 
-SERVED = frozenset({"install", "bind", "bind_chunk", "variables"})
+SERVED = frozenset({"install", "bind", "bind_chunk", "variables", "list_packages"})
 """The methods :class:`Services` serves besides the ``file_*`` requests."""
 
 MAX_REPR = 80
@@ -155,6 +155,12 @@ class Services:
         names = [*values, *files]
         self.bound.update(names)
         return names
+
+    def list_packages(self, params: Any) -> dict[str, Any]:
+        """The importable distributions (:func:`sunroom.prelude.packages.listing`)."""
+        from sunroom.prelude import packages
+
+        return packages.listing()
 
     def bind_chunk(self, params: dict[str, Any]) -> int:
         """Take one piece of a streamed bind; the bytes received so far."""

@@ -312,3 +312,32 @@ def variables(result: Any) -> list[dict[str, str]]:
             }
         )
     return rows
+
+
+def packages(result: Any) -> list[dict[str, Any]]:
+    """``install_packages`` rows: ``[{"name": str, "version": str, "site"?: bool}]``."""
+    if type(result) is not list:
+        raise WireError(f"the packages result must be a list, got {_kind(result)}")
+    rows = []
+    for row in result:
+        row = _map(row, "a packages row")
+        rows.append(
+            {
+                "name": _str(row.get("name"), "packages.name", longest=200),
+                "version": _str(row.get("version"), "packages.version", longest=200),
+                "site": row.get("site", True) is True,
+            }
+        )
+    return rows
+
+
+def package_listing(result: Any) -> dict[str, Any]:
+    """The result of ``list_packages``: ``{"packages": rows, "sources": [str]}``."""
+    result = _map(result, "the list_packages result")
+    sources = result.get("sources")
+    if type(sources) is not list:
+        raise WireError(f"list_packages.sources must be a list, got {_kind(sources)}")
+    return {
+        "packages": packages(result.get("packages")),
+        "sources": [_str(s, "list_packages.sources", longest=40) for s in sources],
+    }

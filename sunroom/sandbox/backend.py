@@ -31,6 +31,13 @@ class InputMount:
     target: str
 
 
+DEFAULT_SITE_BYTES = 512 * 2**20
+"""Size of a kernel's writable site dir (``$SUNROOM_SITE``) when its Packages name none."""
+SITE_ENV = "SUNROOM_SITE"
+"""The environment variable through which a backend tells the kernel its site dir."""
+KERNEL_SITE = "/site"
+"""Where the sandboxing backends (bwrap, docker) put the site dir: a tmpfs of ``site_bytes``."""
+
 IPC_TOKEN = "{ipc}"
 """Replaced, in an :class:`ExecSpec`'s argv, env and files, by the kernel-side IPC directory."""
 PYTHON_TOKEN = "{python}"
@@ -75,6 +82,9 @@ class LaunchSpec:
     lets ``AF_INET`` stream sockets through its seccomp filter, has the supervisor forward
     ``127.0.0.1`` to the proxy, and adds the proxy to the process handle's ``companions``.
     A backend that cannot enforce a policy raises SandboxUnavailableError.
+    cannot run one raises SandboxUnavailableError. ``site_bytes`` caps the kernel's writable
+    site dir (:mod:`sunroom.prelude.packages`), which the backend makes and names in
+    ``$SUNROOM_SITE``.
     """
 
     limits: Limits
@@ -83,6 +93,7 @@ class LaunchSpec:
     mounts: tuple[InputMount, ...] = ()
     program: ExecSpec | None = None
     network: Egress | None = None
+    site_bytes: int = DEFAULT_SITE_BYTES
 
 
 @runtime_checkable

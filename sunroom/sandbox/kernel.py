@@ -22,6 +22,7 @@ from sunroom.errors import (
     KernelError,
     KernelStartError,
     McpServerError,
+    PackageInstallError,
     ProtocolError,
     UsageError,
 )
@@ -39,6 +40,13 @@ from sunroom.sandbox.functions import FunctionRegistry, HostFunction, rpc_error,
 from sunroom.sandbox.launch import Ready, Router, failure_detail, launch
 from sunroom.sandbox.limits import Limits
 from sunroom.sandbox.network import KernelNetwork
+from sunroom.sandbox.packages import (
+    InstalledPackage,
+    PackageListing,
+    Packages,
+    check_timeout,
+    installed,
+)
 from sunroom.sandbox.pool import KernelPool
 from sunroom.sandbox.result import CellError, DisplayItem, ExecutionResult, Variable
 
@@ -82,6 +90,9 @@ class AsyncKernel:
             has no network at all. See ``docs/network.md``.
         on_connection: called with a :class:`~sunroom.network.Connection` record for every
             connection the kernel's proxy allowed or refused, when it ends.
+        packages: where ``install()`` finds packages (wheelhouse directories, an index) and
+            its size and time budget; see :class:`~sunroom.Packages` and docs/packages.md.
+            A kernel from a template has the template's.
     """
 
     def __init__(
@@ -98,6 +109,7 @@ class AsyncKernel:
         mcp: Iterable[McpServer] | Toolset = (),
         network: Network | None = None,
         on_connection: Callable[[Connection], None] | None = None,
+        packages: Packages | None = None,
     ) -> None:
         self._pool = pool
         if template is not None and pool is not None:
@@ -111,7 +123,10 @@ class AsyncKernel:
                 raise UsageError("a kernel from a template runs with its limits; omit limits=")
             if env is not None and dict(env) != template.env:
                 raise UsageError("a kernel from a template runs with its env; omit env=")
+            if packages is not None and packages != template.packages:
+                raise UsageError("a kernel from a template has its packages; omit packages=")
             limits, env, backend = template.limits, template.env, template.backend
+            packages = template.packages
             base_functions = template.functions
             clash = sorted(set(inputs or {}) & set(template.inputs))
             if clash:
@@ -121,6 +136,8 @@ class AsyncKernel:
                 raise UsageError("a pooled kernel runs with its pool's limits; omit limits=")
             if env is not None and dict(env) != pool.env:
                 raise UsageError("a pooled kernel runs with its pool's env; omit env=")
+            if packages is not None:
+                raise UsageError("a pooled kernel is started before its packages are known")
             limits, env, backend = pool.limits, pool.env, pool.backend
         self._backend_arg = backend
         self._network: KernelNetwork | None = None
@@ -133,6 +150,9 @@ class AsyncKernel:
             if isinstance(backend, str):
                 KernelNetwork.check_backend(backend)
             self._network = KernelNetwork(network, on_connection=on_connection)
+        if packages is not None and not isinstance(packages, Packages):
+            raise UsageError("packages must be a sunroom.Packages")
+        self.packages = packages or Packages()
         self.limits = limits or Limits()
         if not isinstance(self.limits, Limits):
             raise UsageError("limits must be a sunroom.Limits")
@@ -250,12 +270,14 @@ class AsyncKernel:
         elif self._template is not None:
             ready = await self._template.fork_ready()
         else:
-            mounts = host_inputs.mounts(self._inputs_backend(), self._file_inputs)
+            where = self._inputs_backend()
+            mounts = host_inputs.mounts(where, self._file_inputs) + self.packages.mounts(where)
             ready = await launch(
                 self._backend,
                 limits=self.limits,
-                env=self._env,
+                env={**self._env, **self.packages.env(where)},
                 mounts=mounts,
+                site_bytes=self.packages.max_bytes,
                 network=self._network.egress() if self._network is not None else None,
             )
         self._proc, self._channel, self._router = ready.proc, ready.channel, ready.router
@@ -402,7 +424,9 @@ class AsyncKernel:
                 raise await self._died("fork", exc) from None
 
     def _adopt_copy(self, ready: Ready, on_output: OutputCallback | None) -> AsyncKernel:
-        copy = AsyncKernel(backend=self._backend_arg, limits=self.limits, env=self._env)
+        copy = AsyncKernel(
+            backend=self._backend_arg, limits=self.limits, env=self._env, packages=self.packages
+        )
         copy.registry = self.registry.copy()
         copy._wrappers = self._wrappers
         copy._functions = self._functions
@@ -725,6 +749,54 @@ class AsyncKernel:
                 raise await self._died("variables", exc) from None
         return [Variable(r["name"], r["type"], r["repr"]) for r in rows]
 
+    # -- packages --------------------------------------------------------------------------
+
+    async def install(
+        self, *requirements: str, timeout_s: float | None = None
+    ) -> list[InstalledPackage]:
+        """Install pip *requirements* into the kernel's site dir, as ``install()`` in a cell.
+
+        pip runs inside the kernel's sandbox (docs/packages.md) from the wheelhouse or index of
+        :attr:`packages` (or the network, when the kernel has one); the import of every
+        installed distribution is checked before this returns. Returns what was installed,
+        dependencies included. Raises PackageInstallError with pip's reason (no such package,
+        import failure, over ``max_bytes`` or ``timeout_s``, nowhere to look): the site dir is
+        then as it was. UsageError for a bad requirement; KernelDiedError when the kernel dies
+        meanwhile.
+        """
+        self._require_runtime("packages")
+        params: dict[str, Any] = {"requirements": list(requirements)}
+        if timeout_s is not None:
+            params["timeout_s"] = check_timeout(timeout_s)
+        async with self._lock:
+            await self._ensure()
+            assert self._channel is not None
+            try:
+                rows = await self._channel.call("install_packages", params, check=schema.packages)
+            except RemoteError as exc:
+                raise _install_error(exc) from None
+            except (ClosedError, ConnectionError) as exc:
+                raise await self._died("install", exc) from None
+        return installed(rows)
+
+    async def list_packages(self) -> PackageListing:
+        """The distributions importable in the kernel and where ``install()`` may look.
+
+        Raises KernelError when the kernel answers with an error, KernelDiedError when it dies
+        meanwhile.
+        """
+        self._require_runtime("packages")
+        async with self._lock:
+            await self._ensure()
+            assert self._channel is not None
+            try:
+                raw = await self._channel.call("list_packages", check=schema.package_listing)
+            except RemoteError as exc:
+                raise KernelError(f"list_packages failed: {cut(str(exc), 300)}") from None
+            except (ClosedError, ConnectionError) as exc:
+                raise await self._died("list_packages", exc) from None
+        return PackageListing(tuple(installed(raw["packages"])), tuple(raw["sources"]))
+
 
 async def _close_handles(channel: Channel | None, proc: KernelProcess | None) -> None:
     try:
@@ -733,6 +805,16 @@ async def _close_handles(channel: Channel | None, proc: KernelProcess | None) ->
     finally:
         if proc is not None:
             await proc.kill()
+
+
+def _install_error(exc: RemoteError) -> Exception:
+    """The host error for an ``install_packages`` error answer."""
+    message = cut(exc.error.message, 2300)
+    if exc.error.type == "PackageInstallError":
+        return PackageInstallError(message)
+    if exc.error.type in ("ValueError", "TypeError"):
+        return UsageError(message)
+    return KernelError(f"install failed: {exc.error.type}: {message}")
 
 
 def _toolset(mcp: Iterable[McpServer] | Toolset) -> Toolset | None:

@@ -16,7 +16,13 @@ from typing import Any, final
 from sunroom.errors import KernelError, KernelStartError
 from sunroom.rpc.channel import Channel
 from sunroom.rpc.codec import PROTOCOL_VERSION
-from sunroom.sandbox.backend import Backend, InputMount, KernelProcess, LaunchSpec
+from sunroom.sandbox.backend import (
+    DEFAULT_SITE_BYTES,
+    Backend,
+    InputMount,
+    KernelProcess,
+    LaunchSpec,
+)
 from sunroom.sandbox.limits import Limits
 from sunroom.sandbox.network import Egress
 
@@ -94,6 +100,7 @@ async def launch(
     env: dict[str, str],
     mounts: tuple[InputMount, ...] = (),
     network: Egress | None = None,
+    site_bytes: int = DEFAULT_SITE_BYTES,
 ) -> Ready:
     """Launch a kernel and wait for its hello; the caller owns the result and must discard it.
 
@@ -103,7 +110,14 @@ async def launch(
     """
     nonce = secrets.token_hex(16)
     proc, sock = await backend.launch(
-        LaunchSpec(limits=limits, nonce=nonce, env=env, mounts=mounts, network=network)
+        LaunchSpec(
+            limits=limits,
+            nonce=nonce,
+            env=env,
+            mounts=mounts,
+            site_bytes=site_bytes,
+            network=network,
+        )
     )
     router = Router(asyncio.get_running_loop().create_future())
     channel: Channel | None = None

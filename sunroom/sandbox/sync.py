@@ -12,6 +12,7 @@ from sunroom.sandbox.functions import HostFunction
 from sunroom.sandbox.kernel import AsyncKernel, OutputCallback
 from sunroom.sandbox.limits import Limits
 from sunroom.sandbox.network import KernelNetwork
+from sunroom.sandbox.packages import InstalledPackage, PackageListing, Packages
 from sunroom.sandbox.portal import Portal, TwinState
 from sunroom.sandbox.result import ExecutionResult, Variable
 
@@ -45,6 +46,7 @@ class Kernel:
         mcp: Iterable[McpServer] | Toolset = (),
         network: Network | None = None,
         on_connection: Callable[[Connection], None] | None = None,
+        packages: Packages | None = None,
     ) -> None:
         self._portal = Portal("sunroom-kernel-loop", what="the kernel")
         self._users = [1]  # kernels sharing the portal: this one and its copies
@@ -52,7 +54,16 @@ class Kernel:
         try:
             self._core: AsyncKernel = self._portal.call(
                 _build(
-                    backend, functions, inputs, limits, env, on_output, mcp, network, on_connection
+                    backend,
+                    functions,
+                    inputs,
+                    limits,
+                    env,
+                    on_output,
+                    mcp,
+                    network,
+                    on_connection,
+                    packages,
                 )
             )
         except BaseException:
@@ -130,6 +141,19 @@ class Kernel:
         """The user's variables; see ``AsyncKernel.variables``."""
         return self._portal.call(self._core.variables())
 
+    def install(self, *requirements: str, timeout_s: float | None = None) -> list[InstalledPackage]:
+        """Install packages into the kernel; see ``AsyncKernel.install``."""
+        return self._portal.call(self._core.install(*requirements, timeout_s=timeout_s))
+
+    def list_packages(self) -> PackageListing:
+        """What the kernel can import; see ``AsyncKernel.list_packages``."""
+        return self._portal.call(self._core.list_packages())
+
+    @property
+    def packages(self) -> Packages:
+        """The kernel's package settings (see :class:`~sunroom.Packages`)."""
+        return self._core.packages
+
     def interrupt(self) -> None:
         """Interrupt the running cell (safe to call from any thread)."""
         self._portal.call_soon(self._core.interrupt)
@@ -169,6 +193,7 @@ async def _build(
     mcp: Iterable[McpServer] | Toolset,
     network: Network | None,
     on_connection: Callable[[Connection], None] | None,
+    packages: Packages | None,
 ) -> AsyncKernel:
     return AsyncKernel(
         backend=backend,
@@ -180,4 +205,5 @@ async def _build(
         mcp=mcp,
         network=network,
         on_connection=on_connection,
+        packages=packages,
     )

@@ -21,6 +21,7 @@ from sunroom.sandbox.functions import HostFunction, as_host_function
 from sunroom.sandbox.kernel import AsyncKernel, OutputCallback
 from sunroom.sandbox.launch import Ready
 from sunroom.sandbox.limits import Limits
+from sunroom.sandbox.packages import Packages
 
 
 @final
@@ -32,6 +33,8 @@ class Template:
             :meth:`start` raises KernelStartError with the cell's error.
         backend, functions, inputs, limits, env: as for :class:`AsyncKernel`; every kernel
             from the template has them (any built-in backend: kernels that fork).
+        packages: as for :class:`AsyncKernel`; the setup may call ``install()``, and every
+            kernel from the template sees what it installed (docs/packages.md).
 
     The template's kernel is started by :meth:`start` (or the first :meth:`kernel`); when it
     has died, the next fork starts it again and runs the setup again (:attr:`restarts`).
@@ -48,6 +51,7 @@ class Template:
         inputs: Mapping[str, Any] | None = None,
         limits: Limits | None = None,
         env: Mapping[str, str] | None = None,
+        packages: Packages | None = None,
     ) -> None:
         if not isinstance(setup, str):
             raise UsageError("setup must be a str of Python code")
@@ -57,6 +61,7 @@ class Template:
         self.inputs: dict[str, Any] = dict(inputs or {})
         self.limits = limits or Limits()
         self.env = dict(env or {})
+        self.packages = packages or Packages()
         self._zygote: AsyncKernel | None = None
         self._lock = asyncio.Lock()
         self._closed = False
@@ -95,6 +100,7 @@ class Template:
             inputs=self.inputs,
             limits=self.limits,
             env=self.env,
+            packages=self.packages,
         )
         try:
             await zygote.start()

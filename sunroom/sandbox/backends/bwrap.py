@@ -34,7 +34,14 @@ from pathlib import Path
 from typing import Any, Final, final
 
 from sunroom.errors import SandboxUnavailableError
-from sunroom.sandbox.backend import SAFE_PATH, KernelProcess, LaunchSpec, kernel_env
+from sunroom.sandbox.backend import (
+    KERNEL_SITE,
+    SAFE_PATH,
+    SITE_ENV,
+    KernelProcess,
+    LaunchSpec,
+    kernel_env,
+)
 from sunroom.sandbox.backends.subprocess import BOOT, kernel_sys_path, package_root
 from sunroom.sandbox.fontcache import KERNEL_DIR, font_cache, font_dirs
 from sunroom.sandbox.identity import lease_if_root_off_loop, require_reachable
@@ -244,6 +251,7 @@ class BwrapBackend:
         os.lseek(seccomp_fd, 0, os.SEEK_SET)
         ipc_binds: list[str] = []
         env = kernel_env(Path(WORKDIR), {"MPLCONFIGDIR": KERNEL_DIR, **spec.env})
+        env[SITE_ENV] = KERNEL_SITE
         if spec.program is not None:
             ipc_host = local.make_ipc_dir(spec.program, IPC_DIR)
             ipc_binds = ["--bind", str(ipc_host), IPC_DIR]
@@ -302,6 +310,10 @@ class BwrapBackend:
             str(TMP_MB * 1024 * 1024),
             "--tmpfs",
             "/tmp",
+            "--size",
+            str(spec.site_bytes),
+            "--tmpfs",
+            KERNEL_SITE,
             *(["--ro-bind", str(fonts), f"{KERNEL_DIR}/{fonts.name}"] if fonts else []),
             *ipc_binds,
             *net_binds,

@@ -67,7 +67,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any, Final, final
 
 from sunroom.errors import KernelStartError, SandboxUnavailableError, UsageError
-from sunroom.sandbox.backend import KernelProcess, LaunchSpec, kernel_env
+from sunroom.sandbox.backend import KERNEL_SITE, SITE_ENV, KernelProcess, LaunchSpec, kernel_env
 from sunroom.sandbox.backends.docker_janitor import (
     LABEL_HOST,
     LABEL_KERNEL,
@@ -333,6 +333,7 @@ class DockerBackend:
             "forward_sigint": True,
         }
         env = kernel_env(Path(WORKDIR), spec.env)
+        env[SITE_ENV] = KERNEL_SITE
         if self.host_mounts:
             layout = host_layout()
             python, sys_path, mounts = layout.python, list(layout.sys_path), list(layout.mounts)
@@ -440,6 +441,8 @@ class DockerBackend:
                 FORKS_DIR: f"rw,exec,nosuid,nodev,size={limits.disk_mb}m,mode=0700,"
                 f"uid={ident.uid},gid={ident.gid}",
                 "/tmp": f"rw,exec,nosuid,nodev,size={TMP_MB}m,mode=1777",
+                KERNEL_SITE: f"rw,exec,nosuid,nodev,size={spec.site_bytes},mode=0700,"
+                f"uid={ident.uid},gid={ident.gid}",
             },
             mounts=mounts,
             log_config=sdk.types.LogConfig(

@@ -20,7 +20,7 @@ import sys
 from pathlib import Path
 from typing import final
 
-from sunroom.sandbox.backend import KernelProcess, LaunchSpec, kernel_env
+from sunroom.sandbox.backend import SITE_ENV, KernelProcess, LaunchSpec, kernel_env
 from sunroom.sandbox.identity import lease_if_root_off_loop, require_reachable
 from sunroom.sandbox.process import LocalLaunch
 
@@ -92,6 +92,11 @@ class SubprocessBackend:
         )
         workdir = local.make_workdir()
         env = kernel_env(workdir, spec.env)
+        site = local.rundir / "site"  # its size is checked after each install
+        site.mkdir(mode=0o700)
+        if lease is not None:
+            os.chown(site, lease.identity.uid, lease.identity.gid)
+        env[SITE_ENV] = str(site)
         ipc = ""
         if spec.program is not None:
             ipc = str(local.make_ipc_dir(spec.program, str(local.rundir / "ipc")))
