@@ -59,6 +59,7 @@ if TYPE_CHECKING:
     from sunroom.mcp.toolset import Toolset
     from sunroom.network.policy import Network
     from sunroom.network.proxy import Connection
+    from sunroom.sandbox.packages import Packages
     from sunroom.sandbox.template import Template
 
 __all__ = ["AsyncSession", "Inputs", "OutputSpec", "system_prompt_for"]
@@ -134,6 +135,9 @@ class AsyncSession:
             connection is a :class:`~sunroom.agent.events.NetworkConnection` event and its
             bytes count against ``Budget.max_network_bytes``; the prompt names the hosts.
             Nested sessions get the same policy. See ``docs/network.md``.
+        packages: where the kernel's ``install()`` finds packages and its budget
+            (:class:`~sunroom.Packages`; docs/packages.md); the prompt lists the kernel's
+            notable packages either way. Not with ``template=`` (it has its own).
 
     Raises UsageError for invalid options (before any kernel starts).
     """
@@ -169,6 +173,7 @@ class AsyncSession:
         approval_timeout_s: float = DEFAULT_TIMEOUT_S,
         embeddings: Embedder | None = None,
         network: Network | None = None,
+        packages: Packages | None = None,
     ) -> None:
         self._setup(
             model=model,
@@ -199,6 +204,7 @@ class AsyncSession:
             approval_timeout_s=approval_timeout_s,
             embeddings=embeddings,
             network=network,
+            packages=packages,
             tracker=None,
             depth=0,
         )
@@ -241,6 +247,7 @@ class AsyncSession:
         approval_timeout_s: float = DEFAULT_TIMEOUT_S,
         embeddings: Embedder | None = None,
         network: Network | None = None,
+        packages: Packages | None = None,
         broker: Approvals | None = None,
         approval_publish: Publish | None = None,
         tracker: BudgetTracker | None,
@@ -298,6 +305,7 @@ class AsyncSession:
             "approval_timeout_s": approval_timeout_s,
             "embeddings": embeddings,
             "network": network,
+            "packages": packages,
         }
         self._branch_runs = 0
         self._branches: list[AsyncSession] = []
@@ -321,6 +329,7 @@ class AsyncSession:
             "approval_publish": self._approval_publish,
             "embeddings": embeddings,
             "network": network,
+            "packages": packages,
         }
         self._submission = Submission(output=output, publish=self._publish, redact=self._redact)
         self._predictor = Predictor(
@@ -385,6 +394,7 @@ class AsyncSession:
                 mcp=self._toolset if self._toolset is not None else (),
                 network=network,
                 on_connection=self._connection if network is not None else None,
+                packages=packages,
             )
             if self._kernel.network is not None:
                 self._kernel.network.meter(self._charge_network)

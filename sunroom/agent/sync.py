@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from sunroom.mcp.servers import McpServer
     from sunroom.mcp.toolset import Toolset
     from sunroom.network.policy import Network
+    from sunroom.sandbox.packages import Packages
 
 
 @final
@@ -75,6 +76,7 @@ class Session:
         approval_timeout_s: float = DEFAULT_TIMEOUT_S,
         embeddings: Embedder | None = None,
         network: Network | None = None,
+        packages: Packages | None = None,
     ) -> None:
         self._portal = Portal("sunroom-session-loop", what="the session")
         self._users = [1]  # sessions sharing the portal: this one and its forks
@@ -109,6 +111,7 @@ class Session:
                     approval_timeout_s=approval_timeout_s,
                     embeddings=embeddings,
                     network=network,
+                    packages=packages,
                 )
             )
         except BaseException:

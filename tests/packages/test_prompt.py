@@ -6,6 +6,7 @@ import importlib.metadata
 from pathlib import Path
 
 from sunroom import AsyncSession, Packages, ScriptedModel, SystemMessage, Template
+from tests.agent.conftest import code, last_output
 
 
 def _system(model: ScriptedModel) -> str:
@@ -43,3 +44,18 @@ async def test_without_a_source_the_prompt_says_install_cannot_reach_an_index() 
     async with AsyncSession(model=model, backend="subprocess") as s:
         await s.run("hi")
     assert "install() cannot reach a package index here" in _system(model)
+
+
+async def test_a_session_takes_packages_and_its_model_installs_with_them(wheelhouse: Path) -> None:
+    model = ScriptedModel(
+        [
+            code("install('tabulate==0.9.0')\nfrom tabulate import tabulate\nprint('ok')"),
+            "done",
+        ]
+    )
+    packages = Packages(find_links=[wheelhouse])
+    async with AsyncSession(model=model, backend="bwrap", packages=packages) as s:
+        result = await s.run("install tabulate")
+    assert result.ok, result
+    assert "from its wheelhouse" in _system(model)
+    assert last_output(model.requests[1]).strip() == "ok"
