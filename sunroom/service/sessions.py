@@ -9,6 +9,12 @@ mark unfinished calls ``unknown`` (never replayed) and carry on with the run. No
 With a file store its owner string is stable across restarts
 (:func:`~sunroom.service.live.stable_owner`): a restarted server reclaims its own sessions at
 once instead of waiting out their leases (and answering 409 meanwhile).
+
+Each concept has its module: how messages start runs and how a run's end is recorded
+(:mod:`sunroom.service.runs`), resuming (:mod:`sunroom.service.resume`), building a session
+from its request (:mod:`sunroom.service.build`), a session's file inputs
+(:mod:`sunroom.service.file_inputs`); this one holds the manager's lifecycle and its API.
+:func:`pin_files`, :func:`bound_files` and :data:`LATE_NOTE` are importable from here too.
 """
 
 from __future__ import annotations
@@ -16,62 +22,42 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
-import stat
-import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any, final
 
-from sunroom.agent.budget import Spend
-from sunroom.agent.hooks import Hooks, Veto
-from sunroom.agent.session import AsyncSession
 from sunroom.errors import ApprovalNotPending, UsageError
 from sunroom.kernel_choice import JUPYTER, describe_backend
-from sunroom.providers import Message, Model
 from sunroom.sandbox.functions import HostFunction
-from sunroom.sandbox.inputs import File
 from sunroom.sandbox.kernel import AsyncKernel
 from sunroom.service import leases
+from sunroom.service.build import SessionBuilder, close_model
 from sunroom.service.codec import jsonable
 from sunroom.service.config import ServiceConfig
-from sunroom.service.journal import CallLedger, Journal
+from sunroom.service.file_inputs import bound_files, pin_files
 from sunroom.service.live import Identity, Live, ModelResolver, new_owner, stable_owner
-from sunroom.service.problems import (
-    CapacityError,
-    ConflictError,
-    NotFoundError,
-    OwnedElsewhereError,
-)
-from sunroom.service.recovery import (
-    CALL_OUTCOME_UNKNOWN,
-    MESSAGE_RECEIVED,
-    RESTART_DENIAL,
-    plan,
-    replay,
-    unreported_unknown,
-    untold_unknown,
-)
-from sunroom.service.schemas import CreateSession, FileInputIn, network_spec, output_type
+from sunroom.service.problems import CapacityError, ConflictError, NotFoundError
+from sunroom.service.resume import SessionResume
+from sunroom.service.runs import LATE_NOTE
+from sunroom.service.schemas import CreateSession
 from sunroom.service.signals import Signals
 from sunroom.service.templates import Templates
-from sunroom.store import EventStore, SessionRecord, SessionStatus, SQLiteStore, StoredEvent
+from sunroom.store import EventStore, SessionRecord, SessionStatus, SQLiteStore
 
-__all__ = ["ModelResolver", "SessionManager", "new_owner"]
+__all__ = [
+    "LATE_NOTE",
+    "ModelResolver",
+    "SessionManager",
+    "bound_files",
+    "new_owner",
+    "pin_files",
+]
 
 log = logging.getLogger("sunroom.service")
 
-_STATUS: dict[str, SessionStatus] = {"success": "finished", "cancelled": "cancelled"}
-
-LATE_NOTE = (
-    "[The service] The message(s) above arrived while your previous run was ending and were "
-    "not answered by it; answer them now."
-)
-"""Starts the run that answers messages an ending run never took in (they precede it)."""
-
 
 @final
-class SessionManager:
+class SessionManager(SessionResume):
     """Runs, persists and resumes sessions for one service process.
 
     Args:
@@ -94,15 +80,23 @@ class SessionManager:
     ) -> None:
         self.store = store
         self.config = config
-        self._templates = templates or Templates(config)
         self._identity: Identity | None = None
         if owner is None and isinstance(store, SQLiteStore) and str(store.path) != ":memory:":
             self._identity = stable_owner(store.path)
         self.owner = owner or (self._identity.owner if self._identity else new_owner())
         self.signals = Signals()
-        self._resolve = resolve_model
-        self._functions = tuple(functions)
         self._live: dict[str, Live] = {}
+        self._builder = SessionBuilder(
+            store=store,
+            owner=self.owner,
+            config=config,
+            templates=templates or Templates(config),
+            resolve=resolve_model,
+            functions=tuple(functions),
+            notify=self.signals.fire,
+            on_ended=self._ended,
+            on_failed=self.drop,
+        )
         self._lock = asyncio.Lock()
         self._tasks: list[asyncio.Task[None]] = []
         self._closing: set[asyncio.Task[None]] = set()
@@ -194,7 +188,9 @@ class SessionManager:
         sid = session_id or uuid.uuid4().hex
         async with self._lock:
             self._check_capacity()
-            live = await self._build(sid, request, next_seq=1, first_call=1, transcript=None)
+            live = await self._builder.build(
+                sid, request, next_seq=1, first_call=1, transcript=None
+            )
             try:
                 await self.store.create_session(
                     sid,
@@ -331,90 +327,6 @@ class SessionManager:
 
     # -- resume ----------------------------------------------------------------------------
 
-    async def resume(self, sid: str) -> Live:
-        """Take over session *sid* from the store and run it here (see the module docstring).
-
-        Raises NotFoundError, OwnedElsewhereError (another live server holds its lease: a 503
-        with Retry-After), CapacityError.
-        """
-        async with self._lock:
-            if sid in self._live:
-                return self._live[sid]
-            self._check_capacity()
-            record = await self._record(sid)
-            if not await self.store.claim(sid, owner=self.owner, lease_s=self.config.lease_s):
-                left = (record.lease_expires_at or time.time()) - time.time()
-                raise OwnedElsewhereError(
-                    f"session {sid} is run by another live server; retry after its lease "
-                    "runs out (Retry-After)",
-                    retry_after_s=max(left, 0.0) + 0.5,
-                )
-            try:
-                return await self._take_over(record)
-            except BaseException:
-                try:
-                    await self.store.release(sid, owner=self.owner)
-                except Exception:
-                    log.exception("session %s: releasing it after a failed resume failed", sid)
-                raise
-
-    async def _take_over(self, record: SessionRecord) -> Live:
-        """Resume *record* in one pass: fold the log, let :func:`plan` decide, carry it out.
-
-        Nothing here decides what is pending: :func:`replay` folds the log into one state and
-        :func:`plan` alone says what the resumed session does.
-        """
-        sid = record.session_id
-        request = CreateSession.model_validate(record.config)
-        state = replay(await self._all_events(sid))
-        calls = await self.store.calls(sid)
-        unknown = unreported_unknown(state, calls)
-        for c in unknown:
-            if c.outcome is None:
-                await self.store.mark_unknown(sid, c.call_id, owner=self.owner)
-        todo = plan(
-            state,
-            unknown=untold_unknown(state, calls),
-            was_running=record.status == "running",
-            session_id=sid,
-        )
-        live = await self._open(
-            sid,
-            request,
-            next_seq=state.last_seq + 1,
-            first_call=len(calls) + 1,
-            transcript=todo.transcript or None,
-            spent=state.spent,
-        )
-        for c in unknown:
-            await live.journal.append(
-                CALL_OUTCOME_UNKNOWN,
-                {"call_id": c.call_id, "name": c.name, "args": c.args,
-                 "idempotency_key": c.idempotency_key},
-            )  # fmt: skip
-        for a in state.waiting_approvals:  # the call never ran: deny it, durably and visibly
-            await live.journal.append(
-                "ApprovalAnswered",
-                {"call_id": a["call_id"], "name": a["name"], "allow": False,
-                 "reason": RESTART_DENIAL, "lease": False, "by": "closed",
-                 **({"branch": a["branch"]} if "branch" in a else {})},
-            )  # fmt: skip
-        await live.journal.append(
-            "KernelRestarted",
-            {"reason": "the session was resumed in a new service process; cells were not re-run",
-             "state_lost": True, "unknown_calls": [c.call_id for c in unknown],
-             "denied_approvals": [a["call_id"] for a in state.waiting_approvals]},
-        )  # fmt: skip
-        log.info("session %s resumed (%d unknown calls)", sid, len(unknown))
-        if todo.end_with is not None:
-            if state.run_open:  # the log has no SessionEnded for it: write one
-                await live.journal.append("SessionEnded", {"result": todo.end_with})
-            await self._ended(live, todo.end_with, more=bool(todo.sends))
-        live.preamble = todo.preamble
-        for mid, text in todo.sends:
-            await self._deliver(live, mid, text)
-        return live
-
     async def resume_orphans(self) -> list[str]:
         """Resume every session whose owner's lease ran out; the ids this process took."""
         return await leases.resume_orphans(self)
@@ -432,121 +344,6 @@ class SessionManager:
         if record is None:
             raise NotFoundError(f"no session {sid!r}")
         return record
-
-    async def _all_events(self, sid: str) -> list[StoredEvent]:
-        out: list[StoredEvent] = []
-        while batch := await self.store.events(
-            sid, after_seq=out[-1].seq if out else 0, limit=1000
-        ):
-            out.extend(batch)
-        return out
-
-    async def _open(
-        self,
-        sid: str,
-        request: CreateSession,
-        *,
-        next_seq: int,
-        first_call: int,
-        transcript: list[Message] | None,
-        spent: Spend | None = None,
-    ) -> Live:
-        """Build and start session *sid* (see :meth:`_build` and :meth:`_start`)."""
-        live = await self._build(
-            sid,
-            request,
-            next_seq=next_seq,
-            first_call=first_call,
-            transcript=transcript,
-            spent=spent,
-        )
-        await self._start(live)
-        return live
-
-    async def _build(
-        self,
-        sid: str,
-        request: CreateSession,
-        *,
-        next_seq: int,
-        first_call: int,
-        transcript: list[Message] | None,
-        spent: Spend | None = None,
-    ) -> Live:
-        """The session *sid* asks for, not started: touches neither the store nor a kernel.
-
-        Raises UsageError (unknown provider or backend, bad limits, budget or schema) and
-        AuthenticationError (no API key), after which nothing is left to close.
-        """
-        assert request.model is not None
-        backend = self.config.kernel_backend(
-            request.backend, kernel_name=request.kernel_name, sandbox=request.sandbox
-        )
-        limits = request.limits.build() if request.limits else None
-        network = self.config.network(network_spec(request.network))
-        template = None
-        if request.template is not None:
-            if limits is not None:
-                raise UsageError("a session from a template runs with its limits; omit limits")
-            if request.kernel_name is not None or request.sandbox is not None:
-                raise UsageError(
-                    "a session from a template runs on its backend; omit kernel_name and sandbox"
-                )
-            template = await self._templates.get(request.template)
-        budget = request.budget.build() if request.budget else None
-        output = output_type(request.output_schema)
-        holder: list[Live] = []
-        journal = Journal(
-            self.store,
-            sid,
-            owner=self.owner,
-            next_seq=next_seq,
-            notify=lambda: self.signals.fire(sid),
-            on_ended=lambda result: self._ended(holder[0], result),
-            on_failed=lambda exc: self.drop(sid, exc),
-        )
-
-        async def checkpoint(code: str) -> Veto | None:
-            await journal.flush()  # the reply asking for this cell is durable before it runs
-            return None
-
-        ledger = CallLedger(self.store, sid, owner=self.owner, first_call=first_call)
-        servers = self.config.mcp(request.mcp)
-        toolset = None
-        if servers:
-            from sunroom.mcp.toolset import Toolset
-
-            toolset = Toolset(servers, wrap=ledger.wrap)  # MCP calls are recorded like any
-        model = self._resolve(request.model, request.base_url)
-        try:
-            session = AsyncSession(
-                model=model,
-                preset=request.preset,
-                backend=backend,
-                limits=limits,
-                functions=[ledger.wrap(f) for f in self._functions],
-                inputs={**request.inputs, **bound_files(request.files)} or None,
-                output=output,
-                budget=budget,
-                max_turns=request.max_turns,
-                system_prompt=request.system_prompt,
-                code_tool=request.code_mode == "tool",
-                hooks=Hooks(before_execute=checkpoint),
-                session_id=sid,
-                transcript=transcript or (),
-                spent=spent,
-                template=template,
-                mcp=toolset if toolset is not None else (),
-                approvals=request.approvals,
-                approval_timeout_s=request.approval_timeout_s,
-                network=network,
-            )
-        except BaseException:
-            await self._close_model(sid, model)
-            raise
-        live = Live(sid=sid, session=session, journal=journal, model=model)
-        holder.append(live)
-        return live
 
     async def _start(self, live: Live) -> None:
         """Start *live*'s kernel, persist its events from now on and count it as live here.
@@ -567,93 +364,7 @@ class SessionManager:
         try:
             await live.session.aclose()
         finally:
-            await self._close_model(live.sid, live.model)
-
-    async def _close_model(self, sid: str, model: Model) -> None:
-        try:
-            await model.aclose()
-        except Exception:
-            log.exception("session %s: closing its model failed", sid)
-
-    async def _send(self, live: Live, text: str) -> None:
-        """Accept a new user message: record it (with a fresh id) once, then deliver it.
-
-        From its first look at the record until the session has the message, the message
-        counts in ``live.sending``: a run that ends meanwhile (its ``SessionEnded`` may be
-        written by this very append) leaves the record ``running``, for the run this message
-        starts. Otherwise the record could say ``finished`` while that run goes on, and a crash
-        during it would leave a run no restarted server resumes.
-        """
-        live.sending += 1
-        try:
-            if live.preamble is not None and not live.session.running:
-                sent, live.preamble = f"{live.preamble}\n\n{text}", None
-            else:
-                sent = text
-            mid = uuid.uuid4().hex
-            await self._reopen(live)
-            await live.journal.append(MESSAGE_RECEIVED, {"id": mid, "text": text})
-            await self._deliver(live, mid, sent, reopen=False)
-        finally:
-            live.sending -= 1
-
-    async def _deliver(
-        self, live: Live, mid: str | None, text: str, *, reopen: bool = True
-    ) -> None:
-        """Hand message *mid* to the session as *text* (None: the restart note alone)."""
-        live.sending += 1  # see _send: a run ending while this reopens leaves it running
-        try:
-            if reopen:
-                await self._reopen(live)
-            if mid is not None:
-                live.journal.expect(mid, text)
-            live.idle.clear()
-            await live.session.send(text)
-        finally:
-            live.sending -= 1
-
-    async def _reopen(self, live: Live) -> None:
-        async with live.record_lock:  # not while a run's end is being recorded
-            record = await self._record(live.sid)
-            if record.status != "running":
-                await self.store.reopen_session(live.sid, owner=self.owner)
-
-    async def _ended(self, live: Live, result: dict[str, Any], *, more: bool = False) -> None:
-        """A run of *live* ended with *result* (its ``SessionEnded`` is durable).
-
-        A message accepted while the run was ending that it never took in is still queued in
-        the session: a new run starts at once (by a note, not by sending the message again) and
-        the record stays ``running``, so a crash now resumes and answers it. *more*: the caller
-        sends messages next (a resume), so the record stays ``running`` too; so it does while
-        a message is being accepted (``live.sending``: it starts the next run) or another run
-        already runs (its own end records the session).
-        """
-        async with live.record_lock:  # a message's reopen sees the record before or after this
-            late = (
-                bool(live.journal.untaken)
-                and result.get("status") != "cancelled"
-                and not live.session.running
-                and self._live.get(live.sid) is live
-            )
-            busy = live.sending > 0 or live.session.running
-            if not (late or more or busy):
-                status = _STATUS.get(str(result.get("status")), "failed")
-                try:
-                    await self.store.finish_session(
-                        live.sid, status=status, result=result, owner=self.owner
-                    )
-                except Exception:
-                    # the record stays running; the run's end is in the log: a resume records it
-                    log.exception("session %s: recording the end of its run failed", live.sid)
-        if late:
-            try:
-                live.idle.clear()
-                await live.session.send(LATE_NOTE)
-            except Exception:
-                log.exception("session %s: starting a run for a late message failed", live.sid)
-        if not live.session.running or result.get("status") == "cancelled":
-            live.idle.set()
-        self.signals.fire(live.sid)
+            await close_model(live.sid, live.model)
 
     def drop(self, sid: str, exc: BaseException) -> None:
         """Stop running session *sid* here (its ownership was lost); its record is left as is."""
@@ -669,7 +380,7 @@ class SessionManager:
             await live.session.aclose()
         except Exception:
             log.exception("session %s: closing it after it was stopped failed", live.sid)
-        await self._close_model(live.sid, live.model)
+        await close_model(live.sid, live.model)
         live.idle.set()
         self.signals.fire(live.sid)
 
@@ -680,7 +391,7 @@ class SessionManager:
         try:
             await live.session.aclose()
             await live.journal.aclose()
-            await self._close_model(live.sid, live.model)
+            await close_model(live.sid, live.model)
             if finish:
                 record = await self.store.get_session(live.sid)
                 if record is not None and record.status == "running":
@@ -700,53 +411,3 @@ class SessionManager:
             )
         except Exception:
             log.exception("session %s: recording that it was deleted failed", sid)
-
-
-def pin_files(request: CreateSession) -> CreateSession:
-    """*request* with each file input resolved (``realpath``) and its size and mtime recorded.
-
-    Raises UsageError (one sentence) for a missing path, one that is not a regular file, or a
-    name that is also a value input.
-    """
-    if not request.files:
-        return request
-    pinned: dict[str, FileInputIn] = {}
-    for name, spec in request.files.items():
-        if name in request.inputs:
-            raise UsageError(f"input {name!r} is given both as a value and as a file")
-        path = os.path.realpath(spec.path)
-        try:
-            info = os.stat(path)
-        except OSError as exc:
-            raise UsageError(
-                f"input {name!r}: {spec.path} cannot be bound: {exc.strerror}"
-            ) from None
-        if not stat.S_ISREG(info.st_mode):
-            raise UsageError(f"input {name!r}: {spec.path} is not a regular file")
-        pinned[name] = FileInputIn(path=path, size=info.st_size, mtime_ns=info.st_mtime_ns)
-    return request.model_copy(update={"files": pinned})
-
-
-def bound_files(files: Mapping[str, FileInputIn]) -> dict[str, File]:
-    """The File inputs of a session, checked against what its config recorded.
-
-    Raises UsageError (one sentence) when a file is gone or changed (its size or modification
-    time differs): a resumed session binds the file it started with, or nothing.
-    """
-    out: dict[str, File] = {}
-    for name, spec in files.items():
-        try:
-            info = os.stat(spec.path)
-        except OSError as exc:
-            raise UsageError(
-                f"input {name!r}: {spec.path} is gone ({exc.strerror}); the session was "
-                "started with it and binds nothing else"
-            ) from None
-        recorded = (spec.size, spec.mtime_ns)
-        if not stat.S_ISREG(info.st_mode) or recorded != (info.st_size, info.st_mtime_ns):
-            raise UsageError(
-                f"input {name!r}: {spec.path} changed since the session started (its size or "
-                "modification time differs); a resumed session binds only the file it started with"
-            )
-        out[name] = File(spec.path)
-    return out

@@ -1,0 +1,66 @@
+"""What several ``sunroom`` commands' options share, turned into what the commands take.
+
+The backend that ``--backend``/``--kernel-name``/``--sandbox`` choose (``exec``, ``run``,
+``mcp``), a ``scripted:`` model spec made absolute (``serve``, ``run``, ``mcp``), the
+``--input NAME=FILE`` pairs (``exec``, ``run``) and the servers of an ``--mcp`` JSON file
+(``exec``, ``serve``). A bad value exits 2 with one line on stderr.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from sunroom.cli_support import fail, one_line
+from sunroom.errors import SunroomError
+from sunroom.kernel_choice import OPTION_NAMES, choose_backend
+from sunroom.sandbox.backend import Backend
+from sunroom.sandbox.inputs import File
+
+__all__ = ["chosen_backend", "file_inputs", "mcp_servers", "model_spec"]
+
+
+def chosen_backend(backend: str, kernel_name: str | None, sandbox: str | None) -> str | Backend:
+    """The backend that ``--backend``, ``--kernel-name``, ``--sandbox`` name; exit 2 if none."""
+    try:
+        return choose_backend(backend, kernel_name=kernel_name, sandbox=sandbox, names=OPTION_NAMES)
+    except SunroomError as exc:
+        raise fail(str(exc)) from None
+
+
+def mcp_servers(path: Path | None) -> dict[str, Any] | None:
+    """The ``mcpServers`` entries of the JSON file *path* (None: no file)."""
+    if path is None:
+        return None
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as exc:
+        raise fail(f"cannot read the MCP config {path}: {one_line(exc)}") from None
+    except ValueError as exc:
+        raise fail(f"the MCP config {path} is not JSON: {one_line(exc)}") from None
+    servers = data.get("mcpServers") if isinstance(data, dict) else None
+    if not isinstance(servers, dict):
+        raise fail(f'the MCP config {path} needs an object under "mcpServers"')
+    return servers
+
+
+def model_spec(spec: str | None) -> str | None:
+    """*spec*, with the file of a ``scripted:`` model made absolute (a resume may run elsewhere)."""
+    if spec and spec.startswith("scripted:"):
+        return f"scripted:{Path(spec.removeprefix('scripted:')).resolve()}"
+    return spec
+
+
+def file_inputs(pairs: list[str]) -> dict[str, File]:
+    """``--input NAME=FILE`` pairs as File inputs; exits 2 on a malformed pair or missing file."""
+    out: dict[str, File] = {}
+    for pair in pairs:
+        name, sep, file = pair.partition("=")
+        if not sep or not name.isidentifier() or not file:
+            raise fail(f"--input takes NAME=FILE, got {pair!r}")
+        if not os.path.isfile(file):
+            raise fail(f"--input {name}: {file} is not a readable file")
+        out[name] = File(file)
+    return out
