@@ -66,12 +66,15 @@ class UnixServer:
             self.open -= 1
 
 
-@pytest.fixture
-def relay(tmp_path: Path) -> Iterator[tuple[int, UnixServer]]:
+@pytest.fixture(params=["splice", "buffers"])
+def relay(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[tuple[int, UnixServer]]:
+    """A forwarder relaying with splice through pipes, or through buffers (no splice)."""
+    if request.param == "splice" and not forwarder.splice_works():
+        pytest.skip("os.splice does not work here")
     server = UnixServer(tmp_path / "proxy.sock")
     listener = forwarder.listen(0)
     port = listener.getsockname()[1]
-    forwarder.Forwarder(listener, str(server.path)).start()
+    forwarder.Forwarder(listener, str(server.path), splice=request.param == "splice").start()
     yield port, server
     server.sock.close()
 
@@ -152,3 +155,31 @@ def test_no_proxy_socket_closes_the_client(tmp_path: Path) -> None:
     forwarder.Forwarder(listener, str(tmp_path / "absent.sock")).start()
     with _client(port) as c:
         assert c.recv(1) == b""
+
+
+def _open_fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+def test_each_connection_holds_its_pipes_until_it_ends(tmp_path: Path) -> None:
+    if not forwarder.splice_works():
+        pytest.skip("os.splice does not work here")
+    assert forwarder.FDS_PER_CONNECTION == 6
+    server = UnixServer(tmp_path / "proxy.sock")
+    listener = forwarder.listen(0)
+    forwarder.Forwarder(listener, str(server.path), splice=True).start()
+    before = _open_fds()
+    clients = [_client(listener.getsockname()[1]) for _ in range(10)]
+    for c in clients:
+        c.sendall(b"x")
+        assert c.recv(1) == b"x"
+    # each: the test's client socket, and in the forwarder 2 sockets + 4 pipe ends; the
+    # server's side of each connection is 1 more (all in this one process)
+    assert _open_fds() - before == 10 * (1 + forwarder.FDS_PER_CONNECTION + 1)
+    for c in clients:
+        c.close()
+    deadline = time.monotonic() + 10
+    while _open_fds() > before:
+        assert time.monotonic() < deadline, "the relays' descriptors were not all closed"
+        time.sleep(0.05)
+    server.sock.close()
