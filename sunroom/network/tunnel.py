@@ -11,8 +11,9 @@ descriptors (their asyncio transports keep the originals, paused).
 
 Where splice is unavailable (not Linux, an ``os`` without ``splice``, or a probe from a Unix
 socketpair into a pipe failing with EINVAL, ENOSYS, EPERM or EOPNOTSUPP, e.g. under a seccomp
-filter) the stream path is used: ``StreamReader.read`` then ``StreamWriter.write``. Both paths keep the
-half-close (a side's EOF is passed on as ``write_eof``), the idle timeout and the byte counts.
+filter) the stream path is used: ``StreamReader.read`` then ``StreamWriter.write``. Both paths
+keep the half-close (a side's EOF is passed on as ``write_eof``), the idle timeout and the byte
+counts.
 """
 
 from __future__ import annotations
