@@ -8,16 +8,19 @@ It reads nothing and decides nothing: the proxy sees exactly what the client sen
 (``CONNECT host:port`` or an absolute-form request) and applies the policy. ``HTTP_PROXY`` and
 ``HTTPS_PROXY`` in the kernel's environment name this listener.
 
-Limits: at most :data:`MAX_CONNECTIONS` connections at once (a further one is closed at
-once); :data:`CHUNK` bytes buffered per direction and connection (a side is not read while its
-peer has not taken the last chunk). Stdlib only: this runs inside the kernel.
+Limits: at most :data:`MAX_CONNECTIONS` connections at once, fewer if the descriptor limit
+holds fewer (:func:`connection_cap`; a further one is closed at once); :data:`CHUNK` bytes
+buffered per direction and connection (a side is not read while its peer has not taken the last
+chunk). Stdlib only: this runs inside the kernel.
 
 On Linux the bytes move with ``os.splice`` through a pipe per direction (socket -> pipe ->
 socket, never entering Python): each connection then holds :data:`FDS_PER_CONNECTION`
 descriptors (its two sockets and two pipes of two ends), so :data:`MAX_CONNECTIONS` of them
-take 1536 beside the listener; a connection that cannot get its pipes (``EMFILE``) is closed at
-once, like one over the limit. Where splice is unavailable (no ``os.splice``, or a probe from a
-Unix socketpair into a pipe failing with EINVAL, ENOSYS, EPERM or EOPNOTSUPP) each direction
+take 1536 beside the listener. The supervisor's own soft ``RLIMIT_NOFILE``
+(``Limits.open_files`` binds the kernel's processes, not it) may lower the cap
+(:func:`connection_cap`); a connection that cannot get its descriptors (``EMFILE``) is closed
+at once, like one over the cap. Where splice is unavailable (no ``os.splice``, or a probe from
+a Unix socketpair into a pipe failing with EINVAL, ENOSYS, EPERM or EOPNOTSUPP) each direction
 is ``recv`` into a buffer and ``send`` out of it, two descriptors per connection.
 """
 
@@ -28,6 +31,7 @@ import errno
 import fcntl
 import functools
 import os
+import resource
 import selectors
 import socket
 import threading
@@ -40,6 +44,8 @@ CONNECT_TIMEOUT_S = 5.0
 """How long a connection to the proxy's socket may take before the client's is closed."""
 FDS_PER_CONNECTION = 6
 """Descriptors one relayed connection holds with splice: 2 sockets + 2 pipes x 2 ends."""
+RESERVED_FDS = 64
+"""Descriptors left to the rest of the supervisor when the connection cap is derived."""
 _SPLICE_FLAGS = getattr(os, "SPLICE_F_MOVE", 0) | getattr(os, "SPLICE_F_NONBLOCK", 0)
 
 
@@ -62,6 +68,16 @@ def splice_works() -> bool:
             os.close(fd)
         a.close()
         b.close()
+
+
+def connection_cap(open_files: int, *, splice: bool) -> int:
+    """Connections relayed at once within ``open_files`` descriptors (``RLIMIT_NOFILE``).
+
+    :data:`MAX_CONNECTIONS` at most; :data:`RESERVED_FDS` stay free, and each connection takes
+    :data:`FDS_PER_CONNECTION` with splice, 2 without (e.g. 1024 descriptors: 160 with splice).
+    """
+    per = FDS_PER_CONNECTION if splice else 2
+    return max(1, min(MAX_CONNECTIONS, (open_files - RESERVED_FDS) // per))
 
 
 def listen(port: int) -> socket.socket:
@@ -153,10 +169,18 @@ class Forwarder:
     """Relays TCP connections accepted on *listener* to the Unix socket at *target*."""
 
     def __init__(self, listener: socket.socket, target: str, *, splice: bool | None = None) -> None:
-        """``splice``: relay through pipes with splice (None: where :func:`splice_works`)."""
+        """``splice``: relay through pipes with splice (None: where :func:`splice_works`).
+
+        ``cap`` is how many connections are relayed at once (:func:`connection_cap` of this
+        process's soft ``RLIMIT_NOFILE``); one more is accepted and closed at once.
+        """
         self._listener = listener
         self._target = target
-        self._splice = splice
+        self._splice = splice_works() if splice is None else splice
+        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+        self.cap = connection_cap(
+            1 << 20 if soft == resource.RLIM_INFINITY else soft, splice=self._splice
+        )
         self._sel = selectors.DefaultSelector()
         self._relays: dict[socket.socket, _Relay] = {}
         self._count = 0
@@ -186,10 +210,14 @@ class Forwarder:
             client, _ = self._listener.accept()
         except (BlockingIOError, InterruptedError, ConnectionAbortedError):
             return
-        if self._count >= MAX_CONNECTIONS:
+        if self._count >= self.cap:
             client.close()
             return
-        upstream = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            upstream = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        except OSError:  # no descriptor left: like a connection over the cap
+            client.close()
+            return
         try:
             upstream.settimeout(CONNECT_TIMEOUT_S)
             upstream.connect(self._target)
@@ -199,8 +227,6 @@ class Forwarder:
             return
         client.setblocking(False)
         upstream.setblocking(False)
-        if self._splice is None:
-            self._splice = splice_works()
         try:
             relay = _Relay(client, upstream, splice=self._splice)
         except OSError:  # no descriptors left for its pipes: like a connection over the limit

@@ -123,7 +123,8 @@ def test_connections_past_the_cap_are_closed_and_the_rest_work(
     relay: tuple[int, UnixServer],
 ) -> None:
     port, server = relay
-    held = [_client(port) for _ in range(forwarder.MAX_CONNECTIONS)]
+    cap = forwarder.MAX_CONNECTIONS  # this test process has descriptors for all of them
+    held = [_client(port) for _ in range(cap)]
     try:
         for c in held:  # each is relayed: an echo proves the pair exists
             c.sendall(b"x")
@@ -132,7 +133,7 @@ def test_connections_past_the_cap_are_closed_and_the_rest_work(
         extra.settimeout(5)
         assert extra.recv(1) == b""  # closed at once, never relayed
         extra.close()
-        assert server.accepted == forwarder.MAX_CONNECTIONS
+        assert server.accepted == cap
     finally:
         for c in held:
             c.close()
@@ -158,7 +159,17 @@ def test_no_proxy_socket_closes_the_client(tmp_path: Path) -> None:
 
 
 def _open_fds() -> int:
-    return len(os.listdir("/proc/self/fd"))
+    """This process's descriptors once the count holds still for 0.2 s (the relays of earlier
+    tests, still running in their threads, may be closing theirs)."""
+    deadline = time.monotonic() + 10
+    count = len(os.listdir("/proc/self/fd"))
+    while time.monotonic() < deadline:
+        time.sleep(0.2)
+        now = len(os.listdir("/proc/self/fd"))
+        if now == count:
+            return count
+        count = now
+    raise AssertionError("the descriptor count never settled")
 
 
 def test_each_connection_holds_its_pipes_until_it_ends(tmp_path: Path) -> None:
@@ -183,3 +194,10 @@ def test_each_connection_holds_its_pipes_until_it_ends(tmp_path: Path) -> None:
         assert time.monotonic() < deadline, "the relays' descriptors were not all closed"
         time.sleep(0.05)
     server.sock.close()
+
+
+def test_the_connection_cap_follows_the_descriptor_limit() -> None:
+    assert forwarder.connection_cap(1024, splice=True) == 160  # (1024 - 64) // 6
+    assert forwarder.connection_cap(1024, splice=False) == 256
+    assert forwarder.connection_cap(1 << 20, splice=True) == forwarder.MAX_CONNECTIONS
+    assert forwarder.connection_cap(10, splice=True) == 1
