@@ -6,7 +6,8 @@ socket's bytes go into the pipe (:data:`CHUNK` at most), are charged to the :cla
 only then go out of the pipe to the other socket; a chunk the meter refuses stays in the pipe
 and never reaches the peer, so a byte budget still cuts exactly. The pipe is emptied before the
 next read (it never holds more than one chunk: backpressure is the peer's socket buffer).
-Both sockets are driven with the event loop's ``add_reader``/``add_writer`` on duplicated
+Each direction is driven by callbacks of the event loop (``add_reader``/``add_writer``, one at a
+time) on duplicated
 descriptors (their asyncio transports keep the originals, paused).
 
 Where splice is unavailable (not Linux, an ``os`` without ``splice``, or a probe from a Unix
@@ -154,26 +155,105 @@ async def _pump(
             sink.write_eof()
 
 
-async def _ready(fd: int, *, write: bool) -> None:
-    """Wait until ``fd`` is readable (or writable)."""
-    loop = asyncio.get_running_loop()
-    future: asyncio.Future[None] = loop.create_future()
+class _Splicer:
+    """One direction of a tunnel, ``source`` -> pipe -> ``sink``, driven by loop callbacks.
 
-    def wake() -> None:
-        if not future.done():
-            future.set_result(None)
+    While the pipe is empty it waits for ``source`` to be readable; a chunk read is charged,
+    then written out; while ``sink`` cannot take it all, it waits for ``sink`` instead (never
+    both). ``done`` ends with None at ``source``'s EOF (after half-closing ``sink``) or with
+    the exception that ended it (:class:`Ended` for the budget, OSError).
+    """
 
-    if write:
-        loop.add_writer(fd, wake)
-    else:
-        loop.add_reader(fd, wake)
-    try:
-        await future
-    finally:
-        if write:
-            loop.remove_writer(fd)
-        else:
-            loop.remove_reader(fd)
+    def __init__(
+        self,
+        meter: Meter,
+        flow: Flow,
+        source: asyncio.StreamWriter,
+        sink: asyncio.StreamWriter,
+        *,
+        outbound: bool,
+    ) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._meter = meter
+        self._flow = flow
+        self._sink = sink
+        self._outbound = outbound
+        self.done: asyncio.Future[None] = self._loop.create_future()
+        self._held = 0
+        self._src = self._dst = self._r = self._w = -1
+        self._reading = self._writing = False
+        try:
+            self._src = _descriptor(source)
+            self._dst = _descriptor(sink)
+            self._r, self._w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        except OSError:
+            self.close()
+            raise
+        with contextlib.suppress(OSError):  # a smaller pipe (the default 64 KiB) also works
+            fcntl.fcntl(self._w, fcntl.F_SETPIPE_SZ, CHUNK)
+        self._wait(write=False)
+
+    def _wait(self, *, write: bool) -> None:
+        if write and not self._writing:
+            self._loop.add_writer(self._dst, self._flush)
+        elif not write and not self._reading:
+            self._loop.add_reader(self._src, self._fill)
+        if self._reading and write:
+            self._loop.remove_reader(self._src)
+        elif self._writing and not write:
+            self._loop.remove_writer(self._dst)
+        self._reading, self._writing = not write, write
+
+    def _fill(self) -> None:
+        try:
+            n = os.splice(self._src, self._w, CHUNK, flags=_SPLICE_FLAGS)
+            if n:
+                self._meter.count(self._flow, n, outbound=self._outbound)
+        except BlockingIOError:
+            return
+        except Exception as exc:  # OSError, Ended, or what ``charge`` raised: the pump's
+            self._end(exc)
+            return
+        if n == 0:
+            if self._sink.can_write_eof():
+                with contextlib.suppress(OSError):  # the sink may be gone: its own side ends
+                    self._sink.write_eof()
+            self._end(None)
+            return
+        self._held = n
+        self._flush()
+
+    def _flush(self) -> None:
+        try:
+            while self._held:
+                self._held -= os.splice(self._r, self._dst, self._held, flags=_SPLICE_FLAGS)
+        except BlockingIOError:
+            self._wait(write=True)
+            return
+        except OSError as exc:
+            self._end(exc)
+            return
+        self._wait(write=False)
+
+    def _end(self, exc: BaseException | None) -> None:
+        self.close()
+        if not self.done.done():
+            if exc is None:
+                self.done.set_result(None)
+            else:
+                self.done.set_exception(exc)
+
+    def close(self) -> None:
+        """Stop waiting and close the duplicated descriptors and the pipe; idempotent."""
+        if self._reading:
+            self._loop.remove_reader(self._src)
+        if self._writing:
+            self._loop.remove_writer(self._dst)
+        self._reading = self._writing = False
+        for fd in (self._r, self._w, self._src, self._dst):
+            if fd >= 0:
+                os.close(fd)
+        self._src = self._dst = self._r = self._w = -1
 
 
 def _descriptor(writer: asyncio.StreamWriter) -> int:
@@ -193,29 +273,8 @@ async def _splice_pump(
 
     A chunk is charged while it sits in the pipe, before any of it reaches ``sink``.
     """
-    src = _descriptor(source)
-    dst = _descriptor(sink)
-    r, w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+    splicer = _Splicer(meter, flow, source, sink, outbound=outbound)
     try:
-        with contextlib.suppress(OSError):  # a smaller pipe (the default 64 KiB) also works
-            fcntl.fcntl(w, fcntl.F_SETPIPE_SZ, CHUNK)
-        while True:
-            try:
-                n = os.splice(src, w, CHUNK, flags=_SPLICE_FLAGS)
-            except BlockingIOError:
-                await _ready(src, write=False)
-                continue
-            if n == 0:
-                break
-            meter.count(flow, n, outbound=outbound)
-            while n:
-                try:
-                    n -= os.splice(r, dst, n, flags=_SPLICE_FLAGS)
-                except BlockingIOError:
-                    await _ready(dst, write=True)
-        if sink.can_write_eof():
-            with contextlib.suppress(OSError):  # the sink may be gone: its own pump ends
-                sink.write_eof()
+        await splicer.done
     finally:
-        for fd in (r, w, src, dst):
-            os.close(fd)
+        splicer.close()
