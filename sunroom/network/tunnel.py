@@ -7,8 +7,7 @@ only then go out of the pipe to the other socket; a chunk the meter refuses stay
 and never reaches the peer, so a byte budget still cuts exactly. The pipe is emptied before the
 next read (it never holds more than one chunk: backpressure is the peer's socket buffer).
 Each direction is driven by callbacks of the event loop (``add_reader``/``add_writer``, one at a
-time) on duplicated
-descriptors (their asyncio transports keep the originals, paused).
+time) on duplicated descriptors (their asyncio transports keep the originals, paused).
 
 Where splice is unavailable (not Linux, an ``os`` without ``splice``, or a probe from a Unix
 socketpair into a pipe failing with EINVAL, ENOSYS, EPERM or EOPNOTSUPP, e.g. under a seccomp
