@@ -143,9 +143,7 @@ def serve_forwarder(where: Path, name: str = "proxy") -> None:
     listener = socket.create_server(("127.0.0.1", 0))
     listener.setblocking(False)
     (where / f"{name}-forwarder.port").write_text(str(listener.getsockname()[1]))
-    Forwarder(
-        listener, str(where / f"{name}.sock"), splice=False if name == "streams" else None
-    ).serve()
+    Forwarder(listener, str(where / f"{name}.sock")).serve()
 
 
 # -- the rig and the arms ----------------------------------------------------------------------
@@ -445,8 +443,8 @@ def main() -> None:
         f"{os.getloadavg()[0]:.2f} after"
     )
     print(
-        "arms: proxy = EgressProxy + the kernel's forwarder, splice where available; streams = "
-        "the same with splice off; floor = a bare asyncio CONNECT relay + the forwarder"
+        "arms: proxy = EgressProxy (splice where available) + the kernel's forwarder; streams = "
+        "the same with the proxy's splice off; floor = a bare asyncio CONNECT relay + the forwarder"
     )
     print(f"latency (fresh HTTPS request, n={args.n} each, alternating; target: added <= 2 ms):")
     print(
