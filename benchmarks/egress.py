@@ -8,8 +8,8 @@ Parts, each its own process so that no two share a GIL (as on a real host):
   by ``sunroom.network.ca.ProxyCA`` and its certificate names the IP 127.0.0.1);
 * the egress proxy (``EgressProxy``, passthrough TLS) on a Unix socket, allowing exactly
   ``127.0.0.1:<port>`` with ``allow_addresses=["127.0.0.1/32"]``;
-* a TCP forwarder with the kernel's shape: it listens on 127.0.0.1 and relays each connection,
-  byte for byte, to the proxy's Unix socket with two threads.
+* the kernel's forwarder (``sunroom.prelude.forwarder.Forwarder``, the selector loop a kernel's
+  supervisor runs) listening on 127.0.0.1 and relaying each connection to the proxy's socket.
 
 The client (this process) uses ``http.client``: direct, and through the forwarder with a
 CONNECT tunnel (``set_tunnel``). Printed:
@@ -40,7 +40,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -87,16 +86,25 @@ def serve_upstream(where: Path) -> None:
     server.serve_forever()
 
 
-def serve_proxy(where: Path) -> None:
+def _no_splice() -> None:
+    """The streams arm: the proxy as it runs where splice is unavailable."""
+    from sunroom.network import tunnel
+
+    tunnel.splice_available = lambda: False  # type: ignore[assignment]
+
+
+def serve_proxy(where: Path, name: str = "proxy") -> None:
     from sunroom.network import EgressProxy, Network
 
+    if name == "streams":
+        _no_splice()
     port = int((where / "upstream.port").read_text())
     network = Network(allow=[f"127.0.0.1:{port}"], allow_addresses=["127.0.0.1/32"])
 
     async def main() -> None:
         proxy = EgressProxy(network)
-        await proxy.start(where / "proxy.sock")
-        (where / "proxy.ready").write_text("1")
+        await proxy.start(where / f"{name}.sock")
+        (where / f"{name}.ready").write_text("1")
         await asyncio.Event().wait()
 
     asyncio.run(main())
@@ -128,43 +136,49 @@ def serve_floor(where: Path) -> None:
     asyncio.run(main())
 
 
-def _relay(source: socket.socket, sink: socket.socket) -> None:
-    """Copy one direction; each thread owns its two descriptors (the sink is a dup)."""
-    try:
-        while data := source.recv(256 * 1024):
-            sink.sendall(data)
-        sink.shutdown(socket.SHUT_WR)
-    except OSError:
-        pass  # the other side went away: this direction is over
-    finally:
-        source.close()
-        sink.close()
-
-
 def serve_forwarder(where: Path, name: str = "proxy") -> None:
+    """The kernel's own forwarder (:mod:`sunroom.prelude.forwarder`), here in its own process."""
+    from sunroom.prelude.forwarder import Forwarder
+
     listener = socket.create_server(("127.0.0.1", 0))
+    listener.setblocking(False)
     (where / f"{name}-forwarder.port").write_text(str(listener.getsockname()[1]))
-    path = str(where / f"{name}.sock")
-    while True:
-        client, _ = listener.accept()
-        client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        upstream = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        upstream.connect(path)
-        for a, b in ((client, upstream.dup()), (upstream, client.dup())):
-            threading.Thread(target=_relay, args=(a, b), daemon=True).start()
+    Forwarder(listener, str(where / f"{name}.sock")).serve()
 
 
 # -- the rig and the arms ----------------------------------------------------------------------
 
+PARTS = (
+    "upstream",
+    "proxy",
+    "forwarder",
+    "streams",
+    "streams-forwarder",
+    "floor",
+    "floor-forwarder",
+)
+"""The processes, in start order: ``--serve-<part> DIR`` runs one."""
+
+
+def _serve_part(part: str, where: Path) -> None:
+    name, _, role = part.partition("-")
+    if part == "upstream":
+        serve_upstream(where)
+    elif part == "floor":
+        serve_floor(where)
+    elif role == "forwarder" or part == "forwarder":
+        serve_forwarder(where, "proxy" if part == "forwarder" else name)
+    else:
+        serve_proxy(where, name)
+
 
 @dataclass
 class Rig:
-    """The running parts: ports, the CA file, the processes."""
+    """The running parts: ports, the CA file, the processes (in :data:`PARTS` order)."""
 
     where: Path
     upstream_port: int
-    forwarder_port: int
-    floor_port: int
+    ports: dict[str, int]
     ca_file: Path
     processes: list[subprocess.Popen[bytes]]
 
@@ -185,22 +199,27 @@ def _wait_for(path: Path) -> None:
 def start_rig() -> Rig:
     where = Path(tempfile.mkdtemp(prefix="sr-egress-"))
     processes = []
-    for part, ready in (
-        ("upstream", "upstream.port"),
-        ("proxy", "proxy.ready"),
-        ("forwarder", "proxy-forwarder.port"),
-        ("floor", "floor.ready"),
-        ("floor-forwarder", "floor-forwarder.port"),
-    ):
+    for part in PARTS:
         processes.append(
             subprocess.Popen([sys.executable, __file__, f"--serve-{part}", str(where)])
         )
+        if part == "upstream":
+            ready = "upstream.port"
+        elif part == "forwarder":
+            ready = "proxy-forwarder.port"
+        elif part.endswith("-forwarder"):
+            ready = f"{part}.port"
+        else:
+            ready = f"{part}.ready"
         _wait_for(where / ready)
+    ports = {
+        arm: int((where / f"{arm}-forwarder.port").read_text())
+        for arm in ("proxy", "streams", "floor")
+    }
     return Rig(
         where,
         int((where / "upstream.port").read_text()),
-        int((where / "proxy-forwarder.port").read_text()),
-        int((where / "floor-forwarder.port").read_text()),
+        ports,
         where / "ca.pem",
         processes,
     )
@@ -216,11 +235,10 @@ def direct_client(rig: Rig) -> Callable[[str], int]:
     return fetch
 
 
-def proxied_client(rig: Rig, port: int | None = None) -> Callable[[str], int]:
-    """Requests through a forwarder (default: the egress proxy's; ``rig.floor_port``: the
-    bare relay's)."""
+def proxied_client(rig: Rig, arm: str = "proxy") -> Callable[[str], int]:
+    """Requests through the forwarder of ``arm`` (``proxy``, ``streams`` or ``floor``)."""
     context = ssl.create_default_context(cafile=str(rig.ca_file))
-    via = rig.forwarder_port if port is None else port
+    via = rig.ports[arm]
 
     def fetch(path: str) -> int:
         conn = http.client.HTTPSConnection("127.0.0.1", via, context=context)
@@ -271,84 +289,189 @@ def _p90(values: list[float]) -> float:
     return statistics.quantiles(values, n=10)[-1]
 
 
+_KERNEL_CLIENT = """
+import http.client, json, os, ssl, time
+from urllib.parse import urlsplit
+_proxy = urlsplit(os.environ["HTTPS_PROXY"])
+_context = ssl.create_default_context(cafile=os.path.abspath("ca.pem"))
+def _fetch(path):
+    conn = http.client.HTTPSConnection(_proxy.hostname, _proxy.port, context=_context)
+    conn.set_tunnel("127.0.0.1", {port})
+    conn.request("GET", path)
+    response = conn.getresponse()
+    total = 0
+    while data := response.read(1 << 20):
+        total += len(data)
+    conn.close()
+    assert response.status == 200, response.status
+    return total
+print(json.dumps(_proxy.port))
+"""
+_KERNEL_LATENCY = """
+_times = []
+for _ in range({n}):
+    _started = time.perf_counter()
+    _fetch("/small")
+    _times.append(time.perf_counter() - _started)
+print(json.dumps(_times))
+"""
+_KERNEL_DOWNLOAD = """
+_started = time.perf_counter()
+_got = _fetch("{path}")
+print(json.dumps(_got / {mb} / (time.perf_counter() - _started)))
+"""
+
+
+async def kernel_arm(
+    rig: Rig, n: int, mb: int, rounds: int, blocks: int = 3
+) -> tuple[list[float], list[float], list[float], list[float]]:
+    """A real bwrap kernel with a network policy, its client timed inside its cells.
+
+    Returns (kernel latencies, direct latencies, kernel MB/s, direct MB/s): the direct arm runs
+    from this process between the kernel's blocks (the kernel's proxy lives in this process's
+    event loop, idle while the direct requests run).
+    """
+    import json
+
+    from sunroom import AsyncKernel, Limits, Network
+
+    network = Network(allow=[f"127.0.0.1:{rig.upstream_port}"], allow_addresses=["127.0.0.1/32"])
+    direct = direct_client(rig)
+    k_lat: list[float] = []
+    d_lat: list[float] = []
+    k_rate: list[float] = []
+    d_rate: list[float] = []
+    async with AsyncKernel(
+        backend="bwrap", network=network, limits=Limits(timeout_s=600, memory_mb=1024)
+    ) as kernel:
+        await kernel.files.write("ca.pem", rig.ca_file.read_bytes())
+
+        async def cell(code: str) -> object:
+            result = await kernel.execute(code, timeout_s=600)
+            if not result.ok:
+                raise RuntimeError(f"the kernel arm's cell failed: {result.error}")
+            return json.loads(result.stdout.strip().splitlines()[-1])
+
+        await cell(_KERNEL_CLIENT.format(port=rig.upstream_port))
+        await cell(_KERNEL_LATENCY.format(n=10))  # warm up
+        for _ in range(blocks):  # alternate blocks so that drift hits both arms alike
+            got = await cell(_KERNEL_LATENCY.format(n=n // blocks))
+            assert isinstance(got, list)
+            k_lat += got
+            d_lat += latency_arm(lambda: direct("/small"), n // blocks)
+        path = f"/bytes/{mb * MB}"
+        for _ in range(rounds):
+            rate = await cell(_KERNEL_DOWNLOAD.format(path=path, mb=MB))
+            assert isinstance(rate, float)
+            k_rate.append(rate)
+            d_rate += throughput_arm(lambda: direct(path), 1)
+    return k_lat, d_lat, k_rate, d_rate
+
+
+def _latency_line(name: str, lat: list[float], base: list[float]) -> str:
+    ms = 1000
+    median, direct = statistics.median(lat), statistics.median(base)
+    return (
+        f"  {name:<9} median {median * ms:6.2f} ms  p90 {_p90(lat) * ms:6.2f} ms  "
+        f"added {(median - direct) * ms:+6.2f} ms  ratio {median / direct:.2f}x"
+    )
+
+
+def _rate_line(name: str, rates: list[float], base: list[float]) -> str:
+    median = statistics.median(rates)
+    return (
+        f"  {name:<9} median {median:6.0f} MB/s  (runs {', '.join(f'{r:.0f}' for r in rates)})"
+        f"  {median / statistics.median(base):.0%} of direct"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--n", type=int, default=200)
     parser.add_argument("--mb", type=int, default=100)
     parser.add_argument("--rounds", type=int, default=3)
-    parts: dict[str, Callable[[Path], None]] = {
-        "upstream": serve_upstream,
-        "proxy": serve_proxy,
-        "forwarder": serve_forwarder,
-        "floor": serve_floor,
-        "floor-forwarder": lambda where: serve_forwarder(where, "floor"),
-    }
-    for part in parts:
+    parser.add_argument("--no-kernel", action="store_true", help="skip the in-kernel arm")
+    for part in PARTS:
         parser.add_argument(f"--serve-{part}", type=Path)
     args = parser.parse_args()
-    for part, serve in parts.items():
+    for part in PARTS:
         where = getattr(args, f"serve_{part.replace('-', '_')}")
         if where is not None:
-            serve(where)
+            _serve_part(part, where)
             return
 
+    load_before = os.getloadavg()[0]
     rig = start_rig()
+    arms = ("proxy", "streams", "floor")
     try:
-        direct, proxied = direct_client(rig), proxied_client(rig)
-        floor = proxied_client(rig, rig.floor_port)
-        for fetch in (direct, proxied, floor):  # warm up every path
+        direct = direct_client(rig)
+        clients = {arm: proxied_client(rig, arm) for arm in arms}
+        for fetch in (direct, *clients.values()):  # warm up every path
             for _ in range(10):
                 fetch("/small")
-        d_lat: list[float] = []
-        p_lat: list[float] = []
-        f_lat: list[float] = []
+        lat: dict[str, list[float]] = {arm: [] for arm in ("direct", *arms)}
         cpu_before = [_cpu_seconds(p.pid) for p in rig.processes]
-        for _ in range(args.n):  # alternate so that drift hits both arms alike
-            d_lat += latency_arm(lambda: direct("/small"), 1)
-            p_lat += latency_arm(lambda: proxied("/small"), 1)
-            f_lat += latency_arm(lambda: floor("/small"), 1)
-        cpu_per_request = [
-            (_cpu_seconds(p.pid) - before) / args.n
-            for p, before in zip(rig.processes, cpu_before, strict=True)
-        ]
+        for _ in range(args.n):  # alternate so that drift hits every arm alike
+            lat["direct"] += latency_arm(lambda: direct("/small"), 1)
+            for arm in arms:
+                lat[arm] += latency_arm(lambda arm=arm: clients[arm]("/small"), 1)
+        cpu = dict(
+            zip(
+                PARTS,
+                [
+                    (_cpu_seconds(p.pid) - b) / args.n
+                    for p, b in zip(rig.processes, cpu_before, strict=True)
+                ],
+                strict=True,
+            )
+        )
         path = f"/bytes/{args.mb * MB}"
-        d_rate: list[float] = []
-        p_rate: list[float] = []
-        f_rate: list[float] = []
+        rate: dict[str, list[float]] = {arm: [] for arm in ("direct", *arms)}
         for _ in range(args.rounds):
-            d_rate += throughput_arm(lambda: direct(path), 1)
-            p_rate += throughput_arm(lambda: proxied(path), 1)
-            f_rate += throughput_arm(lambda: floor(path), 1)
+            rate["direct"] += throughput_arm(lambda: direct(path), 1)
+            for arm in arms:
+                rate[arm] += throughput_arm(lambda arm=arm: clients[arm](path), 1)
+        kernel = None
+        if not args.no_kernel:
+            kernel = asyncio.run(kernel_arm(rig, args.n, args.mb, args.rounds))
     finally:
         rig.close()
 
     ms = 1000
-    print(f"machine: {os.cpu_count()} cpus, load average {os.getloadavg()[0]:.2f}")
     print(
-        f"latency (fresh HTTPS request, n={args.n}): direct median "
-        f"{statistics.median(d_lat) * ms:.2f} ms p90 {_p90(d_lat) * ms:.2f} ms; proxied median "
-        f"{statistics.median(p_lat) * ms:.2f} ms p90 {_p90(p_lat) * ms:.2f} ms; added median "
-        f"{(statistics.median(p_lat) - statistics.median(d_lat)) * ms:.2f} ms (target <= 2 ms); "
-        f"ratio {statistics.median(p_lat) / statistics.median(d_lat):.2f}x"
-    )
-    _, proxy_cpu, forwarder_cpu, floor_cpu, _ = cpu_per_request
-    print(
-        f"floor (a bare asyncio CONNECT relay, same forwarder): latency median "
-        f"{statistics.median(f_lat) * ms:.2f} ms p90 {_p90(f_lat) * ms:.2f} ms, added median "
-        f"{(statistics.median(f_lat) - statistics.median(d_lat)) * ms:.2f} ms; throughput "
-        f"{statistics.median(f_rate):.0f} MB/s, "
-        f"{statistics.median(f_rate) / statistics.median(d_rate):.0%} of direct; "
-        f"CPU per request {floor_cpu * ms:.2f} ms"
+        f"machine: {os.cpu_count()} cpus, load average {load_before:.2f} before, "
+        f"{os.getloadavg()[0]:.2f} after"
     )
     print(
-        f"CPU per proxied request (latency loop; the upstream's includes the direct requests): "
-        f"proxy {proxy_cpu * ms:.2f} ms, forwarder {forwarder_cpu * ms:.2f} ms"
+        "arms: proxy = EgressProxy (splice where available) + the kernel's forwarder; streams = "
+        "the same with the proxy's splice off; floor = a bare asyncio CONNECT relay + the forwarder"
     )
+    print(f"latency (fresh HTTPS request, n={args.n} each, alternating; target: added <= 2 ms):")
     print(
-        f"throughput ({args.mb} MB download, median of {args.rounds}): direct "
-        f"{statistics.median(d_rate):.0f} MB/s; proxied {statistics.median(p_rate):.0f} MB/s; "
-        f"{statistics.median(p_rate) / statistics.median(d_rate):.0%} of direct (target >= 80%)"
+        f"  {'direct':<9} median {statistics.median(lat['direct']) * ms:6.2f} ms  "
+        f"p90 {_p90(lat['direct']) * ms:6.2f} ms"
     )
+    for arm in arms:
+        print(_latency_line(arm, lat[arm], lat["direct"]))
+    print(
+        "CPU per request (ms): "
+        + ", ".join(f"{part} {cpu[part] * ms:.2f}" for part in PARTS if part != "upstream")
+    )
+    print(f"throughput ({args.mb} MB download, {args.rounds} rounds; target >= 80% of direct):")
+    print(f"  {'direct':<9} median {statistics.median(rate['direct']):6.0f} MB/s")
+    for arm in arms:
+        print(_rate_line(arm, rate[arm], rate["direct"]))
+    if kernel is not None:
+        k_lat, d_lat, k_rate, d_rate = kernel
+        print("in a bwrap kernel (timed inside its cells; direct from the host between blocks):")
+        print(
+            _latency_line("kernel", k_lat, d_lat)
+            + f"  (direct {statistics.median(d_lat) * ms:.2f} ms)"
+        )
+        print(
+            _rate_line("kernel", k_rate, d_rate)
+            + f"  (direct {statistics.median(d_rate):.0f} MB/s)"
+        )
 
 
 if __name__ == "__main__":

@@ -10,6 +10,10 @@ reaches a record or a log.
 Limits (each with a test): ``max_connections`` concurrent connections (more get 503 at once),
 a request head of at most :data:`MAX_HEAD_BYTES` (else 431) that must arrive within
 ``head_timeout_s`` (else 408), the policy's connect timeout (504), idle timeout and byte budget.
+
+Beside it: :mod:`~sunroom.network.flow` (the record, a connection's bookkeeping, the byte
+meter), :mod:`~sunroom.network.tunnel` (relaying a CONNECT tunnel, with splice on Linux, and the
+idle-timeout supervisor) and :mod:`~sunroom.network.forward` (forwarding one HTTP request).
 """
 
 from __future__ import annotations
@@ -19,25 +23,19 @@ import contextlib
 import logging
 import os
 import ssl
-import time
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import h11
 
 from sunroom.errors import UsageError
-from sunroom.network.http import (
-    BadTarget,
-    absolute_target,
-    authority,
-    error_response,
-    forward_headers,
-    host_header,
-)
+from sunroom.network.flow import Connection, Ended, Flow, Meter, Refused, shown
+from sunroom.network.forward import forward
+from sunroom.network.http import BadTarget, absolute_target, authority, error_response, host_header
 from sunroom.network.policy import Network, is_ip, parse_pattern
 from sunroom.network.resolve import HostResolver, Resolver, address_refusal
+from sunroom.network.tunnel import CHUNK, hold, relay_tunnel
 
 __all__ = ["HEAD_TIMEOUT_S", "MAX_HEAD_BYTES", "Connection", "EgressProxy"]
 
@@ -50,122 +48,8 @@ MAX_HEAD_BYTES = 64 * 1024
 """The largest request (or upstream response) head the proxy reads."""
 HEAD_TIMEOUT_S = 30.0
 """How long a client may take to send its request head (the slowloris defence)."""
-CHUNK = 256 * 1024
-"""Bytes read per relay step."""
 MAX_SOCKET_PATH = 107
 """The longest Unix socket path Linux takes (``sun_path`` is 108 bytes with its NUL)."""
-
-
-@dataclass(frozen=True, slots=True)
-class Connection:
-    """One connection through the proxy, allowed or refused, recorded when it ends.
-
-    ``bytes_sent`` went kernel -> upstream and ``bytes_received`` upstream -> kernel (the
-    payload relayed; for forwarded requests, the messages as written and read upstream).
-    ``reason`` says why it was refused or ended early (None: it ran and ended normally).
-    ``injected`` says headers were injected, never which. ``method`` is the plain HTTP (or
-    terminated HTTPS) method; None for a CONNECT relayed as is.
-    """
-
-    host: str
-    port: int
-    scheme: str
-    allowed: bool
-    reason: str | None
-    address: str | None
-    bytes_sent: int
-    bytes_received: int
-    duration_s: float
-    injected: bool
-    method: str | None
-
-
-class _Refused(Exception):
-    """A refusal answered with ``status`` and a one-sentence body."""
-
-    def __init__(self, status: int, reason: str, sentence: str) -> None:
-        super().__init__(sentence)
-        self.status = status
-        self.reason = reason
-        self.sentence = sentence
-
-
-class _Ended(Exception):
-    """The connection must end early; ``reason`` goes into its record."""
-
-    def __init__(self, reason: str) -> None:
-        super().__init__(reason)
-        self.reason = reason
-
-
-class _Flow:
-    """The mutable state of one connection, frozen into a :class:`Connection` at the end."""
-
-    def __init__(self) -> None:
-        self.host = ""
-        self.port = 0
-        self.scheme = "http"
-        self.allowed = False
-        self.reason: str | None = None
-        self.address: str | None = None
-        self.sent = 0
-        self.received = 0
-        self.injected = False
-        self.method: str | None = None
-        self.started = time.monotonic()
-        self.active = asyncio.get_running_loop().time()
-        self.upstream: asyncio.StreamWriter | None = None
-        self.finished = False
-
-    def record(self) -> Connection:
-        return Connection(
-            host=self.host,
-            port=self.port,
-            scheme=self.scheme,
-            allowed=self.allowed,
-            reason=self.reason,
-            address=self.address,
-            bytes_sent=self.sent,
-            bytes_received=self.received,
-            duration_s=time.monotonic() - self.started,
-            injected=self.injected,
-            method=self.method,
-        )
-
-
-def _shown(host: str, port: int) -> str:
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-
-
-def _resend(event: object, conn: h11.Connection, cut_off: str) -> bytes:
-    """``event`` (a response head or a body part) serialized again by ``conn``.
-
-    Response heads lose their hop-by-hop headers and gain ``Connection: close``; any other
-    event (the peer closed early) ends the connection with ``cut_off`` as the reason.
-    """
-    if isinstance(event, h11.Data):
-        out = conn.send(h11.Data(data=event.data))
-    elif isinstance(event, h11.EndOfMessage):
-        out = conn.send(h11.EndOfMessage())
-    elif isinstance(event, h11.InformationalResponse):
-        out = conn.send(
-            h11.InformationalResponse(
-                status_code=event.status_code,
-                headers=forward_headers(event.headers, {})[:-1],
-                reason=event.reason,
-            )
-        )
-    elif isinstance(event, h11.Response):
-        out = conn.send(
-            h11.Response(
-                status_code=event.status_code,
-                headers=forward_headers(event.headers, {}),
-                reason=event.reason,
-            )
-        )
-    else:
-        raise _Ended(cut_off)
-    return out or b""
 
 
 class EgressProxy:
@@ -196,21 +80,24 @@ class EgressProxy:
             raise UsageError("head_timeout_s and max_head_bytes must be positive.")
         self.network = network
         self._on_connection = on_connection
-        self._charge = charge
         self._resolver: Resolver = resolver or HostResolver(network.hosts)
         self._address_nets = network.address_networks()
         self._head_timeout_s = head_timeout_s
         self._max_head_bytes = max_head_bytes
         self.ca_pem: bytes | None = None
-        self.bytes_total = 0
+        self._meter = Meter(network.max_bytes, charge)
         self.connections = 0
         self._ca: ProxyCA | None = None
         self._upstream_tls: ssl.SSLContext | None = None
         self._server: asyncio.Server | None = None
         self._socket_path: Path | None = None
         self._tasks: set[asyncio.Task[None]] = set()
-        self._spent = False
         self._closed = False
+
+    @property
+    def bytes_total(self) -> int:
+        """Bytes relayed so far, both directions, all connections (never over ``max_bytes``)."""
+        return self._meter.total
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -271,21 +158,21 @@ class EgressProxy:
         assert task is not None
         self._tasks.add(task)
         self.connections += 1
-        flow = _Flow()
+        flow = Flow()
         try:
             if len(self._tasks) > self.network.max_connections:
-                raise _Refused(
+                raise Refused(
                     503,
                     "too many connections",
                     f"sunroom: this kernel already has {self.network.max_connections} "
                     "connections open through its proxy (the limit); try again when one ends.",
                 )
             await self._serve(flow, reader, writer)
-        except _Refused as refused:
+        except Refused as refused:
             flow.reason = flow.reason or refused.reason
             with contextlib.suppress(OSError):  # the kernel may have gone already
                 writer.write(error_response(refused.status, refused.sentence))
-        except _Ended as ended:
+        except Ended as ended:
             flow.reason = flow.reason or ended.reason
         except asyncio.CancelledError:
             if not flow.finished:
@@ -294,7 +181,7 @@ class EgressProxy:
         except (OSError, EOFError, h11.ProtocolError) as exc:
             flow.reason = flow.reason or f"connection failed ({type(exc).__name__})"
         except Exception:
-            log.exception("egress proxy: connection to %s failed", _shown(flow.host, flow.port))
+            log.exception("egress proxy: connection to %s failed", shown(flow.host, flow.port))
             flow.reason = "proxy error"
         finally:
             self._tasks.discard(task)
@@ -303,12 +190,12 @@ class EgressProxy:
                     stream.close()
             self._record(flow)
 
-    def _record(self, flow: _Flow) -> None:
+    def _record(self, flow: Flow) -> None:
         record = flow.record()
         log.debug(
             "egress %s %s allowed=%s reason=%s sent=%d received=%d",
             record.scheme,
-            _shown(record.host, record.port),
+            shown(record.host, record.port),
             record.allowed,
             record.reason,
             record.bytes_sent,
@@ -321,8 +208,8 @@ class EgressProxy:
         except Exception:
             log.exception("egress proxy: the on_connection callback raised")
 
-    def _head_too_large(self) -> _Refused:
-        return _Refused(
+    def _head_too_large(self) -> Refused:
+        return Refused(
             431,
             "head too large",
             f"sunroom: the request head is larger than the proxy's "
@@ -337,7 +224,7 @@ class EgressProxy:
             async with asyncio.timeout_at(deadline):
                 return await self._parse_head(conn, reader)
         except TimeoutError:
-            raise _Refused(
+            raise Refused(
                 408,
                 "head timeout",
                 f"sunroom: the request head did not arrive within {self._head_timeout_s:g} s.",
@@ -351,13 +238,13 @@ class EgressProxy:
             except h11.RemoteProtocolError as exc:
                 if exc.error_status_hint == 431:
                     raise self._head_too_large() from None
-                raise _Refused(
+                raise Refused(
                     400, "bad request", "sunroom: the proxy could not parse this request."
                 ) from None
             if isinstance(event, h11.Request):
                 return event
             if event is not h11.NEED_DATA:
-                raise _Ended("closed before a request")
+                raise Ended("closed before a request")
             if fed >= self._max_head_bytes:
                 raise self._head_too_large()
             data = await reader.read(self._max_head_bytes - fed)
@@ -365,7 +252,7 @@ class EgressProxy:
             conn.receive_data(data)
 
     async def _serve(
-        self, flow: _Flow, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+        self, flow: Flow, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
     ) -> None:
         loop = asyncio.get_running_loop()
         conn = h11.Connection(h11.SERVER, max_incomplete_event_size=self._max_head_bytes)
@@ -381,30 +268,30 @@ class EgressProxy:
                 if host_header(request.headers, default_port=80) != (flow.host, flow.port):
                     raise BadTarget("the Host header does not name the URI's host")
         except BadTarget as bad:
-            raise _Refused(400, "bad request", f"sunroom: bad proxy request: {bad}.") from None
+            raise Refused(400, "bad request", f"sunroom: bad proxy request: {bad}.") from None
         if request.method == b"CONNECT":
             await self._connect(flow, conn, reader, writer)
         else:
             upstream = await self._open(flow, tls=False)
-            await self._forward(flow, conn, request, origin, reader, writer, upstream)
+            await self._forward(flow, conn, request, origin, (reader, writer), upstream)
 
     # -- checks and upstream -----------------------------------------------------------------
 
-    def _check(self, flow: _Flow) -> None:
-        where = _shown(flow.host, flow.port)
+    def _check(self, flow: Flow) -> None:
+        where = shown(flow.host, flow.port)
         if not self.network.allows(flow.host, flow.port):
-            raise _Refused(
+            raise Refused(
                 403,
                 "not in allowlist",
                 f"sunroom: {where} is not in this kernel's network allowlist.",
             )
-        if self._spent:
-            raise _Refused(
+        if self._meter.spent:
+            raise Refused(
                 429, "byte budget spent", "sunroom: this kernel's network byte budget is spent."
             )
 
     async def _open(
-        self, flow: _Flow, *, tls: bool
+        self, flow: Flow, *, tls: bool
     ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
         """Resolve once, check every address, connect to a checked one (connect timeout)."""
         self._check(flow)
@@ -412,15 +299,15 @@ class EgressProxy:
             async with asyncio.timeout(self.network.connect_timeout_s):
                 return await self._resolve_and_connect(flow, tls=tls)
         except TimeoutError:
-            raise _Refused(
+            raise Refused(
                 504,
                 "connect timeout",
-                f"sunroom: {_shown(flow.host, flow.port)} did not answer within "
+                f"sunroom: {shown(flow.host, flow.port)} did not answer within "
                 f"{self.network.connect_timeout_s:g} s.",
             ) from None
 
     async def _resolve_and_connect(
-        self, flow: _Flow, *, tls: bool
+        self, flow: Flow, *, tls: bool
     ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
         host, port = flow.host, flow.port
         if is_ip(host):
@@ -429,15 +316,15 @@ class EgressProxy:
             try:
                 addresses = list(await self._resolver(host))
             except OSError:
-                raise _Refused(
+                raise Refused(
                     502, "unresolvable", f"sunroom: the name {host} could not be resolved."
                 ) from None
             if not addresses:
-                raise _Refused(502, "unresolvable", f"sunroom: the name {host} has no addresses.")
+                raise Refused(502, "unresolvable", f"sunroom: the name {host} has no addresses.")
         for address in addresses:
             why = address_refusal(address, self._address_nets)
             if why is not None:
-                raise _Refused(
+                raise Refused(
                     403,
                     "address not allowed",
                     f"sunroom: {host} resolves to an address this kernel may not reach ({why}).",
@@ -453,7 +340,7 @@ class EgressProxy:
                     server_hostname=host if tls else None,
                 )
             except ssl.SSLError:
-                raise _Refused(
+                raise Refused(
                     502,
                     "upstream tls failed",
                     f"sunroom: the TLS certificate of {host} could not be verified.",
@@ -464,91 +351,15 @@ class EgressProxy:
             flow.address = address
             flow.upstream = stream[1]
             return stream
-        raise _Refused(
+        raise Refused(
             502,
             "unreachable",
-            f"sunroom: {_shown(host, port)} refused or could not take the connection.",
+            f"sunroom: {shown(host, port)} refused or could not take the connection.",
         ) from failure
-
-    # -- relaying ----------------------------------------------------------------------------
-
-    def _count(self, flow: _Flow, n: int, *, outbound: bool) -> None:
-        """Charge ``n`` relayed bytes; raise ``_Ended`` (not relaying them) if over budget."""
-        limit = self.network.max_bytes
-        if (
-            self._spent
-            or (limit is not None and self.bytes_total + n > limit)
-            or (self._charge is not None and not self._charge(n))
-        ):
-            self._spent = True
-            raise _Ended("byte budget spent")
-        self.bytes_total += n
-        if outbound:
-            flow.sent += n
-        else:
-            flow.received += n
-        flow.active = asyncio.get_running_loop().time()
-
-    async def _pump(
-        self,
-        flow: _Flow,
-        source: asyncio.StreamReader,
-        sink: asyncio.StreamWriter,
-        *,
-        outbound: bool,
-    ) -> None:
-        """Copy until ``source`` ends, then half-close ``sink``."""
-        while data := await source.read(CHUNK):
-            self._count(flow, len(data), outbound=outbound)
-            sink.write(data)
-            await sink.drain()
-        if sink.can_write_eof():
-            with contextlib.suppress(OSError):
-                sink.write_eof()
-
-    async def _supervise(
-        self, flow: _Flow, mains: list[Awaitable[object]], sides: list[Awaitable[object]]
-    ) -> None:
-        """Run ``mains`` and ``sides`` as tasks until every main one ends.
-
-        Under the idle timeout; a failure of any ends them all (the caller closes the streams).
-        """
-        loop = asyncio.get_running_loop()
-        tasks = [asyncio.ensure_future(work) for work in (*mains, *sides)]
-        main_tasks = set(tasks[: len(mains)])
-        idle = self.network.idle_timeout_s
-        expired = False
-        timer: asyncio.TimerHandle | None = None
-
-        def check_idle() -> None:
-            nonlocal expired, timer
-            if loop.time() >= flow.active + idle:
-                expired = True
-                for task in tasks:
-                    task.cancel()
-            else:
-                timer = loop.call_at(flow.active + idle, check_idle)
-
-        timer = loop.call_at(flow.active + idle, check_idle)
-        try:
-            pending = set(tasks)
-            while pending & main_tasks:
-                done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
-                if expired:
-                    raise _Ended("idle timeout")
-                for task in done:
-                    task.result()  # a failed side task ends the connection too
-            flow.finished = True
-        finally:
-            if timer is not None:
-                timer.cancel()
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
 
     async def _connect(
         self,
-        flow: _Flow,
+        flow: Flow,
         conn: h11.Connection,
         reader: asyncio.StreamReader,
         writer: asyncio.StreamWriter,
@@ -556,38 +367,37 @@ class EgressProxy:
         inject = self.network.headers_for(flow.host, flow.port)
         if inject and self.network.tls == "passthrough":
             self._check(flow)
-            raise _Refused(
+            raise Refused(
                 403,
                 "injection needs tls=terminate",
-                f"sunroom: {_shown(flow.host, flow.port)} has injected headers, which the proxy "
+                f"sunroom: {shown(flow.host, flow.port)} has injected headers, which the proxy "
                 'cannot add to TLS it does not terminate; use Network(tls="terminate").',
             )
         if not isinstance(conn.next_event(), h11.EndOfMessage):
-            raise _Refused(400, "bad request", "sunroom: a CONNECT request may not have a body.")
+            raise Refused(400, "bad request", "sunroom: a CONNECT request may not have a body.")
         if inject:
             await self._terminate(flow, conn, reader, writer, inject)
             return
-        up_reader, up_writer = await self._open(flow, tls=False)
+        # the tunnel's bytes are relayed past the streams (tunnel.py): from here the kernel's
+        # transport reads nothing more into its reader, and the upstream's none from the start
+        hold(writer)
+        upstream = await self._open(flow, tls=False)
+        hold(upstream[1])
         flow.allowed = True
         writer.write(
             conn.send(h11.Response(status_code=200, headers=[], reason=b"Connection established"))
         )
         early, _ = conn.trailing_data
         if early:
-            self._count(flow, len(early), outbound=True)
-            up_writer.write(early)
-        await self._supervise(
-            flow,
-            [
-                self._pump(flow, reader, up_writer, outbound=True),
-                self._pump(flow, up_reader, writer, outbound=False),
-            ],
-            [],
+            self._meter.count(flow, len(early), outbound=True)
+            upstream[1].write(early)
+        await relay_tunnel(
+            self._meter, flow, self.network.idle_timeout_s, (reader, writer), upstream
         )
 
     async def _terminate(
         self,
-        flow: _Flow,
+        flow: Flow,
         conn: h11.Connection,
         reader: asyncio.StreamReader,
         writer: asyncio.StreamWriter,
@@ -605,7 +415,7 @@ class EgressProxy:
         )
         early, _ = conn.trailing_data
         if early:
-            raise _Ended("client sent data before the CONNECT was answered")
+            raise Ended("client sent data before the CONNECT was answered")
         # no await between the 200 and start_tls: the ClientHello cannot have been read yet
         await writer.start_tls(
             self._ca.server_context(flow.host),
@@ -622,87 +432,29 @@ class EgressProxy:
             if host_header(request.headers, default_port=443) != (flow.host, flow.port):
                 raise BadTarget("the Host header does not name the CONNECT host")
         except BadTarget as bad:
-            raise _Refused(400, "bad request", f"sunroom: bad proxy request: {bad}.") from None
-        await self._forward(flow, inner, request, origin, reader, writer, upstream, inject)
+            raise Refused(400, "bad request", f"sunroom: bad proxy request: {bad}.") from None
+        await self._forward(flow, inner, request, origin, (reader, writer), upstream, inject)
 
     async def _forward(
         self,
-        flow: _Flow,
+        flow: Flow,
         conn: h11.Connection,
         request: h11.Request,
         origin: str,
-        reader: asyncio.StreamReader,
-        writer: asyncio.StreamWriter,
+        client: tuple[asyncio.StreamReader, asyncio.StreamWriter],
         upstream: tuple[asyncio.StreamReader, asyncio.StreamWriter],
         inject: dict[str, str] | None = None,
     ) -> None:
-        """Send ``request`` upstream in origin form and stream the body and the answer."""
-        if inject is None:
-            inject = self.network.headers_for(flow.host, flow.port)
-        flow.allowed = True
-        flow.injected = bool(inject)
-        up_reader, up_writer = upstream
-        client = h11.Connection(h11.CLIENT, max_incomplete_event_size=self._max_head_bytes)
-        head = client.send(
-            h11.Request(
-                method=request.method,
-                target=origin.encode("latin-1"),
-                headers=forward_headers(request.headers, inject),
-            )
-        )
-        self._count(flow, len(head), outbound=True)
-        up_writer.write(head)
-        await self._supervise(
+        """Forward ``request`` (see :mod:`sunroom.network.forward`) with the host's headers."""
+        await forward(
+            self._meter,
             flow,
-            [self._relay_response(flow, conn, writer, client, up_reader)],
-            [self._relay_body(flow, conn, reader, client, up_writer)],
+            idle_s=self.network.idle_timeout_s,
+            max_head_bytes=self._max_head_bytes,
+            conn=conn,
+            request=request,
+            origin=origin,
+            client=client,
+            upstream=upstream,
+            inject=self.network.headers_for(flow.host, flow.port) if inject is None else inject,
         )
-
-    async def _relay_body(
-        self,
-        flow: _Flow,
-        conn: h11.Connection,
-        reader: asyncio.StreamReader,
-        client: h11.Connection,
-        up_writer: asyncio.StreamWriter,
-    ) -> None:
-        while True:
-            event = conn.next_event()
-            if event is h11.NEED_DATA:
-                conn.receive_data(await reader.read(CHUNK))
-                continue
-            if isinstance(event, h11.Request | h11.InformationalResponse | h11.Response):
-                raise _Ended("the request body was cut off")
-            out = _resend(event, client, "the request body was cut off")
-            if out:
-                self._count(flow, len(out), outbound=True)
-                up_writer.write(out)
-                await up_writer.drain()
-            if isinstance(event, h11.EndOfMessage):
-                return
-
-    async def _relay_response(
-        self,
-        flow: _Flow,
-        conn: h11.Connection,
-        writer: asyncio.StreamWriter,
-        client: h11.Connection,
-        up_reader: asyncio.StreamReader,
-    ) -> None:
-        while True:
-            try:
-                event = client.next_event()
-            except h11.RemoteProtocolError:
-                raise _Ended("the upstream broke HTTP") from None
-            if event is h11.NEED_DATA:
-                data = await up_reader.read(CHUNK)
-                if data:
-                    self._count(flow, len(data), outbound=False)
-                client.receive_data(data)
-                continue
-            out = _resend(event, conn, "the upstream closed before its answer ended")
-            if out:
-                writer.write(out)
-                await writer.drain()
-            if isinstance(event, h11.EndOfMessage):
-                return

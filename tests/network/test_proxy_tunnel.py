@@ -1,0 +1,127 @@
+"""CONNECT tunnels after the 200, on both relay paths: splice through pipes, and streams.
+
+A raw TCP server on 127.0.0.1 stands in for the upstream (it speaks first, echoes, or sends a
+large body), so the bytes, the half-close, the budget, the records and aclose() are checked
+on exactly what the proxy relays.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import pytest
+
+from sunroom.network import Connection, tunnel
+
+from .upstream import loopback, running
+from .upstream import tunnel as open_tunnel
+
+BANNER = b"upstream speaks first\n"
+
+
+@pytest.fixture(params=["splice", "streams"])
+def path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Which relay path the proxy takes (splice only where it works)."""
+    if request.param == "splice" and not tunnel.splice_available():
+        pytest.skip("os.splice does not work here")
+    if request.param == "streams":
+        monkeypatch.setattr(tunnel, "splice_available", lambda: False)
+    return str(request.param)
+
+
+async def _echo(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    """Send the banner, echo until the client's EOF, then half-close; or send n bytes."""
+    writer.write(BANNER)
+    first = await reader.read(65536)
+    if first.startswith(b"SEND "):
+        size = int(first.split()[1])
+        block = os.urandom(65536)
+        while size > 0:
+            writer.write(block[: min(size, len(block))])
+            size -= len(block)
+            await writer.drain()
+    else:
+        data = first
+        while data:
+            writer.write(data)
+            await writer.drain()
+            data = await reader.read(65536)
+        writer.write_eof()
+        await writer.drain()
+    writer.close()
+
+
+@asynccontextmanager
+async def raw_upstream() -> AsyncIterator[int]:
+    server = await asyncio.start_server(_echo, "127.0.0.1", 0)
+    async with server:
+        yield server.sockets[0].getsockname()[1]
+
+
+async def test_bytes_early_data_and_half_close_pass_exactly(path: str) -> None:
+    records: list[Connection] = []
+    payload = os.urandom(3 * 1024 * 1024 + 17)
+    async with raw_upstream() as port:
+        net = loopback("api.test", allow=[f"api.test:{port}"])
+        async with running(net, on_connection=records.append) as (proxy, sock):
+            answer, reader, writer = await open_tunnel(sock, "api.test", port)
+            assert answer.status == 200
+            assert await reader.readexactly(len(BANNER)) == BANNER
+            writer.write(payload)
+            writer.write_eof()  # half-close: the echo still comes back in full
+            echoed = await asyncio.wait_for(reader.read(), 30)
+            writer.close()
+            await asyncio.sleep(0.1)
+            assert proxy.bytes_total == len(BANNER) + 2 * len(payload)
+    assert echoed == payload
+    (record,) = records
+    assert record.allowed and record.reason is None
+    assert record.bytes_sent == len(payload)
+    assert record.bytes_received == len(BANNER) + len(payload)
+
+
+async def test_a_budget_cuts_the_tunnel_at_exactly_what_was_charged(path: str) -> None:
+    records: list[Connection] = []
+    charged: list[int] = []
+
+    def charge(n: int) -> bool:
+        if sum(charged) + n > 700_000:
+            return False
+        charged.append(n)
+        return True
+
+    async with raw_upstream() as port:
+        net = loopback("api.test", allow=[f"api.test:{port}"])
+        async with running(net, charge=charge, on_connection=records.append) as (proxy, sock):
+            answer, reader, writer = await open_tunnel(sock, "api.test", port)
+            assert answer.status == 200
+            writer.write(b"SEND 20000000")
+            got = len(await asyncio.wait_for(reader.read(), 30))
+            writer.close()
+            assert proxy.bytes_total == sum(charged)
+    (record,) = records
+    assert record.reason == "byte budget spent"
+    assert got == record.bytes_received <= 700_000  # nothing uncharged reached the client
+    assert record.bytes_sent + record.bytes_received == sum(charged)
+
+
+async def test_aclose_ends_a_busy_tunnel_and_leaves_no_descriptor(path: str) -> None:
+    records: list[Connection] = []
+    async with raw_upstream() as port:
+        net = loopback("api.test", allow=[f"api.test:{port}"])
+        async with running(net, on_connection=records.append) as (proxy, sock):
+            before = len(os.listdir("/proc/self/fd"))
+            answer, reader, writer = await open_tunnel(sock, "api.test", port)
+            assert answer.status == 200
+            writer.write(b"SEND 1000000000")  # more than the test reads
+            await reader.readexactly(1_000_000)
+            await proxy.aclose()
+            assert await asyncio.wait_for(reader.read(), 10) is not None
+            writer.close()
+            await asyncio.sleep(0.1)
+            # the client's own socket is closed too: nothing of the tunnel is left open
+            assert len(os.listdir("/proc/self/fd")) <= before
+    assert [r.reason for r in records] == ["proxy closed"]
