@@ -5,6 +5,14 @@ their state persists. Timeouts are enforced from outside: SIGINT, a short grace,
 tree is killed, a fresh kernel is started with the same inputs and host functions, and the
 result says ``state_lost``. A kernel that dies (crash, ``os._exit``, out of memory) is reported
 the same way. ``async with`` (or :meth:`aclose`) kills and awaits the whole tree.
+
+This module holds the constructor (its options checked); the kernel's parts are mixins, each in
+a module of its own: :mod:`~sunroom.sandbox.kernel_lifecycle` (start, restart, close, and the
+attributes the parts share), :mod:`~sunroom.sandbox.kernel_cells` (``execute``),
+:mod:`~sunroom.sandbox.kernel_inputs` (``bind``, ``variables``),
+:mod:`~sunroom.sandbox.kernel_serving` (host functions and MCP tools served),
+:mod:`~sunroom.sandbox.kernel_packages` (``install``, ``list_packages``) and
+:mod:`~sunroom.sandbox.kernel_fork` (``fork``).
 """
 
 from __future__ import annotations
