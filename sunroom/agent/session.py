@@ -336,6 +336,8 @@ class AsyncSession(SessionForks):
             self.cancel()
             raise
 
+    # -- approvals and steering ------------------------------------------------------------
+
     async def approve(
         self, call_id: str, *, allow: bool = True, reason: str | None = None, lease: bool = False
     ) -> None:
