@@ -11,13 +11,17 @@ import ast
 import copy
 import os
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
+from sunroom.agent.submit import type_name
 from sunroom.sandbox.codegen import generate
 from sunroom.sandbox.functions import HostFunction
 from sunroom.sandbox.inputs import Directory, File
 
-__all__ = ["describe_functions", "describe_variables", "system_prompt"]
+if TYPE_CHECKING:
+    from sunroom.network.policy import Network
+
+__all__ = ["describe_functions", "describe_variables", "system_prompt", "system_prompt_for"]
 
 _ACT_TOOL: Final = (
     "You act by writing Python. Call the `execute_code` tool with a cell of code; it runs in a "
@@ -212,3 +216,33 @@ def system_prompt(
     if extra:
         parts.append(extra)
     return "\n\n".join(parts)
+
+
+def system_prompt_for(
+    *,
+    preset: str,
+    tool: bool,
+    functions: list[HostFunction],
+    variables: Mapping[str, Any],
+    variable_types: Mapping[str, str],
+    submit_source: str,
+    output: Any,
+    max_output_chars: int,
+    extra: str | None,
+    semantic_search: bool = False,
+    network: Network | None = None,
+) -> str:
+    """The generated system prompt of a session (see :mod:`sunroom.agent.prompts`)."""
+    return system_prompt(
+        preset=preset,
+        tool=tool,
+        functions=functions,
+        variables=variables,
+        variable_types=variable_types,
+        submit_source=submit_source,
+        output_name=None if output is None else type_name(output),
+        max_output_chars=max_output_chars,
+        extra=extra,
+        semantic_search=semantic_search,
+        network_hosts=None if network is None else list(network.allow),
+    )

@@ -1,0 +1,162 @@
+"""Cells: :meth:`~sunroom.sandbox.kernel.AsyncKernel.execute`, its results, timeouts and deaths.
+
+A cell runs under a :class:`~sunroom.sandbox.cellclock.CellClock`: past its timeout it is
+interrupted (the state is kept), and a cell that ignores the interrupt costs the kernel, which
+is restarted. A kernel that dies, breaks the protocol or fails outside the cell is restarted
+too; the result says ``state_lost``. User errors are data in the result, never raised.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from typing import Any
+
+from sunroom.errors import ClosedError, KernelError, ProtocolError, UsageError
+from sunroom.rpc.channel import RemoteError, cut
+from sunroom.sandbox.cellclock import CellClock, CellLost
+from sunroom.sandbox.kernel_lifecycle import KernelLifecycle
+from sunroom.sandbox.result import CellError, DisplayItem, ExecutionResult
+
+
+class KernelCells(KernelLifecycle):
+    """Runs cells one at a time and turns their answers (or the kernel's death) into results."""
+
+    async def execute(self, code: str, *, timeout_s: float | None = None) -> ExecutionResult:
+        """Run *code* as one cell and return its result; user errors are data, never raised.
+
+        A kernel that breaks the protocol (an answer that is not an execute result, a frame
+        over the caps, ...) or fails outside the cell comes back the same way, as a
+        ``status="died"`` result saying so, and is restarted. Raises ClosedError after close,
+        KernelStartError if a (re)start fails, UsageError for a non-str *code*.
+        """
+        if not isinstance(code, str):
+            raise UsageError("code must be a str")
+        timeout = self.limits.timeout_s if timeout_s is None else timeout_s
+        if timeout <= 0:
+            raise UsageError("timeout_s must be positive")
+        async with self._lock:
+            if self._closed or self._channel is None or self._channel.closed.done():
+                await self._ensure()
+            assert self._channel is not None
+            assert self._proc is not None
+            started = time.perf_counter()
+            if self._toolset is not None and self._toolset.pending:
+                failed = await self._bind_lazy()
+                if failed is not None:
+                    error = CellError("McpServerError", str(failed), "")
+                    return ExecutionResult(
+                        status="error", error=error, duration_s=time.perf_counter() - started
+                    )
+            params = {
+                "code": code,
+                "max_output_bytes": self.limits.max_output_bytes,
+                "max_display_bytes": self.limits.display_bytes,
+            }
+            self._running_cell = True
+            try:
+                call = self._start_cell(code, params)
+                clock = CellClock(call, self._proc, timeout, self.limits.interrupt_grace_s)
+                self._clock = clock
+                try:
+                    await call  # the clock interrupts the cell, then gives up on it
+                except CellLost:
+                    return await self._after_loss(
+                        "timeout",
+                        CellError(
+                            "TimeoutError",
+                            f"the cell ran past its {timeout:g} s limit and ignored the "
+                            "interrupt; the kernel was restarted",
+                            "",
+                        ),
+                        started,
+                    )
+                finally:
+                    clock.stop()
+                    self._clock = None
+                return self._to_result(call, started, timed_out=clock.interrupted, timeout=timeout)
+            except (ProtocolError, ClosedError, ConnectionError, RemoteError) as exc:
+                return await self._after_death(exc, started)
+            finally:
+                self._running_cell = False
+
+    def _start_cell(self, code: str, params: dict[str, Any]) -> asyncio.Future[Any]:
+        """Send the cell: over the channel, or as a Jupyter ``execute_request`` (jupyter)."""
+        assert self._channel is not None
+        execute_cell = getattr(self._proc, "execute_cell", None)
+        if execute_cell is None:
+            return self._channel.request("execute", params, check=self._check_execute)
+        call: asyncio.Future[Any] = execute_cell(
+            code,
+            max_output_bytes=self.limits.max_output_bytes,
+            max_display_bytes=self.limits.display_bytes,
+            on_output=self._on_output,
+            closed=self._channel.closed,
+        )
+        return call
+
+    def _to_result(
+        self,
+        call: asyncio.Future[Any],
+        started: float,
+        *,
+        timed_out: bool = False,
+        timeout: float = 0.0,
+    ) -> ExecutionResult:
+        raw = call.result()  # raises if the kernel died
+        if getattr(self._proc, "execute_cell", None) is not None:
+            raw = self._check_execute(raw)  # the channel checks its own answers
+        err = raw["error"]
+        error = CellError(err["type"], err["message"], err["traceback"]) if err else None
+        status: Any = "ok" if error is None else "error"
+        if timed_out and error is not None and error.type == "KeyboardInterrupt":
+            status = "timeout"
+            error = CellError(
+                "TimeoutError",
+                f"the cell ran past its {timeout:g} s limit and was interrupted "
+                "(the kernel's state is kept)",
+                error.traceback,
+            )
+        return ExecutionResult(
+            status=status,
+            stdout=raw["stdout"],
+            stderr=raw["stderr"],
+            value=raw["value"],
+            error=error,
+            duration_s=time.perf_counter() - started,
+            truncated_bytes=raw["truncated_bytes"],
+            outputs=tuple(DisplayItem(i["data"], i["metadata"]) for i in raw["outputs"]),
+            dropped_outputs=raw["dropped_outputs"],
+        )
+
+    async def _after_death(self, exc: BaseException, started: float) -> ExecutionResult:
+        assert self._proc is not None
+        if isinstance(exc, ProtocolError):
+            reason = f"the kernel broke the protocol ({cut(str(exc), 300)}) and was killed"
+            await self._proc.kill()
+        elif isinstance(exc, RemoteError):  # the runtime failed outside the cell: still alive
+            failure = f"{cut(exc.error.type, 100)}: {cut(exc.error.message, 300)}"
+            reason = f"the kernel failed outside the cell ({failure}) and was killed"
+            await self._proc.kill()
+        else:
+            reason = await self._proc.exit_reason()
+        return await self._after_loss(
+            "died", CellError("KernelDied", reason + "; it was restarted", ""), started
+        )
+
+    async def _after_loss(self, status: Any, error: CellError, started: float) -> ExecutionResult:
+        # if the restart fails, the next execute retries the start and raises then
+        with contextlib.suppress(KernelError):
+            await self._restart()
+        return ExecutionResult(
+            status=status,
+            error=error,
+            duration_s=time.perf_counter() - started,
+            state_lost=True,
+        )
+
+    def interrupt(self) -> None:
+        """Send SIGINT to the running cell (it raises KeyboardInterrupt; state is kept)."""
+        if self._running_cell and self._proc is not None:
+            self._proc.interrupt()
