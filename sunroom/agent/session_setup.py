@@ -342,6 +342,8 @@ class SessionSetup(SessionWiring):
             broker=o["broker"],
             approval_publish=o["approval_publish"],
             embeddings=o["embeddings"],
+            network=o["network"],
+            packages=o["packages"],
         ) as sub:
             result = await sub.run(instructions)
         if not result.ok:
