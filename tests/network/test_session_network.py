@@ -106,3 +106,14 @@ async def test_the_network_budget_cuts_the_transfer_and_ends_the_run(port: int) 
     assert len(model.requests) == 1  # no model call after the budget was spent
     (finished,) = [e for e in events if isinstance(e, ev.ExecutionFinished)]
     assert "IncompleteRead" in finished.output
+
+
+async def test_a_nested_session_gets_the_same_policy(port: int) -> None:
+    sub = ScriptedModel([code(GET + f"submit(get('http://data.test:{port}/10'))")])
+    root = ScriptedModel([code("print(predict('fetch', 'x', output=int, recursive=True))"), "ok"])
+    async with AsyncSession(
+        model=root, sub_model=sub, max_depth=2, backend="bwrap", network=policy(port)
+    ) as s:
+        result = await s.run("go")
+    assert result.ok, result
+    assert last_output(root.requests[1]).strip() == "10"  # the nested kernel reached the host
