@@ -53,15 +53,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import json
 import os
 import shutil
-import site
 import socket
-import sys
-import sysconfig
-from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, Final, final
@@ -77,9 +72,9 @@ from sunroom.sandbox.backends.docker_janitor import (
     _started,
     sweep_once,
 )
+from sunroom.sandbox.backends.docker_layout import LIB_DIR, host_layout
 from sunroom.sandbox.backends.docker_process import DockerKernelProcess, _logs, _remove
-from sunroom.sandbox.backends.subprocess import BOOT, kernel_sys_path, package_root
-from sunroom.sandbox.fontcache import FONT_DIRS
+from sunroom.sandbox.backends.subprocess import BOOT
 from sunroom.sandbox.identity import Identity, IdentityLease, lease_identity
 from sunroom.sandbox.network import NET_DIR
 from sunroom.sandbox.process import Companion, exec_config, make_ipc_dir
@@ -97,9 +92,6 @@ IPC_DIR: Final = "/run/sunroom-ipc"
 """Where a foreign kernel program's IPC directory is mounted, read-write (``ExecSpec``)."""
 SOCKET_NAME: Final = "kernel.sock"
 RESOLV_NAME: Final = "resolv.conf"
-PYTHON_DIR: Final = "/opt/sunroom/python"
-LIB_DIR: Final = "/opt/sunroom/lib"
-SITE_DIR: Final = "/opt/sunroom/site"
 IMAGE_PYTHON: Final = "/usr/local/bin/python3"
 TMP_MB: Final = 64
 SHM_MB: Final = 64
@@ -109,8 +101,6 @@ SETUP_HINT: Final = (
     "kernel image)"
 )
 _POLL_S: Final = 0.25
-_TOP_DIRS: Final = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
-_SYSTEM_EXTRAS: Final = ("/etc/ld.so.cache", "/etc/alternatives", *FONT_DIRS)
 
 _api_version: str | None = None
 
@@ -126,82 +116,6 @@ def _docker() -> ModuleType:
         ) from None
     module: ModuleType = docker
     return module
-
-
-@dataclass(frozen=True, slots=True)
-class _Layout:
-    """Where the kernel's interpreter and code are inside the container."""
-
-    python: str
-    sys_path: tuple[str, ...]
-    mounts: tuple[tuple[str, str], ...]  # (host source, container target), all read-only
-    env: tuple[tuple[str, str], ...]
-
-
-def _under(path: str, root: str) -> bool:
-    return path == root or path.startswith(root.rstrip("/") + "/")
-
-
-@functools.cache
-def host_layout() -> _Layout:
-    """The read-only host mounts, interpreter and sys.path of an offline-image kernel.
-
-    Raises SandboxUnavailableError when the interpreter is not inside its own prefix.
-    """
-    mounts: list[tuple[str, str]] = [("/usr", "/usr")]
-    for top in _TOP_DIRS:
-        if os.path.isdir(top) and not os.path.islink(top):
-            mounts.append((top, top))
-    mounts += [(p, p) for p in _SYSTEM_EXTRAS if os.path.exists(p)]
-    exe = os.path.realpath(sys.executable)
-    prefix = os.path.realpath(sys.base_prefix)
-    env: list[tuple[str, str]] = []
-    if _under(prefix, "/usr"):
-        if not _under(exe, "/usr"):
-            raise SandboxUnavailableError(f"the interpreter {exe} is outside /usr, its prefix")
-        python = exe
-
-        def inside(path: str) -> str | None:
-            return path if _under(path, "/usr") else None
-
-    else:
-        if not _under(exe, prefix):
-            raise SandboxUnavailableError(
-                f"the interpreter {exe} is not inside its prefix {prefix}; the docker backend "
-                "mounts that prefix read-only and cannot find the interpreter in it"
-            )
-        mounts.append((prefix, PYTHON_DIR))
-
-        def inside(path: str) -> str | None:
-            if _under(path, "/usr"):
-                return path
-            if _under(path, prefix):
-                return PYTHON_DIR + path[len(prefix) :]
-            return None
-
-        python = PYTHON_DIR + exe[len(prefix) :]
-        libdir = os.path.realpath(str(sysconfig.get_config_var("LIBDIR") or ""))
-        if sysconfig.get_config_var("Py_ENABLE_SHARED") and _under(libdir, prefix):
-            # the executable's RUNPATH is the absolute host prefix: point the loader inside
-            env.append(("LD_LIBRARY_PATH", PYTHON_DIR + libdir[len(prefix) :]))
-    root = os.path.realpath(package_root())
-    site_dirs = {os.path.realpath(d) for d in site.getsitepackages()}
-    sys_path: list[str] = []
-    if root not in site_dirs:
-        # a source checkout: mount the package alone, not the whole project
-        mounts.append((os.path.join(root, "sunroom"), f"{LIB_DIR}/sunroom"))
-        sys_path.append(LIB_DIR)
-    for i, entry in enumerate(kernel_sys_path()):
-        real = os.path.realpath(entry)
-        if real == root and root not in site_dirs:
-            continue
-        target = inside(real)
-        if target is None:
-            target = f"{SITE_DIR}/{i}"
-            mounts.append((real, target))
-        if target not in sys_path:
-            sys_path.append(target)
-    return _Layout(python, tuple(sys_path), tuple(mounts), tuple(env))
 
 
 def _probe_daemon() -> None:
