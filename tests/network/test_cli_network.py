@@ -2,40 +2,24 @@
 
 from __future__ import annotations
 
-import http.server
 import json
 import subprocess
 import sys
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import _require
+from tests.network.origin import serving
 
 CANARY = "CLICANARY" + "9f8e7d6c5b4a39281706f5e4d3c2b1a0"
 
 
-class _Hello(http.server.BaseHTTPRequestHandler):
-    def do_GET(self) -> None:  # noqa: N802 - http.server's name
-        body = b"keyed" if self.headers.get("X-Key") == CANARY else b"plain"
-        self.send_response(200)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args: object) -> None:
-        pass
-
-
 @pytest.fixture
 def port() -> Iterator[int]:
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Hello)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield server.server_address[1]
-    server.shutdown()
-    server.server_close()
+    with serving(lambda _, h: b"keyed" if h.get("X-Key") == CANARY else b"plain") as port:
+        yield port
 
 
 def sunroom(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:

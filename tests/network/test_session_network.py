@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import http.server
-import threading
 from collections.abc import Iterator
 
 import pytest
@@ -14,29 +12,15 @@ from sunroom.agent.budget import Budget
 from sunroom.providers import Request, SystemMessage
 from sunroom.providers.fakes import ScriptedModel
 from tests.agent.conftest import code, collect, last_output
+from tests.network.origin import serving
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.usefixtures("no_process_left")]
 
 
-class _Bytes(http.server.BaseHTTPRequestHandler):
-    def do_GET(self) -> None:  # noqa: N802 - http.server's name
-        body = b"y" * int(self.path.rsplit("/", 1)[1])
-        self.send_response(200)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args: object) -> None:
-        pass
-
-
 @pytest.fixture
 def port() -> Iterator[int]:
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Bytes)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield server.server_address[1]
-    server.shutdown()
-    server.server_close()
+    with serving(lambda path, _: b"y" * int(path.rsplit("/", 1)[1])) as port:
+        yield port
 
 
 def policy(port: int) -> Network:

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import http.server
-import threading
 from collections.abc import Callable, Iterator
 
 import pytest
 
 from sunroom.providers import ScriptedModel
 from sunroom.service import ServiceConfig
+from tests.network.origin import serving
 from tests.service.conftest import Server, code
 from tests.service.test_routes import sse
 
@@ -18,26 +17,11 @@ pytestmark = pytest.mark.usefixtures("no_process_left")
 CANARY = "SVCCANARY" + "0a1b2c3d4e5f60718293a4b5c6d7e8f9"
 
 
-class _Hello(http.server.BaseHTTPRequestHandler):
-    def do_GET(self) -> None:  # noqa: N802 - http.server's name
-        ok = self.headers.get("X-Key") == CANARY
-        body = b"hello, keyed" if ok else b"hello"
-        self.send_response(200)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args: object) -> None:
-        pass
-
-
 @pytest.fixture
 def port() -> Iterator[int]:
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Hello)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield server.server_address[1]
-    server.shutdown()
-    server.server_close()
+    keyed = b"hello, keyed"
+    with serving(lambda _, h: keyed if h.get("X-Key") == CANARY else b"hello") as port:
+        yield port
 
 
 def named(port: int) -> dict[str, object]:
