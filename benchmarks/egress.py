@@ -8,11 +8,12 @@ Parts, each its own process so that no two share a GIL (as on a real host):
   by ``sunroom.network.ca.ProxyCA`` and its certificate names the IP 127.0.0.1);
 * the egress proxy (``EgressProxy``, passthrough TLS) on a Unix socket, allowing exactly
   ``127.0.0.1:<port>`` with ``allow_addresses=["127.0.0.1/32"]``;
-* the kernel's forwarder (``sunroom.prelude.forwarder.Forwarder``, the selector loop a kernel's
-  supervisor runs) listening on 127.0.0.1 and relaying each connection to the proxy's socket.
+* the kernel's way out (``sunroom.prelude.egress``): a listener on 127.0.0.1 that this process
+  binds and hands to the proxy over its Unix socket, as a kernel's supervisor does; the proxy
+  accepts on it itself.
 
-The client (this process) uses ``http.client``: direct, and through the forwarder with a
-CONNECT tunnel (``set_tunnel``). Printed:
+The client (this process) uses ``http.client``: direct, and through the handed-over listener
+with a CONNECT tunnel (``set_tunnel``). Printed:
 
 * latency: a whole HTTPS request on a fresh connection (TCP, TLS handshake, GET, a 13-byte
   answer), direct and proxied alternating, median and p90 of ``--n`` each, and the added
@@ -24,7 +25,7 @@ The machine's speed is shown by the direct figures themselves (and the load aver
 
 Hooks for another arm (e.g. a client inside a kernel): :func:`latency_arm` takes any callable
 that makes one request, :func:`throughput_arm` any callable that downloads and returns the
-bytes read; :class:`Rig` gives the server's port, the forwarder's port and the CA file.
+bytes read; :class:`Rig` gives the server's port, each arm's listener port and the CA file.
 """
 
 from __future__ import annotations
@@ -103,7 +104,7 @@ def serve_proxy(where: Path, name: str = "proxy") -> None:
 
     async def main() -> None:
         proxy = EgressProxy(network)
-        await proxy.start(where / f"{name}.sock")
+        await proxy.start(where / f"{name}.sock", handoff=True)
         (where / f"{name}.ready").write_text("1")
         await asyncio.Event().wait()
 
@@ -126,50 +127,49 @@ async def _floor_handle(reader: asyncio.StreamReader, writer: asyncio.StreamWrit
 
 
 def serve_floor(where: Path) -> None:
-    """The floor: a bare asyncio CONNECT relay (no parsing, checks or limits)."""
+    """The floor: a bare asyncio CONNECT relay (no parsing, checks or limits), handed a listener."""
+    from sunroom.network.handoff import HandoffListener
 
     async def main() -> None:
-        await asyncio.start_unix_server(_floor_handle, path=str(where / "floor.sock"))
+        loop = asyncio.get_running_loop()
+        servers = []
+
+        def adopt(listener: socket.socket) -> None:
+            async def serve() -> None:
+                servers.append(await asyncio.start_server(_floor_handle, sock=listener))
+
+            loop.create_task(serve())
+
+        HandoffListener(adopt).start(where / "floor.sock")
         (where / "floor.ready").write_text("1")
         await asyncio.Event().wait()
 
     asyncio.run(main())
 
 
-def serve_forwarder(where: Path, name: str = "proxy") -> None:
-    """The kernel's own forwarder (:mod:`sunroom.prelude.forwarder`), here in its own process."""
-    from sunroom.prelude.forwarder import Forwarder
+def _listener_for(where: Path, arm: str) -> int:
+    """Bind a listener on 127.0.0.1 and hand it to ``arm``'s proxy, as a kernel does; its port."""
+    from sunroom.prelude.egress import hand_over, listen
 
-    listener = socket.create_server(("127.0.0.1", 0))
-    listener.setblocking(False)
-    (where / f"{name}-forwarder.port").write_text(str(listener.getsockname()[1]))
-    Forwarder(listener, str(where / f"{name}.sock")).serve()
+    with listen(0) as listener:
+        hand_over(listener, str(where / f"{arm}.sock"))
+        port: int = listener.getsockname()[1]
+    return port
 
 
 # -- the rig and the arms ----------------------------------------------------------------------
 
-PARTS = (
-    "upstream",
-    "proxy",
-    "forwarder",
-    "streams",
-    "streams-forwarder",
-    "floor",
-    "floor-forwarder",
-)
+PARTS = ("upstream", "proxy", "streams", "floor")
 """The processes, in start order: ``--serve-<part> DIR`` runs one."""
 
 
 def _serve_part(part: str, where: Path) -> None:
-    name, _, role = part.partition("-")
     if part == "upstream":
         serve_upstream(where)
     elif part == "floor":
         serve_floor(where)
-    elif role == "forwarder" or part == "forwarder":
-        serve_forwarder(where, "proxy" if part == "forwarder" else name)
     else:
-        serve_proxy(where, name)
+        serve_proxy(where, part)
 
 
 @dataclass
@@ -203,19 +203,8 @@ def start_rig() -> Rig:
         processes.append(
             subprocess.Popen([sys.executable, __file__, f"--serve-{part}", str(where)])
         )
-        if part == "upstream":
-            ready = "upstream.port"
-        elif part == "forwarder":
-            ready = "proxy-forwarder.port"
-        elif part.endswith("-forwarder"):
-            ready = f"{part}.port"
-        else:
-            ready = f"{part}.ready"
-        _wait_for(where / ready)
-    ports = {
-        arm: int((where / f"{arm}-forwarder.port").read_text())
-        for arm in ("proxy", "streams", "floor")
-    }
+        _wait_for(where / ("upstream.port" if part == "upstream" else f"{part}.ready"))
+    ports = {arm: _listener_for(where, arm) for arm in ("proxy", "streams", "floor")}
     return Rig(
         where,
         int((where / "upstream.port").read_text()),
@@ -236,7 +225,7 @@ def direct_client(rig: Rig) -> Callable[[str], int]:
 
 
 def proxied_client(rig: Rig, arm: str = "proxy") -> Callable[[str], int]:
-    """Requests through the forwarder of ``arm`` (``proxy``, ``streams`` or ``floor``)."""
+    """Requests through the listener of ``arm`` (``proxy``, ``streams`` or ``floor``)."""
     context = ssl.create_default_context(cafile=str(rig.ca_file))
     via = rig.ports[arm]
 
@@ -443,8 +432,9 @@ def main() -> None:
         f"{os.getloadavg()[0]:.2f} after"
     )
     print(
-        "arms: proxy = EgressProxy (splice where available) + the kernel's forwarder; streams = "
-        "the same with the proxy's splice off; floor = a bare asyncio CONNECT relay + the forwarder"
+        "arms: proxy = EgressProxy (splice where available) accepting on a handed-over listener, "
+        "as for a kernel; streams = the same with the proxy's splice off; floor = a bare asyncio "
+        "CONNECT relay on such a listener"
     )
     print(f"latency (fresh HTTPS request, n={args.n} each, alternating; target: added <= 2 ms):")
     print(

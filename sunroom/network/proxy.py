@@ -22,6 +22,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import socket
 import ssl
 from collections.abc import Callable
 from pathlib import Path
@@ -32,6 +33,7 @@ import h11
 from sunroom.errors import UsageError
 from sunroom.network.flow import Connection, Ended, Flow, Meter, Refused, shown
 from sunroom.network.forward import forward
+from sunroom.network.handoff import HandoffListener
 from sunroom.network.http import BadTarget, absolute_target, authority, error_response, host_header
 from sunroom.network.policy import Network, is_ip, parse_pattern
 from sunroom.network.resolve import HostResolver, Resolver, address_refusal
@@ -90,6 +92,9 @@ class EgressProxy:
         self._ca: ProxyCA | None = None
         self._upstream_tls: ssl.SSLContext | None = None
         self._server: asyncio.Server | None = None
+        self._handoff: HandoffListener | None = None
+        self._adopting: set[asyncio.Task[None]] = set()
+        self._listeners: list[asyncio.Server] = []
         self._socket_path: Path | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._closed = False
@@ -101,12 +106,15 @@ class EgressProxy:
 
     # -- lifecycle ---------------------------------------------------------------------------
 
-    async def start(self, socket_path: Path) -> None:
+    async def start(self, socket_path: Path, *, handoff: bool = False) -> None:
         """Listen on ``socket_path``; a stale socket there is replaced.
 
-        In terminate mode the proxy's CA is made here (``ca_pem``).
+        Without ``handoff`` each connection to the socket is one client connection. With it the
+        socket takes TCP listeners handed over by a kernel's supervisor
+        (:mod:`~sunroom.network.handoff`), and the proxy accepts the kernel's connections on
+        them itself. In terminate mode the proxy's CA is made here (``ca_pem``).
         """
-        if self._server is not None or self._closed:
+        if self._server is not None or self._handoff is not None or self._closed:
             raise UsageError("an EgressProxy starts once.")
         if len(os.fsencode(socket_path)) > MAX_SOCKET_PATH:
             raise UsageError(
@@ -130,9 +138,13 @@ class EgressProxy:
             context.set_alpn_protocols(["http/1.1"])
             self._upstream_tls = context
         self._socket_path = Path(socket_path)
-        self._server = await asyncio.start_unix_server(
-            self._accept, path=str(socket_path), limit=CHUNK
-        )
+        if handoff:
+            self._handoff = HandoffListener(self._adopt)
+            self._handoff.start(self._socket_path)
+        else:
+            self._server = await asyncio.start_unix_server(
+                self._accept, path=str(socket_path), limit=CHUNK
+            )
 
     async def aclose(self) -> None:
         """Stop listening and end every open connection (each is recorded); idempotent."""
@@ -141,11 +153,17 @@ class EgressProxy:
         self._closed = True
         if self._server is not None:
             self._server.close()
+        if self._handoff is not None:
+            self._handoff.close()
+        # a listener being adopted is served, then closed below (cancelling could leak it)
+        await asyncio.gather(*self._adopting, return_exceptions=True)
+        for server in self._listeners:
+            server.close()
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
-        if self._server is not None:
-            await self._server.wait_closed()
+        for server in [*self._listeners, *([self._server] if self._server else [])]:
+            await server.wait_closed()
         if self._socket_path is not None and self._socket_path.is_socket():
             self._socket_path.unlink()
         if self._ca is not None:
@@ -153,7 +171,31 @@ class EgressProxy:
 
     # -- one connection ----------------------------------------------------------------------
 
+    def _adopt(self, listener: socket.socket) -> None:
+        """Accept on a TCP listener handed over on the hand-off socket, as on our own socket."""
+        if self._closed:
+            listener.close()
+            return
+        task = asyncio.get_running_loop().create_task(self._serve_listener(listener))
+        self._adopting.add(task)
+        task.add_done_callback(self._adopting.discard)
+
+    async def _serve_listener(self, listener: socket.socket) -> None:
+        try:
+            server = await asyncio.start_server(self._accept, sock=listener, limit=CHUNK)
+        except OSError:
+            listener.close()
+            log.warning("egress proxy: a handed-over listener could not be served", exc_info=True)
+            return
+        if self._closed:
+            server.close()
+            return
+        self._listeners.append(server)
+
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if self._closed:  # a hand-off that was under way when the proxy closed
+            writer.close()
+            return
         task = asyncio.current_task()
         assert task is not None
         self._tasks.add(task)

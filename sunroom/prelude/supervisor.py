@@ -143,9 +143,8 @@ def main(config_json: str) -> None:
     can only signal the container's first process); ``exec`` (a foreign kernel program to
     run instead of the runtime: ``{"argv": [...], "env": {...}, "attach": bool}`` and an
     optional ``"name"`` for messages, resolved by the host; see :func:`_run_program`);
-    ``forward`` (a network policy: ``{"port": int, "socket": path}``, see
-    :mod:`sunroom.prelude.forwarder`; the listener is bound before the kernel starts and
-    relayed by a thread of this process).
+    ``forward`` (a network policy: ``{"port": int, "socket": path}``: the listener is bound
+    and given to the host's proxy before the kernel starts, see :mod:`sunroom.prelude.egress`).
     """
     config = json.loads(config_json)
     status_fd: int | None = config.get("status_fd")
@@ -159,9 +158,9 @@ def main(config_json: str) -> None:
         if os.getppid() != parent:
             os._exit(70)  # the host died before we could ask to be told
     fd: int = config["fd"] if "fd" in config else _connect(config["connect"])
-    forward = _Forward(config.get("forward"))
+    _open_way_out(config.get("forward"))
     if "exec" in config:
-        code = _run_program(config, fd, status_fd, forward)
+        code = _run_program(config, fd, status_fd)
         sys.stdout.flush()
         os._exit(code)
     from sunroom.prelude import runtime  # import before fork: the kernel starts warm
@@ -171,7 +170,6 @@ def main(config_json: str) -> None:
     if kernel == 0:
         try:
             os.close(registry_r)
-            forward.close()
             _prctl(PR_SET_DUMPABLE, 1)  # the runtime is the user's own process
             if status_fd is not None:
                 os.close(status_fd)
@@ -186,7 +184,6 @@ def main(config_json: str) -> None:
         os._exit(1)
     os.close(fd)
     os.close(registry_w)
-    forward.start()
     code = supervise(
         kernel,
         status_fd=status_fd,
@@ -205,7 +202,7 @@ CHANNEL_ENV = "SUNROOM_CHANNEL"
 ``{"fd": int, "nonce": str, "max_frame": int}``."""
 
 
-def _run_program(config: dict[str, Any], fd: int, status_fd: int | None, forward: _Forward) -> int:
+def _run_program(config: dict[str, Any], fd: int, status_fd: int | None) -> int:
     """Exec mode: run ``config["exec"]`` as the kernel and supervise it; the exit code to use.
 
     With ``attach`` the program inherits channel *fd* (named in :data:`CHANNEL_ENV`) and
@@ -247,7 +244,6 @@ def _run_program(config: dict[str, Any], fd: int, status_fd: int | None, forward
         helper = os.fork()
         if helper == 0:
             try:
-                forward.close()
                 if status_fd is not None:
                     os.close(status_fd)
                 signal.signal(signal.SIGTERM, signal.SIG_DFL)  # SIGINT stays ignored
@@ -266,7 +262,6 @@ def _run_program(config: dict[str, Any], fd: int, status_fd: int | None, forward
                 traceback.print_exc()
             os._exit(1)
     os.close(fd)
-    forward.start()
     return supervise(
         kernel,
         status_fd=status_fd,
@@ -408,33 +403,30 @@ def supervise(
     return 0 if status_fd is not None else exit_code
 
 
-class _Forward:
-    """The network forwarder of a kernel with a policy (config ``forward``), or nothing.
+def _open_way_out(spec: dict[str, Any] | None) -> None:
+    """With a network policy (config ``forward``), give ``127.0.0.1:port`` to the host's proxy.
 
-    Built before the kernel is forked, so the port is bound before any of its code runs; the
-    kernel's processes close their copy of the listener (:meth:`close`), and the supervisor
-    relays in a thread once the kernel is forked (:meth:`start`).
+    Done before the kernel is forked, so the port is bound before any of its code runs and no
+    process of the kernel ever holds the listener (:mod:`sunroom.prelude.egress`). When that
+    fails the supervisor exits with :data:`NO_WAY_OUT` before the kernel starts.
     """
+    if not spec:
+        return
+    from sunroom.prelude import egress
 
-    def __init__(self, spec: dict[str, Any] | None) -> None:
-        self.target = str(spec["socket"]) if spec else ""
-        self.listener: Any = None
-        if spec:
-            from sunroom.prelude import forwarder
+    try:
+        egress.open_way_out(int(spec["port"]), str(spec["socket"]))
+    except OSError as exc:
+        sys.stderr.write(
+            f"sunroom: the kernel's network listener could not be given to the egress proxy "
+            f"({exc.strerror or exc}).\n"
+        )
+        sys.stderr.flush()
+        os._exit(NO_WAY_OUT)
 
-            self.listener = forwarder.listen(int(spec["port"]))
 
-    def close(self) -> None:
-        """In a child: drop the listener (the kernel never serves it)."""
-        if self.listener is not None:
-            self.listener.close()
-
-    def start(self) -> None:
-        """In the supervisor: relay in a daemon thread."""
-        if self.listener is not None:
-            from sunroom.prelude import forwarder
-
-            forwarder.Forwarder(self.listener, self.target).start()
+NO_WAY_OUT = 71
+"""The supervisor's exit status when a kernel's network listener cannot reach the proxy."""
 
 
 class _Registry:

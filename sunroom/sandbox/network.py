@@ -1,10 +1,12 @@
-"""A kernel's network policy in its sandbox: the proxy's socket, the forwarder, the environment.
+"""A kernel's network policy in its sandbox: the proxy's socket, its listener, the environment.
 
 A kernel with ``network=Network(...)`` gets, per launch, an egress proxy on the host
 (:class:`~sunroom.network.proxy.EgressProxy`) listening on a Unix socket in a directory private
 to the kernel's uid; the backend binds that directory read-only at :data:`NET_DIR` in the
 sandbox, compiles its seccomp filter with ``AF_INET`` stream sockets allowed, and has the
-supervisor relay ``127.0.0.1:PROXY_PORT`` to the socket (:mod:`sunroom.prelude.forwarder`).
+supervisor bind ``127.0.0.1:PROXY_PORT`` and hand that listener to the proxy through the socket
+before the kernel starts, so the proxy accepts the kernel's connections itself
+(:mod:`sunroom.prelude.egress`, :mod:`sunroom.network.handoff`).
 The kernel's environment names the proxy (``HTTP_PROXY``, ``HTTPS_PROXY``, pip's
 ``PIP_PROXY``) and, in the terminating TLS mode, a CA bundle that trusts the proxy's
 per-kernel CA. Nothing else changes: the network namespace still has only ``lo``.
@@ -32,7 +34,7 @@ if TYPE_CHECKING:  # the proxy's modules load when a kernel with a policy starts
 NET_DIR: Final = "/run/sunroom-net"
 """Where a kernel's network directory (the proxy's socket, the CA bundle) is bound."""
 PROXY_PORT: Final = 3128
-"""The forwarder's port on 127.0.0.1 inside the sandbox."""
+"""The proxy's port on 127.0.0.1 inside the sandbox (its listener is handed to the host)."""
 SOCKET_NAME: Final = "proxy.sock"
 BUNDLE_NAME: Final = "ca-bundle.pem"
 NETWORK_BACKENDS: Final = ("bwrap", "docker")
@@ -89,7 +91,7 @@ class Egress:
         policy = dataclasses.replace(self.network, max_bytes=None)
         proxy = EgressProxy(policy, on_connection=self.on_connection, charge=self.charge)
         try:
-            await proxy.start(directory / SOCKET_NAME)
+            await proxy.start(directory / SOCKET_NAME, handoff=True)
             bundle = None
             if self.network.tls == "terminate":
                 assert proxy.ca_pem is not None

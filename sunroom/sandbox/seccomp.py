@@ -122,10 +122,10 @@ def compile_bpf(network: bool = False) -> bytes:
     """The policy as a BPF program (cached per process). Raises SandboxUnavailableError.
 
     With *network* (a kernel with a network policy), ``AF_INET`` stream sockets are allowed
-    too, for the forwarder on 127.0.0.1 (:mod:`sunroom.prelude.forwarder`) and the clients
-    that reach it; datagram and raw ``AF_INET`` sockets and every other family (``AF_INET6``,
-    ``AF_NETLINK``, ``AF_PACKET``, ...) stay refused. The sandbox's network namespace has
-    only ``lo`` either way.
+    too, for the proxy's listener on 127.0.0.1 (:mod:`sunroom.prelude.egress`) and the
+    clients that reach it; datagram and raw ``AF_INET`` sockets and every other family
+    (``AF_INET6``, ``AF_NETLINK``, ``AF_PACKET``, ...) stay refused. The sandbox's network
+    namespace has only ``lo`` either way.
     """
     sc = _library()
     filt = sc.SyscallFilter(defaction=sc.ALLOW)

@@ -12,6 +12,8 @@ from sunroom.network import Connection
 
 from .upstream import ask, get, loopback, running, tunnel, upstream
 
+pytestmark = pytest.mark.usefixtures("way_in")
+
 SECRET = "Bearer sk-plain-http-secret"
 
 

@@ -14,7 +14,9 @@ from sunroom.errors import UsageError
 from sunroom.network import Connection, EgressProxy, Network
 from sunroom.network.proxy import MAX_HEAD_BYTES
 
-from .upstream import ask, get, loopback, read_answer, running, tunnel, upstream
+from .upstream import ask, connect, get, loopback, read_answer, running, tunnel, upstream
+
+pytestmark = pytest.mark.usefixtures("way_in")
 
 
 async def test_connections_over_max_connections_get_503_at_once() -> None:
@@ -49,7 +51,7 @@ async def test_a_slowloris_head_is_cut_off_by_the_head_timeout() -> None:
     records: list[Connection] = []
     net = loopback(allow=["api.test"])
     async with running(net, head_timeout_s=0.5, on_connection=records.append) as (_, sock):
-        reader, writer = await asyncio.open_unix_connection(str(sock))
+        reader, writer = await connect(sock)
         started = time.monotonic()
         writer.write(b"GET http://api.test/ HTTP/1.1\r\nHost: api")
         for _ in range(3):

@@ -14,6 +14,8 @@ from sunroom.network import Connection, Network, ca_bundle
 
 from .upstream import UpstreamCA, loopback, read_answer, running, tunnel, upstream
 
+pytestmark = pytest.mark.usefixtures("way_in")
+
 SECRET = "Bearer sk-tls-secret"
 
 

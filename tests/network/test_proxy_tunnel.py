@@ -19,6 +19,8 @@ from sunroom.network import Connection, tunnel
 from .upstream import loopback, running
 from .upstream import tunnel as open_tunnel
 
+pytestmark = pytest.mark.usefixtures("way_in")
+
 BANNER = b"upstream speaks first\n"
 
 

@@ -4,12 +4,18 @@ The upstream is an asyncio server speaking HTTP/1.1 through h11 (one request per
 connection). Paths: ``/echo`` answers JSON with the method, target, headers and body size it
 saw; ``/bytes/N`` streams N bytes; ``/chunked/N`` streams N bytes chunked; ``/hang`` reads the
 request and never answers. Every request it saw is kept in ``seen``.
+
+Clients reach a proxy started by :func:`running` one of two ways (:data:`WAY_IN`, set per test
+by the ``way_in`` fixture of ``tests/network/conftest.py``): ``"unix"``, a connection to the
+proxy's own Unix socket, or ``"handoff"``, as a kernel does: a TCP listener on 127.0.0.1 is
+handed to the proxy over its hand-off socket and clients connect to that port.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import socket
 import ssl
 import tempfile
 from collections.abc import AsyncIterator
@@ -21,6 +27,11 @@ import h11
 
 from sunroom.network import EgressProxy, Network
 from sunroom.network.ca import ProxyCA
+from sunroom.prelude import egress
+
+WAY_IN = {"mode": "unix"}
+"""How clients reach the proxy: ``"unix"`` or ``"handoff"`` (see the module docstring)."""
+_PORTS: dict[Path, int] = {}
 
 
 @dataclass
@@ -137,18 +148,45 @@ class UpstreamCA:
 
 
 @asynccontextmanager
-async def running(network: Network, **kwargs: object) -> AsyncIterator[tuple[EgressProxy, Path]]:
-    """A started proxy on a short socket path; closed (and checked closed) after."""
+async def running(
+    network: Network, *, way_in: str | None = None, hand_listener: bool = True, **kwargs: object
+) -> AsyncIterator[tuple[EgressProxy, Path]]:
+    """A started proxy on a short socket path; closed (and checked closed) after.
+
+    ``way_in`` overrides :data:`WAY_IN`; with ``hand_listener=False`` a hand-off proxy gets no
+    listener (the test hands over its own).
+    """
     where = Path(tempfile.mkdtemp(prefix="sr-px-"))
     sock = where / "proxy.sock"
     proxy = EgressProxy(network, **kwargs)  # type: ignore[arg-type]
-    await proxy.start(sock)
+    handoff = (way_in or WAY_IN["mode"]) == "handoff"
+    await proxy.start(sock, handoff=handoff)
+    if handoff and hand_listener:
+        with egress.listen(0) as listener:  # as a kernel's supervisor: bind, hand over, close
+            await asyncio.to_thread(egress.hand_over, listener, str(sock))
+            _PORTS[sock] = listener.getsockname()[1]  # connections queue until it is adopted
     try:
         yield proxy, sock
     finally:
         await proxy.aclose()
         assert not sock.exists()
         where.rmdir()  # noqa: ASYNC240
+        port = _PORTS.pop(sock, None)
+        if port is not None:  # the proxy held the only copy of the listener: the port is free
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=5).close()
+            except ConnectionRefusedError:
+                pass
+            else:
+                raise AssertionError("the handed-over listener outlived its proxy")
+
+
+async def connect(sock: Path) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    """A client connection to the proxy started at ``sock`` (either way in)."""
+    port = _PORTS.get(sock)
+    if port is None:
+        return await asyncio.open_unix_connection(str(sock))
+    return await asyncio.open_connection("127.0.0.1", port)
 
 
 @dataclass
@@ -183,7 +221,7 @@ async def read_answer(reader: asyncio.StreamReader, *, method: bytes = b"GET") -
 
 async def ask(sock: Path, raw: bytes, *, method: bytes = b"GET") -> Answer:
     """Send ``raw`` bytes to the proxy and parse its one answer."""
-    reader, writer = await asyncio.open_unix_connection(str(sock))
+    reader, writer = await connect(sock)
     try:
         writer.write(raw)
         await writer.drain()
@@ -196,7 +234,7 @@ async def tunnel(
     sock: Path, host: str, port: int
 ) -> tuple[Answer, asyncio.StreamReader, asyncio.StreamWriter]:
     """Send a CONNECT; return the answer head and the open streams."""
-    reader, writer = await asyncio.open_unix_connection(str(sock))
+    reader, writer = await connect(sock)
     writer.write(f"CONNECT {host}:{port} HTTP/1.1\r\nHost: {host}:{port}\r\n\r\n".encode())
     conn = h11.Connection(h11.CLIENT)
     conn.send(h11.Request(method=b"CONNECT", target=b"x:1", headers=[("host", "x:1")]))
