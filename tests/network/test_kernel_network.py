@@ -304,3 +304,25 @@ async def test_a_kernel_without_a_policy_still_has_no_inet_sockets() -> None:
             "out",
         )
         assert out == "97"  # EAFNOSUPPORT
+
+
+async def test_a_jupyter_kernel_in_bwrap_reaches_an_allowed_host_through_its_proxy(
+    origin: Origin,
+) -> None:
+    """The supervisor's exec mode (foreign kernels) hands its listener over as the runtime's."""
+    from sunroom import JupyterBackend
+
+    records: list[Connection] = []
+    async with AsyncKernel(
+        backend=JupyterBackend("python3", sandbox="bwrap"),
+        limits=LIMITS,
+        network=origin.network(),
+        on_connection=records.append,
+    ) as k:
+        await value(k, FETCH + "0")
+        assert await value(k, f"fetch('http://api.test:{origin.port}/hello')") == (
+            "(200, 'hello from api')"
+        )
+        refused = await value(k, f"fetch('http://other.test:{origin.port}/hello')")
+        assert refused.startswith("(403, ")
+    assert [(r.host, r.allowed) for r in records] == [("api.test", True), ("other.test", False)]
