@@ -326,3 +326,21 @@ async def test_a_jupyter_kernel_in_bwrap_reaches_an_allowed_host_through_its_pro
         refused = await value(k, f"fetch('http://other.test:{origin.port}/hello')")
         assert refused.startswith("(403, ")
     assert [(r.host, r.allowed) for r in records] == [("api.test", True), ("other.test", False)]
+
+
+async def test_a_forked_copy_keeps_its_way_out_after_its_parent_closes(origin: Origin) -> None:
+    records: list[Connection] = []
+    parent = AsyncKernel(
+        backend="bwrap", limits=LIMITS, network=origin.network(), on_connection=records.append
+    )
+    await parent.start()
+    try:
+        await value(parent, FETCH + "0")
+        [copy] = await parent.fork()
+    finally:
+        await parent.aclose()
+    async with copy:
+        assert await value(copy, f"fetch('http://api.test:{origin.port}/hello')") == (
+            "(200, 'hello from api')"
+        )
+    assert [(r.host, r.allowed) for r in records] == [("api.test", True)]
