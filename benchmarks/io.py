@@ -16,17 +16,24 @@ run (page cache warm, to a file in the same temp directory):
 after the cell's own code ends (a cell that draws a 640x480 figure and leaves it open, against
 the same cell closing it; alternating, the difference of the medians; target <= 50 ms), and a
 plain ``x += 1`` cell in a kernel that never imports matplotlib, against the same cell with the
-display hooks bypassed in the same kernel (the ratio; target: within the noise).
+display hooks bypassed in the same kernel (the ratio; target: within the noise). Beside each
+figure, two baselines from a **bare** process (the same interpreter, no kernel, matplotlib's
+Agg backend): the same drawing code, then ``savefig(format="png")`` (what matplotlib alone
+costs), and sunroom's encoder ``sunroom.prelude.display.figure_png`` (what the kernel does,
+without the kernel); medians over the same count, alternating, and the kernel's figure as a
+ratio to each.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import shutil
 import statistics
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -236,24 +243,85 @@ async def display_plain(backend: str, n: int) -> tuple[float, float]:
     return medians[0], medians[1]
 
 
+# the bare arm: a plain interpreter with matplotlib's Agg backend; argv[1] is JSON
+# {"figures": {name: code}, "n": count}; prints {name: [savefig median s, figure_png median s]}
+BARE = """
+import io, json, statistics, sys, time
+import matplotlib
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+from sunroom.prelude.display import figure_png
+
+def savefig_png(fig):
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png")
+    return buf.getvalue()
+
+def timed(draw, encode):
+    scope = {"plt": plt}
+    exec(draw, scope)
+    fig = scope["fig"]
+    started = time.perf_counter()
+    png = encode(fig)
+    elapsed = time.perf_counter() - started
+    plt.close(fig)
+    assert png.startswith(b"\\x89PNG")
+    return elapsed
+
+job = json.loads(sys.argv[1])
+out = {}
+for name, draw in job["figures"].items():
+    timed(draw, savefig_png)  # the first PNG loads fonts
+    arms = [(savefig_png, []), (figure_png, [])]
+    for i in range(job["n"]):
+        for encode, samples in arms if i % 2 == 0 else arms[::-1]:
+            samples.append(timed(draw, encode))
+    out[name] = [statistics.median(samples) for _, samples in arms]
+print(json.dumps(out))
+"""
+
+
+def display_bare(n: int) -> dict[str, list[float]]:
+    """Medians (s) of savefig(png) and of figure_png for each figure, in a bare process."""
+    env = {**os.environ, "MPLBACKEND": "Agg"}
+    job = json.dumps({"figures": FIGURES, "n": n})
+    proc = subprocess.run(
+        [sys.executable, "-c", BARE, job], capture_output=True, text=True, env=env, check=False
+    )
+    if proc.returncode != 0:
+        raise RuntimeError(f"the bare matplotlib process failed: {proc.stderr.strip()[-500:]}")
+    out: dict[str, list[float]] = json.loads(proc.stdout)
+    return out
+
+
 def run_display(args: argparse.Namespace) -> None:
     """Print the display figures (medians over the rounds)."""
     capture: dict[str, list[float]] = {name: [] for name in FIGURES}
+    savefig: dict[str, list[float]] = {name: [] for name in FIGURES}
+    encoder: dict[str, list[float]] = {name: [] for name in FIGURES}
     with_hooks: list[float] = []
     without: list[float] = []
     for _ in range(args.rounds):
         for name, draw in FIGURES.items():
             kept, closed = asyncio.run(display_figure(args.backend, 20, draw))
             capture[name].append(kept - closed)
+        for name, (plain, ours) in display_bare(20).items():
+            savefig[name].append(plain)
+            encoder[name].append(ours)
         hooked, bare = asyncio.run(display_plain(args.backend, 1000))
         with_hooks.append(hooked)
         without.append(bare)
     med = statistics.median
     print(f"display ({args.backend}, {os.cpu_count()} cpus, {args.rounds} rounds):")
     for name, samples in capture.items():
+        kernel, plain, ours = med(samples), med(savefig[name]), med(encoder[name])
         print(
-            f"  figure PNG after the cell's code, {name:12s} {med(samples) * 1e3:6.1f} ms"
+            f"  figure PNG after the cell's code, {name:12s} {kernel * 1e3:6.1f} ms"
             "  (target <= 50 ms)"
+        )
+        print(
+            f"    bare process: savefig(png) {plain * 1e3:6.1f} ms ({kernel / plain:.2f}x), "
+            f"figure_png {ours * 1e3:6.1f} ms ({kernel / ours:.2f}x)"
         )
     print(
         f"  plain cell x += 1                 {med(with_hooks) * 1e6:8.1f} us, without the "

@@ -2,8 +2,9 @@
 
 The backend that ``--backend``/``--kernel-name``/``--sandbox`` choose (``exec``, ``run``,
 ``mcp``), a ``scripted:`` model spec made absolute (``serve``, ``run``, ``mcp``), the
-``--input NAME=FILE`` pairs (``exec``, ``run``) and the servers of an ``--mcp`` JSON file
-(``exec``, ``serve``). A bad value exits 2 with one line on stderr.
+``--input NAME=FILE`` pairs (``exec``, ``run``), the servers of an ``--mcp`` JSON file
+(``exec``, ``serve``) and the terminal graphics protocol of ``--inline-images`` (``run``,
+``sessions show``, ``sessions resume``). A bad value exits 2 with one line on stderr.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sunroom.cli_support import fail, one_line
 from sunroom.errors import SunroomError
@@ -19,7 +20,12 @@ from sunroom.kernel_choice import OPTION_NAMES, choose_backend
 from sunroom.sandbox.backend import Backend
 from sunroom.sandbox.inputs import File
 
-__all__ = ["chosen_backend", "file_inputs", "mcp_servers", "model_spec"]
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from sunroom.service.terminal_images import Protocol
+
+__all__ = ["chosen_backend", "file_inputs", "inline_protocol", "mcp_servers", "model_spec"]
 
 
 def chosen_backend(backend: str, kernel_name: str | None, sandbox: str | None) -> str | Backend:
@@ -64,3 +70,13 @@ def file_inputs(pairs: list[str]) -> dict[str, File]:
             raise fail(f"--input {name}: {file} is not a readable file")
         out[name] = File(file)
     return out
+
+
+def inline_protocol(mode: str, console: Console) -> Protocol | None:
+    """The graphics protocol ``--inline-images`` *mode* gives on *console* (None: no images)."""
+    from sunroom.service.terminal_images import detect  # sunroom.service is heavy to import
+
+    try:
+        return detect(mode, os.environ, is_terminal=console.is_terminal)
+    except SunroomError as exc:
+        raise fail(str(exc)) from None

@@ -20,9 +20,10 @@ import typer
 from rich.console import Console
 
 from sunroom.cli_network import AllowHostOption, network_from
-from sunroom.cli_options import chosen_backend, file_inputs, model_spec
+from sunroom.cli_options import chosen_backend, file_inputs, inline_protocol, model_spec
 from sunroom.cli_support import (
     DbOption,
+    InlineImagesOption,
     JsonOption,
     KernelNameOption,
     SandboxOption,
@@ -74,6 +75,7 @@ def run(
         Path | None,
         typer.Option(help="Save the images the code displays (plots ...) in this folder."),
     ] = None,
+    inline_images: InlineImagesOption = "auto",
     approval: Annotated[
         list[str] | None,
         typer.Option(
@@ -99,6 +101,10 @@ def run(
     Each ``--input NAME=FILE`` binds the host file read-only as a ``pathlib.Path`` (as in
     ``exec``); the stored session records its path, size and modification time, never its
     content, and a resumed session refuses a file that is gone or changed.
+
+    Images the code displays are lines saying their type and size, or their path with
+    ``--images DIR``; ``--inline-images`` also shows them in terminals that speak the kitty or
+    iTerm2 graphics protocol (docs/cli.md).
 
     Everything the options can get wrong is checked before the session is recorded. Ctrl-C
     stops the run and prints the command that resumes it (exit 130).
@@ -140,6 +146,7 @@ def run(
     except pydantic.ValidationError as exc:
         raise fail(validation_message(exc, field=_flag)) from None
     console = Console(stderr=as_json)
+    inline = inline_protocol(inline_images, console)
     sid = uuid.uuid4().hex  # known before anything runs: Ctrl-C says what to resume
 
     async def work() -> dict[str, Any] | None:
@@ -148,7 +155,7 @@ def run(
 
         async with open_manager(db) as manager:
             await manager.create(request, session_id=sid)
-            renderer = Renderer(console, images=images)
+            renderer = Renderer(console, images=images, inline=inline)
             asker = Asker(manager, sid, console, auto_deny=auto_deny)
 
             def show(event: Any) -> None:

@@ -10,8 +10,10 @@ import typer
 from rich.console import Console
 from rich.table import Column, Table
 
+from sunroom.cli_options import inline_protocol
 from sunroom.cli_support import (
     DbOption,
+    InlineImagesOption,
     JsonOption,
     fail,
     guarded,
@@ -74,13 +76,16 @@ def _session_and_events(db: Path | None, session_id: str) -> tuple[Any, list[Any
 @sessions_app.command("show")
 def sessions_show(
     session_id: Annotated[str, typer.Argument(help="The session id.")],
+    inline_images: InlineImagesOption = "auto",
     db: DbOption = None,
     as_json: JsonOption = False,
 ) -> None:
-    """Show a session's record and its events."""
+    """Show a session's record and its events (images inline, as ``sunroom run`` does)."""
     from sunroom.service.console import Renderer
     from sunroom.service.journal import TRANSCRIPT
 
+    console = Console()
+    inline = inline_protocol(inline_images, console)
     record, events = _session_and_events(db, session_id)
     if as_json:
         shown = [
@@ -90,9 +95,8 @@ def sessions_show(
         ]
         typer.echo(json.dumps({**_record(record), "events": shown}))
         return
-    console = Console()
     console.print(f"session {record.session_id} · {record.status}")
-    renderer = Renderer(console)
+    renderer = Renderer(console, inline=inline)
     for e in events:
         renderer.show(e)
     renderer.close()
@@ -120,11 +124,13 @@ def sessions_export(
 def sessions_resume(
     session_id: Annotated[str, typer.Argument(help="The session id.")],
     message: Annotated[str | None, typer.Option(help="A message to send once resumed.")] = None,
+    inline_images: InlineImagesOption = "auto",
     db: DbOption = None,
     as_json: JsonOption = False,
 ) -> None:
     """Take over a session (e.g. one a crashed service left running) and run it here."""
     console = Console(stderr=as_json)
+    inline = inline_protocol(inline_images, console)
 
     async def work() -> dict[str, Any] | None:
         from sunroom.service.console import Renderer, follow
@@ -138,7 +144,7 @@ def sessions_resume(
             await manager.resume(session_id)
             if message is not None:
                 await manager.send(session_id, message)
-            renderer = Renderer(console)
+            renderer = Renderer(console, inline=inline)
             try:
                 show = (lambda e: None) if as_json else renderer.show
                 await follow(manager.store, manager.signals, session_id, show, after=before)

@@ -24,6 +24,13 @@ DbOption = Annotated[
     typer.Option("--db", help="The SQLite store (default: $SUNROOM_DB or ~/.local/state)."),
 ]
 JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON.")]
+InlineImagesOption = Annotated[
+    str,
+    typer.Option(
+        help="Show displayed images in the terminal: auto (kitty, Ghostty, iTerm2, WezTerm; "
+        "not inside tmux/screen), kitty, iterm or off. Never when the output is not a terminal."
+    ),
+]
 KernelNameOption = Annotated[
     str | None,
     typer.Option(

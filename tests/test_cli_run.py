@@ -21,6 +21,7 @@ import httpx
 import pytest
 
 from sunroom.store import SQLiteStore
+from tests.service.terminal import iterm_images, kitty_images
 
 
 def cli(*args: str, env: dict[str, str], timeout: float = 60) -> subprocess.CompletedProcess[str]:
@@ -353,16 +354,28 @@ def test_run_saves_the_images_the_code_displays(tmp_path: Path, env: dict[str, s
     }
     (tmp_path / "plot.json").write_text(json.dumps(script))
     plot_env = {**env, "SUNROOM_MODEL": f"scripted:{tmp_path / 'plot.json'}"}
+    for k in ("TTY_COMPATIBLE", "FORCE_COLOR", "TMUX", "STY"):
+        plot_env.pop(k, None)
+    tty = {**plot_env, "TTY_COMPATIBLE": "1"}  # rich takes stdout for a terminal
     folder = tmp_path / "images"
     args = ["run", "plot it", "--backend", "subprocess"]
-    proc = cli(*args, "--images", str(folder), env=plot_env)
+    proc = cli(*args, "--images", str(folder), "--inline-images", "kitty", env=tty)
     assert proc.returncode == 0, proc.stderr
     saved = sorted(folder.iterdir())
     assert [p.name for p in saved] == ["image-001.png"]
     assert saved[0].read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
-    assert str(saved[0]) in proc.stdout.replace("\n", "")
-    without = cli(*args, env=plot_env)
+    assert kitty_images(proc.stdout) == [saved[0].read_bytes()]  # saved and shown
+    assert str(saved[0]) in re.sub(r"\x1b\[[0-9;]*m", "", proc.stdout).replace("\n", "")
+    without = cli(*args, "--inline-images", "kitty", env=plot_env)  # stdout is a pipe
     assert "image/png" in without.stdout and "--images DIR saves it" in without.stdout
+    assert "\x1b" not in without.stdout
+    sid = json.loads(cli("sessions", "list", "--json", env=plot_env).stdout)[0]["session_id"]
+    shown = cli("sessions", "show", sid, "--inline-images", "iterm", env=tty)
+    assert len(iterm_images(shown.stdout)) == 1
+    auto = cli("sessions", "show", sid, env={**tty, "TERM": "xterm-kitty", "TMUX": "/t,1,0"})
+    assert "image/png" in auto.stdout and "\x1b_G" not in auto.stdout  # off inside tmux
+    err = one_line_error(cli(*args, "--inline-images", "sixel", env=plot_env))
+    assert "--inline-images must be one of auto, kitty, iterm, off, got 'sixel'" in err
 
 
 def test_run_input_binds_the_file_and_a_resume_binds_it_again_or_refuses(

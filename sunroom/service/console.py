@@ -23,6 +23,7 @@ from rich.text import Text
 
 from sunroom.service.journal import TRANSCRIPT
 from sunroom.service.signals import Signals
+from sunroom.service.terminal_images import Protocol, escape, refusal
 from sunroom.store import EventStore, StoredEvent
 
 __all__ = ["Renderer", "follow", "money"]
@@ -44,14 +45,21 @@ def money(micro_usd: int | None) -> str:
 class Renderer:
     """Prints stored events on *console* (see the module docstring)."""
 
-    def __init__(self, console: Console, *, images: Path | None = None) -> None:
+    def __init__(
+        self, console: Console, *, images: Path | None = None, inline: Protocol | None = None
+    ) -> None:
         """Print on *console*; save displayed images in the folder *images*, if given.
 
-        Without *images*, an image is a line saying its type and size.
+        With *inline*, images are also shown in the terminal with that graphics protocol
+        (:mod:`sunroom.service.terminal_images`), written raw to the console's file; one it
+        cannot show is a line that says why. Every image is also a line: its path when saved,
+        else its type and size.
         """
         self.console = console
         self._images = images
+        self._inline = inline
         self._saved = 0
+        self._shown = 0
         self._progress: Progress | None = None
         self._bars: dict[int, TaskID] = {}
         self._handlers: dict[str, Callable[[dict[str, Any]], None]] = {
@@ -120,16 +128,30 @@ class Renderer:
         except (ValueError, binascii.Error):
             self._line("🖼 image", "yellow", f"{mime}: not valid base64, not saved")
             return
+        why_not = self._show_inline(mime, image)
+        note = "" if why_not is None else f" (not shown inline: {why_not})"
         if self._images is None:
-            self._line(
-                "🖼 image", "magenta", f"{mime}, {len(image):,} bytes (--images DIR saves it)"
-            )
+            detail = f"{mime}, {len(image):,} bytes{note} (--images DIR saves it)"
+            self._line("🖼 image", "magenta", detail)
             return
         self._images.mkdir(parents=True, exist_ok=True)
         self._saved += 1
         path = self._images / f"image-{self._saved:03d}{_IMAGE_SUFFIX[mime]}"
         path.write_bytes(image)
-        self._line("🖼 image", "magenta", str(path))
+        self._line("🖼 image", "magenta", f"{path}{note}")
+
+    def _show_inline(self, mime: str, image: bytes) -> str | None:
+        """Show *image* in the terminal; why not, if it cannot be (None: shown or inline off)."""
+        if self._inline is None:
+            return None
+        why_not = refusal(self._inline, mime, image, shown=self._shown)
+        if why_not is not None:
+            return why_not
+        self._stop_progress()  # a live bar redraws over raw output
+        self.console.file.write(escape(self._inline, image))
+        self.console.file.flush()
+        self._shown += 1
+        return None
 
     def _host_call(self, p: dict[str, Any]) -> None:
         style = "red" if p.get("error") else "blue"
