@@ -26,7 +26,9 @@ float64, made in a cell: a DataFrame is not a msgpack value, so it cannot be an 
   ``os.fork()`` until it returns in the parent, until the child writes one byte on a pipe,
   and until the child replies to ``1+1`` sent over a socketpair made before the fork (the
   least a copy answering its first cell can cost); and ``--copies`` forks at once until all
-  of them have answered (median and range of ``--many-runs`` batches). Each child stays alive,
+  of them have answered (median and range of ``--many-runs`` batches), forked one after
+  another by the parent and, the least a fork-based design needs on more than one core, as a
+  binomial tree (each copy forks part of the rest). Each child stays alive,
   as a copy does, until the timing is over, and every one is reaped. The same again after
   ``gc.freeze()`` (interleaved with the plain runs) and without the DataFrame (numpy and pandas
   only), to show what the collector's headers and the heap add. Then sunroom / floor ratios.
@@ -99,6 +101,10 @@ def _child(answer: int | socket.socket, release_r: int, release_w: int) -> None:
         os._exit(code)
 
 
+ANSWER_TIMEOUT_S = 30.0
+"""How long the floor waits for a child's answer before it fails."""
+
+
 def _reap(pids: list[int], release_w: int) -> None:
     """Release the floor's children and wait for every one of them to end."""
     os.close(release_w)
@@ -113,20 +119,23 @@ def floor_one(over_socket: bool) -> tuple[float, float]:
     release_r, release_w = os.pipe()
     pipe_r, pipe_w = os.pipe()
     ours, theirs = socket.socketpair()
+    ours.settimeout(ANSWER_TIMEOUT_S)
+    pids: list[int] = []
     try:
         t = time.perf_counter()
         pid = os.fork()
         if pid == 0:
             _child(theirs if over_socket else pipe_w, release_r, release_w)
         forked = time.perf_counter() - t
+        pids.append(pid)
         if over_socket:
             ours.sendall(b"1+1")
             assert ours.recv(16) == b"2"
         else:
             assert os.read(pipe_r, 1) == b"x"
         answered = time.perf_counter() - t
-        _reap([pid], release_w)
     finally:
+        _reap(pids, release_w)
         for fd in (release_r, pipe_r, pipe_w):
             os.close(fd)
         ours.close()
@@ -140,6 +149,8 @@ def floor_many(copies: int, over_socket: bool) -> float:
     release_r, release_w = os.pipe()
     pipe_r, pipe_w = os.pipe()
     pairs = [socket.socketpair() for _ in range(copies)] if over_socket else []
+    for ours, _ in pairs:
+        ours.settimeout(ANSWER_TIMEOUT_S)
     pids: list[int] = []
     try:
         t = time.perf_counter()
@@ -157,13 +168,68 @@ def floor_many(copies: int, over_socket: bool) -> float:
             while got < copies:
                 got += len(os.read(pipe_r, copies - got))
         elapsed = time.perf_counter() - t
-        _reap(pids, release_w)
     finally:
+        _reap(pids, release_w)
         for fd in (release_r, pipe_r, pipe_w):
             os.close(fd)
         for ours, theirs in pairs:
             ours.close()
             theirs.close()
+    return elapsed
+
+
+def _tree_spawn(lo: int, hi: int, pairs: list[tuple[socket.socket, socket.socket]]) -> list[int]:
+    """Fork copies *lo* to *hi* - 1 as a binomial tree: this process forks the first copy of
+    each upper half, which makes the rest of that half; return the pids forked here."""
+    pids = []
+    while lo < hi:
+        mid = (lo + hi) // 2
+        pid = os.fork()
+        if pid == 0:
+            _tree_copy(mid, hi, pairs)
+        pids.append(pid)
+        hi = mid
+    return pids
+
+
+def _tree_copy(i: int, hi: int, pairs: list[tuple[socket.socket, socket.socket]]) -> None:
+    """Copy *i* of the tree: answer ``1+1`` on its socket, fork copies *i* + 1 to *hi* - 1,
+    wait for the release (EOF on its socket), reap what it forked; never returns."""
+    code = 1
+    try:
+        sock = pairs[i][1]
+        sock.sendall(repr(eval(sock.recv(16))).encode())
+        pids = _tree_spawn(i + 1, hi, pairs)
+        for ours, _ in pairs:
+            ours.close()  # so that the parent's close is this copy's EOF
+        sock.recv(1)
+        for pid in pids:
+            os.waitpid(pid, 0)
+        code = 0
+    finally:
+        os._exit(code)
+
+
+def floor_tree(copies: int) -> float:
+    """Seconds until *copies* children forked as a tree (:func:`_tree_spawn`; 2 cores fork at
+    once) have all replied to ``1+1``, each over its own socketpair."""
+    pairs = [socket.socketpair() for _ in range(copies)]
+    pids: list[int] = []
+    try:
+        t = time.perf_counter()
+        for ours, _ in pairs:
+            ours.sendall(b"1+1")
+        pids = _tree_spawn(0, copies, pairs)
+        for ours, _ in pairs:
+            ours.settimeout(ANSWER_TIMEOUT_S)
+            assert ours.recv(16) == b"2"
+        elapsed = time.perf_counter() - t
+    finally:
+        for ours, theirs in pairs:
+            ours.close()
+            theirs.close()
+        for pid in pids:  # each copy reaps the copies it forked before it ends
+            os.waitpid(pid, 0)
     return elapsed
 
 
@@ -183,6 +249,7 @@ def floor_figures(n: int, copies: int, many_runs: int) -> dict[str, dict[str, li
             if i < many_runs:
                 sample["many_byte"] = floor_many(copies, over_socket=False)
                 sample["many_answer"] = floor_many(copies, over_socket=True)
+                sample["many_tree"] = floor_tree(copies)
             gc.unfreeze()
             for key, seconds in sample.items():
                 out[mode].setdefault(key, []).append(seconds)
@@ -344,7 +411,7 @@ def floor_table(figures: dict[str, Any], n: int, copies: int, many_runs: int) ->
     )
     print(
         f"{'':30} {'fork() returns':>15} {'byte on pipe':>15} {'1+1 on socket':>15} "
-        f"{f'{copies} bytes':>17} {f'{copies} answers':>17}"
+        f"{f'{copies} bytes':>17} {f'{copies} answers':>17} {'the same, a tree':>17}"
     )
     rows = [
         (f"numpy+pandas+frame ({figures['frame_rss_mb']:.0f} MB RSS)", "frame", "plain"),
@@ -360,9 +427,11 @@ def floor_table(figures: dict[str, Any], n: int, copies: int, many_runs: int) ->
         ]
         many = [
             f"{statistics.median(f[k]) * 1e3:.0f} ({min(f[k]) * 1e3:.0f}-{max(f[k]) * 1e3:.0f}) ms"
-            for k in ("many_byte", "many_answer")
+            for k in ("many_byte", "many_answer", "many_tree")
         ]
-        print(f"{label:30} {one[0]:>15} {one[1]:>15} {one[2]:>15} {many[0]:>17} {many[1]:>17}")
+        print(
+            f"{label:30} {' '.join(f'{x:>15}' for x in one)} {' '.join(f'{x:>17}' for x in many)}"
+        )
 
 
 async def run(args: argparse.Namespace) -> None:
@@ -380,10 +449,11 @@ async def run(args: argparse.Namespace) -> None:
         fork_p50, many = sunroom
         one = statistics.median(figures["frame"]["plain"]["one_answer"])
         all_ = statistics.median(figures["frame"]["plain"]["many_answer"])
+        tree = statistics.median(figures["frame"]["plain"]["many_tree"])
         print(
             f"sunroom / floor (frame, 1+1 on socket): fork {ms(fork_p50)} / {ms(one)} = "
             f"{fork_p50 / one:.1f}x; {args.copies} copies {ms(many)} / {ms(all_)} = "
-            f"{many / all_:.1f}x"
+            f"{many / all_:.1f}x (/ the tree's {ms(tree)} = {many / tree:.1f}x)"
         )
 
 
