@@ -27,9 +27,9 @@ float64, made in a cell: a DataFrame is not a msgpack value, so it cannot be an 
   and until the child replies to ``1+1`` sent over a socketpair made before the fork (the
   least a copy answering its first cell can cost); and ``--copies`` forks at once until all
   of them have answered (median and range of ``--many-runs`` batches), forked one after
-  another by the parent and, the least a fork-based design needs on more than one core, as a
-  binomial tree (each copy forks part of the rest). Each child stays alive,
-  as a copy does, until the timing is over, and every one is reaped. The same again after
+  another by the parent, and forked as a binomial tree (each copy forks part of the rest, so
+  that every core forks at once). Each child stays alive, as a copy does, until the timing is
+  over, and every one is reaped; a child that fails prints its traceback. The same again after
   ``gc.freeze()`` (interleaved with the plain runs) and without the DataFrame (numpy and pandas
   only), to show what the collector's headers and the heap add. Then sunroom / floor ratios.
   ``--floor-only`` measures the floor alone. On docker the floor is measured on the host.
@@ -46,6 +46,7 @@ import socket
 import statistics
 import sys
 import time
+import traceback
 
 # Nothing of sunroom (nor psutil) at the top: this file is also the floor's plain child process
 # (``--floor-child``), which must hold only numpy, pandas and the DataFrame.
@@ -97,6 +98,8 @@ def _child(answer: int | socket.socket, release_r: int, release_w: int) -> None:
         os.close(release_w)
         os.read(release_r, 1)  # EOF once the parent and every sibling closed the write end
         code = 0
+    except BaseException:
+        traceback.print_exc()
     finally:
         os._exit(code)
 
@@ -206,6 +209,8 @@ def _tree_copy(i: int, hi: int, pairs: list[tuple[socket.socket, socket.socket]]
         for pid in pids:
             os.waitpid(pid, 0)
         code = 0
+    except BaseException:
+        traceback.print_exc()
     finally:
         os._exit(code)
 
