@@ -19,20 +19,45 @@ float64, made in a cell: a DataFrame is not a msgpack value, so it cannot be an 
 * many: ``kernel.fork(--copies)`` until every copy has answered its first cell (target: 32
   copies <= 60 ms in total), and the memory of the parent and all copies: the sum of their
   processes' PSS (``/proc/<pid>/smaps_rollup``) against one kernel's RSS (target: PSS <= 1.5x
-  the parent's RSS + 4 MB per copy: copy-on-write shown, not assumed).
+  the parent's RSS + 4 MB per copy: copy-on-write shown, not assumed);
+* floor, in the same run: what the OS itself takes, in a plain process of this interpreter
+  (``-I``, the kernel's scrubbed environment, sunroom not imported) holding the same state
+  (numpy, pandas, the same DataFrame built the same way). Timed, median and p90 of ``--n``:
+  ``os.fork()`` until it returns in the parent, until the child writes one byte on a pipe,
+  and until the child replies to ``1+1`` sent over a socketpair made before the fork (the
+  least a copy answering its first cell can cost); and ``--copies`` forks at once until all
+  of them have answered (median and range of ``--many-runs`` batches), forked one after
+  another by the parent, and forked as a binomial tree (each copy forks part of the rest, so
+  that every core forks at once). Each child stays alive, as a copy does, until the timing is
+  over, and every one is reaped; a child that fails prints its traceback. The same again after
+  ``gc.freeze()`` (interleaved with the plain runs) and without the DataFrame (numpy and pandas
+  only), to show what the collector's headers and the heap add. Then sunroom / floor ratios.
+  ``--floor-only`` measures the floor alone. On docker the floor is measured on the host.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
+import json
+import os
+import socket
 import statistics
+import sys
 import time
+import traceback
 
-import psutil
+# Nothing of sunroom (nor psutil) at the top: this file is also the floor's plain child process
+# (``--floor-child``), which must hold only numpy, pandas and the DataFrame.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
-from sunroom import AsyncKernel, KernelPool, Limits, Template
+    from sunroom import AsyncKernel, Limits
 
+HERE = os.path.abspath(__file__)
+"""This file: the floor's child process runs it with ``--floor-child``."""
 SETUP = "import numpy as np, pandas as pd"
 FRAME = "df = pd.DataFrame(np.random.default_rng(0).random((1_250_000, 10)))"
 
@@ -60,8 +85,220 @@ def pss_kb(pid: int) -> int:
     return 0
 
 
+def _child(answer: int | socket.socket, release_r: int, release_w: int) -> None:
+    """A floor child: answer at once (a byte on a pipe fd, or ``1+1`` evaluated over a
+    socket), then stay alive, as a copy does, until the parent closes the release pipe; never
+    returns."""
+    code = 1
+    try:
+        if isinstance(answer, int):
+            os.write(answer, b"x")
+        else:
+            answer.sendall(repr(eval(answer.recv(16))).encode())
+        os.close(release_w)
+        os.read(release_r, 1)  # EOF once the parent and every sibling closed the write end
+        code = 0
+    except BaseException:
+        traceback.print_exc()
+    finally:
+        os._exit(code)
+
+
+ANSWER_TIMEOUT_S = 30.0
+"""How long the floor waits for a child's answer before it fails."""
+
+
+def _reap(pids: list[int], release_w: int) -> None:
+    """Release the floor's children and wait for every one of them to end."""
+    os.close(release_w)
+    for pid in pids:
+        os.waitpid(pid, 0)
+
+
+def floor_one(over_socket: bool) -> tuple[float, float]:
+    """Seconds from ``os.fork()`` to its return in the parent, and to the child's answer: one
+    byte on a pipe, or (*over_socket*) the reply to ``1+1`` sent over a socketpair made before
+    the fork."""
+    release_r, release_w = os.pipe()
+    pipe_r, pipe_w = os.pipe()
+    ours, theirs = socket.socketpair()
+    ours.settimeout(ANSWER_TIMEOUT_S)
+    pids: list[int] = []
+    try:
+        t = time.perf_counter()
+        pid = os.fork()
+        if pid == 0:
+            _child(theirs if over_socket else pipe_w, release_r, release_w)
+        forked = time.perf_counter() - t
+        pids.append(pid)
+        if over_socket:
+            ours.sendall(b"1+1")
+            assert ours.recv(16) == b"2"
+        else:
+            assert os.read(pipe_r, 1) == b"x"
+        answered = time.perf_counter() - t
+    finally:
+        _reap(pids, release_w)
+        for fd in (release_r, pipe_r, pipe_w):
+            os.close(fd)
+        ours.close()
+        theirs.close()
+    return forked, answered
+
+
+def floor_many(copies: int, over_socket: bool) -> float:
+    """Seconds from the first of *copies* ``os.fork()`` calls to the last child's answer (a
+    byte on one shared pipe, or each child's reply to ``1+1`` over its own socketpair)."""
+    release_r, release_w = os.pipe()
+    pipe_r, pipe_w = os.pipe()
+    pairs = [socket.socketpair() for _ in range(copies)] if over_socket else []
+    for ours, _ in pairs:
+        ours.settimeout(ANSWER_TIMEOUT_S)
+    pids: list[int] = []
+    try:
+        t = time.perf_counter()
+        for i in range(copies):
+            pid = os.fork()
+            if pid == 0:
+                _child(pairs[i][1] if over_socket else pipe_w, release_r, release_w)
+            pids.append(pid)
+            if over_socket:
+                pairs[i][0].sendall(b"1+1")
+        if over_socket:
+            assert all(ours.recv(16) == b"2" for ours, _ in pairs)
+        else:
+            got = 0
+            while got < copies:
+                got += len(os.read(pipe_r, copies - got))
+        elapsed = time.perf_counter() - t
+    finally:
+        _reap(pids, release_w)
+        for fd in (release_r, pipe_r, pipe_w):
+            os.close(fd)
+        for ours, theirs in pairs:
+            ours.close()
+            theirs.close()
+    return elapsed
+
+
+def _tree_spawn(lo: int, hi: int, pairs: list[tuple[socket.socket, socket.socket]]) -> list[int]:
+    """Fork copies *lo* to *hi* - 1 as a binomial tree: this process forks the first copy of
+    each upper half, which makes the rest of that half; return the pids forked here."""
+    pids = []
+    while lo < hi:
+        mid = (lo + hi) // 2
+        pid = os.fork()
+        if pid == 0:
+            _tree_copy(mid, hi, pairs)
+        pids.append(pid)
+        hi = mid
+    return pids
+
+
+def _tree_copy(i: int, hi: int, pairs: list[tuple[socket.socket, socket.socket]]) -> None:
+    """Copy *i* of the tree: answer ``1+1`` on its socket, fork copies *i* + 1 to *hi* - 1,
+    wait for the release (EOF on its socket), reap what it forked; never returns."""
+    code = 1
+    try:
+        sock = pairs[i][1]
+        sock.sendall(repr(eval(sock.recv(16))).encode())
+        pids = _tree_spawn(i + 1, hi, pairs)
+        for ours, _ in pairs:
+            ours.close()  # so that the parent's close is this copy's EOF
+        sock.recv(1)
+        for pid in pids:
+            os.waitpid(pid, 0)
+        code = 0
+    except BaseException:
+        traceback.print_exc()
+    finally:
+        os._exit(code)
+
+
+def floor_tree(copies: int) -> float:
+    """Seconds until *copies* children forked as a tree (:func:`_tree_spawn`; 2 cores fork at
+    once) have all replied to ``1+1``, each over its own socketpair."""
+    pairs = [socket.socketpair() for _ in range(copies)]
+    pids: list[int] = []
+    try:
+        t = time.perf_counter()
+        for ours, _ in pairs:
+            ours.sendall(b"1+1")
+        pids = _tree_spawn(0, copies, pairs)
+        for ours, _ in pairs:
+            ours.settimeout(ANSWER_TIMEOUT_S)
+            assert ours.recv(16) == b"2"
+        elapsed = time.perf_counter() - t
+    finally:
+        for ours, theirs in pairs:
+            ours.close()
+            theirs.close()
+        for pid in pids:  # each copy reaps the copies it forked before it ends
+            os.waitpid(pid, 0)
+    return elapsed
+
+
+def floor_figures(n: int, copies: int, many_runs: int) -> dict[str, dict[str, list[float]]]:
+    """The floor figures for this process's state, ``plain`` and after ``gc.freeze()``
+    (interleaved, so that load and order weigh on both alike): *n* single forks each way and
+    *many_runs* batches of *copies* forks each way, after one untimed batch."""
+    floor_many(copies, over_socket=True)
+    out: dict[str, dict[str, list[float]]] = {"plain": {}, "freeze": {}}
+    for i in range(n):
+        for mode in ("plain", "freeze") if i % 2 == 0 else ("freeze", "plain"):
+            if mode == "freeze":
+                gc.freeze()
+            forked, byte = floor_one(over_socket=False)
+            sample = {"fork_call": forked, "one_byte": byte}
+            sample["one_answer"] = floor_one(over_socket=True)[1]
+            if i < many_runs:
+                sample["many_byte"] = floor_many(copies, over_socket=False)
+                sample["many_answer"] = floor_many(copies, over_socket=True)
+                sample["many_tree"] = floor_tree(copies)
+            gc.unfreeze()
+            for key, seconds in sample.items():
+                out[mode].setdefault(key, []).append(seconds)
+    return out
+
+
+def rss_mb() -> float:
+    """This process's resident set size in MB."""
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 1e6
+
+
+def floor_child(n: int, copies: int, many_runs: int) -> None:
+    """The floor's plain process: the kernel's state without sunroom; prints one JSON line."""
+    exec(SETUP, globals())
+    assert not any(m.split(".")[0] == "sunroom" for m in sys.modules), "sunroom was imported"
+    out: dict[str, object] = {}
+    for state in ("bare", "frame"):
+        if state == "frame":
+            exec(FRAME, globals())
+        out[state] = floor_figures(n, copies, many_runs)
+        out[state + "_rss_mb"] = rss_mb()
+    print(json.dumps(out))
+
+
+async def floor(n: int, copies: int, many_runs: int) -> dict[str, Any]:
+    """Run :func:`floor_child` in a new process of this interpreter (``-I``, the kernel's
+    scrubbed environment) and return its figures."""
+    env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8"}
+    argv = ["-I", HERE, "--floor-child", str(n), str(copies), str(many_runs)]
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, *argv, env=env, stdout=asyncio.subprocess.PIPE
+    )
+    stdout, _ = await proc.communicate()
+    if proc.returncode != 0:
+        raise RuntimeError(f"the floor process exited with status {proc.returncode}")
+    figures: dict[str, Any] = json.loads(stdout)
+    return figures
+
+
 def kernel_pids(kernel: AsyncKernel) -> list[int]:
     """The host pids of *kernel*'s runtime and supervisor (a copy's or the parent's)."""
+    import psutil
+
     proc = kernel.process
     runtime = getattr(proc, "runtime_pid", None) or getattr(proc, "kernel_pid", None)
     if runtime is None:
@@ -74,6 +311,8 @@ def kernel_pids(kernel: AsyncKernel) -> list[int]:
 
 async def cold(backend: str, limits: Limits) -> float:
     """Seconds from nothing to the first result of a kernel with numpy and pandas imported."""
+    from sunroom import AsyncKernel
+
     t = time.perf_counter()
     async with AsyncKernel(backend=backend, limits=limits) as k:
         r = await k.execute(SETUP + "\n1")
@@ -81,8 +320,13 @@ async def cold(backend: str, limits: Limits) -> float:
         return time.perf_counter() - t
 
 
-async def run(args: argparse.Namespace) -> None:
-    """Measure and print every figure (see the module docstring)."""
+async def sunroom_arm(args: argparse.Namespace) -> tuple[float, float]:
+    """Measure and print sunroom's figures; return the fork's median and the many copies' time
+    (seconds), for the ratios to the floor."""
+    import psutil
+
+    from sunroom import AsyncKernel, KernelPool, Limits, Template
+
     limits = Limits(timeout_s=120, memory_mb=4096, pids=4096)
     colds = [await cold(args.backend, limits) for _ in range(args.cold)]
     async with AsyncKernel(backend=args.backend, limits=limits) as parent:
@@ -155,15 +399,85 @@ async def run(args: argparse.Namespace) -> None:
         f"{pss / 1e6:.0f} MB; bound 1.5x RSS + 4 MB/copy = {bound / 1e6:.0f} MB "
         f"({'within' if pss <= bound else 'OVER'})"
     )
+    return fork_p50, many
+
+
+def load() -> str:
+    """The 1, 5 and 15 minute load averages."""
+    return " / ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def floor_table(figures: dict[str, Any], n: int, copies: int, many_runs: int) -> None:
+    """Print the floor's figures (from :func:`floor_child`)."""
+    print(
+        f"floor: a plain `python -I` (no sunroom) with the kernel's state; os.fork() until the "
+        f"child answers; p50 / p90 of {n} (of {copies} forks at once: p50, min-max of "
+        f"{many_runs})"
+    )
+    print(
+        f"{'':30} {'fork() returns':>15} {'byte on pipe':>15} {'1+1 on socket':>15} "
+        f"{f'{copies} bytes':>17} {f'{copies} answers':>17} {'the same, a tree':>17}"
+    )
+    rows = [
+        (f"numpy+pandas+frame ({figures['frame_rss_mb']:.0f} MB RSS)", "frame", "plain"),
+        ("  the same after gc.freeze()", "frame", "freeze"),
+        (f"numpy+pandas only ({figures['bare_rss_mb']:.0f} MB RSS)", "bare", "plain"),
+        ("  the same after gc.freeze()", "bare", "freeze"),
+    ]
+    for label, state, mode in rows:
+        f = figures[state][mode]
+        one = [
+            f"{statistics.median(f[k]) * 1e3:.1f} / {pct(f[k], 0.9) * 1e3:.1f} ms"
+            for k in ("fork_call", "one_byte", "one_answer")
+        ]
+        many = [
+            f"{statistics.median(f[k]) * 1e3:.0f} ({min(f[k]) * 1e3:.0f}-{max(f[k]) * 1e3:.0f}) ms"
+            for k in ("many_byte", "many_answer", "many_tree")
+        ]
+        print(
+            f"{label:30} {' '.join(f'{x:>15}' for x in one)} {' '.join(f'{x:>17}' for x in many)}"
+        )
+
+
+async def run(args: argparse.Namespace) -> None:
+    """Measure and print every figure (see the module docstring): sunroom's, then the floor's
+    in the same run, then their ratios."""
+    print(
+        f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; {os.cpu_count()} cores; "
+        f"Linux {os.uname().release}; load average {load()} at the start"
+    )
+    sunroom = None if args.floor_only else await sunroom_arm(args)
+    figures = await floor(args.n, args.copies, args.many_runs)
+    floor_table(figures, args.n, args.copies, args.many_runs)
+    print(f"load average {load()} at the end")
+    if sunroom is not None:
+        fork_p50, many = sunroom
+        one = statistics.median(figures["frame"]["plain"]["one_answer"])
+        all_ = statistics.median(figures["frame"]["plain"]["many_answer"])
+        tree = statistics.median(figures["frame"]["plain"]["many_tree"])
+        print(
+            f"sunroom / floor (frame, 1+1 on socket): fork {ms(fork_p50)} / {ms(one)} = "
+            f"{fork_p50 / one:.1f}x; {args.copies} copies {ms(many)} / {ms(all_)} = "
+            f"{many / all_:.1f}x (/ the tree's {ms(tree)} = {many / tree:.1f}x)"
+        )
 
 
 def main() -> None:
     """Parse the flags and run."""
+    if sys.argv[1:2] == ["--floor-child"]:
+        floor_child(*(int(a) for a in sys.argv[2:5]))
+        return
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--backend", default="subprocess")
     parser.add_argument("--n", type=int, default=20, help="single forks timed")
     parser.add_argument("--cold", type=int, default=5, help="cold starts timed")
     parser.add_argument("--copies", type=int, default=32, help="copies made at once")
+    parser.add_argument(
+        "--many-runs", type=int, default=5, help="batches of --copies forks timed for the floor"
+    )
+    parser.add_argument(
+        "--floor-only", action="store_true", help="measure the floor only (no kernel)"
+    )
     asyncio.run(run(parser.parse_args()))
 
 

@@ -290,7 +290,12 @@ def main() -> None:
     parser.add_argument(
         "--fork", action="store_true", help="run benchmarks/fork.py instead (its own flags follow)"
     )
-    args, rest = parser.parse_known_args()
+    argv = sys.argv[1:]
+    if "--fork" in argv:  # every flag after it is fork.py's, even one this parser knows (--n)
+        cut = argv.index("--fork") + 1
+        args, rest = parser.parse_args(argv[:cut]), argv[cut:]
+    else:
+        args, rest = parser.parse_known_args(argv)
     if args.fork:
         import runpy
 
