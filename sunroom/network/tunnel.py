@@ -143,15 +143,18 @@ async def relay_tunnel(
             writer.write(early)
     for _, writer in streams:
         await writer.drain()  # with high=0: until nothing is left in the transport
-    await supervise(
-        flow,
-        idle_s,
-        [
-            _splice_pump(meter, flow, client[1], upstream[1], outbound=True),
-            _splice_pump(meter, flow, upstream[1], client[1], outbound=False),
-        ],
-        [],
-    )
+    # the splicers' own futures are supervised: no task per direction
+    sending = _Splicer(meter, flow, client[1], upstream[1], outbound=True)
+    try:
+        receiving = _Splicer(meter, flow, upstream[1], client[1], outbound=False)
+    except BaseException:
+        sending.close()
+        raise
+    try:
+        await supervise(flow, idle_s, [sending.done, receiving.done], [])
+    finally:
+        sending.close()
+        receiving.close()
 
 
 async def _pump(
@@ -276,22 +279,3 @@ class _Splicer:
 def _descriptor(writer: asyncio.StreamWriter) -> int:
     sock = writer.get_extra_info("socket")
     return os.dup(sock.fileno())  # the transport still owns its fd in the loop's selector
-
-
-async def _splice_pump(
-    meter: Meter,
-    flow: Flow,
-    source: asyncio.StreamWriter,
-    sink: asyncio.StreamWriter,
-    *,
-    outbound: bool,
-) -> None:
-    """Splice ``source`` -> pipe -> ``sink`` until ``source`` ends, then half-close ``sink``.
-
-    A chunk is charged while it sits in the pipe, before any of it reaches ``sink``.
-    """
-    splicer = _Splicer(meter, flow, source, sink, outbound=outbound)
-    try:
-        await splicer.done
-    finally:
-        splicer.close()
