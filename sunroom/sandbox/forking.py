@@ -21,7 +21,7 @@ import signal
 import socket
 import time
 from pathlib import Path
-from typing import Final, final
+from typing import Any, Final, final
 
 from sunroom.errors import KernelStartError, UsageError
 from sunroom.prelude.supervisor import descendants
@@ -326,6 +326,7 @@ async def fork(
     # the copies' cgroups are made while the kernel forks (each mkdir and limit write costs)
     making = asyncio.ensure_future(asyncio.to_thread(_cgroups_for, family, nonces, limits))
     cgroups: list[Cgroup | None] = [None] * n
+    call: asyncio.Future[Any] | None = None
     try:
         for host_end, copy_router in zip((pair[0] for pair in pairs), routers, strict=True):
             channels.append(
@@ -367,6 +368,11 @@ async def fork(
             ready.append(Ready(proc, channels[i], routers[i], dict(infos[i])))
         return ready
     except BaseException:
+        if call is not None and not call.cancelled():  # never left unretrieved on the channel
+            if call.done():
+                call.exception()
+            else:
+                call.cancel()
         for c in channels:
             await c.aclose()
         for host_end, kernel_end in pairs:
