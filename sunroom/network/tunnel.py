@@ -26,6 +26,7 @@ import functools
 import os
 import socket
 from collections.abc import Awaitable
+from typing import cast
 
 from sunroom.network.flow import Ended, Flow, Meter
 
@@ -57,12 +58,19 @@ def splice_available() -> bool:
         b.close()
 
 
+def _transport(writer: asyncio.StreamWriter) -> asyncio.Transport:
+    """*writer*'s transport, with its read and write methods.
+
+    Not an isinstance check: uvloop's transports have the same methods without subclassing
+    :class:`asyncio.Transport`.
+    """
+    return cast(asyncio.Transport, writer.transport)
+
+
 def hold(writer: asyncio.StreamWriter) -> None:
     """Stop ``writer``'s transport reading into its reader if the tunnel will splice its socket."""
     if splice_available():
-        transport = writer.transport
-        assert isinstance(transport, asyncio.Transport)
-        transport.pause_reading()
+        _transport(writer).pause_reading()
 
 
 async def supervise(
@@ -133,9 +141,7 @@ async def relay_tunnel(
         return
     for reader, writer in streams:  # what the transports read before they were paused
         reader.feed_eof()
-        transport = writer.transport
-        assert isinstance(transport, asyncio.Transport)
-        transport.set_write_buffer_limits(high=0)
+        _transport(writer).set_write_buffer_limits(high=0)
     for (reader, _), (_, writer), outbound in ((client, upstream, True), (upstream, client, False)):
         early = await reader.read()  # at once: the reader has its EOF
         if early:

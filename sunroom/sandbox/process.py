@@ -13,6 +13,7 @@ import contextlib
 import logging
 import os
 import select
+import shutil
 import signal
 import socket
 from pathlib import Path
@@ -470,11 +471,14 @@ class LocalLaunch:
         """
         ident = self.identity
         creds: dict[str, Any] = {}
-        if ident is not None:
-            creds = {"user": ident.uid, "group": ident.gid, "extra_groups": []}
         gated = self.cgroup is not None
         if gated:
             argv = ["/bin/sh", "-c", GATE, "sunroom-gate", *argv]
+        if ident is not None:
+            if _spawns_as_user(asyncio.get_running_loop()):
+                creds = {"user": ident.uid, "group": ident.gid, "extra_groups": []}
+            else:  # uvloop and others: drop to the identity in the child with setpriv
+                argv = [*_setpriv(ident.uid, ident.gid), *argv]
         gate_r, gate_w = os.pipe() if gated else (-1, -1)
         try:
             with open(self.rundir / "kernel.log", "wb") as log:  # noqa: ASYNC230 - local create
@@ -525,3 +529,26 @@ class LocalLaunch:
             finally:
                 os.close(gate_w)
         return handle, self.host_sock
+
+
+def _spawns_as_user(loop: asyncio.AbstractEventLoop) -> bool:
+    """Whether *loop*'s ``subprocess_exec`` takes ``user``/``group`` (asyncio's own loops do).
+
+    uvloop's does not (it raises ValueError on those keywords).
+    """
+    return isinstance(loop, asyncio.BaseEventLoop)
+
+
+def _setpriv(uid: int, gid: int) -> list[str]:
+    """The argv prefix that runs a program as *uid*:*gid* with no supplementary groups.
+
+    ``setpriv`` (util-linux) is required only on loops that cannot set a child's user
+    themselves; without it the kernel cannot start (KernelStartError says so).
+    """
+    path = shutil.which("setpriv")
+    if path is None:
+        raise KernelStartError(
+            "this event loop cannot start a process as another user and setpriv (util-linux) "
+            "is not installed: install util-linux, or run sunroom on asyncio's own event loop"
+        )
+    return [path, f"--reuid={uid}", f"--regid={gid}", "--clear-groups", "--"]

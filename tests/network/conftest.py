@@ -1,10 +1,18 @@
-"""The ``way_in`` fixture: run a proxy test once per way a client reaches the proxy."""
+"""Proxy tests run once per way a client reaches the proxy and once per event loop.
+
+``way_in``: the proxy's own Unix socket, or a TCP listener handed to it as a kernel's
+supervisor does. The loops (``pytest_asyncio_loop_factories``): asyncio's own and uvloop, for
+``test_proxy_*`` and ``test_handoff`` only (a kernel's host side runs on the caller's loop,
+which may be either).
+"""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import asyncio
+from collections.abc import Callable, Iterator, Mapping
 
 import pytest
+import uvloop
 
 from .upstream import WAY_IN
 
@@ -18,3 +26,16 @@ def way_in(request: pytest.FixtureRequest) -> Iterator[str]:
         yield mode
     finally:
         WAY_IN["mode"] = "unix"
+
+
+_BOTH_LOOPS = ("test_proxy_", "test_handoff")
+
+
+def pytest_asyncio_loop_factories(
+    config: pytest.Config, item: pytest.Item
+) -> Mapping[str, Callable[[], asyncio.AbstractEventLoop]]:
+    """The proxy's own tests run on asyncio's loop and on uvloop (whose transports differ)."""
+    module = item.nodeid.split("::", 1)[0].rsplit("/", 1)[-1]
+    if not module.startswith(_BOTH_LOOPS):
+        return {"asyncio": asyncio.new_event_loop}  # one factory: the test's id is unchanged
+    return {"asyncio": asyncio.new_event_loop, "uvloop": uvloop.new_event_loop}
