@@ -108,7 +108,12 @@ def serve_proxy(where: Path, name: str = "proxy") -> None:
         (where / f"{name}.ready").write_text("1")
         await asyncio.Event().wait()
 
-    asyncio.run(main())
+    if name == "uvloop":
+        import uvloop
+
+        uvloop.run(main())
+    else:
+        asyncio.run(main())
 
 
 async def _floor_pump(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -159,7 +164,7 @@ def _listener_for(where: Path, arm: str) -> int:
 
 # -- the rig and the arms ----------------------------------------------------------------------
 
-PARTS = ("upstream", "proxy", "streams", "floor")
+PARTS = ("upstream", "proxy", "uvloop", "streams", "floor")
 """The processes, in start order: ``--serve-<part> DIR`` runs one."""
 
 
@@ -204,7 +209,7 @@ def start_rig() -> Rig:
             subprocess.Popen([sys.executable, __file__, f"--serve-{part}", str(where)])
         )
         _wait_for(where / ("upstream.port" if part == "upstream" else f"{part}.ready"))
-    ports = {arm: _listener_for(where, arm) for arm in ("proxy", "streams", "floor")}
+    ports = {arm: _listener_for(where, arm) for arm in PARTS[1:]}
     return Rig(
         where,
         int((where / "upstream.port").read_text()),
@@ -283,9 +288,7 @@ import http.client, json, os, ssl, time
 from urllib.parse import urlsplit
 _proxy = urlsplit(os.environ["HTTPS_PROXY"])
 _context = ssl.create_default_context(cafile=os.path.abspath("ca.pem"))
-def _fetch(path):
-    conn = http.client.HTTPSConnection(_proxy.hostname, _proxy.port, context=_context)
-    conn.set_tunnel("127.0.0.1", {port})
+def _read(conn, path):
     conn.request("GET", path)
     response = conn.getresponse()
     total = 0
@@ -294,6 +297,10 @@ def _fetch(path):
     conn.close()
     assert response.status == 200, response.status
     return total
+def _fetch(path):
+    conn = http.client.HTTPSConnection(_proxy.hostname, _proxy.port, context=_context)
+    conn.set_tunnel("127.0.0.1", {port})
+    return _read(conn, path)
 print(json.dumps(_proxy.port))
 """
 _KERNEL_LATENCY = """
@@ -306,19 +313,41 @@ print(json.dumps(_times))
 """
 _KERNEL_DOWNLOAD = """
 _started = time.perf_counter()
-_got = _fetch("{path}")
+_got = {fetch}("{path}")
 print(json.dumps(_got / {mb} / (time.perf_counter() - _started)))
+"""
+_KERNEL_LOCAL_SERVER = """
+import pathlib, subprocess, sys
+_where = pathlib.Path("local-upstream")
+_where.mkdir()
+_paths = os.pathsep.join(p for p in sys.path if p)  # the kernel's own, for the server's imports
+_server = subprocess.Popen(
+    [sys.executable, "egress.py", "--serve-upstream", str(_where)],
+    env=dict(os.environ, PYTHONPATH=_paths),
+)
+_deadline = time.monotonic() + 60
+while not (_where / "upstream.port").exists() or not (_where / "upstream.port").read_text():
+    assert _server.poll() is None and time.monotonic() < _deadline, "the local server did not start"
+    time.sleep(0.05)
+_local_port = int((_where / "upstream.port").read_text())
+_local_context = ssl.create_default_context(cafile=str(_where / "ca.pem"))
+def _fetch_local(path):
+    return _read(http.client.HTTPSConnection("127.0.0.1", _local_port, context=_local_context), path)
+print(json.dumps(_local_port))
 """
 
 
 async def kernel_arm(
     rig: Rig, n: int, mb: int, rounds: int, blocks: int = 3
-) -> tuple[list[float], list[float], list[float], list[float]]:
+) -> tuple[list[float], list[float], list[float], list[float], list[float]]:
     """A real bwrap kernel with a network policy, its client timed inside its cells.
 
-    Returns (kernel latencies, direct latencies, kernel MB/s, direct MB/s): the direct arm runs
-    from this process between the kernel's blocks (the kernel's proxy lives in this process's
-    event loop, idle while the direct requests run).
+    Returns (kernel latencies, direct latencies, kernel MB/s, direct MB/s, local MB/s): the
+    direct arm runs from this process between the kernel's blocks (the kernel's proxy runs on
+    this process's egress thread, idle while the direct requests run). ``local`` is the same
+    download inside the sandbox from the same server run as a process *in* the sandbox, on its
+    own 127.0.0.1: no proxy, so the sandbox's own cost (seccomp, its cgroup, its loopback) is
+    measured apart from the proxy's.
     """
     import json
 
@@ -330,10 +359,12 @@ async def kernel_arm(
     d_lat: list[float] = []
     k_rate: list[float] = []
     d_rate: list[float] = []
+    l_rate: list[float] = []
     async with AsyncKernel(
         backend="bwrap", network=network, limits=Limits(timeout_s=600, memory_mb=1024)
     ) as kernel:
         await kernel.files.write("ca.pem", rig.ca_file.read_bytes())
+        await kernel.files.write("egress.py", await asyncio.to_thread(Path(__file__).read_bytes))
 
         async def cell(code: str) -> object:
             result = await kernel.execute(code, timeout_s=600)
@@ -349,12 +380,19 @@ async def kernel_arm(
             k_lat += got
             d_lat += latency_arm(lambda: direct("/small"), n // blocks)
         path = f"/bytes/{mb * MB}"
-        for _ in range(rounds):
-            rate = await cell(_KERNEL_DOWNLOAD.format(path=path, mb=MB))
-            assert isinstance(rate, float)
-            k_rate.append(rate)
-            d_rate += throughput_arm(lambda: direct(path), 1)
-    return k_lat, d_lat, k_rate, d_rate
+        await cell(_KERNEL_LOCAL_SERVER)
+        try:
+            for _ in range(rounds):
+                rate = await cell(_KERNEL_DOWNLOAD.format(fetch="_fetch", path=path, mb=MB))
+                assert isinstance(rate, float)
+                k_rate.append(rate)
+                local = await cell(_KERNEL_DOWNLOAD.format(fetch="_fetch_local", path=path, mb=MB))
+                assert isinstance(local, float)
+                l_rate.append(local)
+                d_rate += throughput_arm(lambda: direct(path), 1)
+        finally:
+            await kernel.execute("_server.terminate(); _server.wait()")
+    return k_lat, d_lat, k_rate, d_rate, l_rate
 
 
 def _latency_line(name: str, lat: list[float], base: list[float]) -> str:
@@ -391,7 +429,7 @@ def main() -> None:
 
     load_before = os.getloadavg()[0]
     rig = start_rig()
-    arms = ("proxy", "streams", "floor")
+    arms = PARTS[1:]
     try:
         direct = direct_client(rig)
         clients = {arm: proxied_client(rig, arm) for arm in arms}
@@ -433,8 +471,8 @@ def main() -> None:
     )
     print(
         "arms: proxy = EgressProxy (splice where available) accepting on a handed-over listener, "
-        "as for a kernel; streams = the same with the proxy's splice off; floor = a bare asyncio "
-        "CONNECT relay on such a listener"
+        "as for a kernel; uvloop = the same on uvloop; streams = the same with the proxy's splice "
+        "off; floor = a bare asyncio CONNECT relay on such a listener"
     )
     print(f"latency (fresh HTTPS request, n={args.n} each, alternating; target: added <= 2 ms):")
     print(
@@ -452,7 +490,7 @@ def main() -> None:
     for arm in arms:
         print(_rate_line(arm, rate[arm], rate["direct"]))
     if kernel is not None:
-        k_lat, d_lat, k_rate, d_rate = kernel
+        k_lat, d_lat, k_rate, d_rate, l_rate = kernel
         print("in a bwrap kernel (timed inside its cells; direct from the host between blocks):")
         print(
             _latency_line("kernel", k_lat, d_lat)
@@ -461,6 +499,14 @@ def main() -> None:
         print(
             _rate_line("kernel", k_rate, d_rate)
             + f"  (direct {statistics.median(d_rate):.0f} MB/s)"
+        )
+        print(
+            _rate_line("local", l_rate, d_rate)
+            + "  (the server in the sandbox, no proxy: the sandbox's own cost)"
+        )
+        print(
+            f"  kernel through its proxy / local in the sandbox: "
+            f"{statistics.median(k_rate) / statistics.median(l_rate):.0%}"
         )
 
 

@@ -14,6 +14,7 @@ after; tokens and cost can overshoot by the calls already in flight.
 from __future__ import annotations
 
 import dataclasses
+import threading
 import time
 from dataclasses import dataclass
 from typing import final
@@ -108,7 +109,9 @@ class Spend:
 class BudgetTracker:
     """Counts model calls, tokens, cost and wall time against a :class:`Budget`.
 
-    Single event loop only (it is not thread-safe). ``exceeded`` holds the first limit hit.
+    Used from one event loop, except :meth:`charge_network`, which the egress thread calls
+    (docs/network.md): every change of the totals holds a lock, so none is lost. ``exceeded``
+    holds the first limit hit.
     """
 
     def __init__(self, budget: Budget | None = None, *, spent: Spend | None = None) -> None:
@@ -116,6 +119,7 @@ class BudgetTracker:
         self.budget = budget or Budget()
         self.started = time.monotonic()
         self._spend = spent or Spend()
+        self._spend_lock = threading.Lock()
         self._reserved = self._spend.model_calls
         self.exceeded: BudgetExceededError | None = None
 
@@ -186,17 +190,18 @@ class BudgetTracker:
 
     def record_usage(self, usage: Usage, cost_micro_usd: int | None, *, sub_call: bool) -> Spend:
         """Count one finished call by its usage and cost (None: unknown price)."""
-        s = self._spend
-        self._spend = Spend(
-            model_calls=s.model_calls + 1,
-            sub_calls=s.sub_calls + (1 if sub_call else 0),
-            usage=s.usage + usage,
-            cost_micro_usd=s.cost_micro_usd + (cost_micro_usd or 0),
-            unpriced_calls=s.unpriced_calls + (cost_micro_usd is None),
-            embedding_calls=s.embedding_calls,
-            network_bytes=s.network_bytes,
-        )
-        return self._spend
+        with self._spend_lock:
+            s = self._spend
+            self._spend = Spend(
+                model_calls=s.model_calls + 1,
+                sub_calls=s.sub_calls + (1 if sub_call else 0),
+                usage=s.usage + usage,
+                cost_micro_usd=s.cost_micro_usd + (cost_micro_usd or 0),
+                unpriced_calls=s.unpriced_calls + (cost_micro_usd is None),
+                embedding_calls=s.embedding_calls,
+                network_bytes=s.network_bytes,
+            )
+            return self._spend
 
     def count_embedding_call(self) -> Spend:
         """Count one ``embed``/``search`` call before it runs; return the new totals.
@@ -211,8 +216,10 @@ class BudgetTracker:
                 "embedding_calls",
                 f"the session's budget of {b.max_embedding_calls} embedding calls is spent",
             )
-        self._spend = dataclasses.replace(s, embedding_calls=s.embedding_calls + 1)
-        return self._spend
+        with self._spend_lock:
+            s = self._spend
+            self._spend = dataclasses.replace(s, embedding_calls=s.embedding_calls + 1)
+            return self._spend
 
     def charge_network(self, size: int) -> bool:
         """Count *size* bytes through the egress proxy; False once the budget is passed.
@@ -220,7 +227,8 @@ class BudgetTracker:
         Past ``max_network_bytes`` the proxy cuts the connection, and :meth:`check` fails
         from then on.
         """
-        s = self._spend
-        self._spend = dataclasses.replace(s, network_bytes=s.network_bytes + size)
-        cap = self.budget.max_network_bytes
-        return cap is None or self._spend.network_bytes <= cap
+        with self._spend_lock:
+            s = self._spend
+            self._spend = dataclasses.replace(s, network_bytes=s.network_bytes + size)
+            cap = self.budget.max_network_bytes
+            return cap is None or self._spend.network_bytes <= cap

@@ -256,6 +256,7 @@ class SessionSetup(SessionWiring):
                 packages=packages,
             )
             if self._kernel.network is not None:
+                self._network_loop = asyncio.get_running_loop()
                 self._kernel.network.meter(self._charge_network)
         else:
             # A forked kernel's copied registry serves the parent's submit, predict and events:

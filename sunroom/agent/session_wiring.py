@@ -10,6 +10,8 @@ events of the kernel's egress proxy, and the installation of the kernel-side hel
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from typing import TYPE_CHECKING, Any
 
 from sunroom.agent import events as ev
@@ -39,6 +41,7 @@ class SessionWiring:
     _approval_publish: Publish
     _depth: int
     _kernel: AsyncKernel
+    _network_loop: asyncio.AbstractEventLoop
 
     def _redact(self, text: str) -> str:
         return self._guard.redact(text)
@@ -66,15 +69,23 @@ class SessionWiring:
         )
 
     def _charge_network(self, size: int) -> bool:
-        """Count bytes through the proxy against the budget (a BudgetWarning once spent)."""
+        """Count bytes through the proxy against the budget (a BudgetWarning once spent).
+
+        Called on the egress thread (docs/network.md): the warning is published on the
+        session's own loop (:attr:`_network_loop`).
+        """
         if self.tracker.charge_network(size):
             return True
+        with contextlib.suppress(RuntimeError):  # the session's loop is closed: nobody to tell
+            self._network_loop.call_soon_threadsafe(self._network_spent)
+        return False
+
+    def _network_spent(self) -> None:
         if self.tracker.exceeded is None:
             try:
                 self.tracker.check()
             except BudgetExceededError as exc:
                 self._publish(ev.BudgetWarning, limit=exc.limit, message=str(exc))
-        return False
 
     def _gate_for(self, hf: HostFunction) -> Gate | None:
         return self._approvals.gate(

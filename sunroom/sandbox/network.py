@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -76,31 +77,49 @@ class Egress:
         """The supervisor's ``forward`` config."""
         return {"port": PROXY_PORT, "socket": f"{NET_DIR}/{SOCKET_NAME}"}
 
-    async def open(self, directory: Path, identity: Identity | None) -> EgressProxy:
+    async def open(self, directory: Path, identity: Identity | None) -> EgressRun:
         """Create *directory* with the proxy listening in it; the caller closes the proxy.
 
-        As root (the kernel has a leased uid), the directory and socket belong to root with
-        the kernel's group (0750 / 0660): the kernel may connect and read the bundle, and
-        nobody else on the host may. Unprivileged, the socket is open to any uid and the
-        caller's private (0700) parent keeps other users out.
+        The proxy runs on the egress thread (:mod:`sunroom.network.egress_thread`);
+        ``on_connection`` is called on the caller's loop, ``charge`` on the egress thread (it
+        must be thread-safe). As root (the kernel has a leased uid), the directory and socket
+        belong to root with the kernel's group (0750 / 0660): the kernel may connect and read
+        the bundle, and nobody else on the host may. Unprivileged, the socket is open to any
+        uid and the caller's private (0700) parent keeps other users out.
         """
         from sunroom.network import EgressProxy, ca_bundle
+        from sunroom.network.egress_thread import on_caller, on_egress
 
         os.mkdir(directory, 0o700)
         # the byte cap is the kernel's, over all its launches: it is kept by *charge*
         policy = dataclasses.replace(self.network, max_bytes=None)
-        proxy = EgressProxy(policy, on_connection=self.on_connection, charge=self.charge)
+        records = on_caller(self.on_connection) if self.on_connection is not None else None
+        proxy = EgressProxy(policy, on_connection=records, charge=self.charge)
+        run = EgressRun(proxy)
         try:
-            await proxy.start(directory / SOCKET_NAME, handoff=True)
+            await on_egress(proxy.start(directory / SOCKET_NAME, handoff=True))
             bundle = None
             if self.network.tls == "terminate":
                 assert proxy.ca_pem is not None
                 bundle = ca_bundle(proxy.ca_pem)
             _share(directory, bundle, identity)
         except BaseException:
-            await proxy.aclose()
+            await run.aclose()
             raise
-        return proxy
+        return run
+
+
+@dataclass(frozen=True)
+class EgressRun:
+    """A kernel launch's proxy on the egress thread, closed from the caller's loop (a companion)."""
+
+    proxy: EgressProxy
+
+    async def aclose(self) -> None:
+        """End the proxy's connections and remove its socket; idempotent."""
+        from sunroom.network.egress_thread import on_egress
+
+        await on_egress(self.proxy.aclose())
 
 
 def _share(directory: Path, bundle: bytes | None, identity: Identity | None) -> None:
@@ -142,11 +161,15 @@ class KernelNetwork:
         self.network = network
         self._on_connection = on_connection
         self._meters: list[Callable[[int], bool]] = []
+        self._lock = threading.Lock()
         self.bytes_total = 0
         self.connections = 0
 
     def meter(self, charge: Callable[[int], bool]) -> None:
-        """Also ask *charge* (a session's budget) about every chunk; False cuts the connection."""
+        """Also ask *charge* (a session's budget) about every chunk; False cuts the connection.
+
+        *charge* is called on the egress thread: it must be thread-safe.
+        """
         self._meters.append(charge)
 
     @staticmethod
@@ -170,14 +193,18 @@ class KernelNetwork:
         return Egress(network=self.network, on_connection=self._record, charge=self._charge)
 
     def _charge(self, size: int) -> bool:
-        """Whether *size* more bytes may cross; a chunk that would pass the cap does not."""
-        cap = self.network.max_bytes
-        if cap is not None and self.bytes_total + size > cap:
-            return False
-        if not all(charge(size) for charge in self._meters):
-            return False
-        self.bytes_total += size
-        return True
+        """Whether *size* more bytes may cross; a chunk that would pass the cap does not.
+
+        Called on the egress thread (every launch's proxy runs there), under a lock.
+        """
+        with self._lock:
+            cap = self.network.max_bytes
+            if cap is not None and self.bytes_total + size > cap:
+                return False
+            if not all(charge(size) for charge in self._meters):
+                return False
+            self.bytes_total += size
+            return True
 
     def _record(self, connection: Connection) -> None:
         self.connections += 1
