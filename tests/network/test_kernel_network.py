@@ -132,11 +132,17 @@ async def test_an_allowed_host_answers_and_everything_else_is_refused(
     isolated_backend: str, origin: Origin
 ) -> None:
     records: list[Connection] = []
+    threads: set[int] = set()
+
+    def record(connection: Connection) -> None:  # the proxy runs on the egress thread
+        records.append(connection)
+        threads.add(threading.get_ident())
+
     async with AsyncKernel(
         backend=isolated_backend,
         limits=LIMITS,
         network=origin.network(),
-        on_connection=records.append,
+        on_connection=record,
     ) as k:
         await value(k, FETCH + "0")
         assert await value(k, f"fetch('http://api.test:{origin.port}/hello')") == (
@@ -165,6 +171,7 @@ async def test_an_allowed_host_answers_and_everything_else_is_refused(
     assert all(r.bytes_received > 0 and r.duration_s >= 0 for r in allowed)
     assert any(not r.allowed and r.host == "other.test" for r in records)
     assert [p for p, _ in origin.server.seen] == ["/hello", "/hello"]  # urllib, httpx
+    assert threads == {threading.get_ident()}  # records come back to the caller's loop
 
 
 async def test_the_sandbox_has_no_way_out_but_the_proxy(
