@@ -35,6 +35,7 @@ import asyncio
 import http.client
 import http.server
 import os
+import shutil
 import socket
 import ssl
 import statistics
@@ -186,9 +187,10 @@ class Rig:
     ports: dict[str, int]
     ca_file: Path
     processes: list[subprocess.Popen[bytes]]
+    socat: subprocess.Popen[bytes] | None = None
 
     def close(self) -> None:
-        for process in self.processes:
+        for process in [*self.processes, *([self.socat] if self.socat else [])]:
             process.terminate()
             process.wait()
 
@@ -210,13 +212,47 @@ def start_rig() -> Rig:
         )
         _wait_for(where / ("upstream.port" if part == "upstream" else f"{part}.ready"))
     ports = {arm: _listener_for(where, arm) for arm in PARTS[1:]}
+    upstream_port = int((where / "upstream.port").read_text())
+    socat = _start_socat(upstream_port)
+    if socat is not None:
+        ports["socat"] = socat[1]
     return Rig(
         where,
-        int((where / "upstream.port").read_text()),
+        upstream_port,
         ports,
         where / "ca.pem",
         processes,
+        socat[0] if socat is not None else None,
     )
+
+
+def _start_socat(upstream_port: int) -> tuple[subprocess.Popen[bytes], int] | None:
+    """The C floor: socat relaying TCP to the server (1 MiB buffers, a process per connection).
+
+    No CONNECT, no checks: the client speaks TLS to socat's port as if it were the server. It
+    shows what one more hop costs on this machine whatever the relay is written in. None when
+    socat is not installed (``apt-get install socat``).
+    """
+    socat = shutil.which("socat")
+    if socat is None:
+        return None
+    with (
+        socket.socket() as probe
+    ):  # a free port (the benchmark's own machine: no race worth guarding)
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+    listen = f"TCP-LISTEN:{port},bind=127.0.0.1,reuseaddr,fork"
+    process = subprocess.Popen([socat, "-b", str(MB), listen, f"TCP:127.0.0.1:{upstream_port}"])
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return process, port
+        except OSError:
+            if time.monotonic() > deadline:
+                process.terminate()
+                raise RuntimeError("socat did not start listening") from None
+            time.sleep(0.02)
 
 
 def direct_client(rig: Rig) -> Callable[[str], int]:
@@ -230,8 +266,18 @@ def direct_client(rig: Rig) -> Callable[[str], int]:
 
 
 def proxied_client(rig: Rig, arm: str = "proxy") -> Callable[[str], int]:
-    """Requests through the listener of ``arm`` (``proxy``, ``streams`` or ``floor``)."""
+    """Requests through the listener of ``arm`` (``proxy``, ``uvloop``, ``streams``, ``floor``).
+
+    ``socat``: straight to the relay's port, which leads to the server (no CONNECT).
+    """
     context = ssl.create_default_context(cafile=str(rig.ca_file))
+    if arm == "socat":
+        port = rig.ports[arm]
+
+        def relayed(path: str) -> int:
+            return _read(http.client.HTTPSConnection("127.0.0.1", port, context=context), path)
+
+        return relayed
     via = rig.ports[arm]
 
     def fetch(path: str) -> int:
@@ -429,7 +475,7 @@ def main() -> None:
 
     load_before = os.getloadavg()[0]
     rig = start_rig()
-    arms = PARTS[1:]
+    arms = [*PARTS[1:], *(["socat"] if "socat" in rig.ports else [])]
     try:
         direct = direct_client(rig)
         clients = {arm: proxied_client(rig, arm) for arm in arms}
@@ -472,7 +518,8 @@ def main() -> None:
     print(
         "arms: proxy = EgressProxy (splice where available) accepting on a handed-over listener, "
         "as for a kernel; uvloop = the same on uvloop; streams = the same with the proxy's splice "
-        "off; floor = a bare asyncio CONNECT relay on such a listener"
+        "off; floor = a bare asyncio CONNECT relay on such a listener; socat = a C relay, one "
+        "TCP hop, no CONNECT (the floor of any relay on this machine; absent without socat)"
     )
     print(f"latency (fresh HTTPS request, n={args.n} each, alternating; target: added <= 2 ms):")
     print(
