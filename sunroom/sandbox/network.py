@@ -17,6 +17,7 @@ The proxy lives as long as the sandbox: the process handle closes it after the t
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import os
 import threading
@@ -116,10 +117,14 @@ class EgressRun:
     proxy: EgressProxy
 
     async def aclose(self) -> None:
-        """End the proxy's connections and remove its socket; idempotent."""
+        """End the proxy's connections and remove its socket; idempotent.
+
+        The close runs to its end on the egress thread even if the caller is cancelled
+        meanwhile (a half-closed proxy would keep its sockets).
+        """
         from sunroom.network.egress_thread import on_egress
 
-        await on_egress(self.proxy.aclose())
+        await asyncio.shield(on_egress(self.proxy.aclose()))
 
 
 def _share(directory: Path, bundle: bytes | None, identity: Identity | None) -> None:

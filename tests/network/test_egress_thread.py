@@ -9,11 +9,16 @@ from __future__ import annotations
 import asyncio
 import os
 import threading
+import time
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
+from sunroom import Network
 from sunroom.network.egress_thread import egress_loop, on_caller, on_egress
+from sunroom.prelude import egress
+from sunroom.sandbox.network import Egress
 
 
 async def test_work_runs_on_the_egress_thread_and_callbacks_come_back_in_order() -> None:
@@ -73,3 +78,32 @@ def test_a_forked_process_gets_its_own_egress_thread() -> None:
         os._exit(0 if ok else 1)
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
+
+
+async def test_a_proxy_closes_fully_even_when_its_closer_is_cancelled(tmp_path: Path) -> None:
+    net = Network(allow=["api.test"], hosts={"api.test": "127.0.0.1"})
+    run = await Egress(network=net).open(tmp_path / "net", None)
+    sock = tmp_path / "net" / "proxy.sock"
+    with egress.listen(0) as listener:  # a kernel's listener, and a client half-way in a request
+        await asyncio.to_thread(egress.hand_over, listener, str(sock))
+        port = listener.getsockname()[1]
+    _, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(b"GET http://api.test/ HTTP/1.1\r\n")
+    for _ in range(200):
+        if run.proxy.connections:
+            break
+        await asyncio.sleep(0.01)
+    assert run.proxy.connections == 1  # so the close has a connection to end, and must wait
+    egress_loop().call_soon_threadsafe(time.sleep, 0.3)  # the egress loop is busy a while:
+    closing = asyncio.ensure_future(run.aclose())  # the close is still waiting to start there
+    await asyncio.sleep(0.05)
+    closing.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await closing
+    for _ in range(200):  # the close goes on to its end on the egress thread
+        if not sock.exists():
+            break
+        await asyncio.sleep(0.01)
+    assert not sock.exists()
+    writer.close()
+    await run.aclose()  # idempotent
