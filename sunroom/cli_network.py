@@ -7,13 +7,12 @@ never printed, stored with a session, or passed to a kernel.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import typer
 
-from sunroom.cli_support import fail, one_line
+from sunroom.cli_support import fail, read_json
 from sunroom.errors import SunroomError
 
 if TYPE_CHECKING:
@@ -26,12 +25,7 @@ def read_policy(path: Path, *, what: str) -> dict[str, Any]:
     """The JSON object in *path*, checked as a policy; exits 2 with one line otherwise."""
     from sunroom.network.policy import Network
 
-    try:
-        data = json.loads(path.read_text())
-    except OSError as exc:
-        raise fail(f"cannot read {what} {path}: {one_line(exc)}") from None
-    except ValueError as exc:
-        raise fail(f"{what} {path} is not JSON: {exc}") from None
+    data = read_json(path, what=what)
     if not isinstance(data, dict):
         raise fail(f"{what} {path} must hold a JSON object (allow, inject, tls, ...)")
     try:

@@ -9,12 +9,11 @@ The backend that ``--backend``/``--kernel-name``/``--sandbox`` choose (``exec``,
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from sunroom.cli_support import fail, one_line
+from sunroom.cli_support import fail, read_json
 from sunroom.errors import SunroomError
 from sunroom.kernel_choice import OPTION_NAMES, choose_backend
 from sunroom.sandbox.backend import Backend
@@ -40,12 +39,7 @@ def mcp_servers(path: Path | None) -> dict[str, Any] | None:
     """The ``mcpServers`` entries of the JSON file *path* (None: no file)."""
     if path is None:
         return None
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError) as exc:
-        raise fail(f"cannot read the MCP config {path}: {one_line(exc)}") from None
-    except ValueError as exc:
-        raise fail(f"the MCP config {path} is not JSON: {one_line(exc)}") from None
+    data = read_json(path, what="the MCP config")
     servers = data.get("mcpServers") if isinstance(data, dict) else None
     if not isinstance(servers, dict):
         raise fail(f'the MCP config {path} needs an object under "mcpServers"')

@@ -9,7 +9,6 @@ setup error, 130 Ctrl-C (it prints the command that resumes the session).
 
 from __future__ import annotations
 
-import json
 import os
 import uuid
 from pathlib import Path
@@ -28,11 +27,9 @@ from sunroom.cli_support import (
     KernelNameOption,
     SandboxOption,
     fail,
-    guarded,
-    interrupted_exit,
-    one_line,
+    finish_run,
     open_manager,
-    run_summary,
+    read_json,
 )
 from sunroom.sandbox.backends import DEFAULT_BACKEND, NAMES
 
@@ -129,12 +126,7 @@ def run(
     net = network_from(allow_host or [], None)  # its error, before recording
     schema = None
     if output_schema is not None:
-        try:
-            schema = json.loads(output_schema.read_text())
-        except OSError as exc:
-            raise fail(f"cannot read the output schema: {one_line(exc)}") from None
-        except ValueError as exc:
-            raise fail(f"the output schema {output_schema} is not JSON: {exc}") from None
+        schema = read_json(output_schema, what="the output schema")
     try:
         request = CreateSession(
             task=task, model=model, base_url=base_url, files=files, output_schema=schema,
@@ -172,11 +164,4 @@ def run(
             out: dict[str, Any] | None = result
             return out
 
-    try:
-        result = guarded(work)
-    except KeyboardInterrupt:
-        raise interrupted_exit(sid, db) from None
-    summary = run_summary(sid, result)
-    if as_json:
-        typer.echo(json.dumps(summary))
-    raise typer.Exit(0 if summary["status"] == "success" else 1)
+    finish_run(sid, db, work, as_json=as_json)

@@ -16,10 +16,9 @@ from sunroom.cli_support import (
     InlineImagesOption,
     JsonOption,
     fail,
+    finish_run,
     guarded,
-    interrupted_exit,
     open_manager,
-    run_summary,
     with_store,
 )
 from sunroom.errors import UsageError
@@ -154,14 +153,7 @@ def sessions_resume(
             out: dict[str, Any] | None = result
             return out
 
-    try:
-        result = guarded(work)
-    except KeyboardInterrupt:
-        raise interrupted_exit(session_id, db) from None
-    summary = run_summary(session_id, result)
-    if as_json:
-        typer.echo(json.dumps(summary))
-    raise typer.Exit(0 if summary["status"] == "success" else 1)
+    finish_run(session_id, db, work, as_json=as_json)
 
 
 def _age(text: str) -> float:

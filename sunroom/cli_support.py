@@ -6,11 +6,12 @@ Every error is one line on stderr (``sunroom: ...``, exit 2) that never shows a 
 from __future__ import annotations
 
 import asyncio
+import json
 import shlex
 import sys
 from collections.abc import Awaitable, Callable, Coroutine
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any, NoReturn, TypeVar
 
 import pydantic
 import typer
@@ -96,6 +97,28 @@ def interrupted_exit(sid: str, db: Path | None) -> typer.Exit:
     return typer.Exit(130)
 
 
+def finish_run(
+    sid: str,
+    db: Path | None,
+    work: Callable[[], Coroutine[Any, Any, dict[str, Any] | None]],
+    *,
+    as_json: bool,
+) -> NoReturn:
+    """Follow session *sid* with *work* (its result), then exit: 0 on success, else 1.
+
+    With *as_json* the run's summary (:func:`run_summary`) is printed; Ctrl-C exits as
+    :func:`interrupted_exit` says.
+    """
+    try:
+        result = guarded(work)
+    except KeyboardInterrupt:
+        raise interrupted_exit(sid, db) from None
+    summary = run_summary(sid, result)
+    if as_json:
+        typer.echo(json.dumps(summary))
+    raise typer.Exit(0 if summary["status"] == "success" else 1)
+
+
 def run_summary(sid: str, result: dict[str, Any] | None) -> dict[str, Any]:
     """What ``run`` and ``sessions resume`` print for a run's *result* (``--json``)."""
     r = result or {}
@@ -147,6 +170,18 @@ async def with_store(db: Path | None, job: Callable[[Any], Awaitable[T]]) -> T:
     config = ServiceConfig.from_env(db_path=db)
     async with SQLiteStore(config.db_path) as store:
         return await job(store)
+
+
+def read_json(path: Path, *, what: str) -> Any:
+    """The JSON value in the file *path* (*what* names it in errors); exits 2 with one line."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise fail(f"cannot read {what} {path}: {one_line(exc)}") from None
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        raise fail(f"{what} {path} is not JSON: {one_line(exc)}") from None
 
 
 def read_text(path: str, *, what: str) -> str:
