@@ -1,6 +1,8 @@
 """The host-side egress proxy of one kernel: HTTP CONNECT and plain HTTP forwarding.
 
-A kernel reaches it through a Unix socket (its sandbox has no other way out). Each connection
+A kernel reaches it on the ``127.0.0.1`` listener its sandbox handed over through the proxy's
+Unix socket (:mod:`~sunroom.network.handoff`; its sandbox has no other way out); without a
+hand-off, each connection to the Unix socket is a client. Each connection
 carries one CONNECT (relayed byte for byte, or terminated with the proxy's CA when headers must
 be injected over TLS) or one absolute-form plain HTTP request (forwarded in origin form with
 ``Connection: close``). Every connection, allowed or refused, ends in one :class:`Connection`
