@@ -88,18 +88,18 @@ def serve_upstream(where: Path) -> None:
     server.serve_forever()
 
 
-def _no_splice() -> None:
-    """The streams arm: the proxy as it runs where splice is unavailable."""
-    from sunroom.network import tunnel
+def _no_threads() -> None:
+    """The streams arm: the proxy as it relays when no relay thread is free (on its loop)."""
+    from sunroom.network import relay_threads
 
-    tunnel.splice_available = lambda: False  # type: ignore[assignment]
+    relay_threads.MAX_THREADS = 0
 
 
 def serve_proxy(where: Path, name: str = "proxy") -> None:
     from sunroom.network import EgressProxy, Network
 
     if name == "streams":
-        _no_splice()
+        _no_threads()
     port = int((where / "upstream.port").read_text())
     network = Network(allow=[f"127.0.0.1:{port}"], allow_addresses=["127.0.0.1/32"])
 
@@ -516,9 +516,9 @@ def main() -> None:
         f"{os.getloadavg()[0]:.2f} after"
     )
     print(
-        "arms: proxy = EgressProxy (splice where available) accepting on a handed-over listener, "
-        "as for a kernel; uvloop = the same on uvloop; streams = the same with the proxy's splice "
-        "off; floor = a bare asyncio CONNECT relay on such a listener; socat = a C relay, one "
+        "arms: proxy = EgressProxy (tunnels on relay threads) accepting on a handed-over listener, "
+        "as for a kernel; uvloop = the same on uvloop; streams = the same with no relay thread "
+        "free (tunnels relayed on the loop); floor = a bare asyncio CONNECT relay on such a listener; socat = a C relay, one "
         "TCP hop, no CONNECT (the floor of any relay on this machine; absent without socat)"
     )
     print(f"latency (fresh HTTPS request, n={args.n} each, alternating; target: added <= 2 ms):")

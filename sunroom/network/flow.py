@@ -10,6 +10,7 @@ end with a reason for the record); neither leaves the proxy.
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -74,7 +75,8 @@ class Flow:
         self.injected = False
         self.method: str | None = None
         self.started = time.monotonic()
-        self.active = asyncio.get_running_loop().time()
+        self.active = self.started
+        """When a byte last passed either way (``time.monotonic()``; relay threads set it too)."""
         self.upstream: asyncio.StreamWriter | None = None
         self.finished = False
 
@@ -100,9 +102,12 @@ class Meter:
 
     ``total`` never exceeds ``max_bytes``; once a chunk is refused (by ``max_bytes`` or by
     ``charge`` returning False) ``spent`` stays True and every later chunk is refused too.
+    :meth:`count` may be called from any thread (the relay threads call it): one lock orders
+    the charges, ``charge`` included.
     """
 
     def __init__(self, max_bytes: int | None, charge: Callable[[int], bool] | None) -> None:
+        self._lock = threading.Lock()
         self.max_bytes = max_bytes
         self.charge = charge
         self.total = 0
@@ -110,19 +115,20 @@ class Meter:
 
     def count(self, flow: Flow, n: int, *, outbound: bool) -> None:
         """Charge ``n`` bytes of ``flow``; raise :class:`Ended` (they must not pass) if over."""
-        if (
-            self.spent
-            or (self.max_bytes is not None and self.total + n > self.max_bytes)
-            or (self.charge is not None and not self.charge(n))
-        ):
-            self.spent = True
-            raise Ended("byte budget spent")
-        self.total += n
-        if outbound:
-            flow.sent += n
-        else:
-            flow.received += n
-        flow.active = asyncio.get_running_loop().time()
+        with self._lock:
+            if (
+                self.spent
+                or (self.max_bytes is not None and self.total + n > self.max_bytes)
+                or (self.charge is not None and not self.charge(n))
+            ):
+                self.spent = True
+                raise Ended("byte budget spent")
+            self.total += n
+            if outbound:
+                flow.sent += n
+            else:
+                flow.received += n
+        flow.active = time.monotonic()
 
 
 def shown(host: str, port: int) -> str:

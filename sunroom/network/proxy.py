@@ -14,7 +14,7 @@ a request head of at most :data:`MAX_HEAD_BYTES` (else 431) that must arrive wit
 ``head_timeout_s`` (else 408), the policy's connect timeout (504), idle timeout and byte budget.
 
 Beside it: :mod:`~sunroom.network.flow` (the record, a connection's bookkeeping, the byte
-meter), :mod:`~sunroom.network.tunnel` (relaying a CONNECT tunnel, with splice on Linux, and the
+meter), :mod:`~sunroom.network.tunnel` (relaying a CONNECT tunnel, on relay threads, and the
 idle-timeout supervisor) and :mod:`~sunroom.network.forward` (forwarding one HTTP request).
 """
 

@@ -200,7 +200,8 @@ class KernelNetwork:
     def _charge(self, size: int) -> bool:
         """Whether *size* more bytes may cross; a chunk that would pass the cap does not.
 
-        Called on the egress thread (every launch's proxy runs there), under a lock.
+        Called on the egress thread (every launch's proxy runs there) or on a tunnel's relay
+        thread, under a lock.
         """
         with self._lock:
             cap = self.network.max_bytes

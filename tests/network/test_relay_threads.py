@@ -1,0 +1,122 @@
+"""The relay threads: all of a tunnel's relays or none, reuse, the cap, outcomes, idle exit, fork."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+
+import pytest
+
+from sunroom.network import relay_threads
+
+
+def _relay_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name == "sunroom-relay"]
+
+
+def _wait_until(condition: object, timeout_s: float = 10.0) -> None:
+    assert callable(condition)
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, "the condition did not come true in time"
+        time.sleep(0.01)
+
+
+def test_work_runs_on_daemon_threads_and_the_threads_are_reused() -> None:
+    seen: list[threading.Thread] = []
+    futures = relay_threads.start([lambda: seen.append(threading.current_thread())] * 2)
+    assert futures is not None
+    for future in futures:
+        assert future.result(10) is None
+    assert all(t.daemon and t.name == "sunroom-relay" for t in seen)
+    _wait_until(lambda: relay_threads.busy() == 0)
+    again: list[threading.Thread] = []
+    futures = relay_threads.start([lambda: again.append(threading.current_thread())])
+    assert futures is not None
+    futures[0].result(10)
+    assert again[0] in _relay_threads()  # an idle thread took it (no new one per job)
+
+
+def test_all_or_none_within_the_cap(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(relay_threads, "MAX_THREADS", 3)
+    release = threading.Event()
+    held = relay_threads.start([release.wait, release.wait])
+    assert held is not None
+    try:
+        assert relay_threads.busy() == 2
+        assert relay_threads.start([release.wait, release.wait]) is None  # 4 > 3: none start
+        assert relay_threads.busy() == 2
+        one = relay_threads.start([release.wait])
+        assert one is not None
+        held += one
+    finally:
+        release.set()
+    for future in held:
+        future.result(10)
+    _wait_until(lambda: relay_threads.busy() == 0)
+    assert relay_threads.start([lambda: None] * 3) is not None  # the threads are free again
+
+
+def test_an_exception_is_the_futures_and_the_thread_goes_on() -> None:
+    def fails() -> None:
+        raise OSError("reset")
+
+    futures = relay_threads.start([fails])
+    assert futures is not None
+    with pytest.raises(OSError, match="reset"):
+        futures[0].result(10)
+    _wait_until(lambda: relay_threads.busy() == 0)
+    futures = relay_threads.start([lambda: None])
+    assert futures is not None
+    assert futures[0].result(10) is None
+
+
+def _in_a_child(check: object) -> None:
+    """Run ``check`` in a forked child (a fresh pool, no relay threads); it must return."""
+    assert callable(check)
+    pid = os.fork()
+    if pid == 0:
+        try:
+            check()
+            code = 0
+        except BaseException:
+            code = 1
+        os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+
+
+def test_idle_threads_leave() -> None:
+    def check() -> None:
+        relay_threads.IDLE_S = 0.2
+        assert not _relay_threads()
+        futures = relay_threads.start([lambda: None] * 4)
+        assert futures is not None
+        for future in futures:
+            future.result(10)
+        assert _relay_threads()
+        _wait_until(lambda: not _relay_threads())
+        futures = relay_threads.start([lambda: None])  # and new ones come when work does
+        assert futures is not None
+        assert futures[0].result(10) is None
+
+    _in_a_child(check)
+
+
+def test_a_forked_process_has_a_pool_of_its_own() -> None:
+    release = threading.Event()
+    held = relay_threads.start([release.wait])  # the parent's pool has a busy thread
+    assert held is not None
+
+    def check() -> None:  # no thread of the parent's pool survived the fork
+        assert relay_threads.busy() == 0
+        futures = relay_threads.start([lambda: None])
+        assert futures is not None
+        assert futures[0].result(10) is None
+
+    try:
+        _in_a_child(check)
+    finally:
+        release.set()
+    held[0].result(10)
