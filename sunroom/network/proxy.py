@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING
 import h11
 
 from sunroom.errors import UsageError
+from sunroom.network import relay_threads
 from sunroom.network.flow import Connection, Ended, Flow, Meter, Refused, shown
 from sunroom.network.forward import forward
 from sunroom.network.handoff import HandoffListener
@@ -90,6 +91,7 @@ class EgressProxy:
         self._max_head_bytes = max_head_bytes
         self.ca_pem: bytes | None = None
         self._meter = Meter(network.max_bytes, charge)
+        self._relays = relay_threads.Share()
         self.connections = 0
         self._ca: ProxyCA | None = None
         self._upstream_tls: ssl.SSLContext | None = None
@@ -436,7 +438,12 @@ class EgressProxy:
             self._meter.count(flow, len(early), outbound=True)
             upstream[1].write(early)
         await relay_tunnel(
-            self._meter, flow, self.network.idle_timeout_s, (reader, writer), upstream
+            self._meter,
+            flow,
+            self.network.idle_timeout_s,
+            (reader, writer),
+            upstream,
+            self._relays,
         )
 
     async def _terminate(

@@ -7,9 +7,10 @@ threads are kept for reuse (a new thread costs about 0.15 ms here) and leave aft
 :data:`IDLE_S` with no work.
 
 :func:`start` runs a tunnel's relays only when threads for *all* of them are free, at most
-:data:`MAX_THREADS` in one process; otherwise it runs none and the caller relays on its event
-loop instead. The threads are daemons: a tunnel still open when the interpreter exits never
-holds up the exit. A child made by ``fork()`` starts with an empty pool of its own.
+:data:`MAX_THREADS` in one process and at most a :class:`Share`'s limit for one owner (a
+proxy, so one kernel cannot take every thread); otherwise it runs none and the caller relays
+on its event loop instead. The threads are daemons: a tunnel still open when the interpreter
+exits never holds up the exit. A child made by ``fork()`` starts with an empty pool of its own.
 """
 
 from __future__ import annotations
@@ -21,16 +22,30 @@ import threading
 from collections.abc import Callable
 from concurrent.futures import Future
 
-__all__ = ["IDLE_S", "MAX_THREADS", "busy", "start"]
+__all__ = ["IDLE_S", "MAX_THREADS", "PER_SHARE", "Share", "busy", "start"]
 
 log = logging.getLogger(__name__)
 
 MAX_THREADS = 128
 """Relay threads busy at once in one host process (two per tunnel): 64 tunnels."""
+PER_SHARE = 16
+"""Relay threads one :class:`Share` (one proxy: one kernel) may hold at once: 8 tunnels."""
 IDLE_S = 30.0
 """Seconds an idle relay thread waits for work before it leaves."""
 
-_Job = tuple[Callable[[], object], "Future[None]"]
+
+class Share:
+    """One owner's part of the pool: at most ``limit`` of its jobs run at once.
+
+    A job counts against its share from :func:`start` until it returns (or raises).
+    """
+
+    def __init__(self, limit: int | None = None) -> None:
+        self.limit = PER_SHARE if limit is None else limit
+        self.busy = 0  # guarded by the pool's lock
+
+
+_Job = tuple[Callable[[], object], "Future[None]", Share | None]
 
 
 class _Pool:
@@ -43,16 +58,22 @@ class _Pool:
         self.busy = 0
         self.idle = 0
 
-    def start(self, work: list[Callable[[], object]]) -> list[Future[None]] | None:
+    def start(
+        self, work: list[Callable[[], object]], share: Share | None
+    ) -> list[Future[None]] | None:
         with self.lock:
             if self.busy + len(work) > MAX_THREADS:
                 return None
+            if share is not None:
+                if share.busy + len(work) > share.limit:
+                    return None
+                share.busy += len(work)
             self.busy += len(work)
             futures: list[Future[None]] = []
             for job in work:
                 future: Future[None] = Future()
                 futures.append(future)
-                self.jobs.put((job, future))
+                self.jobs.put((job, future, share))
                 if self.idle:
                     self.idle -= 1  # an idle thread will take it
                 else:
@@ -62,7 +83,7 @@ class _Pool:
     def serve(self) -> None:
         while True:
             try:
-                job, future = self.jobs.get(timeout=IDLE_S)
+                job, future, share = self.jobs.get(timeout=IDLE_S)
             except queue.Empty:
                 with self.lock:
                     if self.jobs.empty():  # nothing was handed to this thread meanwhile
@@ -79,6 +100,8 @@ class _Pool:
             with self.lock:
                 self.busy -= 1
                 self.idle += 1
+                if share is not None:
+                    share.busy -= 1
 
 
 _pool: _Pool | None = None
@@ -93,13 +116,16 @@ def _current() -> _Pool:
         return _pool
 
 
-def start(work: list[Callable[[], object]]) -> list[Future[None]] | None:
+def start(
+    work: list[Callable[[], object]], share: Share | None = None
+) -> list[Future[None]] | None:
     """Run each of ``work`` on its own relay thread at once, or none of them.
 
     Returns one future per callable (its result None, or the exception it raised), or None when
-    fewer than ``len(work)`` threads are free: the caller must relay another way.
+    fewer than ``len(work)`` threads are free in the process or in ``share``: the caller must
+    relay another way.
     """
-    return _current().start(work)
+    return _current().start(work, share)
 
 
 def busy() -> int:

@@ -12,8 +12,9 @@ The duplicates share their file status with the sockets the transports hold, so 
 blocking too: the transports must be paused (:func:`hold`), have nothing left to write, and
 only be closed afterwards, which :func:`relay_tunnel` and the proxy ensure.
 
-When no relay threads are free (:data:`~sunroom.network.relay_threads.MAX_THREADS`) a tunnel
-relays on the event loop instead, with ``StreamReader.read`` then ``StreamWriter.write``. Both
+When no relay threads are free (:data:`~sunroom.network.relay_threads.MAX_THREADS` in the
+process, :data:`~sunroom.network.relay_threads.PER_SHARE` for one proxy) a tunnel relays on
+the event loop instead, with ``StreamReader.read`` then ``StreamWriter.write``. Both
 paths keep the half-close (a side's EOF is passed on), the idle timeout and the byte counts.
 """
 
@@ -102,13 +103,14 @@ async def relay_tunnel(
     idle_s: float,
     client: tuple[asyncio.StreamReader, asyncio.StreamWriter],
     upstream: tuple[asyncio.StreamReader, asyncio.StreamWriter],
+    share: relay_threads.Share | None = None,
 ) -> None:
     """Relay both ways until both sides have closed (or the idle timeout, or the budget).
 
     Both writers must have been passed to :func:`hold` when their request (or connection)
-    began; what their readers buffered before is relayed first, by the streams. On return
-    (or on an exception) both sockets' relay threads have been told to stop; the caller
-    closes the writers.
+    began; what their readers buffered before is relayed first, by the streams. The relay
+    threads count against ``share`` (the proxy's). On return (or on an exception) both
+    sockets' relay threads have been told to stop; the caller closes the writers.
     """
     streams = (client, upstream)
     pair = _Pair(client[1], upstream[1])
@@ -116,7 +118,8 @@ async def relay_tunnel(
         [
             lambda: pair.copy(meter, flow, 0, outbound=True),
             lambda: pair.copy(meter, flow, 1, outbound=False),
-        ]
+        ],
+        share,
     )
     if futures is None:  # no relay threads free: relay on the loop
         pair.close()

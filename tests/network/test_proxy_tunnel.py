@@ -147,3 +147,23 @@ async def test_aclose_ends_a_busy_tunnel_and_leaves_no_descriptor(path: str) -> 
             # the client's own socket is closed too: nothing of the tunnel is left open
             assert len(os.listdir("/proc/self/fd")) <= before
     assert [r.reason for r in records] == ["proxy closed"]
+
+
+async def test_tunnels_past_the_proxys_share_of_threads_relay_on_the_loop(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(relay_threads, "PER_SHARE", 2)  # one tunnel's worth
+    async with raw_upstream() as port:
+        net = loopback("api.test", allow=[f"api.test:{port}"])
+        async with running(net) as (proxy, sock):
+            tunnels = [await open_tunnel(sock, "api.test", port) for _ in range(3)]
+            for answer, reader, _ in tunnels:
+                assert answer.status == 200
+                assert await reader.readexactly(len(BANNER)) == BANNER
+            assert relay_threads.busy() == 2  # the first tunnel's; the others are on the loop
+            for i, (_, reader, writer) in enumerate(tunnels):
+                payload = os.urandom(300_000 + i)
+                writer.write(payload)
+                writer.write_eof()
+                assert await asyncio.wait_for(reader.read(), 30) == payload
+                writer.close()

@@ -58,6 +58,26 @@ def test_all_or_none_within_the_cap(monkeypatch: pytest.MonkeyPatch) -> None:
     assert relay_threads.start([lambda: None] * 3) is not None  # the threads are free again
 
 
+def test_a_share_caps_one_owner_and_leaves_the_rest_to_others() -> None:
+    release = threading.Event()
+    share = relay_threads.Share(limit=2)
+    assert relay_threads.Share().limit == relay_threads.PER_SHARE
+    held = relay_threads.start([release.wait, release.wait], share)
+    assert held is not None
+    try:
+        assert relay_threads.start([release.wait], share) is None  # the owner's 2 are busy
+        other = relay_threads.start([release.wait], relay_threads.Share(limit=2))
+        assert other is not None  # another owner still gets a thread
+        held += other
+    finally:
+        release.set()
+    for future in held:
+        future.result(10)
+    _wait_until(lambda: share.busy == 0)
+    again = relay_threads.start([lambda: None, lambda: None], share)
+    assert again is not None
+
+
 def test_an_exception_is_the_futures_and_the_thread_goes_on() -> None:
     def fails() -> None:
         raise OSError("reset")

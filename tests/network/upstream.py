@@ -14,6 +14,7 @@ handed to the proxy over its hand-off socket and clients connect to that port.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import socket
 import ssl
@@ -47,6 +48,7 @@ class Seen:
 class Upstream:
     port: int
     seen: list[Seen] = field(default_factory=list)
+    handlers: set[asyncio.Task[None]] = field(default_factory=set)
 
     def header(self, index: int, name: str) -> list[str]:
         return [v for n, v in self.seen[index].headers if n == name.lower()]
@@ -113,10 +115,17 @@ async def _answer(up: Upstream, reader: asyncio.StreamReader, writer: asyncio.St
 
 
 async def _serve(up: Upstream, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    task = asyncio.current_task()
+    assert task is not None
+    up.handlers.add(task)
     try:
         await _answer(up, reader, writer)
     except (ConnectionError, h11.ProtocolError, ssl.SSLError):
+        pass  # the proxy cut the connection (a budget, a timeout, aclose)
+    finally:
         writer.close()
+        with contextlib.suppress(ConnectionError, ssl.SSLError):
+            await writer.wait_closed()
 
 
 @asynccontextmanager
@@ -125,8 +134,11 @@ async def upstream(tls: ssl.SSLContext | None = None) -> AsyncIterator[Upstream]
     up = Upstream(port=0)
     server = await asyncio.start_server(lambda r, w: _serve(up, r, w), "127.0.0.1", 0, ssl=tls)
     up.port = server.sockets[0].getsockname()[1]
-    async with server:
-        yield up
+    try:
+        async with server:
+            yield up
+    finally:  # every connection has ended and been closed before the loop may close
+        await asyncio.wait_for(asyncio.gather(*up.handlers), 10)
 
 
 class UpstreamCA:
