@@ -1,6 +1,6 @@
 """Egress proxy benchmarks (issue 17): a proxied HTTPS request against a direct one, same run.
 
-Run: ``.venv/bin/python benchmarks/egress.py [--n 200] [--mb 100] [--rounds 3]``.
+Run: ``.venv/bin/python benchmarks/egress.py [--n 200] [--mb 100] [--rounds 3] [--kernel-rounds 15]``.
 
 Parts, each its own process so that no two share a GIL (as on a real host):
 
@@ -347,6 +347,7 @@ def _fetch(path):
     conn = http.client.HTTPSConnection(_proxy.hostname, _proxy.port, context=_context)
     conn.set_tunnel("127.0.0.1", {port})
     return _read(conn, path)
+_fetch_loop = _fetch  # the same; the host makes its proxy relay on its loop meanwhile
 print(json.dumps(_proxy.port))
 """
 _KERNEL_LATENCY = """
@@ -383,29 +384,37 @@ print(json.dumps(_local_port))
 """
 
 
-async def kernel_arm(
-    rig: Rig, n: int, mb: int, rounds: int, blocks: int = 3
-) -> tuple[list[float], list[float], list[float], list[float], list[float]]:
+@dataclass
+class KernelFigures:
+    """What :func:`kernel_arm` measured: seconds per request and MB/s per download."""
+
+    latency: list[float]
+    direct_latency: list[float]
+    rate: list[float]
+    loop_rate: list[float]
+    direct_rate: list[float]
+    local_rate: list[float]
+
+
+async def kernel_arm(rig: Rig, n: int, mb: int, rounds: int, blocks: int = 3) -> KernelFigures:
     """A real bwrap kernel with a network policy, its client timed inside its cells.
 
-    Returns (kernel latencies, direct latencies, kernel MB/s, direct MB/s, local MB/s): the
-    direct arm runs from this process between the kernel's blocks (the kernel's proxy runs on
-    this process's egress thread, idle while the direct requests run). ``local`` is the same
-    download inside the sandbox from the same server run as a process *in* the sandbox, on its
-    own 127.0.0.1: no proxy, so the sandbox's own cost (seccomp, its cgroup, its loopback) is
-    measured apart from the proxy's.
+    The direct arm runs from this process between the kernel's blocks (the kernel's proxy runs
+    on this process's egress thread, idle while the direct requests run). Each download round
+    runs, in turn: the kernel's download through its proxy (tunnels on relay threads); the same
+    with no relay thread free (``loop``: the proxy relays on its event loop, its fallback);
+    ``local``, the same download inside the sandbox from the same server run as a process *in*
+    the sandbox, on its own 127.0.0.1 (no proxy: the sandbox's own cost, seccomp, its cgroup,
+    its loopback); and direct.
     """
     import json
 
     from sunroom import AsyncKernel, Limits, Network
+    from sunroom.network import relay_threads
 
     network = Network(allow=[f"127.0.0.1:{rig.upstream_port}"], allow_addresses=["127.0.0.1/32"])
     direct = direct_client(rig)
-    k_lat: list[float] = []
-    d_lat: list[float] = []
-    k_rate: list[float] = []
-    d_rate: list[float] = []
-    l_rate: list[float] = []
+    figures = KernelFigures([], [], [], [], [], [])
     async with AsyncKernel(
         backend="bwrap", network=network, limits=Limits(timeout_s=600, memory_mb=1024)
     ) as kernel:
@@ -423,22 +432,27 @@ async def kernel_arm(
         for _ in range(blocks):  # alternate blocks so that drift hits both arms alike
             got = await cell(_KERNEL_LATENCY.format(n=n // blocks))
             assert isinstance(got, list)
-            k_lat += got
-            d_lat += latency_arm(lambda: direct("/small"), n // blocks)
+            figures.latency += got
+            figures.direct_latency += latency_arm(lambda: direct("/small"), n // blocks)
         path = f"/bytes/{mb * MB}"
         await cell(_KERNEL_LOCAL_SERVER)
         try:
+            threads = relay_threads.MAX_THREADS
             for _ in range(rounds):
-                rate = await cell(_KERNEL_DOWNLOAD.format(fetch="_fetch", path=path, mb=MB))
-                assert isinstance(rate, float)
-                k_rate.append(rate)
-                local = await cell(_KERNEL_DOWNLOAD.format(fetch="_fetch_local", path=path, mb=MB))
-                assert isinstance(local, float)
-                l_rate.append(local)
-                d_rate += throughput_arm(lambda: direct(path), 1)
+                for fetch, rates in (
+                    ("_fetch", figures.rate),
+                    ("_fetch_loop", figures.loop_rate),
+                    ("_fetch_local", figures.local_rate),
+                ):
+                    relay_threads.MAX_THREADS = 0 if fetch == "_fetch_loop" else threads
+                    rate = await cell(_KERNEL_DOWNLOAD.format(fetch=fetch, path=path, mb=MB))
+                    assert isinstance(rate, float)
+                    rates.append(rate)
+                relay_threads.MAX_THREADS = threads
+                figures.direct_rate += throughput_arm(lambda: direct(path), 1)
         finally:
             await kernel.execute("_server.terminate(); _server.wait()")
-    return k_lat, d_lat, k_rate, d_rate, l_rate
+    return figures
 
 
 def _latency_line(name: str, lat: list[float], base: list[float]) -> str:
@@ -463,6 +477,9 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=200)
     parser.add_argument("--mb", type=int, default=100)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument(
+        "--kernel-rounds", type=int, default=15, help="download rounds of the in-kernel arm"
+    )
     parser.add_argument("--no-kernel", action="store_true", help="skip the in-kernel arm")
     for part in PARTS:
         parser.add_argument(f"--serve-{part}", type=Path)
@@ -506,7 +523,7 @@ def main() -> None:
                 rate[arm] += throughput_arm(lambda arm=arm: clients[arm](path), 1)
         kernel = None
         if not args.no_kernel:
-            kernel = asyncio.run(kernel_arm(rig, args.n, args.mb, args.rounds))
+            kernel = asyncio.run(kernel_arm(rig, args.n, args.mb, args.kernel_rounds))
     finally:
         rig.close()
 
@@ -537,23 +554,35 @@ def main() -> None:
     for arm in arms:
         print(_rate_line(arm, rate[arm], rate["direct"]))
     if kernel is not None:
-        k_lat, d_lat, k_rate, d_rate, l_rate = kernel
-        print("in a bwrap kernel (timed inside its cells; direct from the host between blocks):")
+        k = kernel
         print(
-            _latency_line("kernel", k_lat, d_lat)
-            + f"  (direct {statistics.median(d_lat) * ms:.2f} ms)"
+            f"in a bwrap kernel (timed inside its cells; {args.kernel_rounds} download rounds, "
+            "each: relay threads, loop relay, local, direct from the host):"
         )
         print(
-            _rate_line("kernel", k_rate, d_rate)
-            + f"  (direct {statistics.median(d_rate):.0f} MB/s)"
+            _latency_line("kernel", k.latency, k.direct_latency)
+            + f"  (direct {statistics.median(k.direct_latency) * ms:.2f} ms)"
         )
         print(
-            _rate_line("local", l_rate, d_rate)
+            _rate_line("kernel", k.rate, k.direct_rate)
+            + f"  (direct {statistics.median(k.direct_rate):.0f} MB/s)"
+        )
+        print(
+            _rate_line("loop", k.loop_rate, k.direct_rate)
+            + "  (the same with no relay thread free: the proxy relays on its loop)"
+        )
+        print(
+            _rate_line("local", k.local_rate, k.direct_rate)
             + "  (the server in the sandbox, no proxy: the sandbox's own cost)"
+        )
+        paired = [t / loop for t, loop in zip(k.rate, k.loop_rate, strict=True)]
+        print(
+            f"  relay threads / loop relay, paired by round: median {statistics.median(paired):.2f}x, "
+            f"threads faster in {sum(p > 1 for p in paired)} of {len(paired)}"
         )
         print(
             f"  kernel through its proxy / local in the sandbox: "
-            f"{statistics.median(k_rate) / statistics.median(l_rate):.0%}"
+            f"{statistics.median(k.rate) / statistics.median(k.local_rate):.0%}"
         )
 
 
