@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
 import socket
 import threading
 from collections.abc import Awaitable, Callable, Generator, Sequence
@@ -217,7 +218,8 @@ def _with_sendfile(cycle: RequestResponseCycle) -> Callable[[Any], Awaitable[Non
     Such a message (after ``http.response.start`` with a ``content-length``) carries ``file``,
     a file object open for reading, ``offset``, ``count`` and ``more_body``; the bytes go from
     the file to the socket with ``sendfile`` (``loop.sendfile``: the transport's buffer is
-    flushed first and reading pauses meanwhile); none for a ``HEAD`` request. When the file
+    flushed first and reading pauses meanwhile; on a loop without it, such as uvloop, they are
+    read and written in 256 KiB pieces instead); none for a ``HEAD`` request. When the file
     ends before *count* bytes, or the client goes away, the connection is closed and the
     response stays incomplete.
     """
@@ -248,10 +250,12 @@ def _with_sendfile(cycle: RequestResponseCycle) -> Callable[[Any], Awaitable[Non
             sent = (
                 await loop.sendfile(cycle.transport, message["file"], offset, count) if count else 0
             )
+            cycle.expected_content_length -= sent
+        except NotImplementedError:  # a loop without sendfile (uvloop): read and write instead
+            sent = await _send_read(plain, message["file"], offset, count)
         except ConnectionError:  # the client went away: nobody is left to answer
             cycle.transport.close()
             return
-        cycle.expected_content_length -= sent
         if sent < count:  # the file shrank meanwhile: the body can only be cut short
             cycle.transport.close()
             return
@@ -259,6 +263,28 @@ def _with_sendfile(cycle: RequestResponseCycle) -> Callable[[Any], Awaitable[Non
             await plain({"type": "http.response.body", "body": b"", "more_body": False})
 
     return send
+
+
+_READ_CHUNK = 256 * 1024
+
+
+async def _send_read(
+    send: Callable[[Any], Awaitable[None]], file: Any, offset: int, count: int
+) -> int:
+    """Send *count* bytes of *file* from *offset* as body messages; the bytes read (fewer: EOF).
+
+    The reads run in a worker thread (a file read may block); ``send`` keeps the transport's
+    flow control and the content-length count.
+    """
+    sent = 0
+    fd = file.fileno()
+    while sent < count:
+        chunk = await asyncio.to_thread(os.pread, fd, min(_READ_CHUNK, count - sent), offset + sent)
+        if not chunk:
+            break
+        await send({"type": "http.response.body", "body": chunk, "more_body": True})
+        sent += len(chunk)
+    return sent
 
 
 class QuietExitServer(uvicorn.Server):

@@ -11,6 +11,7 @@ from typing import Any
 import httpx
 import pytest
 import uvicorn
+import uvloop
 
 from sunroom.providers import AssistantMessage, Model, ToolCall
 from sunroom.service import ServiceConfig, bind, serve
@@ -28,6 +29,7 @@ class Server:
         config: ServiceConfig,
         resolve: Callable[[str, str | None], Model],
         functions: list[Any],
+        event_loop: str = "asyncio",
     ) -> None:
         self.config = config
         self.sock = bind(config)
@@ -50,7 +52,10 @@ class Server:
                 )
 
             try:
-                asyncio.run(main())
+                if event_loop == "uvloop":
+                    uvloop.run(main())
+                else:
+                    asyncio.run(main())
             except BaseException as exc:  # surfaced by start()
                 self._error = exc
                 self._started.set()
@@ -89,6 +94,7 @@ def make_server(tmp_path: Path) -> Iterator[Callable[..., Server]]:
         functions: list[Any] | None = None,
         resolve: Callable[[str, str | None], Model] | None = None,
         default_model: str = "fake:test",
+        event_loop: str = "asyncio",
         **overrides: Any,
     ) -> Server:
         options: dict[str, Any] = {
@@ -106,7 +112,7 @@ def make_server(tmp_path: Path) -> Iterator[Callable[..., Server]]:
             assert model is not None, "this server has no model"
             return model() if callable(model) and not isinstance(model, Model) else model
 
-        server = Server(config, resolve or injected, functions or [])
+        server = Server(config, resolve or injected, functions or [], event_loop)
         servers.append(server)
         return server
 

@@ -249,3 +249,25 @@ def test_a_download_is_the_file_as_opened(
         next(resp.iter_raw(65536))
     out = server.client.post(f"{base}/execute", json={"code": "1 + 1"}).json()
     assert out["value"] == "2"  # the kernel was released each time
+
+
+def test_a_download_from_a_server_on_uvloop(make_server: Callable[..., Server]) -> None:
+    """uvloop has no ``loop.sendfile``: the taken file is read and written in pieces instead."""
+    if not fdtake.available():
+        pytest.skip("pidfd_getfd is unavailable")
+    server = make_server(event_loop="uvloop")
+    base = f"/kernels/{_kernel(server)}"
+    data = os.urandom(5 * 1024 * 1024 + 3)  # several pieces, the last one short
+    assert server.client.put(f"{base}/files/f.bin", content=data).status_code == 200
+    headers, got = _slow_get(server, f"{base}/files/f.bin")
+    assert headers["content-length"] == str(len(data)) and got == data
+    # one that shrinks meanwhile ends the connection: the body is short, never padded
+    shrink = "os.truncate('f.bin', 1000)"
+    code = CHANGE_SOON.format(action=shrink)
+    assert server.client.post(f"{base}/execute", json={"code": code}).json()["status"] == "ok"
+    with pytest.raises(httpx.RemoteProtocolError):
+        _slow_get(server, f"{base}/files/f.bin")
+    r = server.client.head(f"{base}/files/f.bin")
+    assert r.status_code == 200 and r.headers["content-length"] == "1000" and r.content == b""
+    r = server.client.get(f"{base}/files/f.bin")
+    assert r.status_code == 200 and r.content == data[:1000]
