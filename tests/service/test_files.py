@@ -205,6 +205,18 @@ def _slow_get(server: Server, url: str) -> tuple[dict[str, str], bytes]:
         return dict(resp.headers), got + b"".join(chunks)
 
 
+def _shrinks_while_sent(server: Server, base: str, name: str) -> None:
+    """*name* cut to 1000 bytes mid-download ends the connection: the body is short, never
+    padded; a HEAD request then gets the new length and no body."""
+    shrink = f"os.truncate({name!r}, 1000)"
+    code = CHANGE_SOON.format(action=shrink)
+    assert server.client.post(f"{base}/execute", json={"code": code}).json()["status"] == "ok"
+    with pytest.raises(httpx.RemoteProtocolError):
+        _slow_get(server, f"{base}/files/{name}")
+    r = server.client.head(f"{base}/files/{name}")
+    assert r.status_code == 200 and r.headers["content-length"] == "1000" and r.content == b""
+
+
 @pytest.mark.parametrize("through", ["sendfile", "channel"])
 def test_a_download_is_the_file_as_opened(
     make_server: Callable[..., Server], monkeypatch: pytest.MonkeyPatch, through: str
@@ -232,15 +244,7 @@ def test_a_download_is_the_file_as_opened(
     assert server.client.post(f"{base}/execute", json={"code": code}).json()["status"] == "ok"
     headers, got = _slow_get(server, f"{base}/files/g.bin")
     assert headers["content-length"] == str(len(data)) and got == data
-    # one that shrinks meanwhile ends the connection: the body is short, never padded
-    shrink = "os.truncate('g.bin', 1000)"
-    code = CHANGE_SOON.format(action=shrink)
-    assert server.client.post(f"{base}/execute", json={"code": code}).json()["status"] == "ok"
-    with pytest.raises(httpx.RemoteProtocolError):
-        _slow_get(server, f"{base}/files/g.bin")
-    # a HEAD request gets the head, no body
-    r = server.client.head(f"{base}/files/g.bin")
-    assert r.status_code == 200 and r.headers["content-length"] == "1000" and r.content == b""
+    _shrinks_while_sent(server, base, "g.bin")
     # a client that goes away mid-way frees the kernel too
     with server.client.stream("GET", f"{base}/files/f2.bin") as resp:
         assert resp.status_code == 404
@@ -261,13 +265,6 @@ def test_a_download_from_a_server_on_uvloop(make_server: Callable[..., Server]) 
     assert server.client.put(f"{base}/files/f.bin", content=data).status_code == 200
     headers, got = _slow_get(server, f"{base}/files/f.bin")
     assert headers["content-length"] == str(len(data)) and got == data
-    # one that shrinks meanwhile ends the connection: the body is short, never padded
-    shrink = "os.truncate('f.bin', 1000)"
-    code = CHANGE_SOON.format(action=shrink)
-    assert server.client.post(f"{base}/execute", json={"code": code}).json()["status"] == "ok"
-    with pytest.raises(httpx.RemoteProtocolError):
-        _slow_get(server, f"{base}/files/f.bin")
-    r = server.client.head(f"{base}/files/f.bin")
-    assert r.status_code == 200 and r.headers["content-length"] == "1000" and r.content == b""
+    _shrinks_while_sent(server, base, "f.bin")
     r = server.client.get(f"{base}/files/f.bin")
     assert r.status_code == 200 and r.content == data[:1000]
