@@ -110,7 +110,8 @@ async def relay_tunnel(
     Both writers must have been passed to :func:`hold` when their request (or connection)
     began; what their readers buffered before is relayed first, by the streams. The relay
     threads count against ``share`` (the proxy's). On return (or on an exception) both
-    sockets' relay threads have been told to stop; the caller closes the writers.
+    sockets' relay threads have stopped (their last bytes are counted) and closed their
+    duplicates; the caller closes the writers.
     """
     streams = (client, upstream)
     pair = _Pair(client[1], upstream[1])
@@ -135,6 +136,10 @@ async def relay_tunnel(
             [],
         )
         return
+    # the threads' jobs are never cancelled (shield): each must run to leave the pair, whose
+    # last user closes the duplicates; the finally waits for both, so nothing of the tunnel
+    # (a thread, a descriptor, a charge) outlives this call
+    relays = [asyncio.wrap_future(f) for f in futures]
     try:
         for reader, writer in streams:  # what the transports read before they were paused
             reader.feed_eof()
@@ -150,10 +155,13 @@ async def relay_tunnel(
         for _, writer in streams:
             await writer.drain()  # with high=0: until nothing is left in the transport
         pair.go()
-        relays: list[Awaitable[None]] = [asyncio.wrap_future(f) for f in futures]
-        await supervise(flow, idle_s, list(relays), [])
+        await supervise(flow, idle_s, [asyncio.shield(relay) for relay in relays], [])
+    except Ended as ended:
+        flow.reason = flow.reason or ended.reason  # kept if aclose() cuts the wait below
+        raise
     finally:
-        pair.stop()
+        pair.stop()  # wakes the threads at once: they are blocked in no other way
+        await asyncio.shield(asyncio.gather(*relays, return_exceptions=True))
 
 
 async def _pump(

@@ -10,12 +10,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-from collections.abc import AsyncIterator
+import threading
+import time
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
 import pytest
 
-from sunroom.network import Connection, relay_threads
+from sunroom.network import Connection, EgressProxy, relay_threads
 
 from .upstream import loopback, running
 from .upstream import tunnel as open_tunnel
@@ -83,6 +85,21 @@ async def raw_upstream() -> AsyncIterator[int]:
         await asyncio.wait_for(asyncio.gather(*handlers), 10)
 
 
+@asynccontextmanager
+async def sending(
+    size: int, charge: Callable[[int], bool], records: list[Connection]
+) -> AsyncIterator[tuple[EgressProxy, asyncio.StreamReader, asyncio.StreamWriter]]:
+    """A tunnel through a proxy (``charge``, its records into ``records``) to an
+    :func:`_echo` told to send ``size`` bytes."""
+    async with raw_upstream() as port:
+        net = loopback("api.test", allow=[f"api.test:{port}"])
+        async with running(net, charge=charge, on_connection=records.append) as (proxy, sock):
+            answer, reader, writer = await open_tunnel(sock, "api.test", port)
+            assert answer.status == 200
+            writer.write(b"SEND %d" % size)
+            yield proxy, reader, writer
+
+
 async def test_bytes_early_data_and_half_close_pass_exactly(path: str) -> None:
     records: list[Connection] = []
     payload = os.urandom(3 * 1024 * 1024 + 17)
@@ -115,15 +132,14 @@ async def test_a_budget_cuts_the_tunnel_at_exactly_what_was_charged(path: str) -
         charged.append(n)
         return True
 
-    async with raw_upstream() as port:
-        net = loopback("api.test", allow=[f"api.test:{port}"])
-        async with running(net, charge=charge, on_connection=records.append) as (proxy, sock):
-            answer, reader, writer = await open_tunnel(sock, "api.test", port)
-            assert answer.status == 200
-            writer.write(b"SEND 20000000")
-            got = len(await asyncio.wait_for(reader.read(), 30))
-            writer.close()
-            assert proxy.bytes_total == sum(charged)
+    async with sending(20_000_000, charge, records) as (
+        proxy,
+        reader,
+        writer,
+    ):
+        got = len(await asyncio.wait_for(reader.read(), 30))
+        writer.close()
+        assert proxy.bytes_total == sum(charged)
     (record,) = records
     assert record.reason == "byte budget spent"
     assert got == record.bytes_received <= 700_000  # nothing uncharged reached the client
@@ -167,3 +183,36 @@ async def test_tunnels_past_the_proxys_share_of_threads_relay_on_the_loop(
                 writer.write_eof()
                 assert await asyncio.wait_for(reader.read(), 30) == payload
                 writer.close()
+
+
+async def test_aclose_returns_after_the_relay_threads_and_the_record_has_every_charged_byte() -> (
+    None
+):
+    """A relay thread may be mid-chunk (in ``charge``) when aclose() ends its tunnel: aclose()
+    returns only after it left, and the record counts the bytes it charged."""
+    records: list[Connection] = []
+    slow = threading.Event()
+    inside = threading.Event()
+
+    def charge(n: int) -> bool:
+        if slow.is_set() and not inside.is_set():
+            inside.set()
+            time.sleep(0.5)  # a slow charge (a caller's bookkeeping) on the relay thread
+        return True
+
+    async with sending(1_000_000_000, charge, records) as (
+        proxy,
+        reader,
+        writer,
+    ):
+        await reader.readexactly(1_000_000)  # of more than the test reads
+        assert relay_threads.busy() == 2
+        slow.set()
+        while not inside.is_set():  # keep the bytes coming until a charge is under way
+            await reader.read(65536)
+        await proxy.aclose()
+        assert relay_threads.busy() == 0  # no thread of the tunnel runs on
+        writer.close()
+    (record,) = records
+    assert record.reason == "proxy closed"
+    assert record.bytes_sent + record.bytes_received == proxy.bytes_total
