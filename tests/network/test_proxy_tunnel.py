@@ -13,6 +13,7 @@ import os
 import threading
 import time
 from collections.abc import AsyncIterator, Callable
+from concurrent.futures import Future
 from contextlib import asynccontextmanager
 
 import pytest
@@ -216,3 +217,53 @@ async def test_aclose_returns_after_the_relay_threads_and_the_record_has_every_c
     (record,) = records
     assert record.reason == "proxy closed"
     assert record.bytes_sent + record.bytes_received == proxy.bytes_total
+
+
+async def test_a_tunnel_ended_before_its_threads_pick_up_their_jobs_closes_its_duplicates(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Threads busy elsewhere may take a tunnel's jobs late, after aclose() ended it: the jobs
+    still run (they are not cancelled), see the stop, and close the duplicate sockets."""
+    release = threading.Event()
+    late: list[threading.Thread] = []
+    late_work: list[list[Callable[[], object]]] = []
+
+    def late_start(
+        work: list[Callable[[], object]], share: relay_threads.Share | None = None
+    ) -> list[Future[None]]:
+        """A pool whose threads take their jobs only when ``release`` is set."""
+        futures: list[Future[None]] = [Future() for _ in work]
+
+        def run(job: Callable[[], object], future: Future[None]) -> None:
+            release.wait(10)
+            if future.set_running_or_notify_cancel():
+                try:
+                    job()
+                except BaseException as exc:
+                    future.set_exception(exc)
+                else:
+                    future.set_result(None)
+
+        late_work.append(work)  # held to the end (no collector closes what a job leaves)
+        for job, future in zip(work, futures, strict=True):
+            late.append(threading.Thread(target=run, args=(job, future), daemon=True))
+            late[-1].start()
+        return futures
+
+    monkeypatch.setattr(relay_threads, "start", late_start)
+    async with raw_upstream() as port:
+        net = loopback("api.test", allow=[f"api.test:{port}"])
+        async with running(net) as (proxy, sock):
+            before = set(os.listdir("/proc/self/fd"))
+            answer, _, writer = await open_tunnel(sock, "api.test", port)
+            assert answer.status == 200
+            await asyncio.sleep(0.1)  # the tunnel waits on its relays now
+            tunnel = set(os.listdir("/proc/self/fd")) - before  # its sockets and duplicates
+            threading.Timer(0.3, release.set).start()
+            await proxy.aclose()
+            release.set()
+            for thread in late:
+                await asyncio.to_thread(thread.join, 10)
+            writer.close()
+            await asyncio.sleep(0.1)
+            assert not tunnel & set(os.listdir("/proc/self/fd"))
