@@ -64,9 +64,20 @@ class _Pool:
         with self.lock:
             if self.busy + len(work) > MAX_THREADS:
                 return None
+            if share is not None and share.busy + len(work) > share.limit:
+                return None
+            taken = min(self.idle, len(work))  # idle threads take these jobs; new ones the rest
+            made = 0
+            try:
+                for _ in range(len(work) - taken):
+                    threading.Thread(target=self.serve, name="sunroom-relay", daemon=True).start()
+                    made += 1
+            except RuntimeError:  # the system has no thread to give (memory, a pids limit)
+                self.idle += made  # they wait for work like any idle thread
+                log.warning("a relay thread could not be started; relaying on the loop instead")
+                return None
+            self.idle -= taken
             if share is not None:
-                if share.busy + len(work) > share.limit:
-                    return None
                 share.busy += len(work)
             self.busy += len(work)
             futures: list[Future[None]] = []
@@ -74,10 +85,6 @@ class _Pool:
                 future: Future[None] = Future()
                 futures.append(future)
                 self.jobs.put((job, future, share))
-                if self.idle:
-                    self.idle -= 1  # an idle thread will take it
-                else:
-                    threading.Thread(target=self.serve, name="sunroom-relay", daemon=True).start()
         return futures
 
     def serve(self) -> None:
@@ -122,8 +129,8 @@ def start(
     """Run each of ``work`` on its own relay thread at once, or none of them.
 
     Returns one future per callable (its result None, or the exception it raised), or None when
-    fewer than ``len(work)`` threads are free in the process or in ``share``: the caller must
-    relay another way.
+    fewer than ``len(work)`` threads are free in the process or in ``share``, or the system
+    cannot start one (logged): the caller must relay another way.
     """
     return _current().start(work, share)
 

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import os
+import resource
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -140,3 +142,33 @@ def test_a_forked_process_has_a_pool_of_its_own() -> None:
     finally:
         release.set()
     held[0].result(10)
+
+
+def test_when_the_system_gives_no_thread_none_start_and_the_counts_stay_right() -> None:
+    """A thread that cannot be made (here: no memory for its stack) is not a free thread: the
+    tunnel relays on its loop instead, and nothing is counted busy for it."""
+
+    def check() -> None:
+        size = next(
+            int(line.split()[1]) * 1024
+            for line in Path("/proc/self/status").read_text().splitlines()
+            if line.startswith("VmSize:")
+        )
+        _, hard = resource.getrlimit(resource.RLIMIT_AS)
+        threading.stack_size(256 * 1024 * 1024)
+        # room for one more thread's stack, not two: the second of the pair cannot start
+        resource.setrlimit(resource.RLIMIT_AS, (size + 320 * 1024 * 1024, hard))
+        share = relay_threads.Share()
+        ran: list[int] = []
+        assert relay_threads.start([lambda: ran.append(1)] * 2, share) is None
+        assert relay_threads.busy() == 0 and share.busy == 0 and not ran
+        resource.setrlimit(resource.RLIMIT_AS, (hard, hard))
+        threading.stack_size(0)
+        futures = relay_threads.start([lambda: ran.append(1)] * 2, share)
+        assert futures is not None
+        for future in futures:
+            assert future.result(10) is None
+        assert ran == [1, 1]
+        _wait_until(lambda: relay_threads.busy() == 0 and share.busy == 0)
+
+    _in_a_child(check)
