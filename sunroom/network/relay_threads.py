@@ -52,7 +52,6 @@ class _Pool:
     """The threads of one process; every count is guarded by ``lock``."""
 
     def __init__(self) -> None:
-        self.pid = os.getpid()
         self.lock = threading.Lock()
         self.jobs: queue.SimpleQueue[_Job] = queue.SimpleQueue()
         self.busy = 0
@@ -115,11 +114,21 @@ _pool: _Pool | None = None
 _pool_lock = threading.Lock()
 
 
+def _forget_after_fork() -> None:
+    """In a forked child: no thread of the parent's pool is here, nor one holding its lock."""
+    global _pool, _pool_lock
+    _pool = None
+    _pool_lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_after_fork)
+
+
 def _current() -> _Pool:
     global _pool
     with _pool_lock:
-        if _pool is None or _pool.pid != os.getpid():
-            _pool = _Pool()  # first use, or a forked child: the parent's threads are not here
+        if _pool is None:
+            _pool = _Pool()  # first use, or a forked child (_forget_after_fork)
         return _pool
 
 

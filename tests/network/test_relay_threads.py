@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import resource
+import signal
 import threading
 import time
 from pathlib import Path
@@ -126,19 +127,21 @@ def test_idle_threads_leave() -> None:
     _in_a_child(check)
 
 
+def _a_fresh_pool() -> None:
+    """The pool (a forked child's) has no busy thread and runs new work."""
+    assert relay_threads.busy() == 0
+    futures = relay_threads.start([lambda: None])
+    assert futures is not None
+    assert futures[0].result(10) is None
+
+
 def test_a_forked_process_has_a_pool_of_its_own() -> None:
     release = threading.Event()
     held = relay_threads.start([release.wait])  # the parent's pool has a busy thread
     assert held is not None
 
-    def check() -> None:  # no thread of the parent's pool survived the fork
-        assert relay_threads.busy() == 0
-        futures = relay_threads.start([lambda: None])
-        assert futures is not None
-        assert futures[0].result(10) is None
-
     try:
-        _in_a_child(check)
+        _in_a_child(_a_fresh_pool)  # no thread of the parent's pool survived the fork
     finally:
         release.set()
     held[0].result(10)
@@ -172,3 +175,28 @@ def test_when_the_system_gives_no_thread_none_start_and_the_counts_stay_right() 
         _wait_until(lambda: relay_threads.busy() == 0 and share.busy == 0)
 
     _in_a_child(check)
+
+
+def test_a_fork_while_a_thread_is_inside_the_pool_leaves_the_child_a_working_pool() -> None:
+    """A thread may be in start() or busy() (holding the pool's lock) when another forks; the
+    child has no such thread, so its pool must not wait for that lock."""
+    inside, leave = threading.Event(), threading.Event()
+
+    def in_the_pool() -> None:
+        with relay_threads._pool_lock:  # as start() or busy() holds it for a moment
+            inside.set()
+            leave.wait(10)
+
+    holder = threading.Thread(target=in_the_pool)
+    holder.start()
+    inside.wait(10)
+
+    def check() -> None:
+        signal.alarm(5)  # a child stuck on the lock is killed: the test fails, never hangs
+        _a_fresh_pool()
+
+    try:
+        _in_a_child(check)
+    finally:
+        leave.set()
+        holder.join(10)
