@@ -109,9 +109,9 @@ class Spend:
 class BudgetTracker:
     """Counts model calls, tokens, cost and wall time against a :class:`Budget`.
 
-    Used from one event loop, except :meth:`charge_network`, which the egress thread calls
-    (docs/network.md): every change of the totals holds a lock, so none is lost. ``exceeded``
-    holds the first limit hit.
+    Used from one event loop, except :meth:`charge_network`, which the egress and relay threads
+    call (docs/network.md): every change of the totals holds a lock, so none is lost.
+    ``exceeded`` holds the first limit hit.
     """
 
     def __init__(self, budget: Budget | None = None, *, spent: Spend | None = None) -> None:

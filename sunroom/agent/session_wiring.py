@@ -71,8 +71,8 @@ class SessionWiring:
     def _charge_network(self, size: int) -> bool:
         """Count bytes through the proxy against the budget (a BudgetWarning once spent).
 
-        Called on the egress thread (docs/network.md): the warning is published on the
-        session's own loop (:attr:`_network_loop`).
+        Called on the egress thread or a relay thread (docs/network.md): the warning is
+        published on the session's own loop (:attr:`_network_loop`).
         """
         if self.tracker.charge_network(size):
             return True

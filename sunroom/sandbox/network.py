@@ -82,11 +82,12 @@ class Egress:
         """Create *directory* with the proxy listening in it; the caller closes the proxy.
 
         The proxy runs on the egress thread (:mod:`sunroom.network.egress_thread`);
-        ``on_connection`` is called on the caller's loop, ``charge`` on the egress thread (it
-        must be thread-safe). As root (the kernel has a leased uid), the directory and socket
-        belong to root with the kernel's group (0750 / 0660): the kernel may connect and read
-        the bundle, and nobody else on the host may. Unprivileged, the socket is open to any
-        uid and the caller's private (0700) parent keeps other users out.
+        ``on_connection`` is called on the caller's loop, ``charge`` on the egress thread or a
+        tunnel's relay thread (it must be thread-safe). As root (the kernel has a leased uid),
+        the directory and socket belong to root with the kernel's group (0750 / 0660): the
+        kernel may connect and read the bundle, and nobody else on the host may. Unprivileged,
+        the socket is open to any uid and the caller's private (0700) parent keeps other users
+        out.
         """
         from sunroom.network import EgressProxy, ca_bundle
         from sunroom.network.egress_thread import on_caller, on_egress
@@ -173,7 +174,7 @@ class KernelNetwork:
     def meter(self, charge: Callable[[int], bool]) -> None:
         """Also ask *charge* (a session's budget) about every chunk; False cuts the connection.
 
-        *charge* is called on the egress thread: it must be thread-safe.
+        *charge* is called on the egress thread or a relay thread: it must be thread-safe.
         """
         self._meters.append(charge)
 
