@@ -96,40 +96,36 @@ class _Pool:
                         self.idle -= 1
                         return
                 continue
-            if future.set_running_or_notify_cancel():
+            failure: BaseException | None = None
+            running = future.set_running_or_notify_cancel()
+            if running:
                 try:
                     job()
                 except BaseException as exc:  # the job's outcome is its future's, on purpose
-                    future.set_exception(exc)
-                else:
-                    future.set_result(None)
-            with self.lock:
+                    failure = exc
+            with self.lock:  # free before the future says so: its waiter may count at once
                 self.busy -= 1
                 self.idle += 1
                 if share is not None:
                     share.busy -= 1
+            if running:
+                if failure is None:
+                    future.set_result(None)
+                else:
+                    future.set_exception(failure)
+                del failure  # no cycle through the traceback
 
 
-_pool: _Pool | None = None
-_pool_lock = threading.Lock()
+_pool = _Pool()
 
 
 def _forget_after_fork() -> None:
     """In a forked child: no thread of the parent's pool is here, nor one holding its lock."""
-    global _pool, _pool_lock
-    _pool = None
-    _pool_lock = threading.Lock()
+    global _pool
+    _pool = _Pool()
 
 
 os.register_at_fork(after_in_child=_forget_after_fork)
-
-
-def _current() -> _Pool:
-    global _pool
-    with _pool_lock:
-        if _pool is None:
-            _pool = _Pool()  # first use, or a forked child (_forget_after_fork)
-        return _pool
 
 
 def start(
@@ -141,11 +137,10 @@ def start(
     fewer than ``len(work)`` threads are free in the process or in ``share``, or the system
     cannot start one (logged): the caller must relay another way.
     """
-    return _current().start(work, share)
+    return _pool.start(work, share)
 
 
 def busy() -> int:
     """Relay threads of this process that have work now."""
-    pool = _current()
-    with pool.lock:
-        return pool.busy
+    with _pool.lock:
+        return _pool.busy

@@ -183,7 +183,7 @@ def test_a_fork_while_a_thread_is_inside_the_pool_leaves_the_child_a_working_poo
     inside, leave = threading.Event(), threading.Event()
 
     def in_the_pool() -> None:
-        with relay_threads._pool_lock:  # as start() or busy() holds it for a moment
+        with relay_threads._pool.lock:  # as start() or busy() holds it for a moment
             inside.set()
             leave.wait(10)
 
