@@ -45,12 +45,15 @@ from mcp.server.lowlevel import Server
 from mcp.server.stdio import stdio_server
 from mcp.shared.exceptions import MCPError
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSIONS
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
 
 from sunroom.errors import SunroomError, UsageError
 from sunroom.mcp.served_tools import failure, server_tools
 from sunroom.mcp.session_kernels import MAX_TIMEOUT_S, McpSettings, SessionKernels
 from sunroom.sandbox.kernel import AsyncKernel
-from sunroom.service.problems import validation_message
+from sunroom.service.problems import error_body, validation_message
 from sunroom.service.server import QuietExitServer
 
 __all__ = [
@@ -179,6 +182,21 @@ async def serve_stdio(settings: McpSettings) -> None:
         await server.run(read_stream, write_stream, server.create_initialization_options())
 
 
+async def _http_problem(request: Request, exc: Exception) -> Response:
+    """Starlette's HTTP errors (an unknown path: 404) in the service's JSON error shape.
+
+    The type is ``HTTPException``, as ``sunroom serve`` answers them; the message never echoes
+    the path.
+    """
+    assert isinstance(exc, HTTPException)
+    if exc.status_code == 404:
+        message = "there is no such path on this server; MCP is served at /mcp"
+    else:
+        message = str(exc.detail)
+    body = error_body("HTTPException", message)
+    return JSONResponse(body, status_code=exc.status_code, headers=exc.headers)
+
+
 async def serve_http(
     settings: McpSettings,
     *,
@@ -189,9 +207,10 @@ async def serve_http(
     """Serve streamable HTTP at ``/mcp`` on the listening *sock* until SIGINT/SIGTERM.
 
     Every request needs ``Authorization: Bearer <token>`` (401 otherwise) and a ``Host`` that
-    *host_allowed* accepts (400 otherwise). At most ``settings.max_sessions`` MCP sessions are
-    open at once (503 beyond); one idle for ``settings.session_idle_s`` is ended, and its kernel
-    closed.
+    *host_allowed* accepts (400 otherwise). Any other path is a 404 in the service's JSON error
+    shape (``{"error": {"type", "message"}}``), never plain text. At most
+    ``settings.max_sessions`` MCP sessions are open at once (503 beyond); one idle for
+    ``settings.session_idle_s`` is ended, and its kernel closed.
     """
     from sunroom.service.auth import BearerAuth, HostCheck
 
@@ -203,6 +222,7 @@ async def serve_http(
         session_idle_timeout=settings.session_idle_s,
         max_request_body_size=max(_MIN_BODY_BYTES, settings.max_file_bytes * 4 // 3 + (1 << 16)),
     )
+    app.add_exception_handler(HTTPException, _http_problem)
     guarded = HostCheck(BearerAuth(app, token=token, open_paths=()), allowed=host_allowed)
     config = uvicorn.Config(
         guarded,

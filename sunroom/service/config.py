@@ -98,7 +98,10 @@ class ServiceConfig(pydantic.BaseModel):
             (408 and the connection closed otherwise; ``SUNROOM_READ_TIMEOUT_S``: a big file
             upload must arrive whole within it).
         max_connections / max_connections_per_client: open connections in total / from one
-            client address (the connection is answered 503 and closed beyond).
+            client address (the connection is answered 503 and closed beyond;
+            ``SUNROOM_MAX_CONNECTIONS``, ``SUNROOM_MAX_CONNECTIONS_PER_CLIENT``). The address
+            is the TCP peer's: ``X-Forwarded-For`` does not change it (there is no trusted-proxy
+            setting for it), so behind a reverse proxy every client shares the proxy's cap.
     """
 
     model_config = pydantic.ConfigDict(frozen=True, extra="forbid")
@@ -256,7 +259,8 @@ class ServiceConfig(pydantic.BaseModel):
 
         Reads ``SUNROOM_TOKEN``, ``SUNROOM_MODEL``, ``SUNROOM_BASE_URL``, ``SUNROOM_DB``,
         ``SUNROOM_BACKEND``, ``SUNROOM_KERNEL_NAME``, ``SUNROOM_MAX_FILE_BYTES``,
-        ``SUNROOM_READ_TIMEOUT_S``,
+        ``SUNROOM_READ_TIMEOUT_S``, ``SUNROOM_MAX_CONNECTIONS``,
+        ``SUNROOM_MAX_CONNECTIONS_PER_CLIENT``,
         ``SUNROOM_ALLOWED_BASE_URLS``, ``SUNROOM_ALLOWED_HOSTS`` and ``SUNROOM_FUNCTIONS`` (the
         last three comma-separated).
         Raises UsageError with one line naming each bad setting (never its value: the token is
@@ -273,6 +277,8 @@ class ServiceConfig(pydantic.BaseModel):
             ("kernel_name", "SUNROOM_KERNEL_NAME"),
             ("max_file_bytes", "SUNROOM_MAX_FILE_BYTES"),
             ("read_timeout_s", "SUNROOM_READ_TIMEOUT_S"),
+            ("max_connections", "SUNROOM_MAX_CONNECTIONS"),
+            ("max_connections_per_client", "SUNROOM_MAX_CONNECTIONS_PER_CLIENT"),
         ):
             if env.get(var):
                 values[field] = env[var]

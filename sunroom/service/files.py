@@ -12,7 +12,9 @@
   and the server offers ``zerocopysend``, the bytes go from the kernel's open file to the
   socket with ``sendfile``, never through the channel; otherwise they come through it.
 - ``GET {base}/files?glob=PATTERN``: ``{"files": [{"path", "size", "mtime", "is_dir"}]}``
-  (default glob ``**/*``; at most 10,000 entries).
+  (default glob ``**/*``; at most 10,000 entries). The wildcards are ``**``, ``*`` and ``?``
+  only: a pattern with ``[`` or ``]`` (a character class elsewhere, never one here) is a 400
+  ``InvalidGlob`` rather than a listing that silently matches nothing.
 - ``DELETE {base}/files/{path}``: remove a file, link or directory tree → 200.
 
 *base* is ``/kernels/{id}`` or ``/sessions/{id}`` (a session this server runs: 409 otherwise).
@@ -165,11 +167,25 @@ def _downloader(find: Finder) -> Endpoint:
     return get
 
 
+def glob_problem(glob: str) -> str | None:
+    """Why *glob* is not a pattern the listing understands (one sentence), or None when it is."""
+    if "[" in glob or "]" in glob:
+        return (
+            "glob: character classes ([...]) are not supported; the wildcards are **, * and ? "
+            "(? also matches a literal [ or ])"
+        )
+    return None
+
+
 def _lister(find: Finder) -> Endpoint:
     async def listing(request: Request) -> Response:
+        glob = request.query_params.get("glob", "**/*")
+        problem = glob_problem(glob)
+        if problem is not None:
+            return JSONResponse(error_body("InvalidGlob", problem), status_code=400)
         kernel = await find(request)
         try:
-            rows = await kernel.files.list(request.query_params.get("glob", "**/*"))
+            rows = await kernel.files.list(glob)
         except FileError as exc:
             return _problem(exc)
         return JSONResponse({"files": [row.to_dict() for row in rows]})

@@ -36,6 +36,10 @@ __all__ = [
 
 _Strict = pydantic.ConfigDict(extra="forbid")
 
+_N = pydantic.Strict()
+"""On every number of a request: a JSON number only (never a string such as ``"2"`` or a bool),
+and a whole number where the field counts something (``2.0`` is refused there)."""
+
 MAX_APPROVAL_RULES: Final = 256
 """Most entries a session's ``approvals`` mapping may have over HTTP."""
 
@@ -100,18 +104,18 @@ def _a(name: str) -> pydantic.AfterValidator:
     return pydantic.AfterValidator(_in_range(name))
 
 
-_Timeout = Annotated[float, _a("limits.timeout_s")]
-_MemoryMb = Annotated[int, _b("limits.memory_mb"), _a("limits.memory_mb")]
-_CpuS = Annotated[int, _b("limits.cpu_s"), _a("limits.cpu_s")]
-_Pids = Annotated[int, _b("limits.pids"), _a("limits.pids")]
-_OutputBytes = Annotated[int, _b("limits.max_output_bytes"), _a("limits.max_output_bytes")]
-_DisplayBytes = Annotated[int, _b("limits.max_display_bytes"), _a("limits.max_display_bytes")]
-_ModelCalls = Annotated[int, _b("budget.max_model_calls"), _a("budget.max_model_calls")]
-_Tokens = Annotated[int, _b("budget.max_tokens"), _a("budget.max_tokens")]
-_Cost = Annotated[int, _b("budget.max_cost_micro_usd"), _a("budget.max_cost_micro_usd")]
-_WallS = Annotated[float, _a("budget.max_wall_s")]
-_NetBytes = Annotated[int, _b("budget.max_network_bytes"), _a("budget.max_network_bytes")]
-_CellTimeout = Annotated[float, _a("timeout_s")]
+_Timeout = Annotated[float, _N, _a("limits.timeout_s")]
+_MemoryMb = Annotated[int, _N, _b("limits.memory_mb"), _a("limits.memory_mb")]
+_CpuS = Annotated[int, _N, _b("limits.cpu_s"), _a("limits.cpu_s")]
+_Pids = Annotated[int, _N, _b("limits.pids"), _a("limits.pids")]
+_OutputBytes = Annotated[int, _N, _b("limits.max_output_bytes"), _a("limits.max_output_bytes")]
+_DisplayBytes = Annotated[int, _N, _b("limits.max_display_bytes"), _a("limits.max_display_bytes")]
+_ModelCalls = Annotated[int, _N, _b("budget.max_model_calls"), _a("budget.max_model_calls")]
+_Tokens = Annotated[int, _N, _b("budget.max_tokens"), _a("budget.max_tokens")]
+_Cost = Annotated[int, _N, _b("budget.max_cost_micro_usd"), _a("budget.max_cost_micro_usd")]
+_WallS = Annotated[float, _N, _a("budget.max_wall_s")]
+_NetBytes = Annotated[int, _N, _b("budget.max_network_bytes"), _a("budget.max_network_bytes")]
+_CellTimeout = Annotated[float, _N, _a("timeout_s")]
 
 
 class LimitsIn(pydantic.BaseModel):
@@ -179,7 +183,7 @@ class NetworkIn(pydantic.BaseModel):
     allow: list[Annotated[str, pydantic.StringConstraints(min_length=1, max_length=300)]] = (
         pydantic.Field(max_length=MAX_CLIENT_HOSTS)
     )
-    max_bytes: int | None = pydantic.Field(default=None, gt=0)
+    max_bytes: Annotated[int, _N] | None = pydantic.Field(default=None, gt=0)
 
 
 def network_spec(value: str | NetworkIn | None) -> str | dict[str, Any] | None:
@@ -201,7 +205,7 @@ class CreateSession(pydantic.BaseModel):
     limits: LimitsIn | None = None
     budget: BudgetIn | None = None
     output_schema: dict[str, Any] | None = None
-    max_turns: int = pydantic.Field(default=20, gt=0, le=1000)
+    max_turns: Annotated[int, _N] = pydantic.Field(default=20, gt=0, le=1000)
     system_prompt: str | None = None
     backend: str | None = None
     kernel_name: KernelName | None = None
@@ -212,7 +216,9 @@ class CreateSession(pydantic.BaseModel):
     approvals: dict[_Rule, Literal["allow", "deny", "ask"]] = pydantic.Field(
         default_factory=dict, max_length=MAX_APPROVAL_RULES
     )
-    approval_timeout_s: float = pydantic.Field(default=DEFAULT_TIMEOUT_S, gt=0, le=MAX_TIMEOUT_S)
+    approval_timeout_s: Annotated[float, _N] = pydantic.Field(
+        default=DEFAULT_TIMEOUT_S, gt=0, le=MAX_TIMEOUT_S
+    )
     network: NetworkName | NetworkIn | None = None
 
 
@@ -258,7 +264,7 @@ class Fork(pydantic.BaseModel):
 
     model_config = _Strict
 
-    n: Annotated[int, pydantic.Field(ge=1, le=64)] = 1
+    n: Annotated[int, _N, pydantic.Field(ge=1, le=64)] = 1
 
 
 class Execute(pydantic.BaseModel):

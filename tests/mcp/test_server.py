@@ -399,6 +399,22 @@ async def test_http_needs_the_token() -> None:
 
 
 @pytest.mark.usefixtures("no_process_left")
+async def test_http_unknown_paths_are_json_problems() -> None:
+    """Issue 26, item 7: a path other than /mcp was answered in plain text."""
+    with http_server("--backend", "subprocess") as (url, _):
+        base = url.removesuffix("/mcp")
+        headers = {"Authorization": f"Bearer {TOKEN}"}
+        async with httpx.AsyncClient(headers=headers) as http:
+            for path in ("/", "/nope", "/mcp/extra", "/sessions/x"):
+                resp = await http.get(base + path)
+                assert resp.status_code == 404, (path, resp.text)
+                assert resp.headers["content-type"] == "application/json", path
+                error = resp.json()["error"]
+                assert set(error) == {"type", "message"}
+                assert "/mcp" in error["message"] and path not in error["message"].split()
+
+
+@pytest.mark.usefixtures("no_process_left")
 async def test_http_session_cap_and_idle_end() -> None:
     with http_server("--backend", "subprocess", "--max-sessions", "1", "--session-idle", "2") as (
         url,

@@ -268,3 +268,17 @@ def test_a_download_from_a_server_on_uvloop(make_server: Callable[..., Server]) 
     _shrinks_while_sent(server, base, "f.bin")
     r = server.client.get(f"{base}/files/f.bin")
     assert r.status_code == 200 and r.content == data[:1000]
+
+
+def test_a_glob_with_a_character_class_is_a_400(make_server: Callable[..., Server]) -> None:
+    """Issue 26, item 7: ``glob=[`` answered 200 with no files; the listing has no classes."""
+    server = make_server()
+    base = f"/kernels/{_kernel(server)}"
+    assert server.client.put(f"{base}/files/a1.txt", content=b"x").status_code == 200
+    for glob in ("[", "*.[ch]", "a[0-9].txt", "]"):
+        r = server.client.get(f"{base}/files", params={"glob": glob})
+        assert r.status_code == 400, (glob, r.text)
+        error = r.json()["error"]
+        assert error["type"] == "InvalidGlob"
+        assert "character classes" in error["message"]
+    assert _listing(server, base, "a?.txt") == ["a1.txt"]

@@ -227,3 +227,16 @@ def test_sigterm_with_a_live_sse_client_exits_0_at_once(
     assert code == 0, (code, stderr)
     assert took < 2.0, took
     assert "Traceback" not in stderr and "CancelledError" not in stderr, stderr
+
+
+def test_the_connection_caps_come_from_the_environment_and_are_documented(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Issue 26, item 7: the caps could only be set in code; behind a proxy they need setting."""
+    monkeypatch.setenv("SUNROOM_MAX_CONNECTIONS", "2048")
+    monkeypatch.setenv("SUNROOM_MAX_CONNECTIONS_PER_CLIENT", "2048")
+    config = ServiceConfig.from_env()
+    assert (config.max_connections, config.max_connections_per_client) == (2048, 2048)
+    doc = (ROOT / "docs" / "service.md").read_text()
+    for words in ("SUNROOM_MAX_CONNECTIONS_PER_CLIENT", "X-Forwarded-For", "reverse proxy"):
+        assert words in doc, words

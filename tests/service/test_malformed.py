@@ -269,3 +269,26 @@ def test_every_range_is_documented() -> None:
         if row is None:  # the cell timeout shares the row of limits.timeout_s
             row = next(line for line in limits.splitlines() if f"`{name.split('.')[-1]}`" in line)
         assert f"{high:,}" in row, (name, row)
+
+
+def test_numbers_must_be_json_numbers_in_every_body(make_server: Callable[..., Server]) -> None:
+    """Issue 26, item 7: fork's ``n`` and execute's ``timeout_s`` took strings; now none does."""
+    server = make_server()
+    kid = server.client.post("/kernels", json={}).json()["kernel_id"]
+    cases: list[tuple[str, dict[str, Any], str]] = [
+        (f"/kernels/{kid}/fork", {"n": "2"}, "n"),
+        (f"/kernels/{kid}/fork", {"n": 2.0}, "n"),
+        (f"/kernels/{kid}/fork", {"n": True}, "n"),
+        (f"/kernels/{kid}/execute", {"code": "1", "timeout_s": "1"}, "timeout_s"),
+        (f"/kernels/{kid}/execute", {"code": "1", "timeout_s": True}, "timeout_s"),
+        ("/kernels", {"limits": {"memory_mb": "512"}}, "limits.memory_mb"),
+        ("/kernels", {"limits": {"timeout_s": "5"}}, "limits.timeout_s"),
+        ("/sessions", {"max_turns": "3"}, "max_turns"),
+        ("/sessions", {"budget": {"max_wall_s": "3"}}, "budget.max_wall_s"),
+        ("/sessions", {"approval_timeout_s": "3"}, "approval_timeout_s"),
+    ]
+    for path, body, field in cases:
+        assert_error(server.client.post(path, json=body), 422, field)
+    assert server.client.get("/healthz").json()["kernels"] == 1  # nothing was forked or made
+    r = server.client.post(f"/kernels/{kid}/execute", json={"code": "1 + 1", "timeout_s": 5})
+    assert r.status_code == 200 and r.json()["value"] == "2"  # an int where a float goes: fine
