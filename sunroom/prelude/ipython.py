@@ -37,6 +37,7 @@ import threading
 from sunroom.prelude import hostcall, serving, streamcap
 from sunroom.prelude.supervisor import CHANNEL_ENV
 from sunroom.rpc.blocking import BlockingChannel
+from sunroom.rpc.codec import escape_surrogates
 from sunroom.rpc.messages import RpcError
 
 TYPE_CHECKING = False  # typing costs the kernel ~10 ms to import; annotations are lazy
@@ -78,6 +79,9 @@ def load_ipython_extension(ip: Any) -> None:
         ip.user_ns, workdir=os.getcwd(), hidden=(ip.user_ns_hidden, IPYTHON_NAMES)
     )
     ip.events.register("pre_run_cell", _eof_for_stdin)
+    session = getattr(getattr(ip, "kernel", None), "session", None)
+    if session is not None:
+        session.pack = utf8_packer(session.pack)
     cap = os.environ.pop(OUTPUT_CAP_ENV, None)
     if cap is not None and cap.isdigit():  # floods stay in the kernel (streamcap)
         streamcap.install((sys.stdout, sys.stderr), int(cap))
@@ -120,6 +124,27 @@ def serve(channel: BlockingChannel, services: serving.Services) -> None:
                 serving.answer(channel, req, handler)
         except ConnectionError:
             return
+
+
+def utf8_packer(pack: Any) -> Any:
+    r"""The message packer *pack* (ipykernel's), made to send only valid UTF-8.
+
+    jupyter-client's packer encodes with ``surrogateescape``: a lone surrogate in a cell's
+    output (a repr, an exception message, a display item) makes it raise (``"\ud800"``, the
+    message is lost) or send bytes that are not UTF-8 (``"\udcff"``). Such a message is packed
+    again with every lone surrogate backslash-escaped (``\ud800``, as the kernel's ``print``
+    writes it and sunroom's channel sends it); every other message is packed by *pack* as it is.
+    """
+
+    def packer(obj: Any) -> bytes:
+        try:
+            data: bytes = pack(obj)
+            data.decode("utf-8")
+        except (UnicodeError, ValueError):
+            data = pack(escape_surrogates(obj))
+        return data
+
+    return packer
 
 
 def _eof_for_stdin(info: Any = None) -> None:

@@ -75,7 +75,11 @@ class BlockingChannel:
         self._max_frame = max_frame
         self._max_depth = max_depth
         self._send_lock = threading.Lock()
-        self._framer = Framer(max_frame=max_frame, max_values=DEFAULT_MAX_VALUES)
+        # text the kernel's code made (a repr, a message, a file name) may hold lone
+        # surrogates: sent escaped, never refused (the answer to execute would be lost)
+        self._framer = Framer(
+            max_frame=max_frame, max_values=DEFAULT_MAX_VALUES, escape_surrogates=True
+        )
         self._main = threading.main_thread().ident
         # `with self._lock` holds the condition's lock without Condition's Python-level
         # __enter__/__exit__ (five times per host call)
@@ -126,7 +130,9 @@ class BlockingChannel:
         """Frame and send one message atomically; raises WireError or ConnectionError.
 
         A message the host would refuse (over the frame cap or ``DEFAULT_MAX_VALUES`` values)
-        raises WireError here instead of being sent.
+        raises WireError here instead of being sent. A string UTF-8 cannot encode (a lone
+        surrogate) is sent with that character backslash-escaped (``Framer``'s
+        *escape_surrogates*), so the host only ever receives valid UTF-8.
         """
         with self._send_lock:
             last = message[-1]

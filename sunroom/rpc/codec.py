@@ -87,27 +87,43 @@ def frame(
 
 
 class Framer:
-    """:func:`frame` with one reusable msgpack packer (``packb`` builds a packer per call).
+    r""":func:`frame` with one reusable msgpack packer (``packb`` builds a packer per call).
 
     Not thread-safe: use one per thread, or frame under a lock. A packer whose buffer grew past
     ``KEEP_BUFFER`` bytes (a large message) is replaced, so its memory is not held.
+
+    *escape_surrogates* (the kernel's framer): a ``str`` UTF-8 cannot encode (one holding a
+    lone surrogate, e.g. ``"\ud800"`` or a file name decoded with ``surrogateescape``) is
+    sent with each such character written as a backslash escape, ``\ud800`` (six ASCII
+    characters), as the kernel's ``print`` writes it; map keys too. Without it such a message
+    raises WireError. Either way every string on the wire is valid UTF-8.
     """
 
     KEEP_BUFFER: Final = 64 * 1024
 
-    __slots__ = ("_packer", "max_frame", "max_values")
+    __slots__ = ("_packer", "escape_surrogates", "max_frame", "max_values")
 
     def __init__(
-        self, *, max_frame: int = DEFAULT_MAX_FRAME, max_values: int | None = None
+        self,
+        *,
+        max_frame: int = DEFAULT_MAX_FRAME,
+        max_values: int | None = None,
+        escape_surrogates: bool = False,
     ) -> None:
         self.max_frame = max_frame
         self.max_values = max_values
+        self.escape_surrogates = escape_surrogates
         self._packer = _new_packer()
 
     def frame(self, message: Any) -> bytes:
         """The length-prefixed frame for *message*; raises WireError as :func:`frame` does."""
         try:
             payload: bytes = self._packer.pack(message)
+        except UnicodeEncodeError as exc:
+            self._packer = _new_packer()  # whatever state the failed pack left
+            if not self.escape_surrogates:
+                raise WireError(f"cannot encode message: {exc}") from None
+            payload = self._pack_escaped(message)
         except (TypeError, ValueError, OverflowError) as exc:
             self._packer = _new_packer()  # whatever state the failed pack left
             raise WireError(f"cannot encode message: {exc}") from None
@@ -119,6 +135,15 @@ class Framer:
         if self.max_values is not None and size > self.max_values:
             count_values(payload, self.max_values)
         return HEADER.pack(size) + payload
+
+    def _pack_escaped(self, message: Any) -> bytes:
+        """*message* packed with its strings' lone surrogates escaped (the rare, slow path)."""
+        try:
+            payload: bytes = self._packer.pack(escape_surrogates(message))
+        except (TypeError, ValueError, OverflowError, RecursionError) as exc:
+            self._packer = _new_packer()
+            raise WireError(f"cannot encode message: {exc}"[:300]) from None
+        return payload
 
     def frame_parts(self, message: Any, tail: Sequence[Bytes]) -> list[Bytes]:
         """The frame of *message* with a binary of the buffers *tail* as its last value.
@@ -148,6 +173,23 @@ _EMPTY_BIN: Final = b"\xc4\x00"
 
 _BIN32: Final = struct.Struct(">BI")
 """msgpack's bin 32 header, packed as (0xC6, length)."""
+
+
+def escape_surrogates(value: Any) -> Any:
+    r"""*value* with every ``str`` in it (map keys too) made encodable as UTF-8.
+
+    A character UTF-8 cannot encode (a lone surrogate) becomes its backslash escape:
+    ``"a\ud800"`` becomes ``"a\\ud800"``. Lists, tuples and dicts are rebuilt (a tuple as a
+    list, as msgpack sends it); every other value is returned as it is. Keys that become equal
+    once escaped keep the last value.
+    """
+    if isinstance(value, str):
+        return value.encode("utf-8", "backslashreplace").decode("utf-8")
+    if isinstance(value, list | tuple):
+        return [escape_surrogates(item) for item in value]
+    if isinstance(value, dict):
+        return {escape_surrogates(k): escape_surrogates(v) for k, v in value.items()}
+    return value
 
 
 def _new_packer() -> Any:

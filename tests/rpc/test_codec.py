@@ -21,7 +21,7 @@ from sunroom.rpc import (
     frame,
     parse_message,
 )
-from sunroom.rpc.codec import HEADER
+from sunroom.rpc.codec import HEADER, Framer
 
 scalars = (
     st.none()
@@ -238,3 +238,13 @@ def test_values_are_counted_as_a_frame_arrives() -> None:
     decoding.count_received(300)
     with pytest.raises(WireError, match="more than 500 values"):
         decoding.count_received(len(split), steps=1000)
+
+
+def test_the_kernels_framer_escapes_lone_surrogates_and_sends_only_utf8() -> None:
+    message = [1, 7, None, {"value": "odd\ud800", "keys\udcff": ("x", "\U0001f600")}]
+    with pytest.raises(WireError, match="surrogates not allowed"):
+        Framer().frame(message)  # the host's framer: its own text must be valid
+    data = Framer(escape_surrogates=True).frame(message)
+    got = decode(data[HEADER.size :])  # the host decodes strings as strict UTF-8
+    assert got == [1, 7, None, {"value": "odd\\ud800", "keys\\udcff": ["x", "\U0001f600"]}]
+    assert Framer(escape_surrogates=True).frame([2, "stream", "ok"]) == frame([2, "stream", "ok"])
