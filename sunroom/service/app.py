@@ -26,7 +26,9 @@ Routes (all but ``/healthz`` need ``Authorization: Bearer <token>``):
 Errors are ``{"error": {"type", "message"}}`` with the status of
 :func:`~sunroom.service.problems.status_for`; the message is one sentence and never echoes a
 request's values. An unexpected exception (a bug) is a 500 ``InternalError`` whose text stays
-in the log; every 5xx is logged with its traceback.
+in the log; every 5xx is logged with its traceback. A client that disconnects before its
+request's body arrived (it went away, or the read deadline cut it off) is no server error: one
+DEBUG line, no traceback, nothing done.
 """
 
 from __future__ import annotations
@@ -43,7 +45,7 @@ import pydantic
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
@@ -316,6 +318,10 @@ def create_app(
         return JSONResponse({"kernel_id": kid, "deleted": True})
 
     async def on_error(request: Request, exc: Exception) -> Response:
+        if isinstance(exc, ClientDisconnect):  # the client went away: not the server's failure
+            log.debug("%s %s: the client disconnected before its request arrived",
+                      request.method, request.url.path)  # fmt: skip
+            return Response(status_code=400)  # never sent: nobody is left to read it
         if isinstance(exc, BodyTooLarge):  # close: the rest of the body is never read
             body = error_body("BodyTooLarge", str(exc))
             return JSONResponse(body, status_code=413, headers={"Connection": "close"})
