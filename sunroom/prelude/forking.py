@@ -25,7 +25,7 @@ import socket
 import sys
 import threading
 
-from sunroom.prelude import supervisor
+from sunroom.prelude import isolation, supervisor
 
 TYPE_CHECKING = False  # typing costs the kernel ~10 ms to import; annotations are lazy
 if TYPE_CHECKING:
@@ -51,6 +51,8 @@ def fork(runtime: Runtime, params: dict[str, Any]) -> list[int]:
             isinstance(spec.get(k), str) for k in ("nonce", "workdir")
         ):
             raise ValueError("each copy needs a nonce and a workdir")
+        if spec.get("isolate") is not None and not isinstance(spec["isolate"], dict):
+            raise ValueError("a copy's isolation is a map")
     reap(runtime)
     _refuse_threads(runtime)
     if not runtime.channel.input_idle():
@@ -122,10 +124,15 @@ def _spawn(
     runtime: Runtime, spec: dict[str, Any], sock_fd: int, status_fd: int, fds: list[int]
 ) -> int:
     """Fork one copy's supervisor; return its pid (this runtime reaps it, see :func:`reap`)."""
+    isolated = spec.get("isolate") is not None
     with _quiet(runtime):
+        if isolated:  # the copy's supervisor is PID 1 of a namespace of its own
+            isolation.new_pid_namespace()
         pid = os.fork()
         if pid == 0:
             _copy_supervisor(runtime, spec, sock_fd, status_fd, fds)
+        if isolated:
+            isolation.restore_pid_namespace()
     runtime.copies.add(pid)
     runtime.note_copy(pid)  # the kernel's supervisor spares it when this kernel ends
     return pid
@@ -154,6 +161,9 @@ def _copy_supervisor(
                 with contextlib.suppress(OSError):
                     os.close(fd)
         runtime.forget_parent_links()
+        if spec.get("isolate") is not None:
+            isolation.forget_pid_namespace()
+            isolation.isolate(spec["isolate"])  # raises: the copy never runs
         supervisor._prctl(supervisor.PR_SET_CHILD_SUBREAPER, 1)
         supervisor._prctl(supervisor.PR_SET_DUMPABLE, 0)
         signal.signal(signal.SIGINT, signal.SIG_IGN)

@@ -116,13 +116,14 @@ class Runtime:
         hostcall.attach(self.channel)
         self.out.after_fork()
         self.err.after_fork()
-        shutil.copytree(self.workdir, workdir, symlinks=True, dirs_exist_ok=True)
-        os.chmod(workdir, 0o700)
-        for key in ("HOME", "TMPDIR"):
-            if os.environ.get(key) == self.workdir:
-                os.environ[key] = workdir
-        os.chdir(workdir)
-        self.services.move(workdir)
+        if workdir != self.workdir:  # an isolated copy has its own copy at the same path
+            shutil.copytree(self.workdir, workdir, symlinks=True, dirs_exist_ok=True)
+            os.chmod(workdir, 0o700)
+            for key in ("HOME", "TMPDIR"):
+                if os.environ.get(key) == self.workdir:
+                    os.environ[key] = workdir
+            os.chdir(workdir)
+            self.services.move(workdir)
         self._hello(nonce)
 
     def _stream(self, name: str, text: str) -> None:

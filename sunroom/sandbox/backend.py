@@ -45,6 +45,18 @@ PYTHON_TOKEN = "{python}"
 sees it (and the kernel's ``PYTHONPATH`` then reaches sunroom and its site-packages)."""
 
 
+@dataclass(frozen=True, slots=True)
+class Tenancy:
+    """What a zygote (a template's kernel, ``LaunchSpec.tenants``) gives its isolated copies.
+
+    ``uids``: the copies' uids inside the zygote's user namespace, each mapped to a leased host
+    uid of its own (None: sunroom runs unprivileged, and every copy keeps the one host uid
+    the user has, as every kernel it starts does).
+    """
+
+    uids: range | None
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class ExecSpec:
     """A foreign kernel program the supervisor runs instead of sunroom's runtime (Jupyter).
@@ -82,7 +94,7 @@ class LaunchSpec:
     lets ``AF_INET`` stream sockets through its seccomp filter, has the supervisor forward
     ``127.0.0.1`` to the proxy, and adds the proxy to the process handle's ``companions``.
     A backend that cannot enforce a policy raises SandboxUnavailableError.
-    cannot run one raises SandboxUnavailableError. ``site_bytes`` caps the kernel's writable
+    ``site_bytes`` caps the kernel's writable
     site dir (:mod:`sunroom.prelude.packages`), which the backend makes and names in
     ``$SUNROOM_SITE``.
     """
@@ -94,6 +106,10 @@ class LaunchSpec:
     program: ExecSpec | None = None
     network: Egress | None = None
     site_bytes: int = DEFAULT_SITE_BYTES
+    tenants: int = 0
+    """Launch a zygote for up to this many isolated copies at once (a template's kernel; see
+    :mod:`sunroom.prelude.isolation`); 0 for a kernel. A backend that cannot isolate a
+    kernel's copies from each other raises SandboxUnavailableError."""
 
 
 @runtime_checkable

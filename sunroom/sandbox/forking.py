@@ -14,12 +14,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import secrets
 import select
 import signal
 import socket
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Final, final
 
@@ -27,13 +29,21 @@ from sunroom.errors import KernelStartError, UsageError
 from sunroom.prelude.supervisor import descendants
 from sunroom.rpc import schema
 from sunroom.rpc.channel import Channel
-from sunroom.sandbox.backend import KernelProcess
-from sunroom.sandbox.backends.bwrap import FORKS_DIR
+from sunroom.sandbox.backend import KERNEL_SITE, KernelProcess, Tenancy
+from sunroom.sandbox.backends.bwrap import (
+    FORKS_DIR,
+    MASKED_PROC_DIRS,
+    MASKED_PROC_FILES,
+    WORKDIR,
+)
 from sunroom.sandbox.backends.docker_process import DockerKernelProcess
 from sunroom.sandbox.cgroup import Cgroup
 from sunroom.sandbox.launch import Ready, Router, check_hello
 from sunroom.sandbox.limits import Limits
 from sunroom.sandbox.process import SupervisedProcess, describe_status, innermost_pid
+from sunroom.sandbox.seccomp import compile_bpf
+
+log = logging.getLogger(__name__)
 
 MAX_COPIES: Final = 64
 """The most copies one :meth:`AsyncKernel.fork` call makes (the kernel's own cap too)."""
@@ -193,6 +203,8 @@ class ForkedProcess:
         self._memory_mb = memory_mb
         self._oom_before = cgroup.oom_kills() if cgroup is not None else 0
         self._teardown: asyncio.Task[None] | None = None
+        self.on_gone: list[Callable[[], None]] = []
+        """Called once every process of the copy is gone (a template frees its uid)."""
         family.join(self)
 
     @property
@@ -243,6 +255,11 @@ class ForkedProcess:
                     await asyncio.to_thread(self.cgroup.remove)
                 else:  # the supervisors of its copies were born in it; removed with the family
                     self.family.defer(self.cgroup)
+            if self.on_gone and await _wait_ended(self._supervisor_fd, 3.0):
+                for callback in self.on_gone:
+                    callback()
+            elif self.on_gone:
+                log.warning("a template's kernel outlived its kill; its uid stays out of use")
         finally:
             for fd in (self._status_fd, self._supervisor_fd, self._runtime_fd):
                 with contextlib.suppress(OSError):
@@ -281,6 +298,13 @@ class ForkedProcess:
         return describe_status(self._status or "", oom=oom, memory_mb=self._memory_mb)
 
 
+def tenancy_of(proc: KernelProcess | None) -> Tenancy | None:
+    """The tenancy of the zygote behind *proc* (None: it is not a zygote)."""
+    if isinstance(proc, RootMember):
+        proc = proc.root
+    return proc.tenancy if isinstance(proc, SupervisedProcess) else None
+
+
 def family_of(proc: KernelProcess, backend: str) -> tuple[Family, KernelProcess]:
     """The family of the kernel behind *proc*, made on its first fork; and its member handle.
 
@@ -308,14 +332,26 @@ async def fork(
     backend: str,
     n: int,
     limits: Limits,
+    tenants: list[int | None] | None = None,
 ) -> list[Ready]:
     """Fork the idle kernel on *channel* into *n* copies; return them ready (hello checked).
+
+    With *tenants* (one entry per copy; the kernel must be a zygote, see ``Tenancy``), each
+    copy is a tenant of its own (:mod:`sunroom.prelude.isolation`): the entry is its uid in
+    the zygote's user namespace (None: the sandbox's own uid, sunroom unprivileged), it has
+    its own PID, mount, IPC, network and UTS namespaces, and its workdir is at the usual path.
+    Without, the copies share the kernel's sandbox (one trust domain: ``kernel.fork``).
 
     Raises UsageError for a bad *n* or when the kernel refuses (threads of its own), and
     KernelStartError when a copy does not come up; no copy is left running then.
     """
     if not 1 <= n <= MAX_COPIES:
         raise UsageError(f"fork makes 1 to {MAX_COPIES} copies at a time, not {n}")
+    if tenants is not None and len(tenants) != n:
+        raise UsageError("a tenant uid is needed for each copy")
+    parent_pid = member.host_pid if isinstance(member, RootMember | ForkedProcess) else None
+    if parent_pid is None:
+        raise KernelStartError("the kernel's runtime is gone")
     forks_dir = await asyncio.to_thread(family.forks_dir, backend)
     nonces = [secrets.token_hex(16) for _ in range(n)]
     pairs = [socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM) for _ in range(n)]
@@ -334,13 +370,19 @@ async def fork(
                     host_end, on_notification=copy_router, max_frame=limits.max_frame_bytes
                 )
             )
-        copies = [{"nonce": nonce, "workdir": f"{forks_dir}/{nonce[:16]}"} for nonce in nonces]
+        copies: list[dict[str, Any]] = []
+        for i, nonce in enumerate(nonces):
+            if tenants is None:
+                copies.append({"nonce": nonce, "workdir": f"{forks_dir}/{nonce[:16]}"})
+            else:
+                isolate = _isolation(tenants[i])
+                copies.append({"nonce": nonce, "workdir": WORKDIR, "isolate": isolate})
         router.fork_ready = loop.create_future()
         call = channel.request("fork", {"copies": copies}, check=schema.pids)
         await asyncio.wait({router.fork_ready, call}, return_when=asyncio.FIRST_COMPLETED)
         if router.fork_ready.done():
             channel.send_fds([fd for i in range(n) for fd in (pairs[i][1].fileno(), pipes[i][1])])
-        await call  # RemoteError when the kernel refused
+        supervisors = await call  # RemoteError when the kernel refused
         for _, kernel_end in pairs:
             kernel_end.close()
         for i, (status_r, status_w) in enumerate(pipes):
@@ -349,7 +391,10 @@ async def fork(
         await _hellos(routers, channels, nonces, limits.start_timeout_s)
         cgroups = await making
         infos = [r.hello.result() for r in routers]
-        runtimes = await asyncio.to_thread(_find_runtimes, family.root, [i["pid"] for i in infos])
+        found = await asyncio.to_thread(
+            _find_copies, parent_pid, supervisors, [i["pid"] for i in infos]
+        )
+        runtimes = [runtime for _, runtime in found]
         # the runtimes only, back to back: a supervisor just waits, and every move is an
         # RCU-synchronised migration that the next one, close behind, may share
         await asyncio.to_thread(_move_all, cgroups, runtimes)
@@ -357,7 +402,7 @@ async def fork(
         for i in range(n):
             proc = ForkedProcess(
                 family,
-                supervisor_pid=_parent(runtimes[i]),
+                supervisor_pid=found[i][0],
                 runtime_pid=runtimes[i],
                 status_fd=pipes[i][0],
                 cgroup=cgroups[i],
@@ -418,22 +463,74 @@ def loop_time() -> float:
     return asyncio.get_running_loop().time()
 
 
-def _find_runtimes(root: SupervisedProcess | DockerKernelProcess, ns_pids: list[int]) -> list[int]:
-    """The host pids of the copies' runtimes, given their pids as the sandbox sees them."""
-    wanted = {pid: i for i, pid in enumerate(ns_pids)}
-    found: dict[int, int] = {}
-    for pid in descendants(root.pid):
-        inner = innermost_pid(pid)
-        if inner in wanted:
-            found[wanted[inner]] = pid
-    if len(found) != len(ns_pids):
-        raise KernelStartError("a copy said hello from a process outside its kernel's sandbox")
-    return [found[i] for i in range(len(ns_pids))]
+def _isolation(uid: int | None) -> dict[str, Any]:
+    """What an isolated copy needs to make itself a tenant (``isolation.isolate``'s spec)."""
+    return {
+        "uid": uid,
+        "gid": uid,
+        "workdir": WORKDIR,
+        "forks": FORKS_DIR,
+        "tmp": "/tmp",
+        "site": KERNEL_SITE,
+        "shm": "/dev/shm",
+        "masked_files": list(MASKED_PROC_FILES),
+        "masked_dirs": list(MASKED_PROC_DIRS),
+        "seccomp": compile_bpf(network=False),
+    }
 
 
-def _parent(pid: int) -> int:
-    with open(f"/proc/{pid}/stat") as f:
-        return int(f.read().rpartition(")")[2].split()[1])
+def _ns_pids(pid: int) -> list[int]:
+    """*pid*'s pids from the host's PID namespace inward (``NSpid``); [] when it is gone."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("NSpid:"):
+                    return [int(x) for x in line.split()[1:]]
+    except (OSError, ValueError):
+        return []
+    return [pid]
+
+
+def _children(pid: int) -> list[int]:
+    kids: list[int] = []
+    try:
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            with (
+                contextlib.suppress(OSError, ValueError),
+                open(f"/proc/{pid}/task/{tid}/children") as f,
+            ):
+                kids.extend(int(x) for x in f.read().split())
+    except OSError:
+        return []
+    return kids
+
+
+def _find_copies(
+    parent: int, supervisors: list[int], hello_pids: list[int]
+) -> list[tuple[int, int]]:
+    """The host pids of each copy's supervisor and runtime.
+
+    *parent* is the forking runtime's host pid; *supervisors* are the copies' supervisors as
+    it sees them (its children: the fork request's answer), *hello_pids* the copies' runtimes
+    as they see themselves. A copy's runtime is its supervisor's only child at hello time.
+    Raises KernelStartError when a copy is not where it must be.
+    """
+    level = len(_ns_pids(parent)) - 1
+    if level < 0:
+        raise KernelStartError("the forking kernel's runtime is gone")
+    by_ns = {}
+    for kid in _children(parent):
+        ns = _ns_pids(kid)
+        if len(ns) > level:
+            by_ns[ns[level]] = kid
+    found: list[tuple[int, int]] = []
+    for ns_pid, hello_pid in zip(supervisors, hello_pids, strict=True):
+        supervisor = by_ns.get(ns_pid)
+        runtimes = _children(supervisor) if supervisor is not None else []
+        if supervisor is None or len(runtimes) != 1 or _ns_pids(runtimes[0])[-1:] != [hello_pid]:
+            raise KernelStartError("a copy said hello from a process outside its kernel's sandbox")
+        found.append((supervisor, runtimes[0]))
+    return found
 
 
 def _cgroups_for(family: Family, nonces: list[str], limits: Limits) -> list[Cgroup | None]:

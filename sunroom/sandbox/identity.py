@@ -243,3 +243,72 @@ def require_reachable(paths: list[str], backend: str) -> None:
             "virtualenv made from /usr/bin/python3 outside /root), or run sunroom as a "
             "non-root user"
         )
+
+
+@final
+class BlockLease:
+    """Consecutive leased uids: the tenants of one isolating zygote (a bwrap template).
+
+    Each uid is held like a single :class:`IdentityLease` (an exclusive ``flock``), so no
+    other kernel of any sunroom process on the host takes one while the block is held.
+    """
+
+    def __init__(self, leases: list[IdentityLease]) -> None:
+        self._leases = leases
+        self.first = leases[0].identity.uid
+        self.count = len(leases)
+
+    def release(self) -> None:
+        """Give every uid back. Idempotent."""
+        for lease in self._leases:
+            lease.release()
+
+    async def aclose(self) -> None:
+        """:meth:`release`, as a kernel companion (released with the zygote's sandbox)."""
+        self.release()
+
+
+def lease_block(count: int) -> BlockLease:
+    """Lease *count* consecutive uids of the reserved range that no kernel or process holds.
+
+    Raises SandboxUnavailableError when the range has no such run of free uids (or the lock
+    directory cannot be used), UsageError for a malformed range or a *count* below 1.
+    """
+    if count < 1:
+        raise UsageError(f"a block of kernel uids holds at least one uid, not {count}")
+    uids = uid_range()
+    lock_dir = _lock_dir()
+    busy = live_uids()
+    held: list[IdentityLease] = []
+    for uid in uids:
+        free = not _known(uid) and uid not in busy
+        fd = -1
+        if free:
+            try:
+                fd = os.open(lock_dir / str(uid), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            except OSError as exc:
+                for lease in held:
+                    lease.release()
+                raise SandboxUnavailableError(
+                    f"cannot lease a kernel uid in {lock_dir}: {exc.strerror}"
+                ) from None
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                os.close(fd)
+                free = False
+        if not free:
+            for lease in held:  # the run is broken: start a new one after this uid
+                lease.release()
+            held = []
+            continue
+        held.append(IdentityLease(Identity(uid, uid), fd))
+        if len(held) == count:
+            return BlockLease(held)
+    for lease in held:
+        lease.release()
+    raise SandboxUnavailableError(
+        f"the kernel uid range ({uids.start}-{uids.stop - 1}) has no {count} consecutive free "
+        "uids for a template's kernels; close kernels, widen the range with SUNROOM_UID_COUNT "
+        "or lower Template(max_kernels=)"
+    )

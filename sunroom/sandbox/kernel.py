@@ -105,6 +105,7 @@ class AsyncKernel(KernelCells, KernelInputs, KernelServing, KernelPackages, Kern
         if pool is not None and pool.template is not None:
             template = pool.template  # the pool keeps forks of it ready
         self._template = template
+        self._tenants = 0
         base_functions: tuple[HostFunction, ...] = ()
         if template is not None:
             if limits is not None and limits != template.limits:

@@ -43,8 +43,13 @@ class KernelFork(KernelLifecycle):
         readies = await self._fork_ready(n)
         return [self._adopt_copy(ready, on_output) for ready in readies]
 
-    async def _fork_ready(self, n: int) -> list[Ready]:
-        """Fork into *n* copies and return them ready, not yet adopted (see :meth:`fork`)."""
+    async def _fork_ready(
+        self, n: int, *, tenants: list[int | None] | None = None
+    ) -> list[Ready]:
+        """Fork into *n* copies and return them ready, not yet adopted (see :meth:`fork`).
+
+        *tenants*: make each copy a tenant of its own (a zygote's; see ``forking.fork``).
+        """
         if not isinstance(n, int) or isinstance(n, bool):
             raise UsageError("n must be an int")
         if self._lock.locked():
@@ -69,6 +74,7 @@ class KernelFork(KernelLifecycle):
                     backend=self._backend.name,
                     n=n,
                     limits=self.limits,
+                    tenants=tenants,
                 )
             except RemoteError as exc:
                 why = cut(exc.error.message, 400)

@@ -35,7 +35,7 @@ from sunroom.sandbox.cellclock import CellClock
 from sunroom.sandbox.codegen import WrapperSource
 from sunroom.sandbox.files import KernelFiles
 from sunroom.sandbox.functions import FunctionRegistry, HostFunction
-from sunroom.sandbox.launch import Router, failure_detail, launch
+from sunroom.sandbox.launch import Ready, Router, failure_detail, launch
 from sunroom.sandbox.limits import Limits
 from sunroom.sandbox.network import KernelNetwork
 from sunroom.sandbox.packages import Packages
@@ -54,6 +54,8 @@ class KernelLifecycle:
 
     _pool: KernelPool | None
     _template: Template | None
+    _tenants: int
+    """Launch as a zygote for this many isolated copies (set by a Template); 0: a kernel."""
     _backend_arg: str | Backend
     _network: KernelNetwork | None
     packages: Packages
@@ -141,6 +143,7 @@ class KernelLifecycle:
                 mounts=mounts,
                 site_bytes=self.packages.max_bytes,
                 network=self._network.egress() if self._network is not None else None,
+                tenants=self._tenants,
             )
         self._proc, self._channel, self._router = ready.proc, ready.channel, ready.router
         ready.router.on_output = self._on_output
@@ -202,6 +205,22 @@ class KernelLifecycle:
         finally:
             if toolset is not None:
                 await toolset.aclose()
+
+    async def _surrender(self) -> Ready:
+        """Hand this started kernel's process over, to be adopted by another handle; close this.
+
+        What a template on a backend that does not fork hands out (the kernel was started,
+        given the template's functions and inputs, and ran its setup). Raises ClosedError
+        when the kernel is not running.
+        """
+        async with self._lock:
+            channel, proc, router = self._channel, self._proc, self._router
+            if channel is None or proc is None or router is None or channel.closed.done():
+                raise ClosedError("the kernel is not running")
+            self._channel = self._proc = self._router = None
+            ready = Ready(proc, channel, router, dict(self.kernel_info))
+        await self.aclose()
+        return ready
 
     @property
     def network(self) -> KernelNetwork | None:

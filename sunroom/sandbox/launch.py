@@ -101,6 +101,7 @@ async def launch(
     mounts: tuple[InputMount, ...] = (),
     network: Egress | None = None,
     site_bytes: int = DEFAULT_SITE_BYTES,
+    tenants: int = 0,
 ) -> Ready:
     """Launch a kernel and wait for its hello; the caller owns the result and must discard it.
 
@@ -117,6 +118,7 @@ async def launch(
             mounts=mounts,
             site_bytes=site_bytes,
             network=network,
+            tenants=tenants,
         )
     )
     router = Router(asyncio.get_running_loop().create_future())

@@ -22,7 +22,7 @@ from typing import Any, Final, Protocol, final
 import psutil
 
 from sunroom.errors import KernelStartError
-from sunroom.sandbox.backend import IPC_TOKEN, PYTHON_TOKEN, ExecSpec
+from sunroom.sandbox.backend import IPC_TOKEN, PYTHON_TOKEN, ExecSpec, Tenancy
 from sunroom.sandbox.cgroup import Cgroup
 from sunroom.sandbox.identity import Identity, IdentityLease
 from sunroom.sandbox.limits import Limits
@@ -66,6 +66,8 @@ class SupervisedProcess:
         self.companions: list[Companion] = []
         """Host resources that live as long as the sandbox (its egress proxy), closed once the
         tree is dead."""
+        self.tenancy: Tenancy | None = None
+        """Set on a zygote (``LaunchSpec.tenants``): how its isolated copies are made."""
 
     @property
     def pid(self) -> int:

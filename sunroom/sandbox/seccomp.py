@@ -117,9 +117,23 @@ def _deny(sc: Any, filt: Any, name: str, *args: Any, code: int = errno.EPERM) ->
         raise SandboxUnavailableError(f"cannot build the seccomp rule for {name}: {exc}") from exc
 
 
+ZYGOTE_ALLOWED: Final = ("mount", "umount2", "unshare", "setns")
+"""What a zygote's filter lets through (see :func:`compile_bpf`), narrowed by arguments."""
+
+CLONE_NEWUSER: Final = 0x10000000
+CLONE_NEWPID: Final = 0x20000000
+CLONE_NEWCGROUP: Final = 0x02000000
+
+
 @functools.cache
-def compile_bpf(network: bool = False) -> bytes:
+def compile_bpf(network: bool = False, zygote: bool = False) -> bytes:
     """The policy as a BPF program (cached per process). Raises SandboxUnavailableError.
+
+    With *zygote* (a template's kernel on bwrap, :mod:`sunroom.prelude.isolation`), the
+    program also lets through what the zygote needs to give each of its copies namespaces
+    of its own before the copy installs the full policy on top: ``mount``, ``umount2``,
+    ``unshare`` (never with ``CLONE_NEWUSER`` or ``CLONE_NEWCGROUP``) and ``setns`` (only
+    back into a PID namespace). Nothing a model wrote ever runs under it alone.
 
     With *network* (a kernel with a network policy), ``AF_INET`` stream sockets are allowed
     too, for the proxy's listener on 127.0.0.1 (:mod:`sunroom.prelude.egress`) and the
@@ -133,7 +147,12 @@ def compile_bpf(network: bool = False) -> bytes:
     # thread: a half-dead kernel would only hang until its timeout
     filt.set_attr(sc.Attr.ACT_BADARCH, sc.KILL_PROCESS)
     for name in DENIED:
-        _deny(sc, filt, name)
+        if not (zygote and name in ZYGOTE_ALLOWED):
+            _deny(sc, filt, name)
+    if zygote:
+        for flag in (CLONE_NEWUSER, CLONE_NEWCGROUP):
+            _deny(sc, filt, "unshare", sc.Arg(0, sc.MASKED_EQ, flag, flag))
+        _deny(sc, filt, "setns", sc.Arg(1, sc.NE, CLONE_NEWPID))
     if network:
         _deny(sc, filt, "socket", sc.Arg(0, sc.LT, AF_UNIX), code=errno.EAFNOSUPPORT)
         _deny(sc, filt, "socket", sc.Arg(0, sc.GT, AF_INET), code=errno.EAFNOSUPPORT)

@@ -22,29 +22,38 @@ fallback to a weaker backend.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import json
 import os
+import select
 import shutil
 import signal
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any, Final, final
 
-from sunroom.errors import SandboxUnavailableError
+from sunroom.errors import KernelStartError, SandboxUnavailableError
 from sunroom.sandbox.backend import (
     KERNEL_SITE,
     SAFE_PATH,
     SITE_ENV,
     KernelProcess,
     LaunchSpec,
+    Tenancy,
     kernel_env,
 )
 from sunroom.sandbox.backends.subprocess import BOOT, kernel_sys_path, package_root
 from sunroom.sandbox.fontcache import KERNEL_DIR, font_cache, font_dirs
-from sunroom.sandbox.identity import lease_if_root_off_loop, require_reachable
+from sunroom.sandbox.identity import (
+    BlockLease,
+    lease_block,
+    lease_if_root_off_loop,
+    require_reachable,
+)
 from sunroom.sandbox.network import NET_DIR
 from sunroom.sandbox.process import LocalLaunch
 from sunroom.sandbox.seccomp import compile_bpf
@@ -143,6 +152,84 @@ def _system_binds() -> list[str]:
     return args
 
 
+ZYGOTE_CAPS: Final = (
+    "CAP_SYS_ADMIN",
+    "CAP_SETUID",
+    "CAP_SETGID",
+    "CAP_CHOWN",
+    "CAP_SETPCAP",
+)
+"""What a template's zygote keeps, inside its own user namespace only, to make each copy a
+tenant of its own (:mod:`sunroom.prelude.isolation`); every copy drops them all."""
+
+TENANT_UID: Final = 2000
+"""The first tenant uid inside a zygote's user namespace (mapped to the leased block)."""
+
+MAP_TIMEOUT_S: Final = 10.0
+
+
+@final
+class _UserMapping:
+    """The host's part in a zygote's user namespace: write its uid and gid maps.
+
+    Bubblewrap creates the namespace, reports its pid on the info pipe and waits on the block
+    pipe; the host (root: only it may map more than one uid) writes the maps, then lets it go.
+    """
+
+    def __init__(self) -> None:
+        self.info_r, self.info_w = os.pipe()
+        self.block_r, self.block_w = os.pipe()
+
+    def arguments(self) -> list[str]:
+        return ["--userns-block-fd", str(self.block_r), "--info-fd", str(self.info_w)]
+
+    def kernel_fds(self) -> tuple[int, int]:
+        return self.block_r, self.info_w
+
+    def close_kernel_fds(self) -> None:
+        for fd in self.kernel_fds():
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+    def write(self, own_uid: int, block: BlockLease, within_s: float) -> None:
+        """Map the sandbox user to *own_uid* and the tenants to *block*; raises KernelStartError."""
+        info = self._info(within_s)
+        pid = info.get("child-pid")
+        if not isinstance(pid, int) or pid <= 0:
+            raise KernelStartError("bubblewrap reported no namespace to map")
+        lines = f"{SANDBOX_UID} {own_uid} 1\n{TENANT_UID} {block.first} {block.count}\n"
+        try:
+            for name in ("uid_map", "gid_map"):
+                with open(f"/proc/{pid}/{name}", "w") as f:
+                    f.write(lines)
+        except OSError as exc:
+            raise KernelStartError(
+                f"cannot map the template's kernel uids into its sandbox: {exc.strerror}"
+            ) from exc
+        os.write(self.block_w, b"1")
+
+    def _info(self, within_s: float) -> dict[str, Any]:
+        end = time.monotonic() + within_s
+        data = b""
+        while True:
+            left = end - time.monotonic()
+            if left <= 0 or not select.select([self.info_r], [], [], left)[0]:
+                raise KernelStartError("bubblewrap did not report its namespaces in time")
+            chunk = os.read(self.info_r, 4096)
+            if not chunk:
+                raise KernelStartError("bubblewrap ended before it reported its namespaces")
+            data += chunk
+            with contextlib.suppress(ValueError):
+                found = json.loads(data)
+                if isinstance(found, dict):
+                    return found
+
+    def close(self) -> None:
+        for fd in (self.info_r, self.block_w):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+
 @final
 class BwrapBackend:
     """Launch kernels inside bubblewrap namespace sandboxes."""
@@ -213,12 +300,25 @@ class BwrapBackend:
         return binds, path
 
     async def launch(self, spec: LaunchSpec) -> tuple[KernelProcess, socket.socket]:
-        """Start a sandboxed kernel; see ``Backend.launch``."""
-        program = compile_bpf(network=spec.network is not None)
+        """Start a sandboxed kernel (or a template's zygote); see ``Backend.launch``.
+
+        A zygote (``spec.tenants``) keeps :data:`ZYGOTE_CAPS` inside its own user namespace
+        and runs under the zygote variant of the seccomp policy; when sunroom runs as root, a
+        block of ``spec.tenants`` more uids is leased and mapped into that namespace (the host
+        writes the maps while bubblewrap waits), one per isolated copy. See
+        :mod:`sunroom.prelude.isolation` and docs/security.md.
+        """
+        zygote = spec.tenants > 0
+        if zygote and (spec.program is not None or spec.network is not None):
+            raise SandboxUnavailableError(
+                "a template's kernel runs sunroom's runtime with no network policy"
+            )
+        program = compile_bpf(network=spec.network is not None, zygote=zygote)
         limits = spec.limits
         prefix, python_inside = self._python_layout()
         code_binds, sys_path = self._code_binds()
         lease = await lease_if_root_off_loop()
+        block: BlockLease | None = None
         try:
             if lease is not None:
                 sources = [prefix, *(code_binds[i + 1] for i in range(0, len(code_binds), 3))]
@@ -226,6 +326,8 @@ class BwrapBackend:
             await asyncio.to_thread(
                 _probe, self._bwrap, lease.identity.uid if lease is not None else None
             )
+            if zygote and lease is not None:
+                block = await asyncio.to_thread(lease_block, spec.tenants)
         except BaseException:
             if lease is not None:
                 lease.release()
@@ -233,11 +335,18 @@ class BwrapBackend:
         fonts = await asyncio.to_thread(
             self._font_cache, prefix, python_inside, code_binds, sys_path
         )
-        local = await LocalLaunch.prepare(
-            prefix="sunroom-bwrap-", nonce=spec.nonce, limits=limits, cgroups=True, lease=lease
-        )
+        try:
+            local = await LocalLaunch.prepare(
+                prefix="sunroom-bwrap-", nonce=spec.nonce, limits=limits, cgroups=True, lease=lease
+            )
+        except BaseException:
+            if block is not None:
+                block.release()
+            raise
         cgroup = local.cgroup
         if cgroup is None and self._require_cgroups:
+            if block is not None:
+                block.release()
             local.abandon()
             raise SandboxUnavailableError(
                 "the bwrap backend needs a writable cgroup tree (v1 or v2) for its memory and "
@@ -271,15 +380,19 @@ class BwrapBackend:
             net_binds = ["--ro-bind", str(local.rundir / "net"), NET_DIR]
             env.update(spec.network.environment())
             config["forward"] = spec.network.supervisor_config()
+        caps = [arg for cap in ZYGOTE_CAPS for arg in ("--cap-add", cap)] if zygote else []
+        mapping = _UserMapping() if block is not None else None
         argv = [
             self._bwrap,
             "--unshare-all",
             "--unshare-user",
+            *(mapping.arguments() if mapping is not None else []),
             "--die-with-parent",
             "--new-session",
             "--as-pid-1",
             "--cap-drop",
             "ALL",
+            *caps,
             "--uid",
             str(SANDBOX_UID),
             "--gid",
@@ -336,15 +449,36 @@ class BwrapBackend:
                 env={"PATH": SAFE_PATH, "LANG": "C.UTF-8"},
                 workdir=local.rundir / "work",  # the real one is a tmpfs inside the sandbox
                 memory_mb=limits.memory_mb,
-                extra_fds=(seccomp_fd,),
+                extra_fds=(seccomp_fd, *(mapping.kernel_fds() if mapping is not None else ())),
                 stop_signal=signal.SIGKILL,
             )
         except BaseException:
             if proxy is not None:
                 await proxy.aclose()
+            if block is not None:
+                block.release()
             raise
         finally:
             os.close(seccomp_fd)
+            if mapping is not None:
+                mapping.close_kernel_fds()
+        if zygote:
+            if block is not None:
+                proc.companions.append(block)  # released once every process of it is gone
+            proc.tenancy = Tenancy(
+                range(TENANT_UID, TENANT_UID + block.count) if block is not None else None
+            )
+        if mapping is not None and block is not None and lease is not None:
+            try:
+                await asyncio.to_thread(
+                    mapping.write, lease.identity.uid, block, limits.start_timeout_s
+                )
+            except BaseException:
+                sock.close()
+                await proc.kill()
+                raise
+            finally:
+                mapping.close()
         if proxy is not None:
             proc.companions.append(proxy)
         if ipc_binds:

@@ -414,6 +414,11 @@ class DockerBackend:
         Returns the container's handle (kill it to remove the container; that also closes the
         client this backend opened for it) and the accepted socket.
         """
+        if spec.tenants:
+            raise SandboxUnavailableError(
+                "docker kernels cannot isolate a template's kernels from each other; only bwrap "
+                "forks a template's kernels (elsewhere each one is started and runs the setup)"
+            )
         client, owned = await asyncio.to_thread(self._connect)
         lease: IdentityLease | None = None
         ipc: Path | None = None

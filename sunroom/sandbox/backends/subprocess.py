@@ -20,6 +20,7 @@ import sys
 from pathlib import Path
 from typing import final
 
+from sunroom.errors import SandboxUnavailableError
 from sunroom.sandbox.backend import SITE_ENV, KernelProcess, LaunchSpec, kernel_env
 from sunroom.sandbox.identity import lease_if_root_off_loop, require_reachable
 from sunroom.sandbox.process import LocalLaunch
@@ -75,6 +76,11 @@ class SubprocessBackend:
 
     async def launch(self, spec: LaunchSpec) -> tuple[KernelProcess, socket.socket]:
         """Start the supervisor and kernel; see ``Backend.launch``."""
+        if spec.tenants:
+            raise SandboxUnavailableError(
+                "subprocess kernels cannot isolate a template's kernels from each other; only bwrap "
+                "forks a template's kernels (elsewhere each one is started and runs the setup)"
+            )
         limits = spec.limits
         lease = await lease_if_root_off_loop()
         if lease is not None:

@@ -1,0 +1,235 @@
+"""A template kernel's copy made a tenant of its own: its uid, PID, mount, IPC, network, UTS.
+
+A template's kernel on bwrap is a *zygote* (:mod:`sunroom.sandbox.template`): its user
+namespace maps, besides its own uid, a block of host uids leased for its tenants, and it holds
+``CAP_SYS_ADMIN``, ``CAP_SETUID``, ``CAP_SETGID``, ``CAP_CHOWN`` and ``CAP_SETPCAP`` in that
+namespace (never outside it), under a seccomp filter that lets namespace and mount calls through.
+Every copy it makes for a tenant (:mod:`sunroom.prelude.forking`) goes through this module
+before the copy's runtime exists, in this order:
+
+1. :func:`new_pid_namespace` in the zygote, then ``fork()``: the copy's supervisor is PID 1 of
+   a PID namespace of its own (when it ends, the kernel kills everything in it), and
+   :func:`restore_pid_namespace` puts the zygote's next children back in its own.
+2. :func:`isolate` in the copy's supervisor: new mount, IPC, network and UTS namespaces; every
+   writable mount it inherited (the workdir, ``/tmp``, ``/dev/shm``, the copies' directory, the
+   package site) is unmounted and replaced by a tmpfs of the same size that only this copy
+   mounts (the workdir and the site keep a copy of the zygote's files); a ``/proc`` of its own
+   PID namespace with the sandbox's masks; then the tenant's uid and gid, no supplementary
+   groups, every capability dropped (bounding, ambient, permitted, effective, inheritable),
+   no new privileges, not dumpable, and the kernel's full seccomp policy installed on top of
+   the zygote's (which forbids every mount and namespace call again).
+
+Only then is the copy's runtime forked, so nothing a model wrote ever runs with a capability, in
+a namespace it shares with another tenant, or without the full filter. Stdlib only (ctypes).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import shutil
+import struct
+
+TYPE_CHECKING = False  # typing costs the kernel ~10 ms to import; annotations are lazy
+if TYPE_CHECKING:
+    from typing import Any
+
+CLONE_NEWNS = 0x00020000
+CLONE_NEWUTS = 0x04000000
+CLONE_NEWIPC = 0x08000000
+CLONE_NEWPID = 0x20000000
+CLONE_NEWNET = 0x40000000
+
+MS_RDONLY = 0x1
+MS_NOSUID = 0x2
+MS_NODEV = 0x4
+MS_NOEXEC = 0x8
+MS_REMOUNT = 0x20
+MS_BIND = 0x1000
+MS_MOVE = 0x2000
+MS_REC = 0x4000
+MS_PRIVATE = 0x40000
+MNT_DETACH = 0x2
+
+PR_CAPBSET_DROP = 24
+PR_SET_DUMPABLE = 4
+PR_SET_NO_NEW_PRIVS = 38
+PR_SET_SECCOMP = 22
+PR_CAP_AMBIENT = 47
+PR_CAP_AMBIENT_CLEAR_ALL = 4
+SECCOMP_MODE_FILTER = 2
+LINUX_CAPABILITY_VERSION_3 = 0x20080522
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_pidns_fd: list[int] = []
+"""The zygote's own PID namespace, opened at its first isolated fork (see below)."""
+
+
+def _check(ret: int, what: str) -> None:
+    if ret != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"{what}: {os.strerror(err)}")
+
+
+def _mount(source: str | None, target: str, fstype: str | None, flags: int, data: str = "") -> None:
+    _check(
+        _libc.mount(
+            source.encode() if source is not None else None,
+            target.encode(),
+            fstype.encode() if fstype is not None else None,
+            ctypes.c_ulong(flags),
+            data.encode() if data else None,
+        ),
+        f"mount {target}",
+    )
+
+
+def _umount(target: str) -> None:
+    _check(_libc.umount2(target.encode(), MNT_DETACH), f"umount {target}")
+
+
+def _prctl(option: int, a: int = 0, b: int = 0) -> None:
+    _check(
+        _libc.prctl(option, ctypes.c_ulong(a), ctypes.c_ulong(b), ctypes.c_ulong(0), 0),
+        f"prctl({option})",
+    )
+
+
+def new_pid_namespace() -> None:
+    """In the zygote: the next child it forks is PID 1 of a new PID namespace."""
+    if not _pidns_fd:
+        _pidns_fd.append(os.open("/proc/self/ns/pid", os.O_RDONLY | os.O_CLOEXEC))
+    _check(_libc.unshare(CLONE_NEWPID), "unshare(CLONE_NEWPID)")
+
+
+def restore_pid_namespace() -> None:
+    """In the zygote, after the fork: its later children are born in its own namespace again."""
+    _check(_libc.setns(_pidns_fd[0], CLONE_NEWPID), "setns(CLONE_NEWPID)")
+
+
+def forget_pid_namespace() -> None:
+    """In the copy: close the zygote's namespace descriptor (before anything else runs)."""
+    while _pidns_fd:
+        os.close(_pidns_fd.pop())
+
+
+def _size(path: str) -> int:
+    info = os.statvfs(path)
+    return info.f_blocks * info.f_frsize
+
+
+def _tmpfs(target: str, size: int, mode: int) -> None:
+    _mount("tmpfs", target, "tmpfs", MS_NOSUID | MS_NODEV, f"size={size},mode={mode:o}")
+
+
+def _replace(target: str, staging: str, *, keep: bool, mode: int) -> None:
+    """Mount a new tmpfs of *target*'s size over it, with a copy of its files when *keep*."""
+    size = _size(target)
+    if keep and os.listdir(target):
+        os.mkdir(staging)
+        _tmpfs(staging, size, mode)
+        shutil.copytree(target, staging, symlinks=True, dirs_exist_ok=True)
+        _umount(target)
+        _mount(staging, target, None, MS_MOVE)
+        os.rmdir(staging)
+    else:
+        _umount(target)
+        _tmpfs(target, size, mode)
+
+
+def _chown_tree(root: str, uid: int, gid: int) -> None:
+    os.chown(root, uid, gid, follow_symlinks=False)
+    for parent, dirs, files in os.walk(root):
+        for name in dirs + files:
+            os.chown(os.path.join(parent, name), uid, gid, follow_symlinks=False)
+
+
+def _proc(staging: str, masked_files: list[str], masked_dirs: list[str], empty: str) -> None:
+    """A ``/proc`` of this PID namespace in place of the zygote's, masked as the sandbox's."""
+    os.mkdir(staging)
+    # a new proc is allowed while the old one is still mounted (and fully visible to us)
+    _mount("proc", staging, "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+    _umount("/proc")
+    _mount(staging, "/proc", None, MS_MOVE)
+    os.rmdir(staging)
+    _readonly_bind("/proc/sys", "/proc/sys")
+    for name in masked_files:
+        if os.path.lexists(f"/proc/{name}"):
+            _readonly_bind(empty, f"/proc/{name}")
+    for name in masked_dirs:
+        if os.path.isdir(f"/proc/{name}"):
+            _mount("tmpfs", f"/proc/{name}", "tmpfs", MS_NOSUID | MS_NODEV, "size=0,mode=555")
+            _mount(None, f"/proc/{name}", None, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV)
+
+
+def _readonly_bind(source: str, target: str) -> None:
+    _mount(source, target, None, MS_BIND | MS_REC)
+    flags = MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC
+    _mount(None, target, None, flags)
+
+
+def _drop_capabilities() -> None:
+    last = int(open("/proc/sys/kernel/cap_last_cap").read())  # noqa: SIM115 - tiny proc file
+    for cap in range(last + 1):
+        _prctl(PR_CAPBSET_DROP, cap)
+    _prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL)
+    header = struct.pack("=Ii", LINUX_CAPABILITY_VERSION_3, 0)
+    data = bytes(24)  # two __user_cap_data_struct of zeros: effective, permitted, inheritable
+    _check(_libc.capset(header, data), "capset")
+
+
+def _seccomp(program: bytes) -> None:
+    count = len(program) // 8
+    buf = ctypes.create_string_buffer(program, len(program))
+
+    class Fprog(ctypes.Structure):
+        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+    prog = Fprog(count, ctypes.cast(buf, ctypes.c_void_p))
+    _prctl(PR_SET_NO_NEW_PRIVS, 1)
+    _check(
+        _libc.prctl(
+            PR_SET_SECCOMP, ctypes.c_ulong(SECCOMP_MODE_FILTER), ctypes.byref(prog), 0, 0
+        ),
+        "seccomp",
+    )
+
+
+def isolate(spec: dict[str, Any]) -> None:
+    """Make this process (a new PID namespace's first) a tenant of its own; see the module.
+
+    *spec* (from the host, checked there): ``uid``/``gid`` (the tenant's ids in the zygote's
+    user namespace, or None to keep the zygote's: sunroom started unprivileged),
+    ``workdir``, ``forks``, ``tmp``, ``site``, ``shm`` (paths), ``masked_files``,
+    ``masked_dirs`` (under ``/proc``) and ``seccomp`` (the kernel's BPF program). Raises
+    OSError when a step fails: the caller must then exit, never run the copy.
+    """
+    _check(
+        _libc.unshare(CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWNET | CLONE_NEWUTS),
+        "unshare",
+    )
+    _mount(None, "/", None, MS_REC | MS_PRIVATE)
+    forks = spec["forks"]
+    _replace(forks, "", keep=False, mode=0o700)  # other tenants' copies were made there
+    _replace(spec["workdir"], f"{forks}/.work", keep=True, mode=0o700)
+    _replace(spec["site"], f"{forks}/.site", keep=True, mode=0o755)
+    _replace(spec["tmp"], "", keep=False, mode=0o1777)
+    if os.path.isdir(spec["shm"]):
+        _tmpfs(spec["shm"], _size(spec["tmp"]), 0o1777)
+    empty = f"{forks}/.empty"
+    with open(empty, "wb"):
+        pass
+    os.chmod(empty, 0o444)
+    _proc(f"{forks}/.proc", list(spec["masked_files"]), list(spec["masked_dirs"]), empty)
+    os.unlink(empty)  # the binds keep the inode
+    uid, gid = spec.get("uid"), spec.get("gid")
+    if uid is not None and gid is not None:
+        for path in (forks, spec["workdir"], spec["site"]):
+            _chown_tree(path, uid, gid)
+        os.setgroups([])
+        os.setresgid(gid, gid, gid)
+        os.setresuid(uid, uid, uid)
+    _drop_capabilities()
+    _prctl(PR_SET_DUMPABLE, 0)
+    _seccomp(bytes(spec["seccomp"]))
+    os.chdir(spec["workdir"])
