@@ -13,7 +13,14 @@ from urllib.parse import urlsplit
 from sunroom.errors import UsageError
 from sunroom.network.policy import normalize_host
 
-__all__ = ["BadTarget", "absolute_target", "authority", "error_response", "forward_headers"]
+__all__ = [
+    "BadTarget",
+    "absolute_target",
+    "authority",
+    "check_framing",
+    "error_response",
+    "forward_headers",
+]
 
 _HOP_BY_HOP = frozenset(
     {
@@ -30,7 +37,10 @@ _HOP_BY_HOP = frozenset(
 
 
 class BadTarget(Exception):
-    """The request target or Host header cannot be used; ``str()`` is safe to send back."""
+    """The request cannot be forwarded as it is: its target, its Host header or its framing.
+
+    ``str()`` is safe to send back.
+    """
 
 
 def authority(text: str, *, default_port: int | None) -> tuple[str, int]:
@@ -88,6 +98,21 @@ def host_header(headers: Iterable[tuple[bytes, bytes]], *, default_port: int) ->
     return authority(values[0].decode("latin-1"), default_port=default_port)
 
 
+def check_framing(headers: Iterable[tuple[bytes, bytes]]) -> None:
+    """Refuse (BadTarget) a request with both ``Transfer-Encoding`` and ``Content-Length``.
+
+    RFC 9112, section 6.1: a sender must not send both, and a server that receives both may
+    refuse the request with 400. h11 frames such a body by its ``Transfer-Encoding``; a server
+    behind the proxy that trusted the length instead would wait for bytes that never come, or
+    read part of the body as a second request (request smuggling). The proxy refuses it.
+    """
+    names = {name for name, _ in headers}
+    if b"transfer-encoding" in names and b"content-length" in names:
+        raise BadTarget(
+            "a request must not have both Transfer-Encoding and Content-Length (RFC 9112, 6.1)"
+        )
+
+
 def forward_headers(
     headers: Iterable[tuple[bytes, bytes]], inject: Mapping[str, str]
 ) -> list[tuple[bytes, bytes]]:
@@ -95,8 +120,12 @@ def forward_headers(
 
     Hop-by-hop headers (and those the ``Connection`` header names) and ``Proxy-*`` are
     dropped; headers named in ``inject`` replace the sender's (case-insensitively);
-    ``Transfer-Encoding: chunked`` is kept as the framing (h11 re-frames the body) and
-    ``Connection: close`` is added.
+    ``Transfer-Encoding: chunked`` is kept as the framing (h11 re-frames the body), and then
+    any ``Content-Length`` is dropped (RFC 9112, section 6.3: a forwarding intermediary
+    removes it; h11 framed the body by its ``Transfer-Encoding``), and ``Connection: close``
+    is added. Requests with both are refused before this (:func:`check_framing`); an
+    upstream's response with both reaches the kernel chunked, without its length (h11, which
+    writes it, would drop the length too).
     """
     items = list(headers)
     named = {
@@ -115,6 +144,7 @@ def forward_headers(
             continue
         out.append((name, value))
     if chunked:
+        out = [(name, value) for name, value in out if name != b"content-length"]
         out.append((b"transfer-encoding", b"chunked"))
     out.extend((name.encode("ascii"), value.encode("latin-1")) for name, value in inject.items())
     out.append((b"connection", b"close"))

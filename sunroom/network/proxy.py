@@ -37,7 +37,14 @@ from sunroom.network import relay_threads
 from sunroom.network.flow import Connection, Ended, Flow, Meter, Refused, shown
 from sunroom.network.forward import forward
 from sunroom.network.handoff import HandoffListener
-from sunroom.network.http import BadTarget, absolute_target, authority, error_response, host_header
+from sunroom.network.http import (
+    BadTarget,
+    absolute_target,
+    authority,
+    check_framing,
+    error_response,
+    host_header,
+)
 from sunroom.network.policy import Network, is_ip, parse_pattern
 from sunroom.network.resolve import HostResolver, Resolver, address_refusal
 from sunroom.network.tunnel import CHUNK, hold, relay_tunnel
@@ -313,6 +320,7 @@ class EgressProxy:
                 flow.host, flow.port, origin = absolute_target(target)
                 if host_header(request.headers, default_port=80) != (flow.host, flow.port):
                     raise BadTarget("the Host header does not name the URI's host")
+                check_framing(request.headers)
         except BadTarget as bad:
             raise Refused(400, "bad request", f"sunroom: bad proxy request: {bad}.") from None
         if request.method == b"CONNECT":
@@ -482,6 +490,7 @@ class EgressProxy:
                 raise BadTarget("inside the tunnel the target must be a path")
             if host_header(request.headers, default_port=443) != (flow.host, flow.port):
                 raise BadTarget("the Host header does not name the CONNECT host")
+            check_framing(request.headers)
         except BadTarget as bad:
             raise Refused(400, "bad request", f"sunroom: bad proxy request: {bad}.") from None
         await self._forward(flow, inner, request, origin, (reader, writer), upstream, inject)

@@ -65,6 +65,42 @@ async def test_post_bodies_stream_with_content_length_and_chunked() -> None:
     assert up.header(1, "transfer-encoding") == ["chunked"]
 
 
+BOTH = b"Content-Length: 100\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n"
+"""A request body framed two ways: 5 bytes chunked, and a length of 100 that never comes."""
+
+
+async def test_a_request_with_both_content_length_and_chunked_is_refused() -> None:
+    # RFC 9112, 6.1: forwarded as it was, an upstream that trusted the length would wait for
+    # 100 bytes that never come (or read what follows as a second request)
+    records: list[Connection] = []
+    async with upstream() as up:
+        net = loopback("api.test", allow=[f"api.test:{up.port}"])
+        async with running(net, on_connection=records.append) as (_, sock):
+            head = f"POST http://api.test:{up.port}/echo HTTP/1.1\r\nHost: api.test:{up.port}\r\n"
+            answer = await ask(sock, head.encode() + BOTH)
+            # the same headers the other way round, and in another case
+            swapped = head.encode() + b"transfer-encoding: chunked\r\ncontent-length: 5\r\n\r\n"
+            other = await ask(sock, swapped + b"5\r\nhello\r\n0\r\n\r\n")
+    assert answer.status == 400 and other.status == 400
+    assert answer.body == (
+        b"sunroom: bad proxy request: a request must not have both Transfer-Encoding and "
+        b"Content-Length (RFC 9112, 6.1).\n"
+    )
+    assert up.seen == []  # never forwarded
+    assert [r.reason for r in records] == ["bad request", "bad request"]
+
+
+async def test_a_response_with_both_content_length_and_chunked_loses_its_length() -> None:
+    # pins what the kernel gets: h11, writing the answer, drops the length as well
+    async with upstream() as up:
+        net = loopback("api.test", allow=[f"api.test:{up.port}"])
+        async with running(net) as (_, sock):
+            answer = await ask(sock, get("api.test", up.port, "/both"))
+    assert answer.status == 200 and answer.body == b"hello"
+    assert "content-length" not in answer.headers  # RFC 9112, 6.3: the intermediary drops it
+    assert answer.headers["transfer-encoding"] == "chunked"
+
+
 async def test_a_chunked_download_streams_back() -> None:
     async with upstream() as up:
         net = loopback("api.test", allow=[f"api.test:{up.port}"])

@@ -113,6 +113,32 @@ async def test_terminate_mode_injects_over_tls_and_leaves_other_hosts_alone(
     assert all(SECRET not in repr(r) for r in records)
 
 
+async def test_terminate_mode_refuses_a_request_framed_two_ways(test_ca: UpstreamCA) -> None:
+    records: list[Connection] = []
+    async with upstream(test_ca.server("api.test")) as api:
+        net = loopback(
+            "api.test",
+            allow=[f"api.test:{api.port}"],
+            inject={f"api.test:{api.port}": {"Authorization": SECRET}},
+            tls="terminate",
+            ca_file=str(test_ca.file),
+        )
+        async with running(net, on_connection=records.append) as (proxy, sock):
+            assert proxy.ca_pem is not None
+            head, reader, writer = await tunnel(sock, "api.test", api.port)
+            assert head.status == 200, head.body
+            await writer.start_tls(_client(proxy.ca_pem), server_hostname="api.test")
+            writer.write(
+                f"POST /echo HTTP/1.1\r\nHost: api.test:{api.port}\r\nContent-Length: 100\r\n"
+                "Transfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n".encode()
+            )
+            answer = await read_answer(reader, method=b"POST")
+            writer.close()
+    assert answer.status == 400 and b"Transfer-Encoding and Content-Length" in answer.body
+    assert api.seen == []
+    assert [r.reason for r in records] == ["bad request"]
+
+
 async def test_terminate_mode_refuses_an_upstream_it_cannot_verify(test_ca: UpstreamCA) -> None:
     async with upstream(test_ca.server("api.test")) as up:
         net = loopback(

@@ -2,8 +2,9 @@
 
 The upstream is an asyncio server speaking HTTP/1.1 through h11 (one request per
 connection). Paths: ``/echo`` answers JSON with the method, target, headers and body size it
-saw; ``/bytes/N`` streams N bytes; ``/chunked/N`` streams N bytes chunked; ``/hang`` reads the
-request and never answers. Every request it saw is kept in ``seen``.
+saw; ``/bytes/N`` streams N bytes; ``/chunked/N`` streams N bytes chunked; ``/both`` answers
+``hello`` chunked with a ``Content-Length: 1000`` as well; ``/hang`` reads the request and never
+answers. Every request it saw is kept in ``seen``.
 
 Clients reach a proxy started by :func:`running` one of two ways (:data:`WAY_IN`, set per test
 by the ``way_in`` fixture of ``tests/network/conftest.py``): ``"unix"``, a connection to the
@@ -83,6 +84,14 @@ async def _answer(up: Upstream, reader: asyncio.StreamReader, writer: asyncio.St
             peer,
         )
     )
+    if target == "/both":  # a response framed two ways (RFC 9112 forbids it): chunked wins
+        writer.write(
+            b"HTTP/1.1 200 OK\r\nContent-Length: 1000\r\nTransfer-Encoding: chunked\r\n\r\n"
+            b"5\r\nhello\r\n0\r\n\r\n"
+        )
+        await writer.drain()
+        writer.close()
+        return
     if target == "/hang":  # never answer; end when the proxy hangs up
         await reader.read()
         writer.close()
