@@ -84,6 +84,50 @@ async def test_each_kernel_has_its_own_unprivileged_host_uid(
     assert await run(a, "6 * 7") == "42"
 
 
+def _map(text: str) -> list[int]:
+    return [int(field) for field in text.split()]
+
+
+@root_only
+async def test_uid_map_inside_the_sandbox_and_from_the_host() -> None:
+    # docs/security.md, "Who a kernel runs as": bubblewrap sets the sandbox up as uid 0 of a
+    # first namespace (mapped to the leased uid), then runs the kernel in a second one nested
+    # in it (uid 1000 there is uid 0 of the first). A uid_map is read relative to the reader:
+    # inside, relative to the parent namespace ("1000 0 1"); from the host, relative to the
+    # host's ("1000 <leased uid> 1"). Either way uid 1000 is the leased uid, never host root.
+    async with AsyncKernel(backend="bwrap", limits=LIMITS) as k:
+        r = await k.execute(
+            "import os\n"
+            "print(open('/proc/self/uid_map').read() + open('/proc/self/gid_map').read())\n"
+            "(os.getuid(), os.getgid())",
+            timeout_s=20,
+        )
+        assert r.ok, r
+        assert r.value == "(1000, 1000)"
+        inside_uid, inside_gid = r.stdout.strip().splitlines()
+        assert _map(inside_uid) == [1000, 0, 1]
+        assert _map(inside_gid) == [1000, 0, 1]
+        host_pid = getattr(k.process, "host_pid", None)  # the runtime, seen from the host
+        assert isinstance(host_pid, int)
+        [leased] = host_uids(k)
+        assert leased in uid_range()
+        uid_map, gid_map, ids = _host_view(host_pid)
+        assert _map(uid_map) == [1000, leased, 1]
+        assert _map(gid_map) == [1000, leased, 1]
+        assert ids == [[str(leased)] * 4, [str(leased)] * 4]  # Uid: and Gid:, all four
+
+
+def _host_view(pid: int) -> tuple[str, str, list[list[str]]]:
+    """The uid_map, gid_map and Uid:/Gid: lines of *pid*, read in the host's namespace."""
+    with open(f"/proc/{pid}/uid_map") as f:
+        uid_map = f.read()
+    with open(f"/proc/{pid}/gid_map") as f:
+        gid_map = f.read()
+    with open(f"/proc/{pid}/status") as f:
+        ids = [line.split()[1:] for line in f if line.startswith(("Uid:", "Gid:"))]
+    return uid_map, gid_map, ids
+
+
 SYSCTLS = (
     "kernel/core_pattern",
     "kernel/panic",
