@@ -131,7 +131,8 @@ class KernelCells(KernelLifecycle):
         )
 
     async def _after_death(self, exc: BaseException, started: float) -> ExecutionResult:
-        assert self._proc is not None
+        if self._closed or self._proc is None:  # aclose() killed it under the cell: no restart
+            raise ClosedError("the kernel was closed while the cell ran") from exc
         if isinstance(exc, ProtocolError):
             reason = f"the kernel broke the protocol ({cut(str(exc), 300)}) and was killed"
             await self._proc.kill()

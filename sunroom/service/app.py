@@ -28,7 +28,8 @@ Errors are ``{"error": {"type", "message"}}`` with the status of
 request's values. An unexpected exception (a bug) is a 500 ``InternalError`` whose text stays
 in the log; every 5xx is logged with its traceback. A client that disconnects before its
 request's body arrived (it went away, or the read deadline cut it off) is no server error: one
-DEBUG line, no traceback, nothing done.
+DEBUG line, no traceback, nothing done. On SIGTERM/SIGINT the raw kernels are closed at once and
+their requests in flight answer 503 ``ShuttingDown`` (logged at INFO, no traceback).
 """
 
 from __future__ import annotations
@@ -58,6 +59,7 @@ from sunroom.service.kernels import KernelManager
 from sunroom.service.limits import BodyLimit, BodyTooLarge, HeaderLimit
 from sunroom.service.models import resolve_model
 from sunroom.service.problems import (
+    ShuttingDown,
     error_body,
     public_message,
     retry_after,
@@ -199,9 +201,16 @@ def create_app(
             )
             state["kernels"] = KernelManager(config=config, functions=every, templates=templates)
             await sessions().start()
+            stopping = asyncio.get_running_loop().create_task(
+                _shut_down_on(closing, kernels()), name="sunroom-kernels-shutdown"
+            )
             try:
                 yield
             finally:
+                stopping.cancel()
+                await asyncio.wait([stopping])
+                if not stopping.cancelled() and stopping.exception() is not None:
+                    log.error("closing the raw kernels failed", exc_info=stopping.exception())
                 await kernels().aclose()
                 await sessions().aclose()
                 await templates.aclose()
@@ -332,7 +341,10 @@ def create_app(
             body = error_body("ValidationError", validation_message(exc))
             return JSONResponse(body, status_code=422)
         status = status_for(exc)
-        if status >= 500:
+        if isinstance(exc, ShuttingDown):  # an expected end: no traceback
+            log.info("%s %s: answered 503, the server is shutting down",
+                     request.method, request.url.path)  # fmt: skip
+        elif status >= 500:
             log.error("%s %s failed", request.method, request.url.path, exc_info=exc)
         if not isinstance(exc, SunroomError):  # a bug: its text is for the log, not the client
             message = "the server failed unexpectedly; its log has the details"
@@ -403,6 +415,16 @@ def create_app(
     app.state.closing = closing
     app.state.health = health  # answered off the loop by server.serve's health gate
     return app
+
+
+async def _shut_down_on(closing: asyncio.Event, kernels: KernelManager) -> None:
+    """Once *closing* is set (SIGTERM/SIGINT), close the raw kernels at once.
+
+    Their requests in flight answer 503 ``ShuttingDown`` within the server's graceful period,
+    instead of being cancelled when it runs out (a ``CancelledError`` traceback per request).
+    """
+    await closing.wait()
+    await kernels.shut_down()
 
 
 class _Raw(Response):

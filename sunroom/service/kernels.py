@@ -8,6 +8,11 @@ Admission: at most ``config.max_kernel_requests`` kernel requests (starts and ex
 flight or queued at once, over all kernels; :meth:`KernelManager.admitted` refuses one more
 with :class:`~sunroom.service.problems.CapacityError` (429, ``Retry-After: 1``) before any of
 its work (reading the body included) is done, so the queue in front of the kernels stays bounded.
+
+Shutdown: :meth:`KernelManager.shut_down` (the server got SIGTERM/SIGINT) closes every kernel,
+those still starting included, at once; the requests in flight on them (a start, a cell, a
+fork) and any that come later answer 503 :class:`~sunroom.service.problems.ShuttingDown`
+rather than being cancelled by the server's graceful-shutdown timeout.
 """
 
 from __future__ import annotations
@@ -20,13 +25,13 @@ import uuid
 from collections.abc import Iterator, Sequence
 from typing import Any, final
 
-from sunroom.errors import UsageError
+from sunroom.errors import SunroomError, UsageError
 from sunroom.kernel_choice import describe_backend
 from sunroom.sandbox.functions import HostFunction
 from sunroom.sandbox.kernel import AsyncKernel
 from sunroom.sandbox.result import ExecutionResult
 from sunroom.service.config import ServiceConfig
-from sunroom.service.problems import CapacityError, NotFoundError
+from sunroom.service.problems import CapacityError, NotFoundError, ShuttingDown
 from sunroom.service.schemas import CreateKernel, network_spec
 from sunroom.service.templates import Templates
 
@@ -56,6 +61,8 @@ class KernelManager:
         self._about: dict[str, dict[str, Any]] = {}
         self._starting = 0
         self._in_flight = 0
+        self._opening: set[AsyncKernel] = set()  # being started: shut_down closes them too
+        self._shutting_down = False
 
     @property
     def live(self) -> int:
@@ -72,8 +79,10 @@ class KernelManager:
         """Count one kernel request (a start or an execute) as in flight while the block runs.
 
         Raises CapacityError (429, ``Retry-After: 1``) at once, before the block runs, when
-        ``config.max_kernel_requests`` are in flight or queued already.
+        ``config.max_kernel_requests`` are in flight or queued already; ShuttingDown (503)
+        once :meth:`shut_down` was called.
         """
+        self._refuse_when_shutting_down()
         bound = self.config.max_kernel_requests
         if self._in_flight >= bound:
             raise CapacityError(
@@ -88,7 +97,8 @@ class KernelManager:
     async def create(self, request: CreateKernel) -> str:
         """Start a kernel and return its id.
 
-        Raises CapacityError, UsageError, KernelStartError, SandboxUnavailableError.
+        Raises CapacityError, UsageError, KernelStartError, SandboxUnavailableError,
+        ShuttingDown (:meth:`shut_down` was called before or while it started).
         """
         if self.live >= self.config.max_kernels:
             raise CapacityError(f"this server runs its limit of {self.config.max_kernels} kernels")
@@ -122,11 +132,19 @@ class KernelManager:
                     mcp=self.config.mcp(request.mcp),
                     network=self.config.network(network_spec(request.network)),
                 )
+            self._opening.add(kernel)
             try:
                 await kernel.start()
-            except BaseException:
+            except BaseException as exc:
                 await kernel.aclose()  # its MCP servers stop too
+                if self._shutting_down and isinstance(exc, SunroomError):
+                    raise self._stopped() from None  # shut_down closed it while it started
                 raise
+            finally:
+                self._opening.discard(kernel)
+            if self._shutting_down:  # started while shut_down ran: it is not kept
+                await kernel.aclose()
+                raise self._stopped()
         finally:
             self._starting -= 1
         kid = uuid.uuid4().hex
@@ -143,7 +161,8 @@ class KernelManager:
         """Fork kernel *kid* into *n* copies (raw kernels of their own); return their ids.
 
         The copies count against ``config.max_kernels``. Raises NotFoundError, CapacityError,
-        ForkError (busy, or threads of its own), UsageError (a backend that cannot fork).
+        ForkError (busy, or threads of its own), UsageError (a backend that cannot fork),
+        ShuttingDown.
         """
         kernel = self._get(kid)
         if self.live + n > self.config.max_kernels:
@@ -154,8 +173,15 @@ class KernelManager:
         self._starting += n
         try:
             copies = await kernel.fork(n)
+        except SunroomError:
+            if self._shutting_down:  # the kernel was closed under the fork
+                raise self._stopped() from None
+            raise
         finally:
             self._starting -= n
+        if self._shutting_down:
+            await asyncio.gather(*(c.aclose() for c in copies), return_exceptions=True)
+            raise self._stopped()
         ids = []
         for copy in copies:
             ids.append(uuid.uuid4().hex)
@@ -188,8 +214,22 @@ class KernelManager:
         return kernel
 
     async def execute(self, kid: str, code: str, *, timeout_s: float | None) -> ExecutionResult:
-        """Run one cell. Raises NotFoundError, ClosedError (deleted meanwhile)."""
-        return await self._get(kid).execute(code, timeout_s=timeout_s)
+        """Run one cell.
+
+        Raises NotFoundError, ClosedError (deleted meanwhile), ShuttingDown (the server stopped:
+        the kernel was closed under the cell, whose result is lost).
+        """
+        kernel = self._get(kid)
+        self._refuse_when_shutting_down()
+        try:
+            out = await kernel.execute(code, timeout_s=timeout_s)
+        except SunroomError:
+            if self._shutting_down:
+                raise self._stopped() from None
+            raise
+        if self._shutting_down:  # a cell the closing kernel cut off ("died"): not its answer
+            raise self._stopped()
+        return out
 
     async def delete(self, kid: str) -> None:
         """Kill the kernel. Raises NotFoundError."""
@@ -198,9 +238,26 @@ class KernelManager:
         self._about.pop(kid, None)
         await kernel.aclose()
 
+    async def shut_down(self) -> None:
+        """The server is stopping: close every kernel (those starting too) and refuse the rest.
+
+        Requests in flight on them, and every kernel request after this, raise ShuttingDown
+        (503). A kernel that fails to close is logged, as in :meth:`aclose`.
+        """
+        self._shutting_down = True
+        await self.aclose()
+
+    def _refuse_when_shutting_down(self) -> None:
+        if self._shutting_down:
+            raise self._stopped()
+
+    @staticmethod
+    def _stopped() -> ShuttingDown:
+        return ShuttingDown("the server is shutting down and has closed its kernels")
+
     async def aclose(self) -> None:
         """Kill every kernel; a kernel that fails to close is logged, the others still close."""
-        kernels, self._kernels = list(self._kernels.values()), {}
+        kernels, self._kernels = [*self._kernels.values(), *self._opening], {}
         self._about.clear()
         outcomes = await asyncio.gather(*(k.aclose() for k in kernels), return_exceptions=True)
         for outcome in outcomes:

@@ -34,6 +34,7 @@ __all__ = [
     "ConflictError",
     "NotFoundError",
     "OwnedElsewhereError",
+    "ShuttingDown",
     "error_body",
     "public_message",
     "retry_after",
@@ -70,6 +71,14 @@ class OwnedElsewhereError(SunroomError):
         self.retry_after_s = retry_after_s
 
 
+@final
+class ShuttingDown(SunroomError):
+    """The server is stopping (SIGTERM/SIGINT): the request was not done, or was cut off (503).
+
+    An expected end, not a failure: answered without a traceback in the log.
+    """
+
+
 _STATUS: Final[tuple[tuple[type[BaseException], int], ...]] = (
     (NotFoundError, 404),
     (StoreNotFoundError, 404),
@@ -79,6 +88,7 @@ _STATUS: Final[tuple[tuple[type[BaseException], int], ...]] = (
     (StoreConflictError, 409),
     (CapacityError, 429),
     (OwnedElsewhereError, 503),
+    (ShuttingDown, 503),
     (pydantic.ValidationError, 422),
     (UsageError, 422),
     (SandboxUnavailableError, 503),
