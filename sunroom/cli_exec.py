@@ -2,9 +2,9 @@
 
 It prints the cell's output, or the whole result as JSON (``--json``); each ``--input``
 binds a host file read-only as a ``pathlib.Path``; ``--output`` copies the files it wrote into
-a host directory. The deadline is kept here, not by the kernel (:func:`_execute_once`). Exit
-status: :data:`EXIT_CODES` by the result's status (0 ok, 1 the code raised, 124 timeout, 125 the
-kernel died), 2 usage or setup error.
+a host directory (``--output-max-mb``, default 1024, in all). The deadline is kept here, not
+by the kernel (:func:`_execute_once`). Exit status: :data:`EXIT_CODES` by the result's status
+(0 ok, 1 the code raised, 124 timeout, 125 the kernel died), 2 usage or setup error.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from sunroom.cli_support import KernelNameOption, SandboxOption, fail, guarded, 
 from sunroom.errors import SunroomError
 from sunroom.sandbox.backend import Backend
 from sunroom.sandbox.backends import DEFAULT_BACKEND, NAMES
-from sunroom.sandbox.files import copy_out
+from sunroom.sandbox.files import COPY_MAX_BYTES, copy_out
 from sunroom.sandbox.inputs import File
 from sunroom.sandbox.kernel import AsyncKernel
 from sunroom.sandbox.limits import Limits
@@ -49,6 +49,7 @@ async def _execute_once(
     inputs: dict[str, File] | None = None,
     output: Path | None = None,
     output_globs: Sequence[str] = (),
+    output_max_bytes: int = COPY_MAX_BYTES,
     mcp: Sequence[McpServer] = (),
     network: Network | None = None,
 ) -> ExecutionResult:
@@ -59,19 +60,22 @@ async def _execute_once(
     ``limits.interrupt_grace_s`` the kernel is killed and, unlike the kernel's own timeout,
     no fresh one is started (nothing runs after this cell). With *output*, the workdir files
     matching *output_globs* (default all) are copied there after the cell, unless the kernel
-    was lost. Raises what ``AsyncKernel`` raises.
+    was lost, *output_max_bytes* at most in all (``copy_out``: FileError(reason="too_big")
+    past it). Raises what ``AsyncKernel`` raises.
     """
     async with AsyncKernel(
         backend=backend, limits=limits, inputs=inputs, mcp=mcp, network=network
     ) as kernel:
         result = await _run_cell(kernel, code, limits)
         if output is not None and not result.state_lost:
-            await _copy_output(kernel, output, output_globs)
+            await _copy_output(kernel, output, output_globs, output_max_bytes)
         return result
 
 
-async def _copy_output(kernel: AsyncKernel, output: Path, globs: Sequence[str]) -> None:
-    _, skipped = await copy_out(kernel.files, output, globs or ("**/*",))
+async def _copy_output(
+    kernel: AsyncKernel, output: Path, globs: Sequence[str], max_bytes: int
+) -> None:
+    _, skipped = await copy_out(kernel.files, output, globs or ("**/*",), max_bytes=max_bytes)
     for rel in skipped:
         sys.stderr.write(f"sunroom: skipped {rel!r}: a link that leads out of the workdir\n")
 
@@ -133,6 +137,13 @@ def exec_(
             help="Copy only workdir files matching this glob (repeatable; ** spans dirs)."
         ),
     ] = None,
+    output_max_mb: Annotated[
+        int,
+        typer.Option(
+            help="Most MiB --output copies in all; more is an error (exit 2) before the file "
+            "that would pass it is read."
+        ),
+    ] = COPY_MAX_BYTES >> 20,
     mcp: Annotated[
         Path | None,
         typer.Option(
@@ -175,6 +186,8 @@ def exec_(
         raise fail(f"--memory-mb must be a positive number of MB, got {memory_mb}")
     if output_glob and output is None:
         raise fail("--output-glob needs --output DIR")
+    if output_max_mb <= 0:
+        raise fail(f"--output-max-mb must be a positive number of MiB, got {output_max_mb}")
     limits = Limits(timeout_s=timeout, memory_mb=memory_mb)
     chosen = chosen_backend(backend, kernel_name, sandbox)
     files = file_inputs(inputs or [])
@@ -197,6 +210,7 @@ def exec_(
             inputs=files or None,
             output=output,
             output_globs=output_glob or (),
+            output_max_bytes=output_max_mb << 20,
             mcp=bound,
             network=policy,
         )

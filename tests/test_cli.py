@@ -181,3 +181,31 @@ def test_exec_output_glob_picks_files(tmp_path: Path) -> None:
     ]
     proc = run("exec", "--backend", "subprocess", "--output-glob", "*.txt", "-", stdin="1")
     assert proc.returncode == 2 and "--output-glob needs --output" in proc.stderr
+
+
+def test_exec_output_has_a_total_cap(tmp_path: Path) -> None:
+    """Issue 26: ``--output-max-mb`` (default 1024) caps what ``--output`` writes in all."""
+    dest = tmp_path / "results"
+    two_mb = (
+        "open('a.bin', 'wb').write(b'a' * (1 << 20))\nopen('b.bin', 'wb').write(b'b' * (1 << 20))"
+    )
+    proc = run(
+        "exec", "--backend", "subprocess", "--output", str(dest), "--output-max-mb", "1", "-",
+        stdin=two_mb,
+    )  # fmt: skip
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr == (
+        "sunroom: the files to copy hold 2097152 bytes, over the limit of 1048576; "
+        "nothing was copied\n"
+    )
+    assert list(dest.iterdir()) == []
+    proc = run(
+        "exec", "--backend", "subprocess", "--output", str(dest), "--output-max-mb", "2", "-",
+        stdin=two_mb,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert sorted(p.name for p in dest.iterdir()) == ["a.bin", "b.bin"]
+    proc = run("exec", "--output", str(dest), "--output-max-mb", "0", "-", stdin="1")
+    assert proc.returncode == 2 and "--output-max-mb must be a positive" in proc.stderr
+    help_text = run("exec", "--help").stdout
+    assert "--output-max-mb" in help_text and "1024" in help_text

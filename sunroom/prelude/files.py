@@ -47,6 +47,31 @@ MAX_HANDLES = 64
 UPLOAD_PREFIX = ".sunroom-upload-"
 """Start of the hidden name a write goes to before it is committed (never listed)."""
 
+PSEUDO_FILESYSTEMS = {
+    0x9FA0: "procfs",
+    0x62656572: "sysfs",
+    0x64626720: "debugfs",
+    0x74726163: "tracefs",
+    0x73636673: "securityfs",
+    0x27E0EB: "cgroup",
+    0x63677270: "cgroup2",
+    0xCAFE4A11: "bpf",
+    0x62656570: "configfs",
+    0x6165676C: "pstore",
+    0xDE5E81E4: "efivarfs",
+    0xF97CFF8C: "selinuxfs",
+    0x43415D53: "smackfs",
+    0x42494E4D: "binfmt_misc",
+}
+"""Kernel interfaces that look like regular files (``statfs``'s ``f_type`` to a name).
+
+Their files are no data: most report size 0 or 4096 whatever they hold, some produce output
+without end or change what they say by who reads them. Neither the kernel runtime serves
+them (:meth:`FileServer.read_open`) nor the host takes a descriptor of one
+(:func:`sunroom.sandbox.fdtake.take`)."""
+
+_STATFS_BYTES = 256  # more than ``struct statfs`` on every Linux ABI (120 bytes on 64-bit)
+
 _RESOLVE_NO_MAGICLINKS = 0x02
 _RESOLVE_BENEATH = 0x08
 _SYS_OPENAT2 = 437  # the same number on every architecture with the unified syscall table
@@ -97,6 +122,31 @@ def normalize(path: Any) -> str:
     if not parts:
         raise PathRefused("the path must name something inside the workdir, not the workdir")
     return "/".join(parts)
+
+
+def filesystem_type(fd: int) -> int:
+    """The filesystem *fd* is on: ``fstatfs(fd).f_type``, its magic number.
+
+    ``os.fstatvfs`` has no ``f_type``, so this calls libc's ``fstatfs`` through ctypes (the
+    field opens ``struct statfs`` on every Linux ABI, as wide as a C ``long``). Raises OSError
+    when the call fails, or ENOSYS when there is no ctypes or no ``fstatfs`` to call.
+    """
+    try:
+        import ctypes
+
+        fstatfs = ctypes.CDLL(None, use_errno=True).fstatfs
+    except (ImportError, OSError, AttributeError):
+        raise OSError(errno.ENOSYS, "fstatfs is not available") from None
+    buf = ctypes.create_string_buffer(_STATFS_BYTES)
+    if fstatfs(ctypes.c_int(fd), buf) != 0:
+        code = ctypes.get_errno()
+        raise OSError(code, os.strerror(code))
+    return ctypes.c_ulong.from_buffer(buf).value & 0xFFFFFFFF  # the magics are 32-bit
+
+
+def pseudo_filesystem(fd: int) -> str | None:
+    """The name of the kernel interface (:data:`PSEUDO_FILESYSTEMS`) *fd* is on, or None."""
+    return PSEUDO_FILESYSTEMS.get(filesystem_type(fd))
 
 
 def _openat2_function(root: str) -> Callable[[int, str, int, int], int] | None:
@@ -257,13 +307,20 @@ class _Upload:
         self.dir_fd, self.fd, self.name, self.temp, self.written = dir_fd, fd, name, temp, 0
 
 
+class _Read:
+    __slots__ = ("fd", "left")
+
+    def __init__(self, fd: int, size: int) -> None:
+        self.fd, self.left = fd, size  # left: the bytes still to send of the size at open
+
+
 class FileServer:
     """The ``file_*`` requests of one kernel, over the workdir *root*."""
 
     def __init__(self, root: str) -> None:
         self.jail = Jail(root)
         self._uploads: dict[int, _Upload] = {}
-        self._reads: dict[int, int] = {}
+        self._reads: dict[int, _Read] = {}
         self._read_buf: bytearray | None = None  # reused by every read while one is open
         self._next = 0
         self.handlers: dict[str, Callable[[Any], Any]] = {
@@ -359,6 +416,14 @@ class FileServer:
     def read_open(self, params: dict[str, Any]) -> dict[str, int]:
         """Open ``path`` for reading; its handle and size.
 
+        The size is the file's when it was opened, and the read never goes past it
+        (:meth:`read_chunk`): the host refuses every byte past it as a broken protocol. A file
+        of a kernel interface (procfs, sysfs, ...: :data:`PSEUDO_FILESYSTEMS`, found with
+        ``fstatfs``, never by its size) is refused (PathRefused): its size says nothing of
+        what reading it gives. The host checks the same for a descriptor it takes (the share
+        below), because this check runs in the kernel, which the host does not trust; here it
+        turns such a file into a clear error instead of a read cut at a meaningless size.
+
         With ``share: true`` the answer also holds ``fd``, the number of this process's own
         descriptor of the file (open until ``file_read_close``), and the file's ``dev`` and
         ``ino``: the host may take that descriptor with ``pidfd_getfd`` and send the file from
@@ -377,10 +442,13 @@ class FileServer:
                 raise IsDirectory("the path names a directory, not a file")
             if not stat.S_ISREG(st.st_mode):
                 raise FileOpFailed("the path names something that is not a regular file")
+            kind = pseudo_filesystem(fd)
+            if kind is not None:
+                raise PathRefused(f"the path names a file of {kind}, a kernel interface, not data")
         except BaseException:
             os.close(fd)
             raise
-        self._reads[handle] = fd
+        self._reads[handle] = _Read(fd, st.st_size)
         if params.get("share") is True:
             return {
                 "handle": handle,
@@ -392,29 +460,33 @@ class FileServer:
         return {"handle": handle, "size": st.st_size}
 
     def read_chunk(self, params: dict[str, Any]) -> bytes | memoryview:
-        """Up to ``size`` more bytes of an open read (``b""`` at the end).
+        """Up to ``size`` more bytes of an open read (``b""`` at the end, or at the opened size).
 
         The bytes are read into one buffer kept while reads are open, and returned as a view of
         it: the answer is sent (without copying it) before the next request is read.
         """
-        fd = self._reads.get(params.get("handle"))  # type: ignore[arg-type]
+        read = self._reads.get(params.get("handle"))  # type: ignore[arg-type]
         size = params.get("size")
-        if fd is None:
+        if read is None:
             raise FileOpFailed("no read is open with that handle")
         if type(size) is not int or size <= 0:
             raise FileOpFailed("the size of a read must be a positive int")
+        size = min(size, read.left)  # a file that grew meanwhile is cut at its opened size
+        if not size:
+            return b""
         buf = self._read_buf
         if buf is None or len(buf) < size:
             self._read_buf = buf = bytearray(size)
         view = memoryview(buf)[:size]
-        got = os.readv(fd, [view])
+        got = os.readv(read.fd, [view])
+        read.left -= got
         return view[:got] if got else b""
 
     def read_close(self, params: dict[str, Any]) -> None:
         """Close an open read."""
-        fd = self._reads.pop(params.get("handle"), None)  # type: ignore[arg-type]
-        if fd is not None:
-            os.close(fd)
+        read = self._reads.pop(params.get("handle"), None)  # type: ignore[arg-type]
+        if read is not None:
+            os.close(read.fd)
         if not self._reads:
             self._read_buf = None
 

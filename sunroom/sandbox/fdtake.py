@@ -10,9 +10,16 @@ channel itself: a link planted by kernel code was resolved (or refused) inside t
 file renamed, replaced or relinked afterwards does not change what the descriptor reads.
 
 The kernel is not trusted: :func:`take` refuses (ProtocolError) a descriptor that is not
-open for reading, not a regular file, or not the file (device and inode) the kernel said it
-opened. Taking needs ptrace access to the runtime (the host runs as root or as the kernel's
-owner); :func:`available` says whether this process can take descriptors at all.
+open for reading, not a regular file, not the file (device and inode) the kernel said it
+opened, or a file of a kernel interface (procfs, sysfs, debugfs, securityfs, cgroup, ...:
+:data:`~sunroom.prelude.files.PSEUDO_FILESYSTEMS`). That last check is made here, on the
+host, with ``fstatfs`` of the taken descriptor: this process holds the descriptor and trusts
+no answer of the kernel about it, and such a file's size (0 or 4096, whatever it holds) says
+nothing of what reading it gives, so a size check would not catch it. (The kernel runtime
+refuses to open one too, so an honest kernel never names one.)
+
+Taking needs ptrace access to the runtime (the host runs as root or as the kernel's owner);
+:func:`available` says whether this process can take descriptors at all.
 """
 
 from __future__ import annotations
@@ -25,6 +32,7 @@ from functools import cache
 from typing import Final
 
 from sunroom.errors import ProtocolError
+from sunroom.prelude.files import pseudo_filesystem
 
 __all__ = ["available", "take"]
 
@@ -71,7 +79,8 @@ def take(pid: int, fd: int, *, dev: int, ino: int) -> int:
 
     *dev* and *ino* are what the kernel said the file is. Raises OSError when the descriptor
     cannot be taken (the process is gone, no ptrace access) and ProtocolError when it is not
-    a regular file open for reading with that device and inode.
+    a regular file open for reading with that device and inode, or when it is a file of a
+    kernel interface (procfs, sysfs, ...; found with ``fstatfs``).
     """
     pidfd = os.pidfd_open(pid)
     try:
@@ -85,6 +94,9 @@ def take(pid: int, fd: int, *, dev: int, ino: int) -> int:
             raise ProtocolError("the kernel named a file descriptor that is not open for reading")
         if not stat.S_ISREG(st.st_mode) or (st.st_dev, st.st_ino) != (dev, ino):
             raise ProtocolError("the kernel named a file descriptor that is not the file it opened")
+        kind = pseudo_filesystem(got)
+        if kind is not None:
+            raise ProtocolError(f"the kernel named a file descriptor of {kind}, not a data file")
     except BaseException:
         os.close(got)
         raise

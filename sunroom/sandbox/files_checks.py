@@ -11,12 +11,16 @@ inside the workdir; they become :class:`FileInfo` entries.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, final
+from typing import Any, Final, final
 
 from sunroom.errors import FileError, UsageError
 from sunroom.prelude.files import MAX_LIST, PathRefused, normalize
 from sunroom.rpc.codec import WireError
+
+READ_MAX_BYTES: Final = 1024 * 1024 * 1024
+"""The default cap of ``kernel.files.read`` (1 GiB): the most one call holds in memory."""
 
 
 @final
@@ -81,17 +85,41 @@ def check_nil(result: Any) -> None:
         raise WireError("a file close or delete result must be nil")
 
 
-def check_chunk_of(size: int) -> Any:
-    """The check of an answer to ``file_read_chunk`` asking for *size* bytes: at most that."""
+@final
+class ReadBudget:
+    """What one read may still receive: the size the kernel reported when it opened the file.
 
-    def check(result: Any) -> bytes:
-        if type(result) is not bytes:
-            raise WireError("a file read result must be bytes")
-        if len(result) > size:
-            raise WireError(f"a file read result must be at most {size} bytes")
-        return result
+    The one bound of every host-side read of a kernel's file (``read``, ``read_stream``,
+    ``read_sized``, so ``copy_out`` and the download route too): each answer to
+    ``file_read_chunk`` is checked by :meth:`check` as it arrives, before anything uses it.
+    The kernel serves a file only up to its size at open (a file that grew is cut there), so
+    a byte past that size is the kernel breaking the protocol: WireError, which the channel
+    turns into a ProtocolError, closing it (the kernel starts afresh on next use). So nothing
+    past the reported size is ever kept, written or yielded, however long the kernel sends.
+    """
 
-    return check
+    __slots__ = ("left", "size")
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self.left = size
+
+    def check(self, asked: int) -> Callable[[Any], bytes]:
+        """The check of an answer to a ``file_read_chunk`` asking for *asked* bytes."""
+
+        def check(result: Any) -> bytes:
+            if type(result) is not bytes:
+                raise WireError("a file read result must be bytes")
+            if len(result) > asked:
+                raise WireError(f"a file read result must be at most {asked} bytes")
+            if len(result) > self.left:
+                raise WireError(
+                    f"the kernel sent more than the {self.size} bytes it reported for the file"
+                )
+            self.left -= len(result)
+            return result
+
+        return check
 
 
 def check_listing(result: Any) -> list[FileInfo]:

@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import AsyncGenerator, AsyncIterator, Generator, Iterable, Iterator
 from typing import TYPE_CHECKING, final
 
+from sunroom.sandbox.files_checks import READ_MAX_BYTES
+
 if TYPE_CHECKING:
     from sunroom.sandbox.files import KernelFiles, SharedFile
     from sunroom.sandbox.files_checks import FileInfo
@@ -30,9 +32,9 @@ class Files:
             return self._portal.call(self._core.write(path, bytes(data)))
         return self._portal.call(self._core.write(path, _pieces(iter(data))))
 
-    def read(self, path: str) -> bytes:
-        """The content of *path*; see ``KernelFiles.read``."""
-        return self._portal.call(self._core.read(path))
+    def read(self, path: str, *, max_bytes: int = READ_MAX_BYTES) -> bytes:
+        """The content of *path*, at most *max_bytes* (1 GiB); see ``KernelFiles.read``."""
+        return self._portal.call(self._core.read(path, max_bytes=max_bytes))
 
     def read_stream(self, path: str) -> Iterator[bytes]:
         """The content of *path* chunk by chunk; see ``KernelFiles.read_stream``."""

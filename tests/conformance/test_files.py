@@ -6,11 +6,13 @@ import asyncio
 import contextlib
 import os
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import pytest
 
 from sunroom import AsyncKernel, Kernel, Limits
 from sunroom.errors import FileError, UsageError
+from sunroom.sandbox.files import COPY_MAX_BYTES, copy_out
 
 
 @pytest.fixture
@@ -245,6 +247,9 @@ def test_the_sync_twin(backend: str) -> None:
     with Kernel(backend=backend) as k:
         assert k.files.write("a.txt", [b"he", b"llo"]) == 5
         assert k.files.read("a.txt") == b"hello"
+        with pytest.raises(FileError, match="over the read limit of 4 bytes") as err:
+            k.files.read("a.txt", max_bytes=4)
+        assert err.value.reason == "too_big"
         assert list(k.files.read_stream("a.txt")) == [b"hello"]
         stream = k.files.read_stream("a.txt")
         assert next(stream) == b"hello"
@@ -266,3 +271,58 @@ def test_the_sync_twin(backend: str) -> None:
         assert [f.path for f in k.files.list()] == ["a.txt"]
         k.files.delete("a.txt")
         assert k.files.list() == []
+
+
+GROW_SOON = """
+import threading, time
+def grow():
+    time.sleep(0.5)
+    with open('g.bin', 'ab') as f:
+        f.write(b'more' * 100_000)
+threading.Thread(target=grow, daemon=True).start()
+"""
+
+
+async def test_a_read_ends_at_the_size_the_file_had_when_opened(kernel: AsyncKernel) -> None:
+    """Issue 26: every host read stops at the size reported at open (the host refuses more as
+    a broken protocol), so a file that grows meanwhile is cut there, on every path."""
+    data = b"g" * (2 * 1024 * 1024 + 7)
+    await kernel.files.write("g.bin", data)
+    assert (await kernel.execute(GROW_SOON)).ok
+    size, stream = await kernel.files.read_sized("g.bin")
+    await asyncio.sleep(1.0)  # it grew meanwhile
+    assert size == len(data)
+    assert b"".join([c async for c in stream]) == data
+    grown = (await kernel.execute("import os; os.path.getsize('g.bin')")).value
+    assert grown == str(len(data) + 400_000)
+    assert (await kernel.execute("1 + 1")).value == "2"
+
+
+async def test_read_has_a_size_cap(kernel: AsyncKernel) -> None:
+    """Issue 26: ``read(max_bytes=)`` (default 1 GiB) refuses a file over it before reading."""
+    data = b"m" * (3 * 1024 * 1024)
+    await kernel.files.write("m.bin", data)
+    with pytest.raises(FileError, match="m.bin is 3145728 bytes, over the read limit") as err:
+        await kernel.files.read("m.bin", max_bytes=len(data) - 1)
+    assert err.value.reason == "too_big"
+    assert await kernel.files.read("m.bin", max_bytes=len(data)) == data
+    assert await kernel.files.read("m.bin") == data
+    with pytest.raises(UsageError, match="max_bytes"):
+        await kernel.files.read("m.bin", max_bytes=-1)
+    assert (await kernel.execute("1 + 1")).value == "2"  # nothing holds the kernel
+
+
+async def test_copy_out_has_a_total_cap(kernel: AsyncKernel, tmp_path: Path) -> None:
+    """Issue 26: ``copy_out`` writes at most ``max_bytes`` in all (default 1 GiB): over it by
+    the listing, nothing is copied."""
+    for name in ("a.bin", "b.bin", "c.bin"):
+        await kernel.files.write(name, b"c" * (1024 * 1024))
+    dest = tmp_path / "out"
+    with pytest.raises(FileError, match="hold 3145728 bytes, over the limit of 2621440") as err:
+        await copy_out(kernel.files, dest, max_bytes=2621440)
+    assert err.value.reason == "too_big"
+    assert list(dest.iterdir()) == []
+    assert COPY_MAX_BYTES == 1024 * 1024 * 1024
+    copied, skipped = await copy_out(kernel.files, dest, max_bytes=3 * 1024 * 1024)
+    assert (copied, skipped) == (["a.bin", "b.bin", "c.bin"], [])
+    assert all((dest / name).stat().st_size == 1024 * 1024 for name in copied)

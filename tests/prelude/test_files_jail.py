@@ -98,3 +98,45 @@ def test_listing_never_follows_links(server: FileServer) -> None:
         "secret": False,
     }
     assert files.normalize("a//./b/") == "a/b"
+
+
+@pytest.mark.parametrize("mode", ["openat2", "walk"])
+@pytest.mark.parametrize(
+    ("path", "kind"),
+    [("proc/cpuinfo", "procfs"), ("sys/kernel/mm/transparent_hugepage/enabled", "sysfs")],
+)
+def test_files_of_kernel_interfaces_are_refused(mode: str, path: str, kind: str) -> None:
+    """Issue 26: a procfs or sysfs file is regular and reports size 0 or 4096 whatever it
+    holds; it is refused by its filesystem (``fstatfs``), whatever its size. (A workdir at /
+    reaches them without a link.)"""
+    if not os.path.isfile("/" + path):
+        pytest.skip(f"/{path} is not here")
+    server = FileServer("/")
+    if mode == "walk":
+        server.jail._openat2 = None
+    with pytest.raises(PathRefused, match=f"a file of {kind}, a kernel interface"):
+        server.handlers["file_read_open"]({"path": path})
+    for share in (True, False):
+        opened = server.handlers["file_read_open"]({"path": "etc/hostname", "share": share})
+        server.handlers["file_read_close"]({"handle": opened["handle"]})  # data files still are
+    proc = os.open("/proc", os.O_RDONLY)
+    try:
+        assert files.filesystem_type(proc) == 0x9FA0  # PROC_SUPER_MAGIC
+    finally:
+        os.close(proc)
+
+
+def test_a_read_ends_at_the_size_the_file_had_when_opened(tmp_path: Path) -> None:
+    """Issue 26: the host refuses every byte past the size reported at open, so the kernel
+    never sends one: a file that grows meanwhile is cut there."""
+    (tmp_path / "f").write_bytes(b"0123456789")
+    server = FileServer(str(tmp_path))
+    opened = server.handlers["file_read_open"]({"path": "f"})
+    assert opened["size"] == 10
+    with open(tmp_path / "f", "ab") as more:
+        more.write(b"grown" * 1000)
+    chunk = server.handlers["file_read_chunk"]
+    assert bytes(chunk({"handle": opened["handle"], "size": 4})) == b"0123"
+    assert bytes(chunk({"handle": opened["handle"], "size": 1 << 20})) == b"456789"
+    assert chunk({"handle": opened["handle"], "size": 1 << 20}) == b""
+    server.handlers["file_read_close"]({"handle": opened["handle"]})

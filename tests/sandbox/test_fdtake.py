@@ -67,3 +67,23 @@ def test_a_descriptor_that_is_not_there_is_an_os_error() -> None:
     unused = os.sysconf("SC_OPEN_MAX") - 1  # far above every descriptor this process holds
     with pytest.raises(OSError, match="Bad file descriptor"):
         fdtake.take(os.getpid(), unused, dev=0, ino=0)
+
+
+@pytest.mark.parametrize(
+    ("path", "kind"),
+    [("/proc/self/status", "procfs"), ("/sys/kernel/mm/transparent_hugepage/enabled", "sysfs")],
+)
+def test_a_file_of_a_kernel_interface_is_refused(path: str, kind: str) -> None:
+    """Issue 26: procfs and sysfs files are regular and readable; their size (0, 4096) says
+    nothing, so the host checks their filesystem (``fstatfs``), not their size."""
+    if not os.path.exists(path):
+        pytest.skip(f"{path} is not here")
+    fd = os.open(path, os.O_RDONLY)
+    before = len(os.listdir("/proc/self/fd"))
+    try:
+        assert os.path.isfile(path)  # what the other checks pass
+        with pytest.raises(ProtocolError, match=f"descriptor of {kind}, not a data file"):
+            fdtake.take(os.getpid(), fd, **_ids(fd))
+        assert len(os.listdir("/proc/self/fd")) == before  # the taken one was closed again
+    finally:
+        os.close(fd)
