@@ -50,6 +50,7 @@ class SupervisedProcess:
         lease: IdentityLease | None = None,
     ) -> None:
         self._proc = proc
+        self._pidfd = _pidfd(proc.pid)
         self._lease = lease
         self._status_fd = status_fd
         self._rundir = rundir
@@ -73,6 +74,14 @@ class SupervisedProcess:
     def pid(self) -> int:
         """The supervisor's pid (host namespace)."""
         return self._proc.pid
+
+    @property
+    def returncode(self) -> int | None:
+        """The supervisor's exit code once asyncio's child watcher reaped it (None before).
+
+        0 after a clean teardown, whatever the kernel's own end (that is :meth:`exit_reason`).
+        """
+        return self._proc.returncode
 
     @property
     def kernel_pid(self) -> int | None:
@@ -145,16 +154,35 @@ class SupervisedProcess:
             )
         await asyncio.shield(self._teardown)
 
+    def _signal(self, sig: signal.Signals) -> None:
+        """Send *sig* to the supervisor, never reaping it.
+
+        Not ``Process.send_signal``: the standard library's ``Popen.send_signal`` first polls
+        (``waitpid(pid, WNOHANG)``), which reaps a supervisor that has just exited under the
+        nose of asyncio's child watcher; the watcher then logs "Unknown child process pid N,
+        will report returncode 255" and the real exit status is lost (issue 26, item 6).
+        The pidfd names this very process even after its pid is reaped and reused.
+        """
+        if self._proc.returncode is not None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            if self._pidfd is not None:
+                signal.pidfd_send_signal(self._pidfd, sig)
+            else:
+                os.kill(self._proc.pid, sig)
+
     async def _kill_ladder(self) -> None:
         if self._proc.returncode is None:
-            with contextlib.suppress(ProcessLookupError):
-                self._proc.send_signal(self._stop_signal)
+            self._signal(self._stop_signal)
             try:
                 await asyncio.wait_for(self._proc.wait(), 3.0)
             except TimeoutError:
                 await asyncio.to_thread(self._hard_kill)
                 await self._proc.wait()
         self._read_status()
+        if self._pidfd is not None:
+            os.close(self._pidfd)
+            self._pidfd = None
         await close_companions(self.companions)
         if self._cgroup is not None:
             await asyncio.to_thread(self._cgroup.remove)
@@ -166,10 +194,10 @@ class SupervisedProcess:
             self._lease.release()
 
     def _hard_kill(self) -> None:
-        pids = self.descendants()
-        for pid in [*pids, self._proc.pid]:
+        for pid in self.descendants():
             with contextlib.suppress(OSError):
                 os.kill(pid, signal.SIGKILL)
+        self._signal(signal.SIGKILL)
         if self._cgroup is not None:
             self._cgroup.kill_all()
 
@@ -224,6 +252,17 @@ class SupervisedProcess:
         if not oom and not self._status:
             return f"the kernel's supervisor ended (return code {self._proc.returncode})"
         return describe_status(self._status or "", oom=oom, memory_mb=self._memory_mb)
+
+
+def _pidfd(pid: int) -> int | None:
+    """A pidfd of our child *pid* (not yet reaped: only asyncio's watcher reaps it), or None.
+
+    None when the kernel has no ``pidfd_open`` (Linux before 5.3) or the child is already gone.
+    """
+    try:
+        return os.pidfd_open(pid)
+    except OSError:
+        return None
 
 
 class Companion(Protocol):
