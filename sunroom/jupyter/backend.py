@@ -14,12 +14,12 @@ from __future__ import annotations
 import asyncio
 import socket
 import sys
-from queue import Empty
 from typing import Any, final
 
 import zmq
 
 from sunroom.errors import KernelStartError, SandboxUnavailableError, UsageError
+from sunroom.jupyter.messages import receive
 from sunroom.jupyter.process import JupyterProcess, close_quietly
 from sunroom.jupyter.provisioner import NAME, LaunchRequest, expect, forget
 from sunroom.jupyter.specs import KernelSpecInfo, find_kernelspec
@@ -186,14 +186,15 @@ class JupyterBackend:
                     f"kernel_info within {timeout_s:g} s"
                 )
             msg_id = client.kernel_info()
-            try:
+            session = client.session
+            try:  # messages are checked (sunroom.jupyter.messages); malformed ones are skipped
                 while info is None:
-                    reply = await client.get_shell_msg(timeout=min(0.5, left))
-                    if reply.get("parent_header", {}).get("msg_id") == msg_id:
-                        info = reply.get("content") or {}
+                    reply = await receive(client.shell_channel.socket, session, min(0.5, left))
+                    if reply is not None and reply.parent_id == msg_id:
+                        info = reply.content
                 while True:  # the request's status on IOPub: the subscription is live
-                    msg = await client.get_iopub_msg(timeout=min(0.2, left))
-                    if msg.get("parent_header", {}).get("msg_id") == msg_id:
+                    msg = await receive(client.iopub_channel.socket, session, min(0.2, left))
+                    if msg is not None and msg.parent_id == msg_id:
                         return info
-            except Empty:  # no answer yet: ask again (a kernel may miss the first request)
+            except TimeoutError:  # no answer yet: ask again (a kernel may miss the first request)
                 continue

@@ -18,7 +18,9 @@ from typing import Any, final
 from jupyter_client.asynchronous.client import AsyncKernelClient
 from jupyter_client.manager import AsyncKernelManager
 
+from sunroom.jupyter import messages
 from sunroom.jupyter.results import CellMessages, OutputCallback
+from sunroom.rpc.channel import cut
 from sunroom.sandbox.backend import KernelProcess
 
 log = logging.getLogger(__name__)
@@ -148,26 +150,53 @@ class JupyterProcess:
         return done
 
     async def _run(self, code: str, cell: CellMessages) -> None:
-        reply = await self.client.execute_interactive(
-            code,
-            silent=False,
-            store_history=True,
-            allow_stdin=False,
-            stop_on_error=False,
-            output_hook=self._hook(cell),
+        """Send the cell and collect its messages until its ``execute_reply``.
+
+        The IOPub messages whose parent is the cell's request go to *cell* until the kernel
+        reports itself idle; then the shell channel's ``execute_reply`` to the request ends
+        the cell. Frames that are not a well-formed message (:func:`messages.parse`) are
+        ignored and counted; nothing the kernel sends makes this raise.
+        """
+        client = self.client
+        session = client.session
+        msg_id: str = client.execute(
+            code, silent=False, store_history=True, allow_stdin=False, stop_on_error=False
         )
-        content = reply.get("content") if isinstance(reply, dict) else None
-        cell.reply(content if isinstance(content, dict) else {})
-
-    @staticmethod
-    def _hook(cell: CellMessages) -> Any:
-        def hook(msg: dict[str, Any]) -> None:
-            try:
-                cell.add(msg)
-            except Exception:  # one malformed message must not end the cell's collection
-                log.exception("a Jupyter message could not be read; it was dropped")
-
-        return hook
+        try:
+            while True:
+                msg = await messages.receive(client.iopub_channel.socket, session, None)
+                if msg is None:
+                    cell.ignored += 1
+                    continue
+                if msg.parent_id != msg_id:
+                    continue  # another request's (an abandoned cell's, kernel_info's)
+                if msg.msg_type == "status":
+                    state = msg.content.get("execution_state")
+                    if state == "idle":
+                        break
+                    if type(state) is not str:
+                        cell.ignored += 1
+                    continue
+                try:
+                    cell.add(msg)
+                except Exception:  # a bug here, not the kernel's doing: said, and the cell goes on
+                    log.exception("a Jupyter %s message could not be taken", cut(msg.msg_type, 40))
+                    cell.ignored += 1
+            while True:
+                reply = await messages.receive(client.shell_channel.socket, session, None)
+                if reply is None:
+                    cell.ignored += 1
+                elif reply.parent_id == msg_id and reply.msg_type == "execute_reply":
+                    cell.reply(reply.content)
+                    return
+        finally:
+            if cell.ignored:
+                log.warning(
+                    "the Jupyter kernel %r sent %d messages during a cell that did not fit the "
+                    "Jupyter protocol; they were ignored",
+                    self.kernel_name,
+                    cell.ignored,
+                )
 
 
 async def close_quietly(manager: AsyncKernelManager, client: AsyncKernelClient | None) -> None:

@@ -17,6 +17,22 @@ and then its ``execute_reply``, and returns the same dict a sunroom kernel sends
   IPython's ``StdinNotImplementedError`` (``input()`` with no stdin) becomes ``EOFError``, as in
   sunroom's kernels;
 * ``clear_output`` is not replayed: what was shown before it is kept.
+
+Nothing a kernel sends can make this raise (docs/security.md: the host never raises on kernel
+data). The messages come checked by :func:`sunroom.jupyter.messages.parse` (a signed envelope
+of JSON maps); their content is checked here, by the same rule for every type:
+
+* a message that is not a message at all (:func:`~sunroom.jupyter.messages.parse` gave None)
+  or whose content does not fit its type (a ``stream`` whose ``name`` is not ``stdout`` or
+  ``stderr`` or whose ``text`` is not a str, an ``execute_result`` whose ``data`` is not a
+  map) is **ignored** and counted in :attr:`CellMessages.ignored`;
+* a display (``execute_result`` with more than text, ``display_data``,
+  ``update_display_data``) whose bundle cannot be used (no usable MIME type, a mime type over
+  128 characters, a value of the wrong type) is **dropped** and counted in
+  ``dropped_outputs``, as sunroom's kernels count theirs; ``metadata`` or ``transient`` that
+  is not a map is taken as empty;
+* an ``error`` is always an error: an ``ename`` or ``evalue`` that is not a str becomes
+  ``"Error"`` or ``""``, a traceback that is not a list of str keeps only its str lines.
 """
 
 from __future__ import annotations
@@ -28,6 +44,9 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any, Final, final
 
+from sunroom.jupyter.messages import Message
+from sunroom.rpc import schema
+from sunroom.rpc.codec import WireError
 from sunroom.rpc.schema import MAX_DISPLAY_ITEMS
 
 BINARY_MIMES: Final = frozenset({"image/png", "image/jpeg", "image/gif", "image/webp"})
@@ -140,36 +159,45 @@ class CellMessages:
         self.error: dict[str, str] | None = None
         self.outputs: list[dict[str, Any]] = []
         self.dropped_outputs = 0
+        self.ignored = 0
+        """Messages ignored: not well-formed, or a content that does not fit its type."""
 
-    def add(self, msg: dict[str, Any]) -> None:
-        """Take one IOPub message of the cell (others' messages must not be passed)."""
-        kind = msg.get("msg_type") or msg.get("header", {}).get("msg_type")
-        content = msg.get("content") or {}
+    def add(self, msg: Message) -> None:
+        """Take one IOPub message of the cell (others' messages must not be passed).
+
+        A content that does not fit its type is ignored and counted (module docstring).
+        """
+        kind, content = msg.msg_type, msg.content
         if kind == "stream":
             name, text = content.get("name"), content.get("text")
-            if isinstance(text, str) and name in ("stdout", "stderr"):
-                stream = self._out if name == "stdout" else self._err
-                dropped = content.get("sunroom_dropped")  # taken out in the kernel (streamcap)
-                if type(dropped) is int and dropped > 0:
-                    stream.skip(min(dropped, 1 << 62))
-                live = stream.write(text)
-                if live and self._on_output is not None:
-                    self._on_output(name, live)
+            if type(text) is not str or (name != "stdout" and name != "stderr"):
+                self.ignored += 1
+                return
+            stream = self._out if name == "stdout" else self._err
+            dropped = content.get("sunroom_dropped")  # taken out in the kernel (streamcap)
+            if type(dropped) is int and dropped > 0:
+                stream.skip(min(dropped, 1 << 62))
+            live = stream.write(text)
+            if live and self._on_output is not None:
+                self._on_output(name, live)
         elif kind == "execute_result":
-            data = content.get("data") or {}
+            data = content.get("data")
+            if type(data) is not dict:
+                self.ignored += 1
+                return
             plain = data.get("text/plain")
-            self.value = plain if isinstance(plain, str) else None
+            self.value = plain if type(plain) is str else None
             if any(mime != "text/plain" for mime in data):
                 self._display(data, content.get("metadata"), None)
         elif kind in ("display_data", "update_display_data"):
-            transient = content.get("transient") or {}
-            display_id = transient.get("display_id") if isinstance(transient, dict) else None
+            transient = content.get("transient")
+            display_id = transient.get("display_id") if type(transient) is dict else None
             extra: dict[str, Any] = {}
-            if isinstance(display_id, str):
+            if type(display_id) is str:
                 extra["display_id"] = display_id
             if kind == "update_display_data":
                 extra["update"] = True
-            self._display(content.get("data") or {}, content.get("metadata"), extra)
+            self._display(content.get("data"), content.get("metadata"), extra)
         elif kind == "error":
             self.error = _error(content)
 
@@ -200,10 +228,16 @@ class CellMessages:
 
     def _display(self, data: Any, metadata: Any, extra: dict[str, Any] | None) -> None:
         bundle = _bundle(data)
-        meta = dict(metadata) if isinstance(metadata, dict) else {}
+        meta = dict(metadata) if type(metadata) is dict else {}
         if extra:
             meta.update(extra)
         if bundle is None:
+            self.dropped_outputs += 1
+            return
+        item = {"output_type": "display_data", "data": bundle, "metadata": meta}
+        try:  # what the execute result's checker will hold it to (mime names, value types)
+            schema.display_items([item], self._display_cap)
+        except WireError:
             self.dropped_outputs += 1
             return
         size = sum(_size(v) for v in bundle.values()) + _size(meta)
@@ -217,7 +251,7 @@ class CellMessages:
             return
         self._display_used += size
         self._values += values
-        self.outputs.append({"output_type": "display_data", "data": bundle, "metadata": meta})
+        self.outputs.append(item)
 
 
 def _bundle(data: Any) -> dict[str, Any] | None:
@@ -247,10 +281,13 @@ def _bundle(data: Any) -> dict[str, Any] | None:
 
 
 def _error(content: dict[str, Any]) -> dict[str, str]:
-    ename = str(content.get("ename") or "Error")
-    evalue = str(content.get("evalue") or "")
-    tb = content.get("traceback") or []
-    traceback = strip_ansi("\n".join(str(line) for line in tb)) if isinstance(tb, list) else ""
+    ename = content.get("ename")
+    ename = ename if type(ename) is str and ename else "Error"
+    evalue = content.get("evalue")
+    evalue = evalue if type(evalue) is str else ""
+    tb = content.get("traceback")
+    lines = [line for line in tb if type(line) is str] if type(tb) is list else []
+    traceback = strip_ansi("\n".join(lines))
     if ename == "StdinNotImplementedError":
         return {
             "type": "EOFError",

@@ -15,6 +15,7 @@ from typing import Any
 
 from sunroom.errors import ClosedError, KernelError, ProtocolError, UsageError
 from sunroom.rpc.channel import RemoteError, cut
+from sunroom.rpc.codec import WireError
 from sunroom.sandbox.cellclock import CellClock, CellLost
 from sunroom.sandbox.kernel_lifecycle import KernelLifecycle
 from sunroom.sandbox.result import CellError, DisplayItem, ExecutionResult
@@ -106,7 +107,10 @@ class KernelCells(KernelLifecycle):
     ) -> ExecutionResult:
         raw = call.result()  # raises if the kernel died
         if getattr(self._proc, "execute_cell", None) is not None:
-            raw = self._check_execute(raw)  # the channel checks its own answers
+            try:  # the channel checks its own answers
+                raw = self._check_execute(raw)
+            except WireError as exc:  # a protocol break, as on the channel: never raised
+                raise ProtocolError(f"the Jupyter cell result is malformed: {exc}") from None
         err = raw["error"]
         error = CellError(err["type"], err["message"], err["traceback"]) if err else None
         status: Any = "ok" if error is None else "error"

@@ -9,12 +9,15 @@ from __future__ import annotations
 import base64
 from typing import Any
 
+from jupyter_client.session import Session
+
+from sunroom.jupyter.messages import Message, parse
 from sunroom.jupyter.results import CellMessages, strip_ansi
 from sunroom.rpc import schema
 
 
-def msg(kind: str, **content: Any) -> dict[str, Any]:
-    return {"msg_type": kind, "header": {"msg_type": kind}, "content": content}
+def msg(kind: str, **content: Any) -> Message:
+    return Message(msg_type=kind, parent_id="cell", content=content, metadata={})
 
 
 def cell(max_output_bytes: int = 1000, max_display_bytes: int = 10_000) -> CellMessages:
@@ -136,3 +139,27 @@ def test_malformed_bundles_are_dropped_not_fatal() -> None:
     r = checked(c)
     assert r["dropped_outputs"] == 2
     assert r["outputs"][0]["data"] == {"text/html": "<b>x</b>", "text/plain": "<text/html>"}
+
+
+def test_parse_accepts_only_signed_envelopes_of_json_maps() -> None:
+    session = Session(key=b"k" * 32)
+
+    def frames(*parts: bytes, sign: bool = True) -> list[bytes]:
+        return [b"topic", b"<IDS|MSG>", session.sign(list(parts)) if sign else b"x", *parts]
+
+    header = b'{"msg_type": "stream", "msg_id": "m"}'
+    parent = b'{"msg_id": "cell"}'
+    content = b'{"name": "stdout", "text": "a\\ud800"}'
+    good = parse(session, frames(header, parent, b"{}", content))
+    assert good == Message("stream", "cell", {"name": "stdout", "text": "a\\ud800"}, {})
+    assert good is not None and good.content["text"].encode("utf-8")  # escaped: valid UTF-8
+    assert parse(session, frames(header, parent, b"{}", content, sign=False)) is None
+    assert parse(session, frames(header, parent, b"{}")) is None  # too few parts
+    assert parse(session, [header, parent, b"{}", content]) is None  # no delimiter
+    for bad in (b"[1]", b'"x"', b"{", b'{"t": NaN}', b'{"t": "\xff"}', b"[" * 5000):
+        assert parse(session, frames(header, parent, b"{}", bad)) is None, bad
+    assert parse(session, frames(b'{"msg_type": 5}', parent, b"{}", b"{}")) is None
+    deep = b'{"a": ' + b"[" * 40 + b"]" * 40 + b"}"
+    assert parse(session, frames(header, parent, b"{}", deep)) is None
+    stale = parse(session, frames(header, b'{"msg_id": 7}', b"{}", b"{}"))
+    assert stale is not None and stale.parent_id is None
