@@ -9,8 +9,10 @@ checks them, as the native channel checks its frames (:mod:`sunroom.rpc.schema`)
 
 A message is accepted when it is ``[identities..., b"<IDS|MSG>", signature, header, parent
 header, metadata, content, buffers...]`` with a valid HMAC signature (when the session has a
-key), each of the four JSON parts strict UTF-8 JSON without ``NaN`` or ``Infinity``, a map,
-at most :data:`MAX_DEPTH` levels deep, and the header's ``msg_type`` a str. Anything else is
+key), each of the four JSON parts JSON without ``NaN`` or ``Infinity``, a map, at most
+:data:`MAX_DEPTH` levels deep, and the header's ``msg_type`` a str. Bytes that are not UTF-8
+(jupyter-client's packer writes a ``surrogateescape``'d str as such) become U+FFFD, as in the
+output of sunroom's own kernels. Anything else is
 not a message: :func:`parse` returns None, the caller ignores it and counts it (the rule of
 :class:`sunroom.jupyter.results.CellMessages`). The *content* of a message of a known type is
 checked where it is used (:mod:`sunroom.jupyter.results`).
@@ -109,8 +111,8 @@ def _refuse_constant(name: str) -> Any:
 def _json_map(part: bytes) -> dict[str, Any] | None:
     """*part* as a JSON map within :data:`MAX_DEPTH` levels, or None."""
     try:
-        value = json.loads(part.decode("utf-8"), parse_constant=_refuse_constant)
-    except (ValueError, RecursionError):  # UnicodeDecodeError and JSONDecodeError included
+        value = json.loads(part.decode("utf-8", "replace"), parse_constant=_refuse_constant)
+    except (ValueError, RecursionError):  # JSONDecodeError included
         return None
     if type(value) is not dict or _too_deep(value):
         return None
