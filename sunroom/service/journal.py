@@ -32,6 +32,7 @@ from typing import Any, final
 from sunroom.agent import events as ev
 from sunroom.agent.bus import Subscription
 from sunroom.agent.session import AsyncSession
+from sunroom.errors import StoreError
 from sunroom.providers import Message, UserMessage
 from sunroom.sandbox.functions import HostFunction
 from sunroom.service.codec import event_to_json, jsonable, message_to_json
@@ -121,12 +122,21 @@ class Journal:
         return [mid for mid, _ in self._expected]
 
     async def append(self, kind: str, payload: dict[str, Any]) -> int:
-        """Append one service event (after everything the session published before it)."""
+        """Append one service event (after everything the session published before it).
+
+        Its seq once it is durable. Raises StoreError when it was not stored: this write or an
+        earlier one failed (the session was stopped through ``on_failed``), so a caller never
+        reports an event as recorded that is not.
+        """
         async with self._lock:
             batch = self._collect()
             seq = self._seq + len(batch)
             batch.append(NewEvent(seq=seq, kind=kind, payload=payload, ts=time.time()))
             await self._write(batch)
+            if self.failed is not None:
+                raise StoreError(
+                    "the session's events can no longer be stored here; it was stopped"
+                ) from self.failed
             return seq
 
     async def flush(self) -> None:

@@ -1,9 +1,12 @@
 """Keeping sessions owned and taking over orphans: the session manager's background work.
 
 :func:`renew_forever` renews this process's lease on each live session every third of
-``lease_s`` and stops a session whose lease was lost. :func:`resume_forever` looks for
+``lease_s`` and stops a session whose lease was lost (a renewal the store failed to write is
+retried, not a loss). :func:`resume_forever` looks for
 sessions whose owner's lease ran out (a crashed or stopped server) every ``lease_s / 2`` and
-resumes them here; of several processes racing for one, exactly one wins the claim.
+resumes them here; of several processes racing for one, exactly one wins the claim. A session
+this process stopped because its events could not be stored (:mod:`sunroom.service.stalls`) is
+never resumed here: it ends ``failed``.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING
 
+from sunroom.errors import StoreError
 from sunroom.service.problems import ConflictError
 
 if TYPE_CHECKING:
@@ -33,6 +37,8 @@ async def resume_orphans(manager: SessionManager) -> list[str]:
     for record in await manager.store.orphaned_sessions(limit=limit):
         if manager.closed or manager.live >= limit:
             break
+        if record.session_id in manager.stalls:  # stopped here: its end is being recorded
+            continue
         try:
             await manager.resume(record.session_id)
             taken.append(record.session_id)
@@ -64,6 +70,8 @@ async def reclaim_own(manager: SessionManager) -> None:
             break
         if record.owner != manager.owner or manager.is_live(record.session_id):
             continue
+        if record.session_id in manager.stalls:
+            continue
         try:
             await manager.resume(record.session_id)
         except ConflictError:
@@ -73,18 +81,33 @@ async def reclaim_own(manager: SessionManager) -> None:
 
 
 async def renew_forever(manager: SessionManager) -> None:
-    """Renew the lease of every live session, every ``lease_s / 3``, until cancelled."""
+    """Renew the lease of every live session, every ``lease_s / 3``, until cancelled.
+
+    A session whose lease another process holds now is stopped here. A renewal that fails
+    (the store cannot write: a full disk, I/O) is not a lost lease: the session goes on, the
+    failure is logged once until a renewal succeeds again, and the next period retries. (Its
+    writes stay fenced by ownership: should the lease run out and another process claim the
+    session meanwhile, the next write here is refused and stops it.)
+    """
     lease_s = manager.config.lease_s
+    failing = False
     while True:
         await asyncio.sleep(lease_s / 3)
+        failed = False
         for sid in manager.live_ids():
             try:
                 ok = await manager.store.renew(sid, owner=manager.owner, lease_s=lease_s)
+            except StoreError as exc:
+                if not failing and not failed:
+                    log.warning("renewing session leases failed (%s); retrying", exc)
+                failed = True
+                continue
             except Exception:
                 log.exception("renewing session %s failed", sid)
-                ok = False
+                continue
             if not ok:
                 manager.drop(sid, ConflictError("the session's lease was lost"))
+        failing = failed
 
 
 async def resume_forever(manager: SessionManager) -> None:

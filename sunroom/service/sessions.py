@@ -41,6 +41,7 @@ from sunroom.service.resume import SessionResume
 from sunroom.service.runs import LATE_NOTE
 from sunroom.service.schemas import CreateSession
 from sunroom.service.signals import Signals
+from sunroom.service.stalls import Stalls, is_store_fault
 from sunroom.service.templates import Templates
 from sunroom.store import EventStore, SessionRecord, SessionStatus, SQLiteStore
 
@@ -85,6 +86,8 @@ class SessionManager(SessionResume):
             self._identity = stable_owner(store.path)
         self.owner = owner or (self._identity.owner if self._identity else new_owner())
         self.signals = Signals()
+        self.stalls = Stalls(store, owner=self.owner, signals=self.signals)
+        """Sessions stopped because their events could not be stored (their end is retried)."""
         self._live: dict[str, Live] = {}
         self._builder = SessionBuilder(
             store=store,
@@ -130,6 +133,7 @@ class SessionManager(SessionResume):
                 log.error("%s failed", task.get_name(), exc_info=task.exception())
         if self._closing:
             await asyncio.wait(self._closing)  # sessions dropped earlier finish closing
+        await self.stalls.aclose()
         for live in list(self._live.values()):
             await self._shutdown(live, finish=False)
         if self._identity is not None:
@@ -227,15 +231,20 @@ class SessionManager(SessionResume):
         """Send a user message; it starts a run when the session is idle.
 
         A session known to the store but not live here is resumed first. Raises
-        NotFoundError, OwnedElsewhereError (another live server holds it: 503, Retry-After).
+        NotFoundError, OwnedElsewhereError (another live server holds it: 503, Retry-After),
+        StoreError (503: the message could not be recorded, or the session stopped because
+        its events could not be stored and its end is not recorded yet).
         """
+        self.stalls.check(sid)
         live = self._live.get(sid) or await self.resume(sid)
         await self._send(live, text)
 
     async def result(self, sid: str, *, timeout_s: float) -> tuple[SessionStatus, Any]:
         """Wait up to *timeout_s* for the session's run to end: (status, result JSON).
 
-        Returns ``("running", None)`` when it has not ended in time. Raises NotFoundError.
+        Returns ``("running", None)`` when it has not ended in time. A session stopped because
+        its events could not be stored answers ``failed`` with its result at once, while its
+        record may still say ``running`` (:mod:`sunroom.service.stalls`). Raises NotFoundError.
         """
         live = self._live.get(sid)
         if live is not None:
@@ -245,6 +254,9 @@ class SessionManager(SessionResume):
         deadline = loop.time() + timeout_s
         while True:
             record = await self._record(sid)
+            stalled = self.stalls.result(sid)
+            if record.status == "running" and stalled is not None:
+                return "failed", stalled
             if record.status != "running" or loop.time() >= deadline:
                 return record.status, record.result
             await asyncio.sleep(min(0.2, max(0.0, deadline - loop.time())))
@@ -367,10 +379,17 @@ class SessionManager(SessionResume):
             await close_model(live.sid, live.model)
 
     def drop(self, sid: str, exc: BaseException) -> None:
-        """Stop running session *sid* here (its ownership was lost); its record is left as is."""
+        """Stop running session *sid* here: its ownership was lost, or a write failed.
+
+        Lost ownership leaves its record as is (another process runs it). A store that failed
+        to write (a full disk, I/O) ends it ``failed``, its end retried until it is stored
+        (:mod:`sunroom.service.stalls`); it is not run again here.
+        """
         live = self._live.pop(sid, None)
         if live is not None:
             log.error("session %s stopped", sid, exc_info=exc)
+            if is_store_fault(exc):
+                self.stalls.stop(sid, exc, next_seq=live.journal.last_seq + 1)
             task = asyncio.get_running_loop().create_task(self._close_dropped(live))
             self._closing.add(task)
             task.add_done_callback(self._closing.discard)
