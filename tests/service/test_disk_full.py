@@ -107,7 +107,10 @@ def test_a_session_whose_events_cannot_be_stored_ends_failed_and_never_refills_t
     time.sleep(4)  # several leases and orphan scans
     assert server.client.get(f"/sessions/{sid}").json()["status"] == "failed"
     used = freed - _free(small_disk)
-    assert used < 200_000, f"the store grew by {used} bytes after space was freed"
+    # the end and the other session's lease renewals write a few pages; a re-run of the
+    # session (60 kB an event) would take the freed space again within seconds
+    assert freed > 1_000_000, freed
+    assert used < freed // 3, f"the store took {used} of the {freed} bytes freed"
     events = server.client.get(f"/sessions/{sid}/events", params={"after": 0})
     assert events.text.count("event: KernelRestarted") == 0, events.text[-2000:]
     # the other session is unaffected: it runs again once space is back
