@@ -207,7 +207,8 @@ def create_app(
             try:
                 yield
             finally:
-                stopping.cancel()
+                if not closing.is_set():  # a kernel shutdown under way is never cut short
+                    stopping.cancel()
                 await asyncio.wait([stopping])
                 if not stopping.cancelled() and stopping.exception() is not None:
                     log.error("closing the raw kernels failed", exc_info=stopping.exception())
