@@ -122,9 +122,36 @@ def _tmpfs(target: str, size: int, mode: int) -> None:
     _mount("tmpfs", target, "tmpfs", MS_NOSUID | MS_NODEV, f"size={size},mode={mode:o}")
 
 
-def _replace(target: str, staging: str, *, keep: bool, mode: int) -> None:
-    """Mount a new tmpfs of *target*'s size over it, with a copy of its files when *keep*."""
+def _submounts(target: str) -> list[str]:
+    """The mount points strictly under *target* in this mount namespace, outermost first."""
+    found: list[str] = []
+    with open("/proc/self/mountinfo") as f:
+        for line in f:
+            point = line.split()[4].replace("\\040", " ")
+            if point.startswith(target.rstrip("/") + "/"):
+                found.append(point)
+    return sorted(found, key=lambda p: p.count("/"))
+
+
+def _replace(target: str, staging: str, *, keep: bool, mode: int, parking: str = "") -> list[str]:
+    """Mount a new tmpfs of *target*'s size over it, with a copy of its files when *keep*.
+
+    Read-only mounts inside *target* (the font cache in ``/tmp``) are moved to *parking* and
+    back onto the new tmpfs, so the tenant keeps them without the zygote's tmpfs under them.
+    Returns the directories made on the way to them (the tenant's to own).
+    """
     size = _size(target)
+    inner = _submounts(target) if parking else []
+    parked: list[tuple[str, str, bool]] = []
+    for i, point in enumerate(inner):
+        spot = f"{parking}/{i}"
+        is_dir = os.path.isdir(point)
+        if is_dir:
+            os.mkdir(spot)
+        else:
+            open(spot, "wb").close()  # noqa: SIM115 - a mount point file
+        _mount(point, spot, None, MS_MOVE)
+        parked.append((point, spot, is_dir))
     if keep and os.listdir(target):
         os.mkdir(staging)
         _tmpfs(staging, size, mode)
@@ -135,6 +162,22 @@ def _replace(target: str, staging: str, *, keep: bool, mode: int) -> None:
     else:
         _umount(target)
         _tmpfs(target, size, mode)
+    made: list[str] = []
+    for point, spot, is_dir in parked:
+        parent = os.path.dirname(point)
+        if not os.path.isdir(parent):
+            os.makedirs(parent, mode=0o755)
+            made.append(parent)
+        if is_dir:
+            os.makedirs(point, mode=0o755, exist_ok=True)
+        elif not os.path.exists(point):
+            open(point, "wb").close()  # noqa: SIM115 - a mount point file
+        _mount(spot, point, None, MS_MOVE)
+        if is_dir:
+            os.rmdir(spot)
+        else:
+            os.unlink(spot)
+    return made
 
 
 def _chown_tree(root: str, uid: int, gid: int) -> None:
@@ -144,11 +187,14 @@ def _chown_tree(root: str, uid: int, gid: int) -> None:
             os.chown(os.path.join(parent, name), uid, gid, follow_symlinks=False)
 
 
-def _proc(staging: str, masked_files: list[str], masked_dirs: list[str], empty: str) -> None:
+def _proc(
+    staging: str, masked_files: list[str], masked_dirs: list[str], empty: str, share: int
+) -> None:
     """A ``/proc`` of this PID namespace in place of the zygote's, masked as the sandbox's."""
     os.mkdir(staging)
     # a new proc is allowed while the old one is still mounted (and fully visible to us)
     _mount("proc", staging, "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+    _split_user_limits(f"{staging}/sys", share)  # before /proc/sys is read-only
     _umount("/proc")
     _mount(staging, "/proc", None, MS_MOVE)
     os.rmdir(staging)
@@ -160,6 +206,46 @@ def _proc(staging: str, masked_files: list[str], masked_dirs: list[str], empty: 
         if os.path.isdir(f"/proc/{name}"):
             _mount("tmpfs", f"/proc/{name}", "tmpfs", MS_NOSUID | MS_NODEV, "size=0,mode=555")
             _mount(None, f"/proc/{name}", None, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV)
+
+
+SHARED_COUNTS = {
+    "user/max_inotify_instances": "fs/inotify/max_user_instances",
+    "user/max_inotify_watches": "fs/inotify/max_user_watches",
+    "user/max_fanotify_groups": "fs/fanotify/max_user_groups",
+    "user/max_fanotify_marks": "fs/fanotify/max_user_marks",
+}
+"""Per-uid counts of the zygote's user namespace, and the host limits they are a share of."""
+
+SHARED_RLIMITS = ("RLIMIT_SIGPENDING", "RLIMIT_MSGQUEUE", "RLIMIT_MEMLOCK", "RLIMIT_NPROC")
+"""Limits the host kernel charges up the user-namespace chain to the zygote's own uid."""
+
+
+def _split_user_limits(sysctl: str, share: int) -> None:
+    """Cap every tenant's part of what is charged to the zygote's uid at one *share*th.
+
+    The host kernel counts inotify and fanotify objects, queued signals, message-queue bytes,
+    locked memory and processes per user *and* per namespace owner up the chain, so every
+    tenant's count also lands on the zygote's uid: without a cap, one tenant could spend
+    them all and starve the others. Namespace-scoped counts are capped in the zygote's user
+    namespace (``/proc/sys/user``, per uid), the rest by this process's rlimits.
+    """
+    for local, host in SHARED_COUNTS.items():
+        try:
+            with open(f"{sysctl}/{host}") as f:
+                total = int(f.read())
+        except (OSError, ValueError):
+            continue  # a kernel without it (fanotify's limits are newer)
+        with open(f"{sysctl}/{local}", "w") as f:
+            f.write(str(max(1, total // share)))
+    import resource
+
+    for name in SHARED_RLIMITS:
+        which = getattr(resource, name)
+        soft, hard = resource.getrlimit(which)
+        if hard == resource.RLIM_INFINITY:
+            continue  # nothing to split (processes are capped by each kernel's pids cgroup)
+        part = max(1, hard // share)
+        resource.setrlimit(which, (min(soft, part), part))
 
 
 def _readonly_bind(source: str, target: str) -> None:
@@ -188,9 +274,7 @@ def _seccomp(program: bytes) -> None:
     prog = Fprog(count, ctypes.cast(buf, ctypes.c_void_p))
     _prctl(PR_SET_NO_NEW_PRIVS, 1)
     _check(
-        _libc.prctl(
-            PR_SET_SECCOMP, ctypes.c_ulong(SECCOMP_MODE_FILTER), ctypes.byref(prog), 0, 0
-        ),
+        _libc.prctl(PR_SET_SECCOMP, ctypes.c_ulong(SECCOMP_MODE_FILTER), ctypes.byref(prog), 0, 0),
         "seccomp",
     )
 
@@ -199,7 +283,9 @@ def isolate(spec: dict[str, Any]) -> None:
     """Make this process (a new PID namespace's first) a tenant of its own; see the module.
 
     *spec* (from the host, checked there): ``uid``/``gid`` (the tenant's ids in the zygote's
-    user namespace, or None to keep the zygote's: sunroom started unprivileged),
+    user namespace, or None to keep the zygote's: sunroom started unprivileged), ``share``
+    (into how many parts the zygote's per-user limits are split, see
+    :func:`_split_user_limits`),
     ``workdir``, ``forks``, ``tmp``, ``site``, ``shm`` (paths), ``masked_files``,
     ``masked_dirs`` (under ``/proc``) and ``seccomp`` (the kernel's BPF program). Raises
     OSError when a step fails: the caller must then exit, never run the copy.
@@ -213,19 +299,24 @@ def isolate(spec: dict[str, Any]) -> None:
     _replace(forks, "", keep=False, mode=0o700)  # other tenants' copies were made there
     _replace(spec["workdir"], f"{forks}/.work", keep=True, mode=0o700)
     _replace(spec["site"], f"{forks}/.site", keep=True, mode=0o755)
-    _replace(spec["tmp"], "", keep=False, mode=0o1777)
+    os.mkdir(f"{forks}/.park")
+    made = _replace(spec["tmp"], "", keep=False, mode=0o1777, parking=f"{forks}/.park")
+    os.rmdir(f"{forks}/.park")
     if os.path.isdir(spec["shm"]):
         _tmpfs(spec["shm"], _size(spec["tmp"]), 0o1777)
     empty = f"{forks}/.empty"
     with open(empty, "wb"):
         pass
     os.chmod(empty, 0o444)
-    _proc(f"{forks}/.proc", list(spec["masked_files"]), list(spec["masked_dirs"]), empty)
+    masked_files, masked_dirs = list(spec["masked_files"]), list(spec["masked_dirs"])
+    _proc(f"{forks}/.proc", masked_files, masked_dirs, empty, int(spec["share"]))
     os.unlink(empty)  # the binds keep the inode
     uid, gid = spec.get("uid"), spec.get("gid")
     if uid is not None and gid is not None:
         for path in (forks, spec["workdir"], spec["site"]):
             _chown_tree(path, uid, gid)
+        for path in made:
+            os.chown(path, uid, gid, follow_symlinks=False)
         os.setgroups([])
         os.setresgid(gid, gid, gid)
         os.setresuid(uid, uid, uid)

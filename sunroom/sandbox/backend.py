@@ -51,10 +51,14 @@ class Tenancy:
 
     ``uids``: the copies' uids inside the zygote's user namespace, each mapped to a leased host
     uid of its own (None: sunroom runs unprivileged, and every copy keeps the one host uid
-    the user has, as every kernel it starts does).
+    the user has, as every kernel it starts does). ``count``: how many copies may live at
+    once; the per-user limits the host kernel also charges to the zygote's own uid (inotify,
+    fanotify, queued signals, message-queue bytes, locked memory, processes) are split into
+    ``count + 1`` equal shares, so no copy can spend another's.
     """
 
     uids: range | None
+    count: int
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

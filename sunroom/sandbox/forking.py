@@ -333,6 +333,7 @@ async def fork(
     n: int,
     limits: Limits,
     tenants: list[int | None] | None = None,
+    share: int = 1,
 ) -> list[Ready]:
     """Fork the idle kernel on *channel* into *n* copies; return them ready (hello checked).
 
@@ -340,7 +341,9 @@ async def fork(
     copy is a tenant of its own (:mod:`sunroom.prelude.isolation`): the entry is its uid in
     the zygote's user namespace (None: the sandbox's own uid, sunroom unprivileged), it has
     its own PID, mount, IPC, network and UTS namespaces, and its workdir is at the usual path.
-    Without, the copies share the kernel's sandbox (one trust domain: ``kernel.fork``).
+    *share* is how many equal shares the zygote's per-user limits are split into (see
+    ``Tenancy``). Without *tenants*, the copies share the kernel's sandbox (one trust
+    domain: ``kernel.fork``).
 
     Raises UsageError for a bad *n* or when the kernel refuses (threads of its own), and
     KernelStartError when a copy does not come up; no copy is left running then.
@@ -375,7 +378,7 @@ async def fork(
             if tenants is None:
                 copies.append({"nonce": nonce, "workdir": f"{forks_dir}/{nonce[:16]}"})
             else:
-                isolate = _isolation(tenants[i])
+                isolate = _isolation(tenants[i], share)
                 copies.append({"nonce": nonce, "workdir": WORKDIR, "isolate": isolate})
         router.fork_ready = loop.create_future()
         call = channel.request("fork", {"copies": copies}, check=schema.pids)
@@ -463,11 +466,12 @@ def loop_time() -> float:
     return asyncio.get_running_loop().time()
 
 
-def _isolation(uid: int | None) -> dict[str, Any]:
+def _isolation(uid: int | None, share: int) -> dict[str, Any]:
     """What an isolated copy needs to make itself a tenant (``isolation.isolate``'s spec)."""
     return {
         "uid": uid,
         "gid": uid,
+        "share": share,
         "workdir": WORKDIR,
         "forks": FORKS_DIR,
         "tmp": "/tmp",

@@ -44,7 +44,7 @@ class KernelFork(KernelLifecycle):
         return [self._adopt_copy(ready, on_output) for ready in readies]
 
     async def _fork_ready(
-        self, n: int, *, tenants: list[int | None] | None = None
+        self, n: int, *, tenants: list[int | None] | None = None, share: int = 1
     ) -> list[Ready]:
         """Fork into *n* copies and return them ready, not yet adopted (see :meth:`fork`).
 
@@ -75,6 +75,7 @@ class KernelFork(KernelLifecycle):
                     n=n,
                     limits=self.limits,
                     tenants=tenants,
+                    share=share,
                 )
             except RemoteError as exc:
                 why = cut(exc.error.message, 400)

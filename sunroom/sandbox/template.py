@@ -212,7 +212,9 @@ class Template:
             assert tenants is not None
             slot, uid = tenants.take(self.max_kernels)
             try:
-                (ready,) = await zygote._fork_ready(1, tenants=[uid])  # noqa: SLF001
+                (ready,) = await zygote._fork_ready(  # noqa: SLF001
+                    1, tenants=[uid], share=self.max_kernels + 1
+                )
             except BaseException:
                 tenants.give_back(slot)
                 raise

@@ -12,6 +12,7 @@ from sunroom import AsyncKernel, AsyncSession, KernelPool, Limits, Template
 from sunroom.errors import ClosedError, KernelStartError, UsageError
 from sunroom.providers import AssistantMessage, TextPart
 from sunroom.providers.fakes import ScriptedModel
+from tests.conftest import _require
 
 pytestmark = pytest.mark.usefixtures("no_process_left")
 
@@ -77,9 +78,10 @@ async def test_a_failing_setup_is_reported_at_creation(fork_backend: str) -> Non
         await template.kernel()
 
 
-async def test_a_dead_template_kernel_is_started_again(fork_backend: str) -> None:
+async def test_a_dead_template_kernel_is_started_again() -> None:
+    _require("bwrap")  # only bwrap templates keep a kernel to fork from
     async with Template(
-        setup="import os\nready = os.urandom(8).hex()", backend=fork_backend
+        setup="import os\nready = os.urandom(8).hex()", backend="bwrap"
     ) as template:
         first = await template.kernel()
         zygote_pid = (await first.execute("ready")).value
@@ -147,3 +149,53 @@ async def test_a_pool_keeps_forks_of_a_template_ready(fork_backend: str) -> None
             KernelPool(template=template, limits=Limits(timeout_s=1))
         with pytest.raises(UsageError, match="pool or from a template"):
             AsyncKernel(pool=pool, template=template)
+
+
+async def test_kernels_of_a_template_that_cannot_fork_are_started_apart() -> None:
+    # subprocess and docker cannot give a fork a uid and namespaces of its own: every kernel
+    # is started on its own and runs the setup, so none shares memory with another
+    _require("subprocess")
+    async with Template(
+        setup="import os\nready = os.urandom(8).hex()", backend="subprocess"
+    ) as template:
+        assert not template.warm and template._zygote is None  # noqa: SLF001
+        a, b = await template.kernel(), await template.kernel()
+        try:
+            first, second = [(await k.execute("ready")).value for k in (a, b)]
+            assert first != second
+            assert template.restarts == 0
+        finally:
+            await a.aclose()
+            await b.aclose()
+
+
+async def test_a_bwrap_template_kernel_is_a_tenant_of_its_own() -> None:
+    _require("bwrap")
+    async with Template(
+        setup="import os\nopen('made-by-setup.txt', 'w').write('hi')\nos.makedirs('/tmp/z')",
+        backend="bwrap",
+        max_kernels=2,
+    ) as template:
+        a, b = await template.kernel(), await template.kernel()
+        try:
+            probe = (
+                "import os\n(os.getpid(), os.getcwd(), sorted(os.listdir('/forks')),"
+                " open('made-by-setup.txt').read(), os.stat('made-by-setup.txt').st_uid"
+                " == os.getuid(), os.path.exists('/tmp/z'),"
+                " open('/proc/self/status').read().split('CapEff:')[1].split()[0],"
+                " sorted(p for p in os.listdir('/proc') if p.isdigit()))"
+            )
+            pid, cwd, forks, text, owned, tmp_z, caps, pids = eval((await a.execute(probe)).value)  # noqa: S307
+            assert (pid, cwd, forks, text, owned) == (2, "/work", [], "hi", True)
+            assert not tmp_z  # /tmp is its own, fresh
+            assert caps == "0000000000000000"
+            assert pids == ["1", "2"]
+            # a third live kernel is refused until one is closed; its uid is then free again
+            with pytest.raises(KernelStartError, match="all 2 kernels of this template"):
+                await template.kernel()
+            await b.aclose()
+            c = await template.kernel()
+            await c.aclose()
+        finally:
+            await a.aclose()
+            await b.aclose()

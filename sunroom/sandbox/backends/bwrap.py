@@ -158,6 +158,7 @@ ZYGOTE_CAPS: Final = (
     "CAP_SETGID",
     "CAP_CHOWN",
     "CAP_SETPCAP",
+    "CAP_SYS_RESOURCE",
 )
 """What a template's zygote keeps, inside its own user namespace only, to make each copy a
 tenant of its own (:mod:`sunroom.prelude.isolation`); every copy drops them all."""
@@ -166,6 +167,33 @@ TENANT_UID: Final = 2000
 """The first tenant uid inside a zygote's user namespace (mapped to the leased block)."""
 
 MAP_TIMEOUT_S: Final = 10.0
+
+
+def _open_parents(argv: list[str]) -> list[str]:
+    """*argv* with every directory bubblewrap would make on the way to a mount made ``0755``.
+
+    Bubblewrap makes the missing parents of a mount point (``/opt``, ``/inputs``, ...) with
+    mode ``0700``, owned by the sandbox user: in a zygote, whose tenants run as other uids,
+    they would stop every tenant at the door of its own interpreter.
+    """
+    out: list[str] = []
+    made: set[str] = set()
+    i = 0
+    while i < len(argv):
+        op = argv[i]
+        if op in ("--ro-bind", "--bind") and i + 2 < len(argv):
+            parts = Path(argv[i + 2]).parts
+            for depth in range(2, len(parts)):
+                parent = str(Path(*parts[:depth]))
+                if parent not in made and not parent.startswith(("/proc", "/dev")):
+                    made.add(parent)
+                    out += ["--perms", "0755", "--dir", parent]
+        elif op == "--dir" and i + 1 < len(argv):
+            made.add(argv[i + 1])
+            out += ["--perms", "0755"]
+        out.append(op)
+        i += 1
+    return out
 
 
 @final
@@ -438,6 +466,8 @@ class BwrapBackend:
             WORKDIR,
             "--clearenv",
         ]
+        if zygote:
+            argv = _open_parents(argv)
         for key, value in env.items():
             argv += ["--setenv", key, value]
         argv += ["--seccomp", str(seccomp_fd), "--"]
@@ -466,7 +496,8 @@ class BwrapBackend:
             if block is not None:
                 proc.companions.append(block)  # released once every process of it is gone
             proc.tenancy = Tenancy(
-                range(TENANT_UID, TENANT_UID + block.count) if block is not None else None
+                range(TENANT_UID, TENANT_UID + block.count) if block is not None else None,
+                spec.tenants,
             )
         if mapping is not None and block is not None and lease is not None:
             try:
