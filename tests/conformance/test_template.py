@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import asyncio
 import os
 import signal
@@ -185,7 +186,9 @@ async def test_a_bwrap_template_kernel_is_a_tenant_of_its_own() -> None:
                 " open('/proc/self/status').read().split('CapEff:')[1].split()[0],"
                 " sorted(p for p in os.listdir('/proc') if p.isdigit()))"
             )
-            pid, cwd, forks, text, owned, tmp_z, caps, pids = eval((await a.execute(probe)).value)  # noqa: S307
+            value = (await a.execute(probe)).value
+            assert value is not None
+            pid, cwd, forks, text, owned, tmp_z, caps, pids = ast.literal_eval(value)
             assert (pid, cwd, forks, text, owned) == (2, "/work", [], "hi", True)
             assert not tmp_z  # /tmp is its own, fresh
             assert caps == "0000000000000000"

@@ -416,8 +416,8 @@ class DockerBackend:
         """
         if spec.tenants:
             raise SandboxUnavailableError(
-                "docker kernels cannot isolate a template's kernels from each other; only bwrap "
-                "forks a template's kernels (elsewhere each one is started and runs the setup)"
+                "docker kernels cannot isolate a template's forks from each other; only bwrap "
+                "forks a template's kernels (elsewhere each is started apart and runs the setup)"
             )
         client, owned = await asyncio.to_thread(self._connect)
         lease: IdentityLease | None = None

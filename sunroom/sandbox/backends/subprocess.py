@@ -78,8 +78,8 @@ class SubprocessBackend:
         """Start the supervisor and kernel; see ``Backend.launch``."""
         if spec.tenants:
             raise SandboxUnavailableError(
-                "subprocess kernels cannot isolate a template's kernels from each other; only bwrap "
-                "forks a template's kernels (elsewhere each one is started and runs the setup)"
+                "subprocess kernels cannot isolate a template's forks from each other; only bwrap "
+                "forks a template's kernels (elsewhere each is started apart and runs the setup)"
             )
         limits = spec.limits
         lease = await lease_if_root_off_loop()
