@@ -52,6 +52,17 @@ def serve(
         str | None, typer.Option(help="Host functions, comma-separated module:attribute.")
     ] = None,
     lease_s: Annotated[float | None, typer.Option(help="Session lease in seconds.")] = None,
+    max_sessions: Annotated[
+        int | None,
+        typer.Option(help="Live sessions at once (idle ones are released first). [default: 64]"),
+    ] = None,
+    session_idle_s: Annotated[
+        float | None,
+        typer.Option(
+            help="Seconds an idle session keeps its kernel before it is released (it resumes "
+            "from its log on its next message). [default: 600]"
+        ),
+    ] = None,
     max_kernel_requests: Annotated[
         int | None,
         typer.Option(
@@ -106,6 +117,7 @@ def serve(
             kernel_name=kernel_name, sandbox=sandbox,
             model=model_spec(model or os.environ.get("SUNROOM_MODEL")), base_url=base_url,
             functions=fns, lease_s=lease_s, max_kernel_requests=max_kernel_requests,
+            max_sessions=max_sessions, session_idle_s=session_idle_s,
             templates=templates or None, mcp_servers=mcp_servers(mcp),
             networks=named_networks(network or []), client_network=client_network or None,
         )  # fmt: skip

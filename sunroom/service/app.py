@@ -217,11 +217,19 @@ def create_app(
                 await templates.aclose()
 
     def health() -> dict[str, Any]:
-        """The body of ``/healthz``. Only reads counts: safe from the health gate's thread."""
+        """The body of ``/healthz``. Only reads counts: safe from the health gate's thread.
+
+        ``sessions``: live here (holding or starting a kernel; what ``max_sessions`` counts),
+        ``sessions_idle``: of those, idle (released first under pressure, or after
+        ``session_idle_s``), ``sessions_released``: released while idle since the start (in
+        the store, resumed by their next message; not counted), ``kernels``: raw kernels.
+        """
         ok = "sessions" in state
         return {
             "ok": ok,
             "sessions": sessions().live if ok else 0,
+            "sessions_idle": sessions().idle_count if ok else 0,
+            "sessions_released": sessions().released if ok else 0,
             "kernels": kernels().live if ok else 0,
         }
 
@@ -241,7 +249,7 @@ def create_app(
                 "a session may name a scripted: model only when the server was started "
                 "with that model (sunroom serve --model scripted:PATH)"
             )
-        sid = await sessions().create(body)
+        sid = await sessions().create(body, background=True)
         return JSONResponse({"session_id": sid}, status_code=201)
 
     async def list_sessions(request: Request) -> Response:
@@ -272,6 +280,7 @@ def create_app(
             sid=sid,
             after=after,
             closing=closing,
+            hold=lambda: sessions().holding(sid),
         )
         return _Raw(stream)
 

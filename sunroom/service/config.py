@@ -64,7 +64,17 @@ class ServiceConfig(pydantic.BaseModel):
             nothing is written), checked while the body streams in; separate from
             ``max_body_bytes`` (``SUNROOM_MAX_FILE_BYTES``; default 1 GiB). The upload must
             also arrive within ``read_timeout_s``.
-        max_sessions / max_kernels: live sessions / raw kernels per server (429 beyond).
+        max_sessions / max_kernels: live sessions / raw kernels per server (429 beyond). A
+            session is live while it holds a kernel here; an idle one is released (its kernel
+            stopped, its slot freed) after ``session_idle_s``, or at once, least recently used
+            first, when a new or resumed session would otherwise pass ``max_sessions``. A
+            released session stays in the store and resumes from its log on its next message,
+            as after a crash (``KernelRestarted``, ``state_lost``). ``sunroom serve
+            --max-sessions``.
+        session_idle_s: how long a session may stay idle (no run, no message being accepted,
+            no approval waiting, no SSE reader) before it is released (default 600 s; ``sunroom
+            serve --session-idle-s``, ``SUNROOM_SESSION_IDLE_S``). A request for its kernel
+            (files) or approvals starts its idle time again.
         max_kernel_requests: kernel requests (``POST /kernels`` and executes) in flight or
             queued at once, over all raw kernels (1 to 65,536); one more is answered 429 with
             ``Retry-After: 1`` before its body is read. The default, 256, is twice
@@ -121,6 +131,7 @@ class ServiceConfig(pydantic.BaseModel):
     max_file_bytes: int = pydantic.Field(default=1024**3, gt=0)
     max_sessions: int = pydantic.Field(default=64, gt=0)
     max_kernels: int = pydantic.Field(default=128, gt=0)
+    session_idle_s: float = pydantic.Field(default=600.0, gt=0, allow_inf_nan=False)
     max_kernel_requests: int = pydantic.Field(default=256, ge=1, le=65536)
     sse_batch: int = pydantic.Field(default=256, gt=0)
     sse_send_timeout_s: float = pydantic.Field(default=10.0, gt=0)
@@ -259,7 +270,7 @@ class ServiceConfig(pydantic.BaseModel):
 
         Reads ``SUNROOM_TOKEN``, ``SUNROOM_MODEL``, ``SUNROOM_BASE_URL``, ``SUNROOM_DB``,
         ``SUNROOM_BACKEND``, ``SUNROOM_KERNEL_NAME``, ``SUNROOM_MAX_FILE_BYTES``,
-        ``SUNROOM_READ_TIMEOUT_S``, ``SUNROOM_MAX_CONNECTIONS``,
+        ``SUNROOM_READ_TIMEOUT_S``, ``SUNROOM_SESSION_IDLE_S``, ``SUNROOM_MAX_CONNECTIONS``,
         ``SUNROOM_MAX_CONNECTIONS_PER_CLIENT``,
         ``SUNROOM_ALLOWED_BASE_URLS``, ``SUNROOM_ALLOWED_HOSTS`` and ``SUNROOM_FUNCTIONS`` (the
         last three comma-separated).
@@ -277,6 +288,7 @@ class ServiceConfig(pydantic.BaseModel):
             ("kernel_name", "SUNROOM_KERNEL_NAME"),
             ("max_file_bytes", "SUNROOM_MAX_FILE_BYTES"),
             ("read_timeout_s", "SUNROOM_READ_TIMEOUT_S"),
+            ("session_idle_s", "SUNROOM_SESSION_IDLE_S"),
             ("max_connections", "SUNROOM_MAX_CONNECTIONS"),
             ("max_connections_per_client", "SUNROOM_MAX_CONNECTIONS_PER_CLIENT"),
         ):

@@ -12,10 +12,12 @@ import contextlib
 import fcntl
 import os
 import socket
+import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from sunroom.agent.session import AsyncSession
 from sunroom.providers import Model
@@ -87,6 +89,16 @@ class Live:
     the hand-over to the session): each will start or join a run, so a run ending meanwhile
     must not record the session finished. ``record_lock`` orders the record's status changes
     (a run's end against a message's reopen).
+
+    The idle policy (:mod:`sunroom.service.idle`) reads the rest: ``holds`` counts what keeps
+    the session from being released although no run goes on (it is being created or resumed,
+    an SSE reader follows it); ``last_used`` (``time.monotonic()``) is when it was last used
+    (started, sent a message, ended a run, asked for its kernel or approvals), the start of
+    its idle time; ``last_result`` is the result of its last run (None before the first).
+
+    ``started`` is set once its kernel start ended, ``start_error`` then says how it failed
+    (None: it runs); ``starting`` is the task that starts it in the background (a session
+    created over HTTP is answered before its kernel is up).
     """
 
     sid: str
@@ -97,3 +109,13 @@ class Live:
     preamble: str | None = None
     sending: int = 0
     record_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    holds: int = 0
+    last_used: float = field(default_factory=time.monotonic)
+    last_result: dict[str, Any] | None = None
+    started: asyncio.Event = field(default_factory=asyncio.Event)
+    start_error: BaseException | None = None
+    starting: asyncio.Task[None] | None = None
+
+    def touch(self) -> None:
+        """Mark the session used now (its idle time starts again)."""
+        self.last_used = time.monotonic()

@@ -7,11 +7,14 @@ Retry-After), fold its log (:func:`~sunroom.service.recovery.replay`), let
 out: mark the host calls left without an outcome ``unknown`` (never replayed), deny the
 approval requests that waited, start a fresh kernel and publish ``KernelRestarted``, record a
 run's end the log lacks, then send the messages no run answered. No cell is re-run.
+
+A session this process released while idle (:mod:`sunroom.service.idle`) comes back the same
+way on its next message: the same pass, the same ``KernelRestarted`` with ``state_lost``.
 """
 
 from __future__ import annotations
 
-import asyncio
+import contextlib
 import logging
 import time
 from typing import TYPE_CHECKING
@@ -46,12 +49,17 @@ class SessionResume(SessionRuns):
     """
 
     config: ServiceConfig
-    _lock: asyncio.Lock
     _builder: SessionBuilder
 
     if TYPE_CHECKING:
 
-        def _check_capacity(self) -> None: ...
+        def _slot(self) -> contextlib.AbstractAsyncContextManager[None]: ...
+
+        def _one_resume(self, sid: str) -> contextlib.AbstractAsyncContextManager[None]: ...
+
+        async def _released_here(self, sid: str) -> None: ...
+
+        def _unhold(self, live: Live) -> None: ...
 
         async def _start(self, live: Live) -> None: ...
 
@@ -61,26 +69,38 @@ class SessionResume(SessionRuns):
         Raises NotFoundError, OwnedElsewhereError (another live server holds its lease: a 503
         with Retry-After), CapacityError.
         """
-        async with self._lock:
-            if sid in self._live:
-                return self._live[sid]
-            self._check_capacity()
-            record = await self._record(sid)
-            if not await self.store.claim(sid, owner=self.owner, lease_s=self.config.lease_s):
-                left = (record.lease_expires_at or time.time()) - time.time()
-                raise OwnedElsewhereError(
-                    f"session {sid} is run by another live server; retry after its lease "
-                    "runs out (Retry-After)",
-                    retry_after_s=max(left, 0.0) + 0.5,
-                )
-            try:
-                return await self._take_over(record)
-            except BaseException:
+        live = await self._resume_held(sid)
+        self._unhold(live)
+        return live
+
+    async def _resume_held(self, sid: str) -> Live:
+        """:meth:`resume`, the session returned held (``Live.holds``): the caller unholds it.
+
+        Resumes of one session run one at a time; a release of it in progress is waited for
+        (its last events are in the log before the log is read).
+        """
+        async with self._one_resume(sid):
+            await self._released_here(sid)
+            if (live := self._live.get(sid)) is not None:
+                live.holds += 1
+                return live
+            async with self._slot():
+                record = await self._record(sid)
+                if not await self.store.claim(sid, owner=self.owner, lease_s=self.config.lease_s):
+                    left = (record.lease_expires_at or time.time()) - time.time()
+                    raise OwnedElsewhereError(
+                        f"session {sid} is run by another live server; retry after its lease "
+                        "runs out (Retry-After)",
+                        retry_after_s=max(left, 0.0) + 0.5,
+                    )
                 try:
-                    await self.store.release(sid, owner=self.owner)
-                except Exception:
-                    log.exception("session %s: releasing it after a failed resume failed", sid)
-                raise
+                    return await self._take_over(record)
+                except BaseException:
+                    try:
+                        await self.store.release(sid, owner=self.owner)
+                    except Exception:
+                        log.exception("session %s: releasing it after a failed resume failed", sid)
+                    raise
 
     async def _take_over(self, record: SessionRecord) -> Live:
         """Resume *record* in one pass: fold the log, let :func:`plan` decide, carry it out.

@@ -21,11 +21,17 @@ from sunroom.service.recovery import MESSAGE_RECEIVED
 from sunroom.service.signals import Signals
 from sunroom.store import EventStore, SessionRecord, SessionStatus
 
-__all__ = ["LATE_NOTE", "SessionRuns"]
+__all__ = ["LATE_NOTE", "SessionRuns", "record_status"]
 
 log = logging.getLogger("sunroom.service")
 
 _STATUS: dict[str, SessionStatus] = {"success": "finished", "cancelled": "cancelled"}
+
+
+def record_status(result: dict[str, Any]) -> SessionStatus:
+    """The record's status after a run that ended with *result*: finished, cancelled, failed."""
+    return _STATUS.get(str(result.get("status")), "failed")
+
 
 LATE_NOTE = (
     "[The service] The message(s) above arrived while your previous run was ending and were "
@@ -49,6 +55,8 @@ class SessionRuns:
 
         async def _record(self, sid: str) -> SessionRecord: ...
 
+        async def _started(self, live: Live) -> None: ...
+
     async def _send(self, live: Live, text: str) -> None:
         """Accept a new user message: record it (with a fresh id) once, then deliver it.
 
@@ -59,6 +67,7 @@ class SessionRuns:
         during it would leave a run no restarted server resumes.
         """
         live.sending += 1
+        live.touch()
         try:
             if live.preamble is not None and not live.session.running:
                 sent, live.preamble = f"{live.preamble}\n\n{text}", None
@@ -70,6 +79,7 @@ class SessionRuns:
             await self._deliver(live, mid, sent, reopen=False)
         finally:
             live.sending -= 1
+            live.touch()
 
     async def _deliver(
         self, live: Live, mid: str | None, text: str, *, reopen: bool = True
@@ -82,6 +92,7 @@ class SessionRuns:
             if mid is not None:
                 live.journal.expect(mid, text)
             live.idle.clear()
+            await self._started(live)
             await live.session.send(text)
         finally:
             live.sending -= 1
@@ -102,6 +113,8 @@ class SessionRuns:
         a message is being accepted (``live.sending``: it starts the next run) or another run
         already runs (its own end records the session).
         """
+        live.last_result = result
+        live.touch()
         async with live.record_lock:  # a message's reopen sees the record before or after this
             late = (
                 bool(live.journal.untaken)
@@ -111,7 +124,7 @@ class SessionRuns:
             )
             busy = live.sending > 0 or live.session.running
             if not (late or more or busy):
-                status = _STATUS.get(str(result.get("status")), "failed")
+                status = record_status(result)
                 try:
                     await self.store.finish_session(
                         live.sid, status=status, result=result, owner=self.owner

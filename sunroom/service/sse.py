@@ -16,6 +16,7 @@ import asyncio
 import contextlib
 import json
 import logging
+from collections.abc import Callable
 from typing import final
 
 from starlette.types import Message, Receive, Scope, Send
@@ -43,7 +44,12 @@ class _Stalled(Exception):
 
 @final
 class EventStream:
-    """An ASGI response streaming session *sid* from seq *after* on (see the module)."""
+    """An ASGI response streaming session *sid* from seq *after* on (see the module).
+
+    *hold*, when given, is entered for as long as the stream runs (the session manager's
+    :meth:`~sunroom.service.sessions.SessionManager.holding`: a followed session is never
+    released while idle).
+    """
 
     def __init__(
         self,
@@ -54,6 +60,7 @@ class EventStream:
         sid: str,
         after: int,
         closing: asyncio.Event | None = None,
+        hold: Callable[[], contextlib.AbstractContextManager[None]] | None = None,
     ) -> None:
         self._store = store
         self._signals = signals
@@ -61,6 +68,7 @@ class EventStream:
         self._sid = sid
         self._after = after
         self._closing = closing or asyncio.Event()
+        self._hold = hold or contextlib.nullcontext
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Stream until the session has nothing more, the client leaves or stalls."""
@@ -81,7 +89,8 @@ class EventStream:
         watcher = asyncio.get_running_loop().create_task(watch())
         stopper = asyncio.get_running_loop().create_task(stop())
         try:
-            await self._stream(send)
+            with self._hold():
+                await self._stream(send)
         except (_Stalled, OSError):
             return  # the connection is dropped; the client resumes with Last-Event-ID
         except asyncio.CancelledError:
