@@ -15,8 +15,10 @@ Routes (all but ``/healthz`` need ``Authorization: Bearer <token>``):
 - ``POST /kernels``: :class:`~.schemas.CreateKernel` → 201 ``{"kernel_id"}``
 - ``POST /kernels/{id}/execute``: :class:`~.schemas.Execute` → ``ExecutionResult.to_dict()``
 - ``POST /kernels/{id}/fork``: :class:`~.schemas.Fork` (``{"n": k}``, 1-64) → 201
-  ``{"kernel_ids": [...]}``: copies of the kernel's live state, raw kernels of their own
-  (409 while it is busy or runs threads of its own; see docs/fork.md)
+  ``{"kernel_ids": [...], "shares_trust_domain_with": id}``: copies of the kernel's live
+  state, raw kernels of their own that share its sandbox (one trust domain: hand separate
+  tenants kernels of a template instead) (409 while it is busy or runs threads of its own;
+  see docs/fork.md)
 - ``GET /kernels/{id}``: ``{"kernel_id", "backend", "kernel_name", "sandbox", "template",
   "created_at"}`` (``kernel_name`` and ``sandbox`` are null but for the jupyter backend)
 - ``DELETE /kernels/{id}``: kill it → 200
@@ -326,7 +328,9 @@ def create_app(
         with kernels().admitted():
             body = await _body(request, Fork)
             ids = await kernels().fork(request.path_params["kid"], body.n)
-        return JSONResponse({"kernel_ids": ids}, status_code=201)
+        # the copies share the kernel's sandbox: one trust domain, never separate tenants
+        answer = {"kernel_ids": ids, "shares_trust_domain_with": request.path_params["kid"]}
+        return JSONResponse(answer, status_code=201)
 
     async def get_kernel(request: Request) -> Response:
         return JSONResponse(kernels().describe(request.path_params["kid"]))

@@ -237,6 +237,7 @@ def test_raw_kernels_fork(make_server: Callable[..., Server]) -> None:
     r = server.client.post(f"/kernels/{kid}/fork", json={"n": 2})
     assert r.status_code == 201, r.text
     copies = r.json()["kernel_ids"]
+    assert r.json()["shares_trust_domain_with"] == kid
     assert len(copies) == 2 and kid not in copies
     for i, cid in enumerate(copies):
         out = server.client.post(
