@@ -163,3 +163,27 @@ def test_a_session_running_a_turn_or_waiting_on_an_approval_is_never_released(
     for sid in (busy, asks):
         kinds = [e["event"] for e in sse(server, sid, after=0)]
         assert "KernelRestarted" not in kinds, kinds  # never released while busy
+
+
+def test_a_session_released_before_its_first_run_is_recorded_cancelled_and_resumes(
+    make_server: Callable[..., Server],
+) -> None:
+    """Its record said ``running``: the release ends it as a crash's resume would (not an
+    orphan that the server would resume, and start a kernel for, at once)."""
+    models = [ScriptedModel(["never asked"]), ScriptedModel([code("print(1)"), "answered"])]
+    server = make_server(lambda: models.pop(0), session_idle_s=0.3)
+    sid = server.client.post("/sessions", json={}).json()["session_id"]
+    resumed = models[-1]
+    _wait("the idle session's release", lambda: _health(server)["sessions_released"] == 1)
+    time.sleep(1.5)  # a few orphan scans (lease_s 2): it is not taken up again
+    health = _health(server)
+    assert health["sessions"] == 0 and health["sessions_idle"] == 0, health
+    record = server.client.get(f"/sessions/{sid}").json()
+    assert record["status"] == "cancelled" and record["owner"] is None, record
+    r = server.client.post(f"/sessions/{sid}/messages", json={"text": "hello"})
+    assert r.status_code == 202, r.text
+    body = _result(server, sid)
+    assert body["status"] == "finished" and body["result"]["output"] == "answered", body
+    kinds = [e["event"] for e in sse(server, sid, after=0)]
+    assert kinds[0] == "KernelStarted" and kinds.count("KernelRestarted") == 1, kinds
+    assert "The kernel is new" in repr(resumed.requests[0].messages)
