@@ -7,9 +7,12 @@ one ``SCM_RIGHTS`` message. For each copy it then forks the copy's supervisor (a
 whose pid goes to the kernel supervisor's registry so that it outlives this kernel (when this
 runtime ends, it is re-parented to that supervisor); the copy's supervisor forks the copy's
 runtime, which takes its new socket, new output pipes and a copy of the workdir, and says
-``hello`` with its nonce. This runtime reaps the supervisors of its copies that end. Nothing of
-the state is pickled or replayed: it is the same memory, shared until written (the collector's
-objects are frozen across the fork so that a collection does not touch every page).
+``hello`` with its nonce. A copy that asks to be isolated (``"isolate"``: a template's tenant)
+makes itself a tenant of its own first (:mod:`sunroom.prelude.isolation`), and forks its runtime
+only once the host has opened its gate (a third descriptor: the host has moved the supervisor
+into the copy's cgroup by then). This runtime reaps the supervisors of its copies that end.
+Nothing of the state is pickled or replayed: it is the same memory, shared until written (the
+collector's objects are frozen across the fork so that a collection does not touch every page).
 
 Sockets opened by cells, files outside the workdir and threads are not copied (see docs/fork.md).
 """
@@ -58,13 +61,18 @@ def fork(runtime: Runtime, params: dict[str, Any]) -> list[int]:
     if not runtime.channel.input_idle():
         raise RuntimeError("the host sent more requests while asking for a fork")
     runtime.channel.notify("fork_ready", {"copies": len(copies)})
-    fds = _receive_fds(runtime, 2 * len(copies))
+    # a socket and a status pipe per copy; an isolated copy also a gate (see _copy_supervisor)
+    widths = [3 if spec.get("isolate") is not None else 2 for spec in copies]
+    fds = _receive_fds(runtime, sum(widths))
     _flush()
     pids: list[int] = []
     gc.freeze()  # a collection in a copy must not write to every tracked object's page
     try:
-        for i, spec in enumerate(copies):
-            pids.append(_spawn(runtime, spec, fds[2 * i], fds[2 * i + 1], fds))
+        at = 0
+        for spec, width in zip(copies, widths, strict=True):
+            own = fds[at : at + width]
+            at += width
+            pids.append(_spawn(runtime, spec, own, fds))
     finally:
         gc.unfreeze()
         for fd in fds:
@@ -120,9 +128,7 @@ def _quiet(runtime: Runtime) -> Iterator[None]:
             lock.release()
 
 
-def _spawn(
-    runtime: Runtime, spec: dict[str, Any], sock_fd: int, status_fd: int, fds: list[int]
-) -> int:
+def _spawn(runtime: Runtime, spec: dict[str, Any], own: list[int], fds: list[int]) -> int:
     """Fork one copy's supervisor; return its pid (this runtime reaps it, see :func:`reap`)."""
     isolated = spec.get("isolate") is not None
     with _quiet(runtime):
@@ -130,7 +136,7 @@ def _spawn(
             isolation.new_pid_namespace()
         pid = os.fork()
         if pid == 0:
-            _copy_supervisor(runtime, spec, sock_fd, status_fd, fds)
+            _copy_supervisor(runtime, spec, own, fds)
         if isolated:
             isolation.restore_pid_namespace()
     runtime.copies.add(pid)
@@ -150,20 +156,30 @@ def reap(runtime: Runtime) -> None:
 
 
 def _copy_supervisor(
-    runtime: Runtime, spec: dict[str, Any], sock_fd: int, status_fd: int, fds: list[int]
+    runtime: Runtime, spec: dict[str, Any], own: list[int], fds: list[int]
 ) -> None:
-    """The copy's supervisor; never returns."""
+    """The copy's supervisor; never returns.
+
+    *own* are its socket, its status pipe and, for an isolated copy, its gate: the host moves
+    this supervisor into the copy's cgroup while it isolates itself, then writes one byte on
+    the gate, so that the runtime is born in the cgroup (and the move costs the copy no time).
+    """
     code = 1
+    sock_fd, status_fd = own[0], own[1]
+    isolated = spec.get("isolate") is not None
     try:
         gc.disable()  # this process only waits: it must not touch the copied heap
         for fd in fds:
-            if fd not in (sock_fd, status_fd):
+            if fd not in own:
                 with contextlib.suppress(OSError):
                     os.close(fd)
         runtime.forget_parent_links()
-        if spec.get("isolate") is not None:
+        if isolated:
             isolation.forget_pid_namespace()
             isolation.isolate(spec["isolate"])  # raises: the copy never runs
+            if os.read(own[2], 1) != b"1":  # the host let go, or went away
+                raise RuntimeError("the host did not open the copy's gate")
+            os.close(own[2])
         supervisor._prctl(supervisor.PR_SET_CHILD_SUBREAPER, 1)
         supervisor._prctl(supervisor.PR_SET_DUMPABLE, 0)
         signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -180,8 +196,9 @@ def _copy_supervisor(
         code = supervisor.supervise(
             kernel, status_fd=status_fd, registry_fd=registry_r, hangup_fd=hangup
         )
-        with contextlib.suppress(OSError):
-            shutil.rmtree(spec["workdir"])
+        if not isolated:  # an isolated copy's workdir is its own tmpfs, gone with it
+            with contextlib.suppress(OSError):
+                shutil.rmtree(spec["workdir"])
     except BaseException:
         import traceback
 

@@ -359,6 +359,7 @@ async def fork(
     nonces = [secrets.token_hex(16) for _ in range(n)]
     pairs = [socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM) for _ in range(n)]
     pipes = [os.pipe() for _ in range(n)]
+    gates = [os.pipe() for _ in range(n)] if tenants is not None else []
     loop = asyncio.get_running_loop()
     routers = [Router(loop.create_future()) for _ in range(n)]
     channels: list[Channel] = []
@@ -384,13 +385,32 @@ async def fork(
         call = channel.request("fork", {"copies": copies}, check=schema.pids)
         await asyncio.wait({router.fork_ready, call}, return_when=asyncio.FIRST_COMPLETED)
         if router.fork_ready.done():
-            channel.send_fds([fd for i in range(n) for fd in (pairs[i][1].fileno(), pipes[i][1])])
+            channel.send_fds(
+                [
+                    fd
+                    for i in range(n)
+                    for fd in (pairs[i][1].fileno(), pipes[i][1], *(gates[i][:1] if gates else ()))
+                ]
+            )
         supervisors = await call  # RemoteError when the kernel refused
         for _, kernel_end in pairs:
             kernel_end.close()
         for i, (status_r, status_w) in enumerate(pipes):
             os.close(status_w)
             pipes[i] = (status_r, -1)
+        if gates:
+            # a tenant's supervisor waits at its gate while it isolates itself: move it into
+            # its cgroup meanwhile, so its runtime is born there (the move costs no time)
+            for i, (gate_r, gate_w) in enumerate(gates):
+                os.close(gate_r)
+                gates[i] = (-1, gate_w)
+            cgroups = await making
+            hosts = await asyncio.to_thread(_supervisor_hosts, parent_pid, supervisors)
+            await asyncio.to_thread(_move_all, cgroups, hosts)
+            for i, (_, gate_w) in enumerate(gates):
+                os.write(gate_w, b"1")
+                os.close(gate_w)
+                gates[i] = (-1, -1)
         await _hellos(routers, channels, nonces, limits.start_timeout_s)
         cgroups = await making
         infos = [r.hello.result() for r in routers]
@@ -398,9 +418,10 @@ async def fork(
             _find_copies, parent_pid, supervisors, [i["pid"] for i in infos]
         )
         runtimes = [runtime for _, runtime in found]
-        # the runtimes only, back to back: a supervisor just waits, and every move is an
-        # RCU-synchronised migration that the next one, close behind, may share
-        await asyncio.to_thread(_move_all, cgroups, runtimes)
+        if not gates:
+            # the runtimes only, back to back: a supervisor just waits, and every move is an
+            # RCU-synchronised migration that the next one, close behind, may share
+            await asyncio.to_thread(_move_all, cgroups, runtimes)
         ready: list[Ready] = []
         for i in range(n):
             proc = ForkedProcess(
@@ -426,7 +447,7 @@ async def fork(
         for host_end, kernel_end in pairs:
             host_end.close()
             kernel_end.close()
-        for pipe in pipes:
+        for pipe in pipes + gates:  # a closed gate turns its waiting copy away
             for fd in pipe:
                 if fd >= 0:
                     with contextlib.suppress(OSError):
@@ -509,6 +530,24 @@ def _children(pid: int) -> list[int]:
     return kids
 
 
+def _supervisor_hosts(parent: int, supervisors: list[int]) -> list[int]:
+    """The host pids of the copies' *supervisors* (as the forking runtime *parent* sees them).
+
+    They are its children. Raises KernelStartError when one is not among them.
+    """
+    level = len(_ns_pids(parent)) - 1
+    if level < 0:
+        raise KernelStartError("the forking kernel's runtime is gone")
+    by_ns = {}
+    for kid in _children(parent):
+        ns = _ns_pids(kid)
+        if len(ns) > level:
+            by_ns[ns[level]] = kid
+    if any(pid not in by_ns for pid in supervisors):
+        raise KernelStartError("a copy's supervisor is not the forking kernel's child")
+    return [by_ns[pid] for pid in supervisors]
+
+
 def _find_copies(
     parent: int, supervisors: list[int], hello_pids: list[int]
 ) -> list[tuple[int, int]]:
@@ -519,19 +558,11 @@ def _find_copies(
     as they see themselves. A copy's runtime is its supervisor's only child at hello time.
     Raises KernelStartError when a copy is not where it must be.
     """
-    level = len(_ns_pids(parent)) - 1
-    if level < 0:
-        raise KernelStartError("the forking kernel's runtime is gone")
-    by_ns = {}
-    for kid in _children(parent):
-        ns = _ns_pids(kid)
-        if len(ns) > level:
-            by_ns[ns[level]] = kid
     found: list[tuple[int, int]] = []
-    for ns_pid, hello_pid in zip(supervisors, hello_pids, strict=True):
-        supervisor = by_ns.get(ns_pid)
-        runtimes = _children(supervisor) if supervisor is not None else []
-        if supervisor is None or len(runtimes) != 1 or _ns_pids(runtimes[0])[-1:] != [hello_pid]:
+    hosts = _supervisor_hosts(parent, supervisors)
+    for supervisor, hello_pid in zip(hosts, hello_pids, strict=True):
+        runtimes = _children(supervisor)
+        if len(runtimes) != 1 or _ns_pids(runtimes[0])[-1:] != [hello_pid]:
             raise KernelStartError("a copy said hello from a process outside its kernel's sandbox")
         found.append((supervisor, runtimes[0]))
     return found
