@@ -129,15 +129,24 @@ def _quiet(runtime: Runtime) -> Iterator[None]:
 
 
 def _spawn(runtime: Runtime, spec: dict[str, Any], own: list[int], fds: list[int]) -> int:
-    """Fork one copy's supervisor; return its pid (this runtime reaps it, see :func:`reap`)."""
+    """Fork one copy's supervisor; return its pid (this runtime reaps it, see :func:`reap`).
+
+    An isolated copy's supervisor is PID 1 of a PID namespace of its own. Where this runtime
+    may go back to its own namespace (as root) it makes the namespace itself, forks and goes
+    back; elsewhere it forks a middle process that makes it, forks the supervisor and waits
+    for it (the pid returned is then the middle's, which ends with the supervisor).
+    """
     isolated = spec.get("isolate") is not None
+    direct = isolated and isolation.can_restore_pid_namespace()
     with _quiet(runtime):
-        if isolated:  # the copy's supervisor is PID 1 of a namespace of its own
+        if direct:
             isolation.new_pid_namespace()
         pid = os.fork()
         if pid == 0:
-            _copy_supervisor(runtime, spec, own, fds)
-        if isolated:
+            if isolated and not direct:
+                _middle(runtime, spec, own, fds)
+            _copy_supervisor(runtime, spec, own, fds, gated=isolated)
+        if direct:
             isolation.restore_pid_namespace()
     runtime.copies.add(pid)
     runtime.note_copy(pid)  # the kernel's supervisor spares it when this kernel ends
@@ -155,14 +164,45 @@ def reap(runtime: Runtime) -> None:
             runtime.copies.discard(pid)
 
 
+def _middle(runtime: Runtime, spec: dict[str, Any], own: list[int], fds: list[int]) -> None:
+    """Make an isolated copy's PID namespace and supervisor, and wait for it; never returns.
+
+    It waits at the copy's gate first (the host moves it into the copy's cgroup), so the
+    supervisor and the runtime are born in the cgroup.
+    """
+    code = 1
+    try:
+        gc.disable()  # this process only waits: it must not touch the copied heap
+        if os.read(own[2], 1) != b"1":
+            raise RuntimeError("the host did not open the copy's gate")
+        isolation.new_pid_namespace()
+        child = os.fork()
+        if child == 0:
+            _copy_supervisor(runtime, spec, own, fds, gated=False)
+        for fd in fds:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        runtime.forget_parent_links()
+        isolation.forget_pid_namespace()
+        _, status = os.waitpid(child, 0)
+        code = os.waitstatus_to_exitcode(status) if os.WIFEXITED(status) else 1
+    except BaseException:
+        import traceback
+
+        traceback.print_exc()
+    finally:
+        os._exit(code)
+
+
 def _copy_supervisor(
-    runtime: Runtime, spec: dict[str, Any], own: list[int], fds: list[int]
+    runtime: Runtime, spec: dict[str, Any], own: list[int], fds: list[int], *, gated: bool
 ) -> None:
     """The copy's supervisor; never returns.
 
     *own* are its socket, its status pipe and, for an isolated copy, its gate: the host moves
     this supervisor into the copy's cgroup while it isolates itself, then writes one byte on
     the gate, so that the runtime is born in the cgroup (and the move costs the copy no time).
+    Without *gated*, a middle process waited at the gate already (see :func:`_spawn`).
     """
     code = 1
     sock_fd, status_fd = own[0], own[1]
@@ -177,7 +217,7 @@ def _copy_supervisor(
         if isolated:
             isolation.forget_pid_namespace()
             isolation.isolate(spec["isolate"])  # raises: the copy never runs
-            if os.read(own[2], 1) != b"1":  # the host let go, or went away
+            if gated and os.read(own[2], 1) != b"1":  # the host let go, or went away
                 raise RuntimeError("the host did not open the copy's gate")
             os.close(own[2])
         supervisor._prctl(supervisor.PR_SET_CHILD_SUBREAPER, 1)

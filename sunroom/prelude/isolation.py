@@ -26,6 +26,7 @@ a namespace it shares with another tenant, or without the full filter. Stdlib on
 from __future__ import annotations
 
 import ctypes
+import errno
 import os
 import shutil
 import struct
@@ -88,6 +89,20 @@ def _umount(target: str) -> None:
     _check(_libc.umount2(target.encode(), MNT_DETACH), f"umount {target}")
 
 
+def _let_go(target: str) -> None:
+    """Unmount *target*, or leave it to be covered when it is locked.
+
+    Mounts the zygote was given from a more privileged user namespace (bubblewrap started
+    unprivileged sets the sandbox up from an outer one) are locked to the copy: it cannot
+    unmount them, only mount over them; without a capability, nothing below can come back.
+    """
+    try:
+        _umount(target)
+    except OSError as exc:
+        if exc.errno != errno.EINVAL:
+            raise
+
+
 def _prctl(option: int, a: int = 0, b: int = 0) -> None:
     _check(
         _libc.prctl(option, ctypes.c_ulong(a), ctypes.c_ulong(b), ctypes.c_ulong(0), 0),
@@ -95,10 +110,27 @@ def _prctl(option: int, a: int = 0, b: int = 0) -> None:
     )
 
 
+_restorable: list[bool] = []
+"""Whether the zygote may ``setns`` back into its own PID namespace (probed once)."""
+
+
+def can_restore_pid_namespace() -> bool:
+    """Whether :func:`restore_pid_namespace` will work here, probed before it is needed.
+
+    As root, the zygote's PID namespace belongs to its own user namespace and it may go back;
+    started by an unprivileged user, bubblewrap made that namespace from an outer user
+    namespace in which the zygote holds nothing, so a middle process must make each copy's
+    namespace instead (:mod:`sunroom.prelude.forking`).
+    """
+    if not _restorable:
+        if not _pidns_fd:
+            _pidns_fd.append(os.open("/proc/self/ns/pid", os.O_RDONLY | os.O_CLOEXEC))
+        _restorable.append(_libc.setns(_pidns_fd[0], CLONE_NEWPID) == 0)
+    return _restorable[0]
+
+
 def new_pid_namespace() -> None:
-    """In the zygote: the next child it forks is PID 1 of a new PID namespace."""
-    if not _pidns_fd:
-        _pidns_fd.append(os.open("/proc/self/ns/pid", os.O_RDONLY | os.O_CLOEXEC))
+    """The next child this process forks is PID 1 of a new PID namespace."""
     _check(_libc.unshare(CLONE_NEWPID), "unshare(CLONE_NEWPID)")
 
 
@@ -150,17 +182,17 @@ def _replace(target: str, staging: str, *, keep: bool, mode: int, parking: str =
             os.mkdir(spot)
         else:
             open(spot, "wb").close()  # noqa: SIM115 - a mount point file
-        _mount(point, spot, None, MS_MOVE)
+        _mount(point, spot, None, MS_BIND)  # a bind: a locked mount cannot be moved
         parked.append((point, spot, is_dir))
     if keep and os.listdir(target):
         os.mkdir(staging)
         _tmpfs(staging, size, mode)
         shutil.copytree(target, staging, symlinks=True, dirs_exist_ok=True)
-        _umount(target)
+        _let_go(target)
         _mount(staging, target, None, MS_MOVE)
         os.rmdir(staging)
     else:
-        _umount(target)
+        _let_go(target)
         _tmpfs(target, size, mode)
     made: list[str] = []
     for point, spot, is_dir in parked:
@@ -172,7 +204,8 @@ def _replace(target: str, staging: str, *, keep: bool, mode: int, parking: str =
             os.makedirs(point, mode=0o755, exist_ok=True)
         elif not os.path.exists(point):
             open(point, "wb").close()  # noqa: SIM115 - a mount point file
-        _mount(spot, point, None, MS_MOVE)
+        _mount(spot, point, None, MS_MOVE)  # the parked bind, on the new tmpfs
+        _mount(None, point, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV)
         if is_dir:
             os.rmdir(spot)
         else:
@@ -192,10 +225,11 @@ def _proc(
 ) -> None:
     """A ``/proc`` of this PID namespace in place of the zygote's, masked as the sandbox's."""
     os.mkdir(staging)
-    # a new proc is allowed while the old one is still mounted (and fully visible to us)
+    # a new proc is allowed while a proc with nothing locked over it is mounted here: the
+    # zygote's own (as root), or the spare one it keeps (sunroom unprivileged)
     _mount("proc", staging, "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
     _split_user_limits(f"{staging}/sys", share)  # before /proc/sys is read-only
-    _umount("/proc")
+    _let_go("/proc")
     _mount(staging, "/proc", None, MS_MOVE)
     os.rmdir(staging)
     _readonly_bind("/proc/sys", "/proc/sys")
@@ -286,7 +320,8 @@ def isolate(spec: dict[str, Any]) -> None:
     user namespace, or None to keep the zygote's: sunroom started unprivileged), ``share``
     (into how many parts the zygote's per-user limits are split, see
     :func:`_split_user_limits`),
-    ``workdir``, ``forks``, ``tmp``, ``site``, ``shm`` (paths), ``masked_files``,
+    ``workdir``, ``forks``, ``tmp``, ``site``, ``shm`` (paths), ``spare_proc`` (where the
+    zygote keeps an unmasked ``/proc``, or None), ``masked_files``,
     ``masked_dirs`` (under ``/proc``) and ``seccomp`` (the kernel's BPF program). Raises
     OSError when a step fails: the caller must then exit, never run the copy.
     """
@@ -311,6 +346,9 @@ def isolate(spec: dict[str, Any]) -> None:
     masked_files, masked_dirs = list(spec["masked_files"]), list(spec["masked_dirs"])
     _proc(f"{forks}/.proc", masked_files, masked_dirs, empty, int(spec["share"]))
     os.unlink(empty)  # the binds keep the inode
+    spare = spec.get("spare_proc")
+    if spare:  # the zygote's unmasked proc (see BwrapBackend), which made ours possible
+        _tmpfs(spare, 0, 0o555)
     uid, gid = spec.get("uid"), spec.get("gid")
     if uid is not None and gid is not None:
         for path in (forks, spec["workdir"], spec["site"]):

@@ -34,6 +34,7 @@ from sunroom.sandbox.backends.bwrap import (
     FORKS_DIR,
     MASKED_PROC_DIRS,
     MASKED_PROC_FILES,
+    SPARE_PROC,
     WORKDIR,
 )
 from sunroom.sandbox.backends.docker_process import DockerKernelProcess
@@ -492,12 +493,14 @@ def _isolation(uid: int | None, share: int) -> dict[str, Any]:
     return {
         "uid": uid,
         "gid": uid,
-        "share": share,
+        # unprivileged, every tenant has the user's one uid: its counts are one, not shares
+        "share": share if uid is not None else 1,
         "workdir": WORKDIR,
         "forks": FORKS_DIR,
         "tmp": "/tmp",
         "site": KERNEL_SITE,
         "shm": "/dev/shm",
+        "spare_proc": SPARE_PROC if uid is None else None,
         "masked_files": list(MASKED_PROC_FILES),
         "masked_dirs": list(MASKED_PROC_DIRS),
         "seccomp": compile_bpf(network=False),
@@ -555,13 +558,16 @@ def _find_copies(
 
     *parent* is the forking runtime's host pid; *supervisors* are the copies' supervisors as
     it sees them (its children: the fork request's answer), *hello_pids* the copies' runtimes
-    as they see themselves. A copy's runtime is its supervisor's only child at hello time.
+    as they see themselves. A copy's runtime is its supervisor's only child at hello time
+    (or that child's only child, when a middle process made an isolated copy's namespace).
     Raises KernelStartError when a copy is not where it must be.
     """
     found: list[tuple[int, int]] = []
     hosts = _supervisor_hosts(parent, supervisors)
     for supervisor, hello_pid in zip(hosts, hello_pids, strict=True):
         runtimes = _children(supervisor)
+        if len(runtimes) == 1 and _ns_pids(runtimes[0])[-1:] == [1]:
+            runtimes = _children(runtimes[0])  # a middle process made the copy's namespace
         if len(runtimes) != 1 or _ns_pids(runtimes[0])[-1:] != [hello_pid]:
             raise KernelStartError("a copy said hello from a process outside its kernel's sandbox")
         found.append((supervisor, runtimes[0]))

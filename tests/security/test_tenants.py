@@ -11,13 +11,20 @@ uid of its own that is neither root's nor the other's.
 from __future__ import annotations
 
 import ast
+import json
 import os
+import shutil
+import subprocess
+import sys
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
 from sunroom import AsyncKernel, KernelPool, Template
+from sunroom.sandbox.identity import lease_identity
 from sunroom.sandbox.kernel import AsyncKernel as KernelClass
+from tests.conftest import _require
 from tests.security.tenants import (
     assert_isolated,
     attack_code,
@@ -128,3 +135,57 @@ def test_two_service_kernels_of_one_template_are_tenants_of_their_own(
     finally:
         for kid in ids:
             server.client.delete(f"/kernels/{kid}")
+
+
+UNPRIVILEGED_HOST = """
+import asyncio, json
+from sunroom import Template
+from sunroom.sandbox.backends.bwrap import BwrapBackend
+from tests.security.tenants import attack_code, new_plant, plant_code, still_running_code
+
+
+async def main() -> None:
+    backend = BwrapBackend(require_cgroups=False)  # an unprivileged user has no cgroup tree
+    async with Template(setup="import json", backend=backend) as template:
+        a, b = await template.kernel(), await template.kernel()
+        plant = new_plant()
+        planted = await a.execute(plant_code(plant))
+        attacked = await b.execute(attack_code(plant, [2]), timeout_s=60)
+        after = await a.execute(still_running_code())
+        print(json.dumps([planted.value, attacked.value, after.value, plant.secret[:8]]))
+        await a.aclose()
+        await b.aclose()
+
+
+asyncio.run(main())
+"""
+
+
+def test_template_kernels_are_tenants_when_sunroom_runs_unprivileged() -> None:
+    # as an unprivileged user bubblewrap builds the sandbox from an outer user namespace:
+    # a tenant cannot unmount what the zygote inherited (only cover it) and needs the
+    # zygote's spare /proc to mount its own; every tenant keeps the user's one uid
+    if os.geteuid() != 0:
+        pytest.skip("needs root to run the host as an unprivileged user")
+    _require("bwrap")
+    setpriv = shutil.which("setpriv")
+    assert setpriv is not None, "setpriv (util-linux) is needed to drop to a user"
+    lease = lease_identity()
+    try:
+        uid = lease.identity.uid
+        root = str(Path(__file__).resolve().parents[2])
+        run = subprocess.run(
+            [setpriv, f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--",
+             sys.executable, "-c", UNPRIVILEGED_HOST],
+            capture_output=True, text=True, timeout=120, cwd="/",
+            env={"PATH": os.environ.get("PATH", ""), "HOME": "/tmp", "PYTHONPATH": root},
+        )  # fmt: skip
+    finally:
+        lease.release()
+    assert run.returncode == 0, run.stderr[-3000:]
+    planted, attacked, after, secret = json.loads(run.stdout.strip().splitlines()[-1])
+    assert ast.literal_eval(planted)[0] == 2
+    verdict = json.loads(ast.literal_eval(attacked))
+    # the user's per-user limits are the user's, shared by every kernel it starts (one uid)
+    assert verdict["found"] == [] and verdict["signalled"] == [], verdict
+    assert after == repr(("S", None, secret)), after

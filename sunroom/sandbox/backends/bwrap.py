@@ -163,6 +163,12 @@ ZYGOTE_CAPS: Final = (
 """What a template's zygote keeps, inside its own user namespace only, to make each copy a
 tenant of its own (:mod:`sunroom.prelude.isolation`); every copy drops them all."""
 
+SPARE_PROC: Final = "/run/sunroom-proc"
+"""Where a zygote started unprivileged keeps an unmasked ``/proc``: its tenants' mounts of
+the zygote's are locked (they come from bubblewrap's outer user namespace), and the kernel
+lets a tenant mount a ``/proc`` of its own only while one with nothing locked over it is
+mounted. Each tenant covers it at once (:mod:`sunroom.prelude.isolation`)."""
+
 TENANT_UID: Final = 2000
 """The first tenant uid inside a zygote's user namespace (mapped to the leased block)."""
 
@@ -436,6 +442,7 @@ class BwrapBackend:
             *(arg for m in spec.mounts for arg in ("--ro-bind", m.source, m.target)),
             "--proc",
             "/proc",
+            *(["--proc", SPARE_PROC] if zygote and lease is None else []),
             *_proc_masks(str(empty)),
             "--dev",
             "/dev",
