@@ -2,9 +2,9 @@
 
 Two kernels handed out apart (from one template, one pool, one service template) must be as
 isolated as two kernels started apart. :func:`plant_code` leaves a secret in kernel A's
-variables, environment, workdir, ``/tmp``, ``/dev/shm``, a SysV shared memory segment and an
-abstract Unix socket name, takes every inotify instance its user may have, and starts a marked process;
-:func:`attack_code` runs in kernel B and reports each secret it reached, each process of
+variables, environment, workdir, ``/tmp``, ``/dev/shm``, package site, a SysV shared memory
+segment and an abstract Unix socket name, takes every inotify instance its user may have, and
+starts a marked process; :func:`attack_code` runs in kernel B and reports each secret it reached, each process of
 another tenant it could signal, and whether its own per-user limits were spent by A. The
 verdict is data (a JSON object), checked by :func:`assert_isolated`.
 """
@@ -47,6 +47,10 @@ with open("/tmp/secret-tmp.txt", "w") as f:
     f.write(SECRET)
 if os.path.isdir("/dev/shm"):
     with open("/dev/shm/secret-shm", "w") as f:
+        f.write(SECRET)
+site = os.environ.get("SUNROOM_SITE")  # where install() puts packages
+if site:
+    with open(os.path.join(site, "secret-site.txt"), "w") as f:
         f.write(SECRET)
 libc = ctypes.CDLL(None, use_errno=True)
 libc.shmat.restype = ctypes.c_void_p
