@@ -250,7 +250,10 @@ def _copy_supervisor(
 def _copy_runtime(runtime: Runtime, spec: dict[str, Any], sock_fd: int, registry_fd: int) -> None:
     """The copy's runtime: takes its socket and workdir, says hello, serves; never returns."""
     try:
-        supervisor._prctl(supervisor.PR_SET_DUMPABLE, 1)  # the runtime is the user's own process
+        # a kernel's runtime is the user's own process; a tenant's stays not dumpable (no
+        # core, /proc/self/environ closed to it too), like its supervisor
+        tenant = spec.get("isolate") is not None
+        supervisor._prctl(supervisor.PR_SET_DUMPABLE, 0 if tenant else 1)
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         signal.set_wakeup_fd(-1)

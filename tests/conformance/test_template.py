@@ -184,15 +184,17 @@ async def test_a_bwrap_template_kernel_is_a_tenant_of_its_own() -> None:
                 " open('made-by-setup.txt').read(), os.stat('made-by-setup.txt').st_uid"
                 " == os.getuid(), os.path.exists('/tmp/z'),"
                 " open('/proc/self/status').read().split('CapEff:')[1].split()[0],"
-                " sorted(p for p in os.listdir('/proc') if p.isdigit()))"
+                " sorted(p for p in os.listdir('/proc') if p.isdigit()),"
+                " __import__('ctypes').CDLL(None).prctl(3, 0, 0, 0, 0))"
             )
             value = (await a.execute(probe)).value
             assert value is not None
-            pid, cwd, forks, text, owned, tmp_z, caps, pids = ast.literal_eval(value)
+            pid, cwd, forks, text, owned, tmp_z, caps, pids, dumpable = ast.literal_eval(value)
             assert (pid, cwd, forks, text, owned) == (2, "/work", [], "hi", True)
             assert not tmp_z  # /tmp is its own, fresh
             assert caps == "0000000000000000"
             assert pids == ["1", "2"]
+            assert dumpable == 0  # PR_GET_DUMPABLE
             # a third live kernel is refused until one is closed; its uid is then free again
             with pytest.raises(KernelStartError, match="all 2 kernels of this template"):
                 await template.kernel()
