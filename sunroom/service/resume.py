@@ -145,7 +145,9 @@ class SessionResume(SessionRuns):
             )  # fmt: skip
         await live.journal.append(
             "KernelRestarted",
-            {"reason": "the session was resumed in a new service process; cells were not re-run",
+            {"reason": "the session was resumed from its log with a new kernel (the service "
+                       "restarted, or the session was idle and gave its kernel back); cells "
+                       "were not re-run",
              "state_lost": True, "unknown_calls": [c.call_id for c in unknown],
              "denied_approvals": [a["call_id"] for a in state.waiting_approvals]},
         )  # fmt: skip
