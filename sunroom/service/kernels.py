@@ -22,7 +22,7 @@ import contextlib
 import logging
 import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Coroutine, Iterator, Sequence
 from typing import Any, final
 
 from sunroom.errors import SunroomError, UsageError
@@ -30,6 +30,7 @@ from sunroom.kernel_choice import describe_backend
 from sunroom.sandbox.functions import HostFunction
 from sunroom.sandbox.kernel import AsyncKernel
 from sunroom.sandbox.result import ExecutionResult
+from sunroom.sandbox.template import Template
 from sunroom.service.config import ServiceConfig
 from sunroom.service.problems import CapacityError, NotFoundError, ShuttingDown
 from sunroom.service.schemas import CreateKernel, network_spec
@@ -63,6 +64,7 @@ class KernelManager:
         self._in_flight = 0
         self._opening: set[AsyncKernel] = set()  # being started: shut_down closes them too
         self._shutting_down = False
+        self._stopping = asyncio.Event()  # set by shut_down: waits on a template give up
 
     @property
     def live(self) -> int:
@@ -111,7 +113,7 @@ class KernelManager:
                         "a kernel from a template runs on its backend with its limits; "
                         "omit backend and limits (kernel_name and sandbox too)"
                     )
-                template = await self._templates.get(request.template)
+                template = await self._unless_stopped(self._templates.get(request.template))
                 backend = template.backend
                 kernel = AsyncKernel(
                     template=template,
@@ -245,7 +247,28 @@ class KernelManager:
         (503). A kernel that fails to close is logged, as in :meth:`aclose`.
         """
         self._shutting_down = True
+        self._stopping.set()
         await self.aclose()
+
+    async def _unless_stopped(self, starting: Coroutine[Any, Any, Template]) -> Template:
+        """Await *starting* (a template's first start), or raise ShuttingDown on shut_down.
+
+        The start is cancelled then (its kernel closed before the answer), not left for the
+        server's graceful-shutdown timeout to cut with a traceback; a caller cancelled itself
+        cancels it too.
+        """
+        task = asyncio.ensure_future(starting)
+        stop = asyncio.ensure_future(self._stopping.wait())
+        try:
+            await asyncio.wait({task, stop}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stop.cancel()
+            if not task.done():
+                task.cancel()
+                await asyncio.wait({task})
+        if task.cancelled() or (self._shutting_down and task.exception() is not None):
+            raise self._stopped()
+        return task.result()
 
     def _refuse_when_shutting_down(self) -> None:
         if self._shutting_down:

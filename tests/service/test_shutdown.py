@@ -104,3 +104,58 @@ def test_sigterm_during_executes_answers_503_closes_the_kernels_and_logs_no_trac
         assert error["type"] == "ShuttingDown"
         assert "shutting down" in error["message"]
     assert not [pid for pid in kernel_pids if psutil.pid_exists(pid)]
+
+
+def test_sigterm_while_a_template_starts_answers_503_and_logs_no_traceback(
+    tmp_path: Path,
+) -> None:
+    setup = tmp_path / "slow.py"
+    setup.write_text("import time\ntime.sleep(60)\n")
+    setup.chmod(0o644)
+    env = {**os.environ, "SUNROOM_TOKEN": TOKEN}
+    env.pop("SUNROOM_MODEL", None)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "sunroom.cli", "serve", "--port", "0",
+         "--db", str(tmp_path / "s.db"), "--backend", "subprocess",
+         "--template", f"slow={setup}"],
+        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    answers: list[httpx.Response | BaseException] = []
+    try:
+        assert proc.stdout is not None and proc.stderr is not None
+        line = proc.stdout.readline()
+        assert "listening on" in line, line
+        url = line.rsplit(" ", 1)[-1].strip()
+        with httpx.Client(
+            base_url=url, headers={"Authorization": f"Bearer {TOKEN}"}, timeout=30
+        ) as client:
+
+            def create() -> None:
+                try:
+                    answers.append(client.post("/kernels", json={"template": "slow"}))
+                except BaseException as exc:  # noqa: BLE001 - reported by the assertion below
+                    answers.append(exc)
+
+            starting = threading.Thread(target=create)
+            starting.start()
+            deadline = time.monotonic() + 30
+            while not _descendants(proc.pid):  # the template's kernel is up, its setup runs
+                assert time.monotonic() < deadline, "the template's kernel never started"
+                time.sleep(0.05)
+            time.sleep(0.5)
+            proc.send_signal(signal.SIGTERM)
+            starting.join(20)
+            code = proc.wait(20)
+        stderr = proc.stderr.read()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+        for stream in (proc.stdout, proc.stderr):
+            if stream is not None:
+                stream.close()
+    assert code == 0, (code, stderr)
+    assert "Traceback" not in stderr and "CancelledError" not in stderr, stderr
+    assert len(answers) == 1 and isinstance(answers[0], httpx.Response), answers
+    assert answers[0].status_code == 503, answers[0].text
+    assert answers[0].json()["error"]["type"] == "ShuttingDown"
