@@ -58,6 +58,8 @@ def fork(runtime: Runtime, params: dict[str, Any]) -> list[int]:
             raise ValueError("a copy's isolation is a map")
     reap(runtime)
     _refuse_threads(runtime)
+    if any(spec.get("isolate") is not None for spec in copies):
+        _refuse_shared_fds(runtime)
     if not runtime.channel.input_idle():
         raise RuntimeError("the host sent more requests while asking for a fork")
     runtime.channel.notify("fork_ready", {"copies": len(copies)})
@@ -90,6 +92,29 @@ def _refuse_threads(runtime: Runtime) -> None:
             f"the kernel has {len(others)} thread(s) of its own code running ({names}); "
             "a copy would inherit their locks but not the threads, so stop or join them "
             "before forking"
+        )
+
+
+def _refuse_shared_fds(runtime: Runtime) -> None:
+    """Refuse to make tenants while code this kernel ran holds descriptors open.
+
+    A copy inherits every descriptor, and an inherited one is the *same* open file (offset
+    and all) or socket: two tenants holding it could talk through it, or reach the file
+    behind it. So a template's setup must close what it opened (or open it in each kernel).
+    """
+    from sunroom.prelude.runtime import open_fds
+
+    stray = sorted(open_fds() - runtime.own_fds - set(isolation.held_fds()))
+    if stray:
+        names = []
+        for fd in stray[:5]:
+            try:
+                names.append(os.readlink(f"/proc/self/fd/{fd}"))
+            except OSError:
+                names.append(str(fd))
+        raise RuntimeError(
+            f"the template's setup left {len(stray)} descriptor(s) open ({', '.join(names)}); "
+            "its kernels would all share them, so close them before the setup ends"
         )
 
 

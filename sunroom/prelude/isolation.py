@@ -139,6 +139,11 @@ def restore_pid_namespace() -> None:
     _check(_libc.setns(_pidns_fd[0], CLONE_NEWPID), "setns(CLONE_NEWPID)")
 
 
+def held_fds() -> list[int]:
+    """The descriptors this module holds open (the zygote's own PID namespace)."""
+    return list(_pidns_fd)
+
+
 def forget_pid_namespace() -> None:
     """In the copy: close the zygote's namespace descriptor (before anything else runs)."""
     while _pidns_fd:

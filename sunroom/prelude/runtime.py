@@ -33,6 +33,19 @@ if TYPE_CHECKING:
     from typing import Any
 
 
+def open_fds() -> frozenset[int]:
+    """The descriptors open in this process now."""
+    found = set()
+    for name in os.listdir("/proc/self/fd"):
+        fd = int(name)
+        try:
+            os.fstat(fd)  # the listing's own descriptor is closed again by now
+        except OSError:
+            continue
+        found.add(fd)
+    return frozenset(found)
+
+
 class Runtime:
     """One kernel: a namespace, an executor, output capture and the channel to the host."""
 
@@ -60,6 +73,7 @@ class Runtime:
         os.dup2(sys.stdin.fileno(), 0)
         self._sigint_handler = self._on_sigint  # one bound method, compared by identity
         signal.signal(signal.SIGINT, self._sigint_handler)
+        self.own_fds = open_fds()  # the runtime's own; any other was opened by a cell
         self._hello(nonce)
 
     @property
@@ -124,6 +138,7 @@ class Runtime:
                     os.environ[key] = workdir
             os.chdir(workdir)
             self.services.move(workdir)
+        self.own_fds = open_fds()
         self._hello(nonce)
 
     def _stream(self, name: str, text: str) -> None:

@@ -144,9 +144,13 @@ def main(config_json: str) -> None:
     run instead of the runtime: ``{"argv": [...], "env": {...}, "attach": bool}`` and an
     optional ``"name"`` for messages, resolved by the host; see :func:`_run_program`);
     ``forward`` (a network policy: ``{"port": int, "socket": path}``: the listener is bound
-    and given to the host's proxy before the kernel starts, see :mod:`sunroom.prelude.egress`).
+    and given to the host's proxy before the kernel starts, see :mod:`sunroom.prelude.egress`);
+    ``close_fds`` (descriptors the launcher needed and the kernel must not keep, closed first).
     """
     config = json.loads(config_json)
+    for stray in config.get("close_fds", ()):  # the launcher's, not the kernel's (bwrap's pipes)
+        with contextlib.suppress(OSError):
+            os.close(stray)
     status_fd: int | None = config.get("status_fd")
     signal.signal(signal.SIGTERM, _on_term)  # noted now, acted on once supervise() runs
     signal.signal(signal.SIGINT, signal.SIG_IGN)

@@ -10,12 +10,24 @@ import signal
 import pytest
 
 from sunroom import AsyncKernel, AsyncSession, KernelPool, Limits, Template
-from sunroom.errors import ClosedError, KernelStartError, UsageError
+from sunroom.errors import ClosedError, ForkError, KernelStartError, UsageError
 from sunroom.providers import AssistantMessage, TextPart
 from sunroom.providers.fakes import ScriptedModel
 from tests.conftest import _require
 
 pytestmark = pytest.mark.usefixtures("no_process_left")
+
+
+@pytest.fixture
+def bwrap() -> str:
+    """The bwrap backend, checked before any loop runs (templates fork only there)."""
+    return _require("bwrap")
+
+
+@pytest.fixture
+def subprocess_backend() -> str:
+    """The subprocess backend, checked before any loop runs."""
+    return _require("subprocess")
 
 
 def triple(x: int) -> int:
@@ -79,8 +91,8 @@ async def test_a_failing_setup_is_reported_at_creation(fork_backend: str) -> Non
         await template.kernel()
 
 
-async def test_a_dead_template_kernel_is_started_again() -> None:
-    _require("bwrap")  # only bwrap templates keep a kernel to fork from
+async def test_a_dead_template_kernel_is_started_again(bwrap: str) -> None:
+    # only bwrap templates keep a kernel to fork from
     async with Template(
         setup="import os\nready = os.urandom(8).hex()", backend="bwrap"
     ) as template:
@@ -152,10 +164,11 @@ async def test_a_pool_keeps_forks_of_a_template_ready(fork_backend: str) -> None
             AsyncKernel(pool=pool, template=template)
 
 
-async def test_kernels_of_a_template_that_cannot_fork_are_started_apart() -> None:
+async def test_kernels_of_a_template_that_cannot_fork_are_started_apart(
+    subprocess_backend: str,
+) -> None:
     # subprocess and docker cannot give a fork a uid and namespaces of its own: every kernel
     # is started on its own and runs the setup, so none shares memory with another
-    _require("subprocess")
     async with Template(
         setup="import os\nready = os.urandom(8).hex()", backend="subprocess"
     ) as template:
@@ -170,8 +183,7 @@ async def test_kernels_of_a_template_that_cannot_fork_are_started_apart() -> Non
             await b.aclose()
 
 
-async def test_a_bwrap_template_kernel_is_a_tenant_of_its_own() -> None:
-    _require("bwrap")
+async def test_a_bwrap_template_kernel_is_a_tenant_of_its_own(bwrap: str) -> None:
     async with Template(
         setup="import os\nopen('made-by-setup.txt', 'w').write('hi')\nos.makedirs('/tmp/z')",
         backend="bwrap",
@@ -204,3 +216,19 @@ async def test_a_bwrap_template_kernel_is_a_tenant_of_its_own() -> None:
         finally:
             await a.aclose()
             await b.aclose()
+
+
+async def test_a_setup_that_leaves_a_descriptor_open_is_refused_tenants(bwrap: str) -> None:
+    # an inherited descriptor is the same open file for every kernel of the template: a
+    # channel between tenants, so a template on bwrap refuses to make kernels from it
+    async with Template(setup="kept = open('shared.log', 'a')", backend="bwrap") as template:
+        with pytest.raises(ForkError, match=r"left 1 descriptor\(s\) open \(/work/shared.log\)"):
+            await template.kernel()
+    async with Template(
+        setup="with open('shared.log', 'a') as f:\n    f.write('made')", backend="bwrap"
+    ) as template:
+        k = await template.kernel()
+        try:
+            assert (await k.execute("open('shared.log').read()")).value == "'made'"
+        finally:
+            await k.aclose()

@@ -416,6 +416,8 @@ class BwrapBackend:
             config["forward"] = spec.network.supervisor_config()
         caps = [arg for cap in ZYGOTE_CAPS for arg in ("--cap-add", cap)] if zygote else []
         mapping = _UserMapping() if block is not None else None
+        if mapping is not None:  # bubblewrap leaves them open to what it runs
+            config["close_fds"] = list(mapping.kernel_fds())
         argv = [
             self._bwrap,
             "--unshare-all",
