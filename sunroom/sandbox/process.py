@@ -534,12 +534,14 @@ class LocalLaunch:
                     start_new_session=True,
                     **creds,
                 )
-        except OSError as exc:
+        except BaseException as exc:  # cancelled too: nothing of the launch may leak
             if gated:
                 os.close(gate_r)
                 os.close(gate_w)
             self.abandon()
-            raise KernelStartError(f"cannot start {argv[0]}: {exc}") from exc
+            if isinstance(exc, OSError):
+                raise KernelStartError(f"cannot start {argv[0]}: {exc}") from exc
+            raise
         self.kernel_sock.close()
         with contextlib.suppress(OSError):
             os.close(self.status_w)
