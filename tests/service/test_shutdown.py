@@ -7,6 +7,7 @@ server logs no traceback and exits 0.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -25,13 +26,14 @@ from tests.service.conftest import TOKEN
 ROOT = Path(__file__).resolve().parents[2]
 
 
-@pytest.fixture
-def service(tmp_path: Path) -> Iterator[subprocess.Popen[str]]:
+@contextlib.contextmanager
+def _serve(tmp_path: Path, *extra: str) -> Iterator[subprocess.Popen[str]]:
+    """A real ``sunroom serve`` (subprocess backend) with *extra* arguments; killed after."""
     env = {**os.environ, "SUNROOM_TOKEN": TOKEN}
     env.pop("SUNROOM_MODEL", None)
     proc = subprocess.Popen(
         [sys.executable, "-m", "sunroom.cli", "serve", "--port", "0",
-         "--db", str(tmp_path / "s.db"), "--backend", "subprocess"],
+         "--db", str(tmp_path / "s.db"), "--backend", "subprocess", *extra],
         cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     try:
@@ -43,6 +45,12 @@ def service(tmp_path: Path) -> Iterator[subprocess.Popen[str]]:
         for stream in (proc.stdout, proc.stderr):
             if stream is not None:
                 stream.close()
+
+
+@pytest.fixture
+def service(tmp_path: Path) -> Iterator[subprocess.Popen[str]]:
+    with _serve(tmp_path) as proc:
+        yield proc
 
 
 def _descendants(pid: int) -> list[psutil.Process]:
@@ -112,16 +120,8 @@ def test_sigterm_while_a_template_starts_answers_503_and_logs_no_traceback(
     setup = tmp_path / "slow.py"
     setup.write_text("import time\ntime.sleep(60)\n")
     setup.chmod(0o644)
-    env = {**os.environ, "SUNROOM_TOKEN": TOKEN}
-    env.pop("SUNROOM_MODEL", None)
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "sunroom.cli", "serve", "--port", "0",
-         "--db", str(tmp_path / "s.db"), "--backend", "subprocess",
-         "--template", f"slow={setup}"],
-        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
     answers: list[httpx.Response | BaseException] = []
-    try:
+    with _serve(tmp_path, "--template", f"slow={setup}") as proc:
         assert proc.stdout is not None and proc.stderr is not None
         line = proc.stdout.readline()
         assert "listening on" in line, line
@@ -147,13 +147,6 @@ def test_sigterm_while_a_template_starts_answers_503_and_logs_no_traceback(
             starting.join(20)
             code = proc.wait(20)
         stderr = proc.stderr.read()
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-        proc.wait()
-        for stream in (proc.stdout, proc.stderr):
-            if stream is not None:
-                stream.close()
     assert code == 0, (code, stderr)
     assert "Traceback" not in stderr and "CancelledError" not in stderr, stderr
     assert len(answers) == 1 and isinstance(answers[0], httpx.Response), answers
