@@ -19,7 +19,7 @@ _EXPORTS: dict[str, str] = {
     "Kernel": "sunroom.sandbox.sync",
     "KernelPool": "sunroom.sandbox.pool",
     "Template": "sunroom.sandbox.template",
-    "JupyterBackend": "sunroom.jupyter",
+    "JupyterBackend": "sunroom.sandbox.backends.jupyter",
     "Limits": "sunroom.sandbox.limits",
     "Network": "sunroom.network.policy",
     "Packages": "sunroom.sandbox.packages",
@@ -162,7 +162,6 @@ if TYPE_CHECKING:
         SunroomError,
         UsageError,
     )
-    from sunroom.jupyter import JupyterBackend
     from sunroom.network.policy import Network
     from sunroom.providers import (
         AssistantMessage,
@@ -180,6 +179,7 @@ if TYPE_CHECKING:
         UserMessage,
         model,
     )
+    from sunroom.sandbox.backends.jupyter import JupyterBackend
     from sunroom.sandbox.functions import HostFunction, host_function
     from sunroom.sandbox.inputs import Directory, File
     from sunroom.sandbox.kernel import AsyncKernel

@@ -60,7 +60,7 @@ JUPYTER_EXCEPTIONS: dict[str, str] = {
     ),
     "test_memory_limit_holds": (
         "ipykernel's threads reserve more address space than this test's 512 MB; "
-        "tests/jupyter/test_jupyter_backend.py checks the memory limit with room for them"
+        "tests/sandbox/backends/jupyter/test_jupyter_backend.py checks the memory limit with room for them"
     ),
     "test_a_broken_repr_is_reported_and_never_fails_the_cell": (
         "IPython renders reprs itself: a broken one is a FormatterWarning on stderr, and a "

@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Any, Final, Literal
 import pydantic
 
 from sunroom.errors import UsageError
-from sunroom.kernel_choice import JUPYTER, choose_backend
 from sunroom.sandbox.backends import DEFAULT_BACKEND
+from sunroom.sandbox.backends.choice import JUPYTER, choose_backend
 from sunroom.service.problems import validation_message
 
 if TYPE_CHECKING:
@@ -229,7 +229,7 @@ class ServiceConfig(pydantic.BaseModel):
 
         A ``jupyter`` kernel that names no kernel or sandbox gets this server's
         ``kernel_name`` / ``sandbox``. Raises UsageError (see
-        :func:`sunroom.kernel_choice.choose_backend`: an unknown backend or kernel name, a
+        :func:`sunroom.sandbox.backends.choice.choose_backend`: an unknown backend or kernel name, a
         kernel name or sandbox with another backend).
         """
         chosen = backend or self.backend

@@ -26,7 +26,7 @@ from collections.abc import Coroutine, Iterator, Sequence
 from typing import Any, final
 
 from sunroom.errors import SunroomError, UsageError
-from sunroom.kernel_choice import describe_backend
+from sunroom.sandbox.backends.choice import describe_backend
 from sunroom.sandbox.functions import HostFunction
 from sunroom.sandbox.kernel import AsyncKernel
 from sunroom.sandbox.result import ExecutionResult

@@ -35,7 +35,7 @@ from collections.abc import AsyncIterator, Iterator, Sequence
 from typing import Any, Final, final
 
 from sunroom.errors import ApprovalNotPending, UsageError
-from sunroom.kernel_choice import JUPYTER, describe_backend
+from sunroom.sandbox.backends.choice import JUPYTER, describe_backend
 from sunroom.sandbox.functions import HostFunction
 from sunroom.sandbox.kernel import AsyncKernel
 from sunroom.service import idle, leases

@@ -5,7 +5,7 @@ from __future__ import annotations
 import base64
 import re
 
-from sunroom.service.terminal_images import KITTY_CHUNK
+from sunroom.cli.terminal_images import KITTY_CHUNK
 
 __all__ = ["ITERM", "KITTY", "iterm_images", "kitty_images"]
 

@@ -36,7 +36,7 @@ def test_a_restarted_server_reclaims_its_sessions_at_once(tmp_path: Path) -> Non
 
 
 def test_serve_refuses_an_unknown_backend_at_start(tmp_path: Path) -> None:
-    # already validated in sunroom/cli_serve.py (_check_service); this keeps it so
+    # already validated in sunroom/cli/serve.py (_check_service); this keeps it so
     proc = subprocess.run(
         [sys.executable, "-m", "sunroom.cli", "serve", "--port", "0",
          "--db", str(tmp_path / "s.db"), "--backend", "nope"],

@@ -40,7 +40,7 @@ def resolve(backend: str | Backend) -> Backend:
             ) from None
         return DockerBackend()
     if backend == "jupyter":
-        from sunroom.jupyter import JupyterBackend
+        from sunroom.sandbox.backends.jupyter import JupyterBackend
 
         return JupyterBackend()
     raise UsageError(f"unknown backend {backend!r}; choose one of {', '.join(NAMES)}")

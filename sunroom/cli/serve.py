@@ -1,0 +1,174 @@
+"""``sunroom serve``: the HTTP/SSE service (raw kernels; agent sessions too when it has a model).
+
+Everything the options can get wrong (the default backend, model and its API key, host
+functions, ``--template`` and ``--mcp`` files, named networks) fails before it listens, with one
+line on stderr and exit status 2. It prints where it listens, the token (from SUNROOM_TOKEN, or
+generated) and the store, then serves until stopped (:func:`sunroom.service.serve`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from sunroom.cli.network import named_networks
+from sunroom.cli.options import mcp_servers, model_spec
+from sunroom.cli.support import (
+    DbOption,
+    KernelNameOption,
+    SandboxOption,
+    fail,
+    guarded,
+    one_line,
+)
+from sunroom.errors import SunroomError
+from sunroom.sandbox.backends.choice import OPTION_NAMES, choose_backend
+
+if TYPE_CHECKING:
+    from sunroom.service import ServiceConfig
+
+__all__ = ["serve"]
+
+
+def serve(
+    host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port (0: any free port).")] = 8765,
+    db: DbOption = None,
+    expose: Annotated[
+        bool, typer.Option("--expose", help="Allow listening on a non-loopback address.")
+    ] = False,
+    backend: Annotated[str | None, typer.Option(help="Default kernel backend.")] = None,
+    kernel_name: KernelNameOption = None,
+    sandbox: SandboxOption = None,
+    model: Annotated[str | None, typer.Option(help="Default model of sessions.")] = None,
+    base_url: Annotated[str | None, typer.Option(help="Base URL of that model.")] = None,
+    functions: Annotated[
+        str | None, typer.Option(help="Host functions, comma-separated module:attribute.")
+    ] = None,
+    lease_s: Annotated[float | None, typer.Option(help="Session lease in seconds.")] = None,
+    max_sessions: Annotated[
+        int | None,
+        typer.Option(help="Live sessions at once (idle ones are released first). [default: 64]"),
+    ] = None,
+    session_idle_s: Annotated[
+        float | None,
+        typer.Option(
+            help="Seconds an idle session keeps its kernel before it is released (it resumes "
+            "from its log on its next message). [default: 600]"
+        ),
+    ] = None,
+    max_kernel_requests: Annotated[
+        int | None,
+        typer.Option(
+            help="Kernel starts and executes in flight or queued at once (1 to 65536; "
+            "429 beyond). [default: 256]"
+        ),
+    ] = None,
+    template: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="A kernel template NAME=FILE: FILE's Python code runs once in a warm kernel "
+            "that requests naming NAME fork (repeatable; docs/fork.md)."
+        ),
+    ] = None,
+    mcp: Annotated[
+        Path | None,
+        typer.Option(
+            "--mcp",
+            help='A JSON file of MCP servers ({"mcpServers": {...}}) that requests may bind '
+            'by name with "mcp": [...] (docs/mcp.md).',
+        ),
+    ] = None,
+    network: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--network",
+            help="A network policy NAME=FILE (JSON: allow, inject, ...) that requests may "
+            'name with "network": NAME (repeatable; docs/network.md).',
+        ),
+    ] = None,
+    client_network: Annotated[
+        bool,
+        typer.Option(
+            help='Let requests send their own allowlist ("network": {"allow": [...]}; hosts '
+            "only, no injected headers, no private addresses)."
+        ),
+    ] = False,
+) -> None:
+    """Run the HTTP/SSE service (token from SUNROOM_TOKEN, or generated and printed).
+
+    With ``--backend jupyter``, ``--kernel-name`` and ``--sandbox`` are the defaults of jupyter
+    kernels and sessions whose request names none.
+    """
+    from sunroom.service import ServiceConfig, bind
+    from sunroom.service import serve as run_server
+
+    fns = tuple(f.strip() for f in functions.split(",") if f.strip()) if functions else None
+    templates = _templates(template or [])
+    try:
+        base = ServiceConfig.from_env(
+            host=host, port=port, db_path=db, expose=expose or None, backend=backend,
+            kernel_name=kernel_name, sandbox=sandbox,
+            model=model_spec(model or os.environ.get("SUNROOM_MODEL")), base_url=base_url,
+            functions=fns, lease_s=lease_s, max_kernel_requests=max_kernel_requests,
+            max_sessions=max_sessions, session_idle_s=session_idle_s,
+            templates=templates or None, mcp_servers=mcp_servers(mcp),
+            networks=named_networks(network or []), client_network=client_network or None,
+        )  # fmt: skip
+        _check_service(base)
+    except SunroomError as exc:
+        raise fail(str(exc)) from None
+    try:
+        sock = bind(base)
+    except OSError as exc:
+        raise fail(f"cannot listen on {base.host}:{base.port}: {one_line(exc)}") from None
+    config = base.with_token()
+    bound_port = sock.getsockname()[1]
+    shown = f"[{config.host}]" if ":" in config.host else config.host
+    typer.echo(f"sunroom service listening on http://{shown}:{bound_port}")
+    if base.token:
+        typer.echo("token: from SUNROOM_TOKEN")
+    else:
+        typer.echo(f"token: {config.token}")
+    typer.echo(f"store: {config.db_path}")
+    sys.stdout.flush()
+    logging.basicConfig(  # the service's errors, with their tracebacks, on stderr
+        level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    guarded(lambda: run_server(config, sock=sock, log_level="warning"))
+
+
+def _templates(specs: list[str]) -> dict[str, str]:
+    """``NAME=FILE`` options as name → setup code; exits with one line for a bad one."""
+    out: dict[str, str] = {}
+    for spec in specs:
+        name, sep, path = spec.partition("=")
+        if not sep or not name.isidentifier():
+            raise fail(f"--template {spec!r} must be NAME=FILE with NAME a Python identifier")
+        try:
+            out[name] = Path(path).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise fail(f"cannot read template {name!r} from {path}: {one_line(exc)}") from None
+    return out
+
+
+def _check_service(config: ServiceConfig) -> None:
+    """Fail before serving when the default backend, model or host functions cannot work.
+
+    Raises UsageError (also: an unknown kernel name, or ``--kernel-name`` / ``--sandbox``
+    without ``--backend jupyter``), AuthenticationError (the default model has no API key).
+    """
+    from sunroom.service import load_functions, resolve_model
+
+    choose_backend(
+        config.backend, kernel_name=config.kernel_name, sandbox=config.sandbox, names=OPTION_NAMES
+    )
+    load_functions(config.functions)
+    if config.model is not None:
+        asyncio.run(resolve_model(config.model, config.base_url).aclose())

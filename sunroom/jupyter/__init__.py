@@ -1,6 +1,0 @@
-"""Jupyter kernels as a sunroom backend (``backend="jupyter"``); see ``docs/jupyter.md``."""
-
-from sunroom.jupyter.backend import JupyterBackend
-from sunroom.jupyter.specs import KernelSpecInfo, find_kernelspec, kernelspecs
-
-__all__ = ["JupyterBackend", "KernelSpecInfo", "find_kernelspec", "kernelspecs"]
