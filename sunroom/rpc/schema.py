@@ -22,12 +22,31 @@ Any other notification is a violation; a request for any other method is answere
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 from sunroom.rpc.codec import WireError
+from sunroom.rpc.shapes import (
+    CallParams,
+    CellErrorReply,
+    DisplayData,
+    DisplayItemReply,
+    ExecuteReply,
+    ForkReady,
+    HelloParams,
+    Json,
+    PackageListingReply,
+    PackageRow,
+    StreamParams,
+    VariableRow,
+)
+
+T_co = TypeVar("T_co", covariant=True)
+
+Check = Callable[[object], T_co]
+"""Checks one kernel-supplied value and returns it rebuilt as a ``T_co``; raises WireError."""
 
 Checker = Callable[[Any], Any]
-"""Checks one kernel-supplied value and returns it rebuilt; raises WireError."""
+"""A check whose result is not typed (kept for the callers that predate :data:`Check`)."""
 
 MAX_NAME: Final = 128
 """Longest host function name a ``call`` may carry (the same cap as a method name)."""
@@ -36,17 +55,17 @@ OUTPUT_MARKER_SLACK: Final = 1024
 """Characters allowed in one output stream beyond ``max_output_bytes`` (the drop marker)."""
 
 
-def _kind(value: Any) -> str:
+def _kind(value: object) -> str:
     return type(value).__name__
 
 
-def _map(value: Any, what: str) -> dict[Any, Any]:
+def _map(value: object, what: str) -> dict[object, object]:
     if type(value) is not dict:
         raise WireError(f"{what} must be a map, got {_kind(value)}")
     return value
 
 
-def _str(value: Any, what: str, *, longest: int | None = None) -> str:
+def _str(value: object, what: str, *, longest: int | None = None) -> str:
     if type(value) is not str:
         raise WireError(f"{what} must be a str, got {_kind(value)}")
     if longest is not None and len(value) > longest:
@@ -54,7 +73,7 @@ def _str(value: Any, what: str, *, longest: int | None = None) -> str:
     return value
 
 
-def _int(value: Any, what: str, *, least: int | None = None) -> int:
+def _int(value: object, what: str, *, least: int | None = None) -> int:
     if type(value) is not int:
         raise WireError(f"{what} must be an int, got {_kind(value)}")
     if least is not None and value < least:
@@ -62,23 +81,23 @@ def _int(value: Any, what: str, *, least: int | None = None) -> int:
     return value
 
 
-def _number(value: Any, what: str) -> float:
+def _number(value: object, what: str) -> float:
     if type(value) is not float and type(value) is not int:
         raise WireError(f"{what} must be a number, got {_kind(value)}")
     return float(value)
 
 
-def _optional_str(value: Any, what: str) -> str | None:
+def _optional_str(value: object, what: str) -> str | None:
     return None if value is None else _str(value, what)
 
 
 # -- notifications -------------------------------------------------------------------------------
 
 
-def hello(params: Any) -> dict[str, Any]:
+def hello(raw: object) -> HelloParams:
     """The kernel's first message; the launcher checks the values (nonce, version, pid)."""
-    params = _map(params, "hello")
-    out: dict[str, Any] = {}
+    params = _map(raw, "hello")
+    out: HelloParams = {}
     if "protocol" in params:
         out["protocol"] = _int(params["protocol"], "hello.protocol")
     if "pid" in params:
@@ -90,22 +109,22 @@ def hello(params: Any) -> dict[str, Any]:
     return out
 
 
-def stream(params: Any) -> dict[str, str]:
+def stream(raw: object) -> StreamParams:
     """Output a cell wrote: ``{"name": "stdout" | "stderr", "text": str}``."""
-    params = _map(params, "stream")
+    params = _map(raw, "stream")
     name = params.get("name")
     if name != "stdout" and name != "stderr":
         raise WireError('stream.name must be "stdout" or "stderr"')
     return {"name": name, "text": _str(params.get("text"), "stream.text")}
 
 
-def fork_ready(params: Any) -> dict[str, int]:
+def fork_ready(raw: object) -> ForkReady:
     """The kernel waits for the copies' fds (one ``SCM_RIGHTS`` message): ``{"copies": int}``."""
-    params = _map(params, "fork_ready")
+    params = _map(raw, "fork_ready")
     return {"copies": _int(params.get("copies"), "fork_ready.copies", least=1)}
 
 
-NOTIFICATIONS: Final[Mapping[str, Checker]] = {
+NOTIFICATIONS: Final[Mapping[str, Check[object]]] = {
     "hello": hello,
     "stream": stream,
     "fork_ready": fork_ready,
@@ -116,20 +135,21 @@ NOTIFICATIONS: Final[Mapping[str, Checker]] = {
 # -- requests --------------------------------------------------------------------------------
 
 
-def call(params: Any) -> dict[str, Any]:
+def call(raw: object) -> CallParams:
     """A host function call: ``{"name": str (1-128 chars), "args": {str: any}}``."""
-    params = _map(params, "call params")
+    params = _map(raw, "call params")
     name = _str(params.get("name"), "call.name", longest=MAX_NAME)
     if not name:
         raise WireError("call.name must not be empty")
-    args = _map(params.get("args"), "call.args")
-    for key in args:
+    args: dict[str, object] = {}
+    for key, value in _map(params.get("args"), "call.args").items():
         if type(key) is not str:
             raise WireError(f"call.args keys must be str, got {_kind(key)}")
+        args[key] = value
     return {"name": name, "args": args}
 
 
-REQUESTS: Final[Mapping[str, Checker]] = {"call": call}
+REQUESTS: Final[Mapping[str, Check[object]]] = {"call": call}
 """Requests a kernel may send whose params are checked here (others: MethodNotFound)."""
 
 PREFIX_BYTES: Final = 64
@@ -179,16 +199,18 @@ MAX_DISPLAY_ITEMS: Final = 100
 _BINARY_MIMES: Final = frozenset({"image/png", "image/jpeg", "image/gif", "image/webp"})
 
 
-def _json_value(value: Any, what: str, depth: int = 0) -> Any:
+def _json_value(value: object, what: str, depth: int = 0) -> Json:
     """Plain JSON data (None, bool, int, float, str, lists, str-keyed maps), at most 32 deep."""
     if depth > 32:
         raise WireError(f"{what} is nested too deeply")
-    if value is None or type(value) in (bool, int, float, str):
+    if value is None or type(value) is bool or type(value) is int:
+        return value
+    if type(value) is float or type(value) is str:
         return value
     if type(value) is list:
         return [_json_value(v, what, depth + 1) for v in value]
     if type(value) is dict:
-        out = {}
+        out: dict[str, Json] = {}
         for key, item in value.items():
             if type(key) is not str:
                 raise WireError(f"{what} has a key that is not a str")
@@ -197,7 +219,20 @@ def _json_value(value: Any, what: str, depth: int = 0) -> Any:
     raise WireError(f"{what} holds a {_kind(value)}, which is not JSON")
 
 
-def display_items(value: Any, max_display_bytes: int) -> list[dict[str, Any]]:
+def _display_datum(mime: str, datum: object) -> tuple[DisplayData, int]:
+    """One mime type's value checked for its type, and its size toward the display cap."""
+    if mime in _BINARY_MIMES:
+        if type(datum) is not bytes:
+            raise WireError(f"display data {mime} must be bytes, got {_kind(datum)}")
+        return datum, len(datum)
+    if mime == "application/json" or mime.endswith("+json"):
+        value = _json_value(datum, f"display data {mime}")
+        return value, len(repr(value))
+    text = _str(datum, f"display data {mime}")
+    return text, len(text)
+
+
+def display_items(value: object, max_display_bytes: int) -> list[DisplayItemReply]:
     """The ``outputs`` of an execute result: display items within the cell's byte cap.
 
     ``[{"output_type": "display_data", "data": {mime: str | bytes | json}, "metadata": {...}}]``;
@@ -209,26 +244,17 @@ def display_items(value: Any, max_display_bytes: int) -> list[dict[str, Any]]:
     if len(value) > MAX_DISPLAY_ITEMS:
         raise WireError(f"execute.outputs holds {len(value)} items, over {MAX_DISPLAY_ITEMS}")
     used = 0
-    items: list[dict[str, Any]] = []
+    items: list[DisplayItemReply] = []
     for raw in value:
         item = _map(raw, "a display item")
         if item.get("output_type") != "display_data":
             raise WireError("a display item's output_type must be 'display_data'")
         data = _map(item.get("data"), "a display item's data")
-        checked: dict[str, Any] = {}
-        for mime, datum in data.items():
-            mime = _str(mime, "a mime type", longest=MAX_NAME)
-            if mime in _BINARY_MIMES:
-                if type(datum) is not bytes:
-                    raise WireError(f"display data {mime} must be bytes, got {_kind(datum)}")
-                used += len(datum)
-            elif mime == "application/json" or mime.endswith("+json"):
-                datum = _json_value(datum, f"display data {mime}")
-                used += len(repr(datum))
-            else:
-                datum = _str(datum, f"display data {mime}")
-                used += len(datum)
-            checked[mime] = datum
+        checked: dict[str, DisplayData] = {}
+        for key, datum in data.items():
+            mime = _str(key, "a mime type", longest=MAX_NAME)
+            checked[mime], size = _display_datum(mime, datum)
+            used += size
         if "text/plain" not in checked:
             raise WireError("a display item must carry text/plain")
         metadata = _json_value(item.get("metadata", {}), "a display item's metadata")
@@ -241,7 +267,7 @@ def display_items(value: Any, max_display_bytes: int) -> list[dict[str, Any]]:
     return items
 
 
-def execute_result(max_output_bytes: int, max_display_bytes: int = 8 << 20) -> Checker:
+def execute_result(max_output_bytes: int, max_display_bytes: int = 8 << 20) -> Check[ExecuteReply]:
     """The checker of an ``execute`` result for a cell run with *max_output_bytes*.
 
     ``{"stdout": str, "stderr": str, "value": str | None, "error": None | {"type": str,
@@ -252,16 +278,8 @@ def execute_result(max_output_bytes: int, max_display_bytes: int = 8 << 20) -> C
     """
     longest = max_output_bytes + OUTPUT_MARKER_SLACK
 
-    def check(result: Any) -> dict[str, Any]:
-        result = _map(result, "the execute result")
-        error = result.get("error")
-        if error is not None:
-            error = _map(error, "execute.error")
-            error = {
-                "type": _str(error.get("type"), "execute.error.type"),
-                "message": _str(error.get("message"), "execute.error.message"),
-                "traceback": _str(error.get("traceback"), "execute.error.traceback"),
-            }
+    def check(raw: object) -> ExecuteReply:
+        result = _map(raw, "the execute result")
         duration = _number(result.get("duration_s"), "execute.duration_s")
         if not duration >= 0:  # NaN included
             raise WireError("execute.duration_s must be a non-negative number")
@@ -269,7 +287,7 @@ def execute_result(max_output_bytes: int, max_display_bytes: int = 8 << 20) -> C
             "stdout": _str(result.get("stdout"), "execute.stdout", longest=longest),
             "stderr": _str(result.get("stderr"), "execute.stderr", longest=longest),
             "value": _optional_str(result.get("value"), "execute.value"),
-            "error": error,
+            "error": _cell_error(result.get("error")),
             "duration_s": duration,
             "truncated_bytes": _int(
                 result.get("truncated_bytes"), "execute.truncated_bytes", least=0
@@ -283,27 +301,39 @@ def execute_result(max_output_bytes: int, max_display_bytes: int = 8 << 20) -> C
     return check
 
 
-def names(result: Any) -> list[str]:
+def _cell_error(raw: object) -> CellErrorReply | None:
+    """An execute result's ``error``: None, or ``{"type", "message", "traceback"}`` strs."""
+    if raw is None:
+        return None
+    error = _map(raw, "execute.error")
+    return {
+        "type": _str(error.get("type"), "execute.error.type"),
+        "message": _str(error.get("message"), "execute.error.message"),
+        "traceback": _str(error.get("traceback"), "execute.error.traceback"),
+    }
+
+
+def names(result: object) -> list[str]:
     """The result of ``install`` and ``bind``: the names bound, ``[str]``."""
     if type(result) is not list:
         raise WireError(f"the result must be a list of names, got {_kind(result)}")
     return [_str(name, "a bound name") for name in result]
 
 
-def pids(result: Any) -> list[int]:
+def pids(result: object) -> list[int]:
     """The result of ``fork``: the copies' supervisors' pids, ``[int]``."""
     if type(result) is not list:
         raise WireError(f"the fork result must be a list of pids, got {_kind(result)}")
     return [_int(pid, "a copy's pid", least=1) for pid in result]
 
 
-def variables(result: Any) -> list[dict[str, str]]:
+def variables(result: object) -> list[VariableRow]:
     """The result of ``variables``: ``[{"name": str, "type": str, "repr": str}]``."""
     if type(result) is not list:
         raise WireError(f"the variables result must be a list, got {_kind(result)}")
-    rows = []
-    for row in result:
-        row = _map(row, "a variables row")
+    rows: list[VariableRow] = []
+    for raw in result:
+        row = _map(raw, "a variables row")
         rows.append(
             {
                 "name": _str(row.get("name"), "variables.name"),
@@ -314,13 +344,13 @@ def variables(result: Any) -> list[dict[str, str]]:
     return rows
 
 
-def packages(result: Any) -> list[dict[str, Any]]:
+def packages(result: object) -> list[PackageRow]:
     """``install_packages`` rows: ``[{"name": str, "version": str, "site"?: bool}]``."""
     if type(result) is not list:
         raise WireError(f"the packages result must be a list, got {_kind(result)}")
-    rows = []
-    for row in result:
-        row = _map(row, "a packages row")
+    rows: list[PackageRow] = []
+    for raw in result:
+        row = _map(raw, "a packages row")
         rows.append(
             {
                 "name": _str(row.get("name"), "packages.name", longest=200),
@@ -331,9 +361,9 @@ def packages(result: Any) -> list[dict[str, Any]]:
     return rows
 
 
-def package_listing(result: Any) -> dict[str, Any]:
+def package_listing(raw: object) -> PackageListingReply:
     """The result of ``list_packages``: ``{"packages": rows, "sources": [str]}``."""
-    result = _map(result, "the list_packages result")
+    result = _map(raw, "the list_packages result")
     sources = result.get("sources")
     if type(sources) is not list:
         raise WireError(f"list_packages.sources must be a list, got {_kind(sources)}")
