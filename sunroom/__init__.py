@@ -51,6 +51,7 @@ _EXPORTS: dict[str, str] = {
     "BudgetExceededError": "sunroom.errors",
     "AsyncSession": "sunroom.agent",
     "Session": "sunroom.agent",
+    "SessionOptions": "sunroom.agent",
     "Budget": "sunroom.agent",
     "RunResult": "sunroom.agent",
     "Hooks": "sunroom.agent",
@@ -117,6 +118,7 @@ __all__ = [
     "SandboxUnavailableError",
     "ScriptedModel",
     "Session",
+    "SessionOptions",
     "Settings",
     "StoreError",
     "SunroomError",
@@ -142,6 +144,7 @@ if TYPE_CHECKING:
         Hooks,
         RunResult,
         Session,
+        SessionOptions,
     )
     from sunroom.errors import (
         ApprovalDenied,

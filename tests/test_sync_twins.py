@@ -91,7 +91,7 @@ def test_session_lifecycle_and_closed_errors() -> None:
 
 def test_session_events_unsubscribe_when_the_consumer_stops_early() -> None:
     with Session(model=_model(), backend=FAST) as s:
-        bus = s.core._bus
+        bus = s.core._parts.bus
         events = s.events()
         s.send("hi")
         first = next(events)

@@ -13,6 +13,7 @@ from sunroom.agent.budget import Budget, BudgetTracker
 from sunroom.agent.bus import Subscription
 from sunroom.agent.events import Event
 from sunroom.agent.hooks import Hooks, Veto
+from sunroom.agent.options import SessionOptions
 from sunroom.agent.result import RunResult, Status
 from sunroom.agent.session import AsyncSession
 from sunroom.agent.sync import Session
@@ -28,6 +29,7 @@ __all__ = [
     "Hooks",
     "RunResult",
     "Session",
+    "SessionOptions",
     "Status",
     "Subscription",
     "Veto",

@@ -1,7 +1,8 @@
 """Picking the answer of a branched run: ``run(task, branches=k, choose=...)``.
 
 A branched run forks the session into k branches that run the same task concurrently; this
-module holds the rules that pick one of them (the session does the forking and the adopting):
+module holds the rules that pick one of them, and :func:`run_branches`, which runs the forked
+branches, picks one and hands it to the session to adopt (the session does the forking):
 
 * ``"first"``: the first branch to finish with ``success`` wins, and the others are closed at
   once;
@@ -15,27 +16,36 @@ module holds the rules that pick one of them (the session does the forking and t
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import json
+import logging
 from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Literal, TypeAlias
+from typing import Literal, Protocol, TypeAlias, TypeVar
 
 from pydantic_core import to_jsonable_python
 
+from sunroom.agent import events as ev
+from sunroom.agent.budget import BudgetTracker
+from sunroom.agent.calls import Publish
 from sunroom.agent.result import RunResult, Status
 from sunroom.errors import UsageError
 
 __all__ = [
     "MAX_BRANCHES",
+    "Branch",
     "Choose",
     "Chooser",
     "ask",
     "branch_count",
     "choose_label",
     "no_winner",
+    "run_branches",
     "vote",
 ]
+
+log = logging.getLogger("sunroom.agent")
 
 MAX_BRANCHES = 64
 """The most branches one run may have (a kernel forks at most 64 copies at once)."""
@@ -135,3 +145,142 @@ def no_winner(results: Sequence[RunResult]) -> tuple[Status, str]:
     status = max(counts, key=lambda s: counts[s])
     parts = ", ".join(f"{n} {s}" for s, n in counts.items())
     return status, f"no branch succeeded ({parts})"
+
+
+class Branch(Protocol):
+    """What :func:`run_branches` needs of a branch: a forked session."""
+
+    @property
+    def branch(self) -> str | None:
+        """The branch id its events carry."""
+
+    async def run(self, task: str) -> RunResult:
+        """Run *task* to its terminal result."""
+
+    async def aclose(self) -> None:
+        """Cancel its run and close its kernel (idempotent)."""
+
+
+B = TypeVar("B", bound=Branch)
+
+
+async def run_branches(
+    task: str,
+    kids: Sequence[B],
+    choose: Choose,
+    label: str,
+    *,
+    session_id: str,
+    tracker: BudgetTracker,
+    publish: Publish,
+    redact: Callable[[str], str],
+    adopt: Callable[[B], None],
+    live: list[B],
+) -> RunResult:
+    """Run *task* in every branch of *kids*, pick one by *choose*, adopt it. Never raises.
+
+    Publishes ``BranchesStarted``, ``BranchChosen`` and the session's ``SessionEnded`` through
+    *publish*. While the branches run, *live* holds them (the session steers and closes them
+    through it); the losers are closed (their runs cancelled, if still going) before the
+    winner is handed to *adopt* and then closed (it holds the session's former kernel by
+    then). The result is the winner's, with the spend of every branch (*tracker*); a cancel
+    or a failure of *choose* becomes the result's status.
+    """
+    start = tracker.snapshot()
+    live[:] = kids
+    publish(ev.BranchesStarted, branches=tuple(str(k.branch) for k in kids), choose=label)
+    loop = asyncio.get_running_loop()
+    runs = {
+        loop.create_task(kid.run(task), name=f"sunroom-branch-{i}"): i for i, kid in enumerate(kids)
+    }
+    results: dict[int, RunResult] = {}
+    chosen, reason, failure = await _pick(runs, results, choose, label, session_id)
+    for i, kid in enumerate(kids):
+        if i != chosen:
+            await kid.aclose()
+    for t, i in runs.items():
+        if i not in results:
+            results[i] = await t
+    live.clear()
+    winner = None if chosen is None else kids[chosen]
+    publish(ev.BranchChosen, chosen=None if winner is None else winner.branch, reason=reason)
+    if winner is not None:
+        adopt(winner)
+        await winner.aclose()
+    spend = tracker.snapshot().since(start)
+    status, error, output, turns = _outcome(failure, chosen, results, choose, label)
+    result = RunResult(
+        status=status,
+        output=output,
+        usage=spend.usage,
+        cost_micro_usd=spend.cost_micro_usd if spend.cost_known else None,
+        turns=turns,
+        model_calls=spend.model_calls,
+        sub_calls=spend.sub_calls,
+        session_id=session_id,
+        error=None if error is None else redact(error),
+    )
+    publish(ev.SessionEnded, result=result)
+    return result
+
+
+async def _pick(
+    runs: Mapping[asyncio.Task[RunResult], int],
+    results: dict[int, RunResult],
+    choose: Choose,
+    label: str,
+    session_id: str,
+) -> tuple[int | None, str, tuple[Status, str] | None]:
+    """Wait for the branches as *choose* needs; (chosen index, reason, failure or None).
+
+    Fills *results* with every branch that finished. A cancel of the run, or an exception
+    in the chooser (a bug, as in a hook) or in sunroom, is a failure: (status, error).
+    """
+    order: list[int] = []  # branch indices as they finished
+    chosen: int | None = None
+    reason = "no branch succeeded"
+    asking = False
+    try:
+        pending = set(runs)
+        while pending:
+            done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+            for t in sorted(done, key=runs.__getitem__):
+                results[runs[t]] = t.result()
+                order.append(runs[t])
+            if choose == "first":
+                chosen = next((i for i in order if results[i].ok), None)
+                if chosen is not None:
+                    return chosen, "the first branch to succeed", None
+        if choose == "vote":
+            chosen, reason = vote(results, order)
+        elif callable(choose):
+            asking = True
+            chosen = await ask(choose, [results[i] for i in range(len(runs))])
+            reason = f"chosen by {label}" if chosen is not None else f"{label} chose none"
+    except asyncio.CancelledError:
+        return None, "the run was cancelled", ("cancelled", "the run was cancelled")
+    except Exception as exc:  # a bug in the chooser (as in a hook), or in sunroom
+        log.exception("session %s: the branched run failed", session_id)
+        what = "choose failed" if asking else "internal error"
+        error = f"{what}: {type(exc).__name__}: {exc}"
+        return None, error, ("internal_error", error)
+    return chosen, reason, None
+
+
+def _outcome(
+    failure: tuple[Status, str] | None,
+    chosen: int | None,
+    results: Mapping[int, RunResult],
+    choose: Choose,
+    label: str,
+) -> tuple[Status, str | None, object, int]:
+    """The branched run's (status, error, output, turns)."""
+    if failure is not None:
+        return failure[0], failure[1], None, 0
+    if chosen is not None:
+        won = results[chosen]
+        return won.status, won.error, won.output, won.turns
+    if callable(choose) and results:
+        return "rejected", f"{label} turned every branch down", None, 0
+    status, error = no_winner([results[i] for i in sorted(results)])
+    return status, error, None, 0

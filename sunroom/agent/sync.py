@@ -12,10 +12,12 @@ from sunroom.agent.budget import Budget, BudgetTracker, Spend
 from sunroom.agent.bus import Subscription
 from sunroom.agent.context import ContextPolicy
 from sunroom.agent.hooks import Hooks
+from sunroom.agent.options import Inputs, OutputSpec, SessionOptions
 from sunroom.agent.presets import Preset
 from sunroom.agent.redaction import Secrets
 from sunroom.agent.result import RunResult
-from sunroom.agent.session import AsyncSession, Inputs, OutputSpec
+from sunroom.agent.session import AsyncSession
+from sunroom.errors import UsageError
 from sunroom.providers import Message, Model
 from sunroom.sandbox import backends
 from sunroom.sandbox.backend import Backend
@@ -78,42 +80,61 @@ class Session:
         network: Network | None = None,
         packages: Packages | None = None,
     ) -> None:
+        self._open(
+            SessionOptions(
+                model=model,
+                preset=preset,
+                sub_model=sub_model,
+                backend=backend,
+                limits=limits,
+                functions=functions,
+                inputs=inputs,
+                output=output,
+                budget=budget,
+                max_turns=max_turns,
+                max_output_chars=max_output_chars,
+                secrets=secrets,
+                hooks=hooks,
+                context=context,
+                system_prompt=system_prompt,
+                max_depth=max_depth,
+                predict_concurrency=predict_concurrency,
+                code_tool=code_tool,
+                event_buffer=event_buffer,
+                session_id=session_id,
+                transcript=transcript,
+                spent=spent,
+                mcp=mcp,
+                approvals=approvals,
+                approval_timeout_s=approval_timeout_s,
+                embeddings=embeddings,
+                network=network,
+                packages=packages,
+            )
+        )
+
+    @classmethod
+    def from_options(cls, options: SessionOptions) -> Self:
+        """A session built from *options*; see ``AsyncSession.from_options``.
+
+        Raises UsageError for invalid options, and for a ``template`` (a Template belongs to
+        the event loop it was made on: use ``AsyncSession``).
+        """
+        self = cls.__new__(cls)
+        self._open(options)
+        return self
+
+    def _open(self, options: SessionOptions) -> None:
+        if options.template is not None:
+            raise UsageError(
+                "a Template belongs to the event loop it was made on: "
+                "use AsyncSession.from_options for a session from a template"
+            )
         self._portal = Portal("sunroom-session-loop", what="the session")
         self._users = [1]  # sessions sharing the portal: this one and its forks
         self._state = TwinState.UNOPENED
         try:
-            self._core: AsyncSession = self._portal.call(
-                _build(
-                    model=model,
-                    preset=preset,
-                    sub_model=sub_model,
-                    backend=backend,
-                    limits=limits,
-                    functions=functions,
-                    inputs=inputs,
-                    output=output,
-                    budget=budget,
-                    max_turns=max_turns,
-                    max_output_chars=max_output_chars,
-                    secrets=secrets,
-                    hooks=hooks,
-                    context=context,
-                    system_prompt=system_prompt,
-                    max_depth=max_depth,
-                    predict_concurrency=predict_concurrency,
-                    code_tool=code_tool,
-                    event_buffer=event_buffer,
-                    session_id=session_id,
-                    transcript=transcript,
-                    spent=spent,
-                    mcp=mcp,
-                    approvals=approvals,
-                    approval_timeout_s=approval_timeout_s,
-                    embeddings=embeddings,
-                    network=network,
-                    packages=packages,
-                )
-            )
+            self._core: AsyncSession = self._portal.call(_build(options))
         except BaseException:
             self._portal.close()
             raise
@@ -262,8 +283,8 @@ class Session:
                 self._portal.close()
 
 
-async def _build(**options: Any) -> AsyncSession:
-    return AsyncSession(**options)
+async def _build(options: SessionOptions) -> AsyncSession:
+    return AsyncSession.from_options(options)
 
 
 async def _subscribe(core: AsyncSession, maxsize: int | None) -> Subscription:

@@ -19,6 +19,7 @@ from typing import Any
 
 from sunroom.agent.budget import Spend
 from sunroom.agent.hooks import Hooks, Veto
+from sunroom.agent.options import SessionOptions
 from sunroom.agent.session import AsyncSession
 from sunroom.errors import UsageError
 from sunroom.providers import Message, Model
@@ -118,7 +119,7 @@ class SessionBuilder:
             toolset = Toolset(servers, wrap=ledger.wrap)  # MCP calls are recorded like any
         model = self.resolve(request.model, request.base_url)
         try:
-            session = AsyncSession(
+            options = SessionOptions(
                 model=model,
                 preset=request.preset,
                 backend=backend,
@@ -140,6 +141,7 @@ class SessionBuilder:
                 approval_timeout_s=request.approval_timeout_s,
                 network=network,
             )
+            session = AsyncSession.from_options(options)
         except BaseException:
             await close_model(sid, model)
             raise
