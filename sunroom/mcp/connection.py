@@ -30,6 +30,7 @@ from mcp_types.jsonrpc import CONNECTION_CLOSED
 from sunroom.errors import HostFunctionError, McpServerError
 from sunroom.mcp.servers import HttpServer, McpServer, StdioServer
 from sunroom.mcp.stdio_transport import TOO_LARGE, stdio_transport
+from sunroom.rpc.settle import settle
 
 __all__ = ["Connection"]
 
@@ -163,14 +164,17 @@ class Connection:
             return
         if stop is not None:
             stop.set()
-        try:
-            await asyncio.wait_for(asyncio.shield(task), 5.0)
+        try:  # how the old connection ended is not news; a cancel of the caller's task is
+            ended = await asyncio.wait_for(settle(asyncio.shield(task)), 5.0)
         except TimeoutError:
             task.cancel()
-            with contextlib.suppress(BaseException):
-                await task
-        except BaseException as exc:  # noqa: BLE001 - the old connection's end is not news
-            _log.debug("MCP server %r closed with %r", self.server.name, exc)
+            await settle(task)
+            return
+        except asyncio.CancelledError:
+            task.cancel()  # nobody is left to wait for it
+            raise
+        if ended is not None:
+            _log.debug("MCP server %r closed with %r", self.server.name, ended)
 
     async def aclose(self) -> None:
         """Close the connection and stop a stdio server (idempotent)."""

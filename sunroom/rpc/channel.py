@@ -58,6 +58,7 @@ from sunroom.rpc.codec import (
 )
 from sunroom.rpc.messages import Response, RpcError
 from sunroom.rpc.schema import Checker
+from sunroom.rpc.settle import settle
 
 __all__ = [
     "BIG_FRAME",
@@ -351,5 +352,4 @@ class Channel(ChannelServing, asyncio.Protocol):
         for task in tasks:
             task.cancel()
         for task in tasks:
-            with contextlib.suppress(BaseException):
-                await task
+            await settle(task)  # its end is not news; a cancel of the caller's own task is

@@ -424,3 +424,28 @@ async def test_the_read_deadline_waits_while_the_channel_is_paused() -> None:
     assert len(answers) == MAX_INCOMING_REQUESTS + 1
     peer_sock.close()
     await ch.aclose()
+
+
+async def test_a_cancel_of_aclose_while_it_waits_for_a_served_call_propagates() -> None:
+    """The served call absorbs the cancel asyncio passes on to it: aclose's caller still sees its own."""
+    host_sock, peer_sock = socket.socketpair()
+    entered, release = asyncio.Event(), asyncio.Event()
+
+    async def stubborn(method: str, params: Any) -> Any:
+        entered.set()
+        while not release.is_set():
+            with contextlib.suppress(asyncio.CancelledError):
+                await release.wait()
+        return None
+
+    ch = await Channel.open(host_sock, handler=stubborn, requests=None)
+    peer_sock.sendall(frame([0, 1, "m", None]))
+    await entered.wait()
+    closing = asyncio.create_task(ch.aclose())
+    await asyncio.sleep(0.01)  # aclose has cancelled the served call and waits for it
+    closing.cancel()
+    await asyncio.sleep(0.01)
+    release.set()
+    with pytest.raises(asyncio.CancelledError):
+        await closing
+    peer_sock.close()

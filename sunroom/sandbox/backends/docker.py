@@ -62,6 +62,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any, Final, final
 
 from sunroom.errors import KernelStartError, SandboxUnavailableError, UsageError
+from sunroom.rpc.settle import settle
 from sunroom.sandbox.backend import KERNEL_SITE, SITE_ENV, KernelProcess, LaunchSpec, kernel_env
 from sunroom.sandbox.backends.docker_janitor import (
     LABEL_HOST,
@@ -526,7 +527,6 @@ class DockerBackend:
             for fut in (accept, first):
                 if not fut.done():
                     fut.cancel()
-            with contextlib.suppress(BaseException):
-                await first
+            await settle(first)  # its end is not news; a cancel of the caller's own task is
         pid = int((info.get("State") or {}).get("Pid") or 0)
         return conn, pid
