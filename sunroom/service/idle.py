@@ -23,16 +23,31 @@ import asyncio
 import logging
 import time
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
+from typing import Protocol
 
+from sunroom.service.config import ServiceConfig
 from sunroom.service.live import Live
 
-if TYPE_CHECKING:
-    from sunroom.service.sessions import SessionManager
-
-__all__ = ["is_idle", "least_recently_used", "release_idle_forever", "sweep_interval"]
+__all__ = ["Releaser", "is_idle", "least_recently_used", "release_idle_forever", "sweep_interval"]
 
 log = logging.getLogger("sunroom.service")
+
+
+class Releaser(Protocol):
+    """What :func:`release_idle_forever` uses of the session manager (which implements it)."""
+
+    @property
+    def config(self) -> ServiceConfig:
+        """The service's configuration (``session_idle_s``)."""
+        ...
+
+    def live_sessions(self) -> list[Live]:
+        """The sessions this process runs now."""
+        ...
+
+    async def release(self, sid: str) -> bool:
+        """Release session *sid* if it is live here and idle; whether it was."""
+        ...
 
 
 def is_idle(live: Live) -> bool:
@@ -61,7 +76,7 @@ def sweep_interval(idle_s: float) -> float:
     return min(30.0, max(0.05, idle_s / 4))
 
 
-async def release_idle_forever(manager: SessionManager) -> None:
+async def release_idle_forever(manager: Releaser) -> None:
     """Release every session idle for ``session_idle_s`` or more, until cancelled."""
     idle_s = manager.config.session_idle_s
     while True:

@@ -13,20 +13,71 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING
+from collections.abc import Container
+from typing import Protocol
 
 from sunroom.errors import StoreError
+from sunroom.service.config import ServiceConfig
+from sunroom.service.live import Live
 from sunroom.service.problems import ConflictError
+from sunroom.store import EventStore
 
-if TYPE_CHECKING:
-    from sunroom.service.sessions import SessionManager
-
-__all__ = ["reclaim_own", "renew_forever", "resume_forever", "resume_orphans"]
+__all__ = ["LeaseHolder", "reclaim_own", "renew_forever", "resume_forever", "resume_orphans"]
 
 log = logging.getLogger("sunroom.service")
 
 
-async def resume_orphans(manager: SessionManager) -> list[str]:
+class LeaseHolder(Protocol):
+    """What this module uses of the session manager (which implements it)."""
+
+    @property
+    def config(self) -> ServiceConfig:
+        """The service's configuration (``max_sessions``, ``lease_s``)."""
+        ...
+
+    @property
+    def store(self) -> EventStore:
+        """The open store the sessions and their leases are in."""
+        ...
+
+    @property
+    def owner(self) -> str:
+        """The owner string of this process."""
+        ...
+
+    @property
+    def stalls(self) -> Container[str]:
+        """Sessions stopped here because their events could not be stored."""
+        ...
+
+    @property
+    def closed(self) -> bool:
+        """Whether the manager is closing."""
+        ...
+
+    @property
+    def live(self) -> int:
+        """Sessions this process runs or is starting now (what ``max_sessions`` counts)."""
+        ...
+
+    def live_ids(self) -> list[str]:
+        """Ids of the sessions this process runs now."""
+        ...
+
+    def is_live(self, sid: str) -> bool:
+        """Whether this process runs session *sid*."""
+        ...
+
+    async def resume(self, sid: str) -> Live:
+        """Claim session *sid* and run it here; ConflictError when another process won."""
+        ...
+
+    def drop(self, sid: str, exc: BaseException) -> None:
+        """Stop running session *sid* here (its ownership was lost)."""
+        ...
+
+
+async def resume_orphans(manager: LeaseHolder) -> list[str]:
     """Resume every orphaned session the manager has room for; the ids it took.
 
     A session that cannot be resumed (its config no longer builds, its kernel cannot start) is
@@ -58,7 +109,7 @@ async def resume_orphans(manager: SessionManager) -> list[str]:
     return taken
 
 
-async def reclaim_own(manager: SessionManager) -> None:
+async def reclaim_own(manager: LeaseHolder) -> None:
     """Resume, at start, the ``running`` sessions this owner string held before a restart.
 
     Their lease has not run out, but the owner string is this process's (a stable identity,
@@ -80,7 +131,7 @@ async def reclaim_own(manager: SessionManager) -> None:
             log.error("reclaiming session %s failed", record.session_id, exc_info=exc)
 
 
-async def renew_forever(manager: SessionManager) -> None:
+async def renew_forever(manager: LeaseHolder) -> None:
     """Renew the lease of every live session, every ``lease_s / 3``, until cancelled.
 
     A session whose lease another process holds now is stopped here. A renewal that fails
@@ -110,7 +161,7 @@ async def renew_forever(manager: SessionManager) -> None:
         failing = failed
 
 
-async def resume_forever(manager: SessionManager) -> None:
+async def resume_forever(manager: LeaseHolder) -> None:
     """Resume orphaned sessions every ``lease_s / 2`` (at least 0.2 s), until cancelled."""
     while True:
         try:
