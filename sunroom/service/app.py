@@ -182,236 +182,16 @@ def create_app(
     if not config.token:
         raise UsageError("the service needs a token (ServiceConfig.with_token())")
     every = [as_host_function(f) for f in functions] + load_functions(config.functions)
-    state: dict[str, Any] = {}
-    closing = asyncio.Event()  # set when the server shuts down: SSE streams end
-
-    def sessions() -> SessionManager:
-        manager: SessionManager = state["sessions"]
-        return manager
-
-    def kernels() -> KernelManager:
-        manager: KernelManager = state["kernels"]
-        return manager
-
-    @contextlib.asynccontextmanager
-    async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        async with SQLiteStore(config.db_path) as store:
-            state["store"] = store
-            templates = Templates(config)
-            state["sessions"] = SessionManager(
-                store, config=config, resolve_model=resolve, functions=every, templates=templates
-            )
-            state["kernels"] = KernelManager(config=config, functions=every, templates=templates)
-            await sessions().start()
-            stopping = asyncio.get_running_loop().create_task(
-                _shut_down_on(closing, kernels()), name="sunroom-kernels-shutdown"
-            )
-            try:
-                yield
-            finally:
-                if not closing.is_set():  # a kernel shutdown under way is never cut short
-                    stopping.cancel()
-                await asyncio.wait([stopping])
-                if not stopping.cancelled() and stopping.exception() is not None:
-                    log.error("closing the raw kernels failed", exc_info=stopping.exception())
-                await kernels().aclose()
-                await sessions().aclose()
-                await templates.aclose()
-
-    def health() -> dict[str, Any]:
-        """The body of ``/healthz``. Only reads counts: safe from the health gate's thread.
-
-        ``sessions``: live here (holding or starting a kernel; what ``max_sessions`` counts),
-        ``sessions_idle``: of those, idle (released first under pressure, or after
-        ``session_idle_s``), ``sessions_released``: released while idle since the start (in
-        the store, resumed by their next message; not counted), ``kernels``: raw kernels.
-        """
-        ok = "sessions" in state
-        return {
-            "ok": ok,
-            "sessions": sessions().live if ok else 0,
-            "sessions_idle": sessions().idle_count if ok else 0,
-            "sessions_released": sessions().released if ok else 0,
-            "kernels": kernels().live if ok else 0,
-        }
-
-    async def healthz(request: Request) -> Response:
-        return JSONResponse(health())
-
-    async def create_session(request: Request) -> Response:
-        body = await _body(request, CreateSession)
-        if body.files:  # they name paths on this host: for its own user (sunroom run), not clients
-            raise UsageError(
-                "files: the service binds no host files for its clients; send the data in "
-                "inputs (values) or write it with the kernel's file routes"
-            )
-        scripted = body.model is not None and body.model.startswith("scripted:")
-        if scripted and body.model != config.model:  # it names a file: clients must not pick
-            raise UsageError(
-                "a session may name a scripted: model only when the server was started "
-                "with that model (sunroom serve --model scripted:PATH)"
-            )
-        sid = await sessions().create(body, background=True)
-        return JSONResponse({"session_id": sid}, status_code=201)
-
-    async def list_sessions(request: Request) -> Response:
-        raw = request.query_params.get("limit", "100")
-        limit = _number(raw, name="limit", low=1, high=1000, whole=True, unit="(sessions)")
-        records = await state["store"].list_sessions(limit=int(limit))
-        return JSONResponse({"sessions": [_record_json(r) for r in records]})
-
-    async def get_session(request: Request) -> Response:
-        return JSONResponse(_record_json(await sessions().get(request.path_params["sid"])))
-
-    async def post_message(request: Request) -> Response:
-        body = await _body(request, MessageIn)
-        await sessions().send(request.path_params["sid"], body.text)
-        return JSONResponse({"accepted": True}, status_code=202)
-
-    async def events(request: Request) -> Response:
-        sid = request.path_params["sid"]
-        await sessions().get(sid)  # 404 before the stream starts
-        header = request.headers.get("last-event-id")
-        name = "Last-Event-ID" if header else "after"
-        raw = header or request.query_params.get("after") or "0"
-        after = int(_number(raw, name=name, low=0, high=MAX_SEQ, whole=True, unit="(an event seq)"))
-        stream = EventStream(
-            store=state["store"],
-            signals=sessions().signals,
-            config=config,
-            sid=sid,
-            after=after,
-            closing=closing,
-            hold=lambda: sessions().holding(sid),
-        )
-        return _Raw(stream)
-
-    async def result(request: Request) -> Response:
-        sid = request.path_params["sid"]
-        raw = request.query_params.get("timeout", "0")
-        timeout = _number(raw, name="timeout", low=0, high=3600, whole=False, unit="seconds")
-        status, value = await sessions().result(sid, timeout_s=timeout)
-        body = {"session_id": sid, "status": status, "result": value}
-        return JSONResponse(body, status_code=202 if status == "running" else 200)
-
-    async def list_approvals(request: Request) -> Response:
-        sid = request.path_params["sid"]
-        return JSONResponse({"session_id": sid, "approvals": await sessions().approvals(sid)})
-
-    async def answer_approval(request: Request) -> Response:
-        sid, call_id = request.path_params["sid"], request.path_params["call_id"]
-        body = await _body(request, ApprovalIn)
-        await sessions().approve(
-            sid, call_id, allow=body.allow, reason=body.reason, lease=body.lease
-        )
-        return JSONResponse({"session_id": sid, "call_id": call_id, "allow": body.allow})
-
-    async def delete_session(request: Request) -> Response:
-        sid = request.path_params["sid"]
-        await sessions().delete(sid)
-        return JSONResponse({"session_id": sid, "deleted": True})
-
-    async def create_kernel(request: Request) -> Response:
-        with kernels().admitted():
-            kid = await kernels().create(await _body(request, CreateKernel))
-        return JSONResponse({"kernel_id": kid}, status_code=201)
-
-    async def execute(request: Request) -> Response:
-        with kernels().admitted():
-            body = await _body(request, Execute)
-            out = await kernels().execute(
-                request.path_params["kid"], body.code, timeout_s=body.timeout_s
-            )
-        return JSONResponse(out.to_dict())
-
-    async def fork_kernel(request: Request) -> Response:
-        with kernels().admitted():
-            body = await _body(request, Fork)
-            ids = await kernels().fork(request.path_params["kid"], body.n)
-        # the copies share the kernel's sandbox: one trust domain, never separate tenants
-        answer = {"kernel_ids": ids, "shares_trust_domain_with": request.path_params["kid"]}
-        return JSONResponse(answer, status_code=201)
-
-    async def get_kernel(request: Request) -> Response:
-        return JSONResponse(kernels().describe(request.path_params["kid"]))
-
-    async def delete_kernel(request: Request) -> Response:
-        kid = request.path_params["kid"]
-        await kernels().delete(kid)
-        return JSONResponse({"kernel_id": kid, "deleted": True})
-
-    async def on_error(request: Request, exc: Exception) -> Response:
-        if isinstance(exc, ClientDisconnect):  # the client went away: not the server's failure
-            log.debug("%s %s: the client disconnected before its request arrived",
-                      request.method, request.url.path)  # fmt: skip
-            return Response(status_code=400)  # never sent: nobody is left to read it
-        if isinstance(exc, BodyTooLarge):  # close: the rest of the body is never read
-            body = error_body("BodyTooLarge", str(exc))
-            return JSONResponse(body, status_code=413, headers={"Connection": "close"})
-        if isinstance(exc, HTTPException):
-            body = error_body("HTTPException", str(exc.detail))
-            return JSONResponse(body, status_code=exc.status_code, headers=exc.headers)
-        if isinstance(exc, pydantic.ValidationError):
-            body = error_body("ValidationError", validation_message(exc))
-            return JSONResponse(body, status_code=422)
-        status = status_for(exc)
-        if isinstance(exc, ShuttingDown):  # an expected end: no traceback
-            log.info("%s %s: answered 503, the server is shutting down",
-                     request.method, request.url.path)  # fmt: skip
-        elif status >= 500:
-            log.error("%s %s failed", request.method, request.url.path, exc_info=exc)
-        if not isinstance(exc, SunroomError):  # a bug: its text is for the log, not the client
-            message = "the server failed unexpectedly; its log has the details"
-            body = error_body("InternalError", message)
-            return JSONResponse(body, status_code=500)
-        message = public_message(exc) if status >= 500 else str(exc)  # no traceback or path
-        wait = retry_after(exc)
-        headers = {"Retry-After": str(wait)} if wait is not None else None
-        body = error_body(type(exc).__name__, message)
-        return JSONResponse(body, status_code=status, headers=headers)
-
-    def answered(endpoint: Endpoint) -> Endpoint:
-        """*endpoint*, answering an unexpected exception itself: logged once, never re-raised.
-
-        (Starlette's handler for ``Exception`` re-raises, so the server would log it again.)
-        """
-
-        async def run(request: Request) -> Response:
-            try:
-                return await endpoint(request)
-            except (HTTPException, pydantic.ValidationError, SunroomError):
-                raise  # answered by the exception handlers below
-            except Exception as exc:
-                return await on_error(request, exc)
-
-        return run
-
+    service = _Service(config, resolve=resolve, functions=every)
     routes = [
-        Route(path, answered(endpoint), methods=[method])
-        for path, method, endpoint in [
-            ("/healthz", "GET", healthz),
-            ("/sessions", "POST", create_session),
-            ("/sessions", "GET", list_sessions),
-            ("/sessions/{sid}", "GET", get_session),
-            ("/sessions/{sid}", "DELETE", delete_session),
-            ("/sessions/{sid}/messages", "POST", post_message),
-            ("/sessions/{sid}/events", "GET", events),
-            ("/sessions/{sid}/result", "GET", result),
-            ("/sessions/{sid}/approvals", "GET", list_approvals),
-            ("/sessions/{sid}/approvals/{call_id}", "POST", answer_approval),
-            ("/kernels", "POST", create_kernel),
-            ("/kernels/{kid}/execute", "POST", execute),
-            ("/kernels/{kid}/fork", "POST", fork_kernel),
-            ("/kernels/{kid}", "GET", get_kernel),
-            ("/kernels/{kid}", "DELETE", delete_kernel),
-            *file_routes(kernels, sessions),
-        ]
+        Route(path, _answered(endpoint), methods=[method])
+        for path, method, endpoint in service.routes()
     ]
     handlers: dict[Any, Callable[..., Any]] = {
-        HTTPException: on_error,
-        pydantic.ValidationError: on_error,
-        SunroomError: on_error,
-        Exception: on_error,
+        HTTPException: _on_error,
+        pydantic.ValidationError: _on_error,
+        SunroomError: _on_error,
+        Exception: _on_error,
     }
     app = Starlette(
         routes=routes,
@@ -424,11 +204,273 @@ def create_app(
             ),
         ],
         exception_handlers=handlers,
-        lifespan=lifespan,
+        lifespan=service.lifespan,
     )
-    app.state.closing = closing
-    app.state.health = health  # answered off the loop by server.serve's health gate
+    app.state.closing = service.closing
+    app.state.health = service.health  # answered off the loop by server.serve's health gate
     return app
+
+
+class _Service:
+    """The app's endpoints over its managers, which its lifespan opens and closes.
+
+    ``closing`` is set when the server shuts down (SSE streams end, raw kernels close).
+    """
+
+    def __init__(
+        self, config: ServiceConfig, *, resolve: ModelResolver, functions: list[HostFunction]
+    ) -> None:
+        self.config = config
+        self._resolve = resolve
+        self._functions = functions
+        self.closing = asyncio.Event()
+        self._store: SQLiteStore | None = None
+        self._sessions: SessionManager | None = None
+        self._kernels: KernelManager | None = None
+
+    def routes(self) -> list[tuple[str, str, Endpoint]]:
+        """Every route: (path, method, endpoint)."""
+        return [
+            ("/healthz", "GET", self.healthz),
+            ("/sessions", "POST", self.create_session),
+            ("/sessions", "GET", self.list_sessions),
+            ("/sessions/{sid}", "GET", self.get_session),
+            ("/sessions/{sid}", "DELETE", self.delete_session),
+            ("/sessions/{sid}/messages", "POST", self.post_message),
+            ("/sessions/{sid}/events", "GET", self.events),
+            ("/sessions/{sid}/result", "GET", self.result),
+            ("/sessions/{sid}/approvals", "GET", self.list_approvals),
+            ("/sessions/{sid}/approvals/{call_id}", "POST", self.answer_approval),
+            ("/kernels", "POST", self.create_kernel),
+            ("/kernels/{kid}/execute", "POST", self.execute),
+            ("/kernels/{kid}/fork", "POST", self.fork_kernel),
+            ("/kernels/{kid}", "GET", self.get_kernel),
+            ("/kernels/{kid}", "DELETE", self.delete_kernel),
+            *file_routes(self.kernels, self.sessions),
+        ]
+
+    def store(self) -> SQLiteStore:
+        """The open store (while the lifespan runs)."""
+        if self._store is None:
+            raise RuntimeError("the service's lifespan has not started")
+        return self._store
+
+    def sessions(self) -> SessionManager:
+        """The session manager (while the lifespan runs)."""
+        if self._sessions is None:
+            raise RuntimeError("the service's lifespan has not started")
+        return self._sessions
+
+    def kernels(self) -> KernelManager:
+        """The raw kernels' manager (while the lifespan runs)."""
+        if self._kernels is None:
+            raise RuntimeError("the service's lifespan has not started")
+        return self._kernels
+
+    @contextlib.asynccontextmanager
+    async def lifespan(self, app: Starlette) -> AsyncIterator[None]:
+        """Open the store and start the managers; close them all at the end."""
+        config = self.config
+        async with SQLiteStore(config.db_path) as store:
+            self._store = store
+            templates = Templates(config)
+            self._sessions = SessionManager(
+                store,
+                config=config,
+                resolve_model=self._resolve,
+                functions=self._functions,
+                templates=templates,
+            )
+            self._kernels = KernelManager(
+                config=config, functions=self._functions, templates=templates
+            )
+            await self.sessions().start()
+            stopping = asyncio.get_running_loop().create_task(
+                _shut_down_on(self.closing, self.kernels()), name="sunroom-kernels-shutdown"
+            )
+            try:
+                yield
+            finally:
+                if not self.closing.is_set():  # a kernel shutdown under way is never cut short
+                    stopping.cancel()
+                await asyncio.wait([stopping])
+                if not stopping.cancelled() and stopping.exception() is not None:
+                    log.error("closing the raw kernels failed", exc_info=stopping.exception())
+                await self.kernels().aclose()
+                await self.sessions().aclose()
+                await templates.aclose()
+
+    def health(self) -> dict[str, Any]:
+        """The body of ``/healthz``. Only reads counts: safe from the health gate's thread.
+
+        ``sessions``: live here (holding or starting a kernel; what ``max_sessions`` counts),
+        ``sessions_idle``: of those, idle (released first under pressure, or after
+        ``session_idle_s``), ``sessions_released``: released while idle since the start (in
+        the store, resumed by their next message; not counted), ``kernels``: raw kernels.
+        """
+        ok = self._sessions is not None
+        return {
+            "ok": ok,
+            "sessions": self.sessions().live if ok else 0,
+            "sessions_idle": self.sessions().idle_count if ok else 0,
+            "sessions_released": self.sessions().released if ok else 0,
+            "kernels": self.kernels().live if ok else 0,
+        }
+
+    async def healthz(self, request: Request) -> Response:
+        return JSONResponse(self.health())
+
+    async def create_session(self, request: Request) -> Response:
+        body = await _body(request, CreateSession)
+        if body.files:  # they name paths on this host: for its own user (sunroom run), not clients
+            raise UsageError(
+                "files: the service binds no host files for its clients; send the data in "
+                "inputs (values) or write it with the kernel's file routes"
+            )
+        scripted = body.model is not None and body.model.startswith("scripted:")
+        if scripted and body.model != self.config.model:  # it names a file: clients must not pick
+            raise UsageError(
+                "a session may name a scripted: model only when the server was started "
+                "with that model (sunroom serve --model scripted:PATH)"
+            )
+        sid = await self.sessions().create(body, background=True)
+        return JSONResponse({"session_id": sid}, status_code=201)
+
+    async def list_sessions(self, request: Request) -> Response:
+        raw = request.query_params.get("limit", "100")
+        limit = _number(raw, name="limit", low=1, high=1000, whole=True, unit="(sessions)")
+        records = await self.store().list_sessions(limit=int(limit))
+        return JSONResponse({"sessions": [_record_json(r) for r in records]})
+
+    async def get_session(self, request: Request) -> Response:
+        return JSONResponse(_record_json(await self.sessions().get(request.path_params["sid"])))
+
+    async def post_message(self, request: Request) -> Response:
+        body = await _body(request, MessageIn)
+        await self.sessions().send(request.path_params["sid"], body.text)
+        return JSONResponse({"accepted": True}, status_code=202)
+
+    async def events(self, request: Request) -> Response:
+        sid = request.path_params["sid"]
+        await self.sessions().get(sid)  # 404 before the stream starts
+        header = request.headers.get("last-event-id")
+        name = "Last-Event-ID" if header else "after"
+        raw = header or request.query_params.get("after") or "0"
+        after = int(_number(raw, name=name, low=0, high=MAX_SEQ, whole=True, unit="(an event seq)"))
+        stream = EventStream(
+            store=self.store(),
+            signals=self.sessions().signals,
+            config=self.config,
+            sid=sid,
+            after=after,
+            closing=self.closing,
+            hold=lambda: self.sessions().holding(sid),
+        )
+        return _Raw(stream)
+
+    async def result(self, request: Request) -> Response:
+        sid = request.path_params["sid"]
+        raw = request.query_params.get("timeout", "0")
+        timeout = _number(raw, name="timeout", low=0, high=3600, whole=False, unit="seconds")
+        status, value = await self.sessions().result(sid, timeout_s=timeout)
+        body = {"session_id": sid, "status": status, "result": value}
+        return JSONResponse(body, status_code=202 if status == "running" else 200)
+
+    async def list_approvals(self, request: Request) -> Response:
+        sid = request.path_params["sid"]
+        approvals = await self.sessions().approvals(sid)
+        return JSONResponse({"session_id": sid, "approvals": approvals})
+
+    async def answer_approval(self, request: Request) -> Response:
+        sid, call_id = request.path_params["sid"], request.path_params["call_id"]
+        body = await _body(request, ApprovalIn)
+        await self.sessions().approve(
+            sid, call_id, allow=body.allow, reason=body.reason, lease=body.lease
+        )
+        return JSONResponse({"session_id": sid, "call_id": call_id, "allow": body.allow})
+
+    async def delete_session(self, request: Request) -> Response:
+        sid = request.path_params["sid"]
+        await self.sessions().delete(sid)
+        return JSONResponse({"session_id": sid, "deleted": True})
+
+    async def create_kernel(self, request: Request) -> Response:
+        with self.kernels().admitted():
+            kid = await self.kernels().create(await _body(request, CreateKernel))
+        return JSONResponse({"kernel_id": kid}, status_code=201)
+
+    async def execute(self, request: Request) -> Response:
+        with self.kernels().admitted():
+            body = await _body(request, Execute)
+            out = await self.kernels().execute(
+                request.path_params["kid"], body.code, timeout_s=body.timeout_s
+            )
+        return JSONResponse(out.to_dict())
+
+    async def fork_kernel(self, request: Request) -> Response:
+        with self.kernels().admitted():
+            body = await _body(request, Fork)
+            ids = await self.kernels().fork(request.path_params["kid"], body.n)
+        # the copies share the kernel's sandbox: one trust domain, never separate tenants
+        answer = {"kernel_ids": ids, "shares_trust_domain_with": request.path_params["kid"]}
+        return JSONResponse(answer, status_code=201)
+
+    async def get_kernel(self, request: Request) -> Response:
+        return JSONResponse(self.kernels().describe(request.path_params["kid"]))
+
+    async def delete_kernel(self, request: Request) -> Response:
+        kid = request.path_params["kid"]
+        await self.kernels().delete(kid)
+        return JSONResponse({"kernel_id": kid, "deleted": True})
+
+
+async def _on_error(request: Request, exc: Exception) -> Response:
+    """The JSON error answer to *exc* (the module docstring says which status and text)."""
+    if isinstance(exc, ClientDisconnect):  # the client went away: not the server's failure
+        log.debug("%s %s: the client disconnected before its request arrived",
+                  request.method, request.url.path)  # fmt: skip
+        return Response(status_code=400)  # never sent: nobody is left to read it
+    if isinstance(exc, BodyTooLarge):  # close: the rest of the body is never read
+        body = error_body("BodyTooLarge", str(exc))
+        return JSONResponse(body, status_code=413, headers={"Connection": "close"})
+    if isinstance(exc, HTTPException):
+        body = error_body("HTTPException", str(exc.detail))
+        return JSONResponse(body, status_code=exc.status_code, headers=exc.headers)
+    if isinstance(exc, pydantic.ValidationError):
+        body = error_body("ValidationError", validation_message(exc))
+        return JSONResponse(body, status_code=422)
+    status = status_for(exc)
+    if isinstance(exc, ShuttingDown):  # an expected end: no traceback
+        log.info("%s %s: answered 503, the server is shutting down",
+                 request.method, request.url.path)  # fmt: skip
+    elif status >= 500:
+        log.error("%s %s failed", request.method, request.url.path, exc_info=exc)
+    if not isinstance(exc, SunroomError):  # a bug: its text is for the log, not the client
+        message = "the server failed unexpectedly; its log has the details"
+        body = error_body("InternalError", message)
+        return JSONResponse(body, status_code=500)
+    message = public_message(exc) if status >= 500 else str(exc)  # no traceback or path
+    wait = retry_after(exc)
+    headers = {"Retry-After": str(wait)} if wait is not None else None
+    body = error_body(type(exc).__name__, message)
+    return JSONResponse(body, status_code=status, headers=headers)
+
+
+def _answered(endpoint: Endpoint) -> Endpoint:
+    """*endpoint*, answering an unexpected exception itself: logged once, never re-raised.
+
+    (Starlette's handler for ``Exception`` re-raises, so the server would log it again.)
+    """
+
+    async def run(request: Request) -> Response:
+        try:
+            return await endpoint(request)
+        except (HTTPException, pydantic.ValidationError, SunroomError):
+            raise  # answered by the exception handlers below
+        except Exception as exc:
+            return await _on_error(request, exc)
+
+    return run
 
 
 async def _shut_down_on(closing: asyncio.Event, kernels: KernelManager) -> None:

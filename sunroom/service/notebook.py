@@ -22,7 +22,6 @@ from sunroom.providers import (
     AssistantMessage,
     ImagePart,
     Message,
-    SystemMessage,
     TextPart,
     ToolResultMessage,
     UserMessage,
@@ -68,53 +67,17 @@ def build_notebook(messages: Sequence[Message], *, title: str = "") -> Any:
     """An nbformat v4 notebook of *messages* (see the module docstring)."""
     nbformat = _nbformat()
     v4 = nbformat.v4
-    cells: list[Any] = []
+    cells = _Cells(v4)
     if title:
-        cells.append(v4.new_markdown_cell(f"# {title}"))
-    by_call: dict[str, Any] = {}
-    last_code: Any = None
-    count = 0
-
-    def code_cell(source: str) -> Any:
-        nonlocal count, last_code
-        count += 1
-        cell = v4.new_code_cell(source, execution_count=count)
-        cells.append(cell)
-        last_code = cell
-        return cell
-
-    def stream(cell: Any, text: str) -> None:
-        cell.outputs.append(v4.new_output("stream", name="stdout", text=text))
-
-    for message in messages:
-        if isinstance(message, SystemMessage):
-            continue
+        cells.cells.append(v4.new_markdown_cell(f"# {title}"))
+    for message in messages:  # the system prompt is not shown
         if isinstance(message, AssistantMessage):
-            if message.text.strip():
-                cells.append(v4.new_markdown_cell(message.text))
-                fenced = extract_code(message.text) if not message.tool_calls else None
-                if fenced is not None:
-                    code_cell(fenced)
-            for call in message.tool_calls:
-                source = call.arguments.get("code")
-                if call.name == EXECUTE_TOOL.name and isinstance(source, str):
-                    by_call[call.id] = code_cell(source)
+            cells.assistant(message)
         elif isinstance(message, ToolResultMessage):
-            cell = by_call.get(message.tool_call_id)
-            if cell is not None:
-                stream(cell, message.content)
+            cells.tool_result(message)
         elif isinstance(message, UserMessage):
-            text = "".join(p.text for p in message.content if isinstance(p, TextPart))
-            images = _image_outputs(message.content, v4)
-            if text.startswith(OUTPUT_PREFIX) and last_code is not None:
-                stream(last_code, text[len(OUTPUT_PREFIX) :])
-                last_code.outputs.extend(images)
-            elif text == IMAGES_INTRO and last_code is not None:
-                last_code.outputs.extend(images)
-            else:
-                cells.append(v4.new_markdown_cell(f"**User:** {text}"))
-                cells.extend(_markdown_images(message.content, v4))
-    nb = v4.new_notebook(cells=cells)
+            cells.user(message)
+    nb = v4.new_notebook(cells=cells.cells)
     nb.metadata["kernelspec"] = {
         "name": "python3",
         "display_name": "Python 3",
@@ -123,6 +86,61 @@ def build_notebook(messages: Sequence[Message], *, title: str = "") -> Any:
     nb.metadata["language_info"] = {"name": "python"}
     nbformat.validate(nb)
     return nb
+
+
+class _Cells:
+    """The cells of a notebook being built, one transcript message at a time."""
+
+    def __init__(self, v4: Any) -> None:
+        self.v4 = v4
+        self.cells: list[Any] = []
+        self.by_call: dict[str, Any] = {}  # execute_code call id → its code cell
+        self.last_code: Any = None
+        self.count = 0
+
+    def code_cell(self, source: str) -> Any:
+        """A new code cell running *source* (numbered in order)."""
+        self.count += 1
+        cell = self.v4.new_code_cell(source, execution_count=self.count)
+        self.cells.append(cell)
+        self.last_code = cell
+        return cell
+
+    def stream(self, cell: Any, text: str) -> None:
+        """Add *text* to *cell*'s outputs as its stdout."""
+        cell.outputs.append(self.v4.new_output("stream", name="stdout", text=text))
+
+    def assistant(self, message: AssistantMessage) -> None:
+        """The model's text as markdown, and each cell it ran (tool call or fenced block)."""
+        if message.text.strip():
+            self.cells.append(self.v4.new_markdown_cell(message.text))
+            fenced = extract_code(message.text) if not message.tool_calls else None
+            if fenced is not None:
+                self.code_cell(fenced)
+        for call in message.tool_calls:
+            source = call.arguments.get("code")
+            if call.name == EXECUTE_TOOL.name and isinstance(source, str):
+                self.by_call[call.id] = self.code_cell(source)
+
+    def tool_result(self, message: ToolResultMessage) -> None:
+        """A cell's output, as the model was shown it."""
+        cell = self.by_call.get(message.tool_call_id)
+        if cell is not None:
+            self.stream(cell, message.content)
+
+    def user(self, message: UserMessage) -> None:
+        """A fenced cell's output and images, or the user's own text and images as markdown."""
+        v4 = self.v4
+        text = "".join(p.text for p in message.content if isinstance(p, TextPart))
+        images = _image_outputs(message.content, v4)
+        if text.startswith(OUTPUT_PREFIX) and self.last_code is not None:
+            self.stream(self.last_code, text[len(OUTPUT_PREFIX) :])
+            self.last_code.outputs.extend(images)
+        elif text == IMAGES_INTRO and self.last_code is not None:
+            self.last_code.outputs.extend(images)
+        else:
+            self.cells.append(v4.new_markdown_cell(f"**User:** {text}"))
+            self.cells.extend(_markdown_images(message.content, v4))
 
 
 def _markdown_images(parts: Sequence[Any], v4: Any) -> list[Any]:

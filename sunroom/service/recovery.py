@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, final
 
@@ -135,91 +135,138 @@ class Replay:
 
 def replay(events: Sequence[StoredEvent]) -> Replay:
     """Fold a session's events (in seq order) into a :class:`Replay`."""
-    transcript: list[Message] = []
-    messages: list[ReceivedMessage] = []
-    by_id: dict[str, ReceivedMessage] = {}
-    legacy: list[ReceivedMessage] = []  # messages of a log written before ids: matched by text
-    run_open = False
-    submit: dict[str, Any] | None = None
-    last_result: dict[str, Any] | None = None
-    spent = Spend()
-    reported: set[str] = set()
-    untold: set[str] = set()
-    asked: dict[str, dict[str, Any]] = {}  # call id → request payload, while unanswered
-    requests: dict[str, dict[str, Any]] = {}
-    untold_asks: dict[str, dict[str, Any]] = {}
-    embedding_calls = 0  # started embed/search calls, less those the budget refused
-    network_bytes = 0
+    fold = _Fold()
     for e in events:
+        step = _STEPS.get(e.kind)
+        if step is not None:
+            step(fold, e)
+    return fold.replay(last_seq=events[-1].seq if events else 0)
+
+
+class _Fold:
+    """What :func:`replay` carries from one event to the next: one method per event kind."""
+
+    def __init__(self) -> None:
+        self.transcript: list[Message] = []
+        self.messages: list[ReceivedMessage] = []
+        self.by_id: dict[str, ReceivedMessage] = {}
+        self.legacy: list[ReceivedMessage] = []  # messages of a log written before ids: by text
+        self.run_open = False
+        self.submit: dict[str, Any] | None = None
+        self.last_result: dict[str, Any] | None = None
+        self.spent = Spend()
+        self.reported: set[str] = set()
+        self.untold: set[str] = set()
+        self.asked: dict[str, dict[str, Any]] = {}  # call id → request payload, while unanswered
+        self.requests: dict[str, dict[str, Any]] = {}
+        self.untold_asks: dict[str, dict[str, Any]] = {}
+        self.embedding_calls = 0  # started embed/search calls, less those the budget refused
+        self.network_bytes = 0
+
+    def on_transcript(self, e: StoredEvent) -> None:
         p = e.payload
-        if e.kind == TRANSCRIPT:
-            start = int(p["start"])
-            transcript = transcript[:start] + [message_from_json(m) for m in p["messages"]]
-            if untold or untold_asks:
-                text = json.dumps(p["messages"])
-                untold -= {cid for cid in untold if _mention(cid) in text}
-                for cid in [c for c in untold_asks if _mention_approval(c) in text]:
-                    del untold_asks[cid]
-            for mid in p.get("taken") or ():
-                if (m := by_id.get(str(mid))) is not None:
-                    m.taken = True
-                    # a run took it in and has not ended yet (the journal writes a run's
-                    # transcript before its SessionEnded): a message that came while the
-                    # previous run was ending is taken in by a new run after that end
-                    run_open = True
-        elif e.kind == MESSAGE_RECEIVED:
-            run_open = True
-            if "id" not in p and p.get("resumed"):
-                continue  # an old-style re-send of a message already counted
-            m = ReceivedMessage(
-                id=str(p.get("id") or f"seq-{e.seq}"), text=str(p["text"]), seq=e.seq
-            )
-            messages.append(m)
-            by_id[m.id] = m
-            if "id" not in p:
-                legacy.append(m)
-        elif e.kind == SUBMIT_ACCEPTED:
-            submit = {"output": p.get("output")}
-        elif e.kind == RUN_ENDED:
-            run_open = False
-            submit = None
-            last_result = p.get("result")
-            for m in messages:
-                m.answered = m.answered or m.taken
-        elif e.kind == USAGE_UPDATED:
-            spent = _spend_from(p)
-        elif e.kind == HOST_CALL_STARTED and p.get("name") in EMBEDDING_FUNCTIONS:
-            embedding_calls += 1
-        elif e.kind == NETWORK_CONNECTION:
-            network_bytes += int(p.get("bytes_sent", 0)) + int(p.get("bytes_received", 0))
-        elif e.kind == BUDGET_WARNING and p.get("limit") == "embedding_calls":
-            embedding_calls -= 1  # the call it refused was never counted
-        elif e.kind == APPROVAL_REQUESTED:
-            asked[str(p["call_id"])] = requests[str(p["call_id"])] = p
-        elif e.kind == APPROVAL_ANSWERED:
-            cid = str(p["call_id"])
-            asked.pop(cid, None)
-            if p.get("reason") == RESTART_DENIAL and cid in requests:
-                untold_asks[cid] = requests[cid]
-        elif e.kind == CALL_OUTCOME_UNKNOWN:
-            reported.add(str(p["call_id"]))
-            untold.add(str(p["call_id"]))
-    _match_legacy(transcript, legacy)
-    return Replay(
-        transcript=transcript,
-        messages=messages,
-        run_open=run_open,
-        submit=submit,
-        last_result=last_result,
-        last_seq=events[-1].seq if events else 0,
-        spent=dataclasses.replace(
-            spent, embedding_calls=max(0, embedding_calls), network_bytes=network_bytes
-        ),
-        reported_unknown=frozenset(reported),
-        untold_unknown=frozenset(untold),
-        waiting_approvals=tuple(asked.values()),
-        untold_approvals=tuple(untold_asks.values()),
-    )
+        start = int(p["start"])
+        self.transcript = self.transcript[:start] + [message_from_json(m) for m in p["messages"]]
+        if self.untold or self.untold_asks:
+            text = json.dumps(p["messages"])
+            self.untold -= {cid for cid in self.untold if _mention(cid) in text}
+            for cid in [c for c in self.untold_asks if _mention_approval(c) in text]:
+                del self.untold_asks[cid]
+        for mid in p.get("taken") or ():
+            if (m := self.by_id.get(str(mid))) is not None:
+                m.taken = True
+                # a run took it in and has not ended yet (the journal writes a run's
+                # transcript before its SessionEnded): a message that came while the
+                # previous run was ending is taken in by a new run after that end
+                self.run_open = True
+
+    def on_message(self, e: StoredEvent) -> None:
+        p = e.payload
+        self.run_open = True
+        if "id" not in p and p.get("resumed"):
+            return  # an old-style re-send of a message already counted
+        m = ReceivedMessage(id=str(p.get("id") or f"seq-{e.seq}"), text=str(p["text"]), seq=e.seq)
+        self.messages.append(m)
+        self.by_id[m.id] = m
+        if "id" not in p:
+            self.legacy.append(m)
+
+    def on_submit(self, e: StoredEvent) -> None:
+        self.submit = {"output": e.payload.get("output")}
+
+    def on_run_ended(self, e: StoredEvent) -> None:
+        self.run_open = False
+        self.submit = None
+        self.last_result = e.payload.get("result")
+        for m in self.messages:
+            m.answered = m.answered or m.taken
+
+    def on_usage(self, e: StoredEvent) -> None:
+        self.spent = _spend_from(e.payload)
+
+    def on_host_call(self, e: StoredEvent) -> None:
+        if e.payload.get("name") in EMBEDDING_FUNCTIONS:
+            self.embedding_calls += 1
+
+    def on_connection(self, e: StoredEvent) -> None:
+        p = e.payload
+        self.network_bytes += int(p.get("bytes_sent", 0)) + int(p.get("bytes_received", 0))
+
+    def on_budget_warning(self, e: StoredEvent) -> None:
+        if e.payload.get("limit") == "embedding_calls":
+            self.embedding_calls -= 1  # the call it refused was never counted
+
+    def on_approval_requested(self, e: StoredEvent) -> None:
+        p = e.payload
+        self.asked[str(p["call_id"])] = self.requests[str(p["call_id"])] = p
+
+    def on_approval_answered(self, e: StoredEvent) -> None:
+        p = e.payload
+        cid = str(p["call_id"])
+        self.asked.pop(cid, None)
+        if p.get("reason") == RESTART_DENIAL and cid in self.requests:
+            self.untold_asks[cid] = self.requests[cid]
+
+    def on_unknown_outcome(self, e: StoredEvent) -> None:
+        self.reported.add(str(e.payload["call_id"]))
+        self.untold.add(str(e.payload["call_id"]))
+
+    def replay(self, *, last_seq: int) -> Replay:
+        """The fold's result, once every event is in (legacy messages matched by text)."""
+        _match_legacy(self.transcript, self.legacy)
+        return Replay(
+            transcript=self.transcript,
+            messages=self.messages,
+            run_open=self.run_open,
+            submit=self.submit,
+            last_result=self.last_result,
+            last_seq=last_seq,
+            spent=dataclasses.replace(
+                self.spent,
+                embedding_calls=max(0, self.embedding_calls),
+                network_bytes=self.network_bytes,
+            ),
+            reported_unknown=frozenset(self.reported),
+            untold_unknown=frozenset(self.untold),
+            waiting_approvals=tuple(self.asked.values()),
+            untold_approvals=tuple(self.untold_asks.values()),
+        )
+
+
+_STEPS: dict[str, Callable[[_Fold, StoredEvent], None]] = {
+    TRANSCRIPT: _Fold.on_transcript,
+    MESSAGE_RECEIVED: _Fold.on_message,
+    SUBMIT_ACCEPTED: _Fold.on_submit,
+    RUN_ENDED: _Fold.on_run_ended,
+    USAGE_UPDATED: _Fold.on_usage,
+    HOST_CALL_STARTED: _Fold.on_host_call,
+    NETWORK_CONNECTION: _Fold.on_connection,
+    BUDGET_WARNING: _Fold.on_budget_warning,
+    APPROVAL_REQUESTED: _Fold.on_approval_requested,
+    APPROVAL_ANSWERED: _Fold.on_approval_answered,
+    CALL_OUTCOME_UNKNOWN: _Fold.on_unknown_outcome,
+}
+"""What :func:`replay` does with each kind of event (other kinds change nothing)."""
 
 
 def unreported_unknown(state: Replay, calls: Sequence[CallRecord]) -> list[CallRecord]:

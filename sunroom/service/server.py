@@ -54,162 +54,166 @@ def _protocol(config: ServiceConfig) -> type[HttpToolsProtocol]:
       until the whole request, body included, has arrived; idle keep-alive connections fall
       under uvicorn's keep-alive timeout instead.
     """
-    read_timeout = config.read_timeout_s
-    total_cap = config.max_connections
-    client_cap = config.max_connections_per_client
 
-    class Protocol(HttpToolsProtocol):
-        _deadline: asyncio.TimerHandle | None = None
-        _in_request = False  # a request has begun and not fully arrived
-        _in_head = False  # ... and its head has not fully arrived
-        # two lower bounds of the current head's size: the URL and headers parsed so far, and
-        # the bytes of the reads that lay wholly within it (the head was incomplete before
-        # and after them); each is checked against the cap
-        _head_parsed = 0
-        _head_read = 0
-        _refused = False
-
-        def _refuse(self, status: int, kind: str, message: str) -> None:
-            """Answer *status* with the JSON error shape and close the connection."""
-            self._refused = True
-            body = json.dumps({"error": {"type": kind, "message": message}}).encode()
-            head = b"HTTP/1.1 %d %s\r\n" % (status, _REASONS.get(status, b"Error"))
-            head += b"content-type: application/json\r\nconnection: close\r\n"
-            head += b"content-length: %d\r\n\r\n" % len(body)
-            if not self.transport.is_closing():
-                self.transport.write(head + body)
-                self.transport.close()
-
-        def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-            super().connection_made(transport)
-            host = self.client[0] if self.client else None
-            peers = [getattr(c, "client", None) for c in self.connections]
-            same = sum(1 for peer in peers if peer is not None and peer[0] == host)
-            if len(self.connections) > total_cap or same > client_cap:
-                self._refuse(
-                    503,
-                    "TooManyConnections",
-                    "the server has too many open connections; retry later",
-                )
-                return
-            self._arm()
-
-        def _arm(self) -> None:
-            if self._deadline is None:
-                self._deadline = self.loop.call_later(read_timeout, self._read_timed_out)
-
-        def _disarm(self) -> None:
-            if self._deadline is not None:
-                self._deadline.cancel()
-                self._deadline = None
-
-        def _read_timed_out(self) -> None:
-            self._deadline = None
-            if (
-                self.cycle is None
-                or self.cycle.response_complete
-                or not self.cycle.response_started
-            ):
-                self._refuse(
-                    408,
-                    "RequestTimeout",
-                    f"the request was not received within {read_timeout:g} seconds",
-                )
-            self.transport.close()
-
-        def connection_lost(self, exc: Exception | None) -> None:
-            self._disarm()
-            super().connection_lost(exc)
-
-        def data_received(self, data: bytes) -> None:
-            if self._refused:
-                return  # answered and closing: nothing more is parsed
-            self._unset_keepalive_if_required()
-            if not self._in_request:
-                self._arm()  # the first byte of a request (or of the connection)
-            within_head = self._in_head
-            try:
-                self.parser.feed_data(data)
-            except httptools.HttpParserUpgrade:
-                if self._should_upgrade():
-                    self.handle_websocket_upgrade()
-                else:
-                    self._unsupported_upgrade_warning()
-            except httptools.HttpParserError as exc:
-                self._disarm()
-                if not self._refused:
-                    self._bad_request(exc.__context__)
-                return
-            if self._in_head and within_head:
-                self._head_read += len(data)  # every byte of this read belongs to the head
-                if self._head_read > MAX_HEADER_BYTES:
-                    with contextlib.suppress(_Refused):
-                        self._head_too_large()
-            if self._refused or not self._in_request:
-                self._disarm()  # refused, or the whole request arrived, or none of the next
-
-        def _bad_request(self, cause: BaseException | None) -> None:
-            if isinstance(cause, UnicodeDecodeError):
-                self._refuse(400, "BadRequest", "the request target is not ASCII")
-            else:
-                self._refuse(400, "BadRequest", "the request is not valid HTTP/1.1")
-
-        def _head_too_large(self) -> None:
-            self._refuse(
-                431,
-                "HeadersTooLarge",
-                f"the request headers are over the limit of {MAX_HEADER_BYTES} bytes",
-            )
-            raise _Refused  # out of the parser's callback: it parses no more
-
-        def _count_head(self, size: int) -> None:
-            self._head_parsed += size
-            if self._head_parsed > MAX_HEADER_BYTES:
-                self._head_too_large()
-
-        def on_message_begin(self) -> None:
-            self._in_request = self._in_head = True
-            self._head_parsed = self._head_read = 0
-            super().on_message_begin()
-            self.scope["extensions"] = {ZEROCOPY: {}}
-
-        def _start_asgi_task(self, cycle: RequestResponseCycle, app: Any) -> None:
-            cycle.send = _with_sendfile(cycle)  # type: ignore[method-assign,assignment]
-            super()._start_asgi_task(cycle, app)
-
-        def on_url(self, url: bytes) -> None:
-            self._count_head(len(url))
-            super().on_url(url)
-
-        def on_header(self, name: bytes, value: bytes) -> None:
-            self._count_head(len(name) + len(value) + 4)
-            super().on_header(name, value)
-
-        def on_headers_complete(self) -> None:
-            self._in_head = False
-            super().on_headers_complete()
-
-        def on_body(self, body: bytes) -> None:
-            cycle = self.cycle
-            if cycle.body or cycle.response_complete or self.parser.should_upgrade():
-                super().on_body(body)  # appended to what the app has not read yet
-                return
-            # the first piece since the app last read: kept as it is rather than copied into
-            # uvicorn's bytearray (its receive() takes bytes() of it: for bytes, no copy)
-            cycle.body = body  # type: ignore[assignment]
-            if len(body) > HIGH_WATER_LIMIT:
-                self.flow.pause_reading()
-            cycle.message_event.set()
-
-        def on_message_complete(self) -> None:
-            self._in_request = self._in_head = False
-            super().on_message_complete()
-
-        def send_400_response(self, msg: str) -> None:
-            if not self._refused:
-                self._bad_request(None)
+    class Protocol(_GuardedProtocol):
+        read_timeout = config.read_timeout_s
+        total_cap = config.max_connections
+        client_cap = config.max_connections_per_client
 
     return Protocol
+
+
+class _GuardedProtocol(HttpToolsProtocol):
+    """The protocol :func:`_protocol` returns, its limits set from the service's config."""
+
+    read_timeout: float
+    total_cap: int
+    client_cap: int
+    _deadline: asyncio.TimerHandle | None = None
+    _in_request = False  # a request has begun and not fully arrived
+    _in_head = False  # ... and its head has not fully arrived
+    # two lower bounds of the current head's size: the URL and headers parsed so far, and
+    # the bytes of the reads that lay wholly within it (the head was incomplete before
+    # and after them); each is checked against the cap
+    _head_parsed = 0
+    _head_read = 0
+    _refused = False
+
+    def _refuse(self, status: int, kind: str, message: str) -> None:
+        """Answer *status* with the JSON error shape and close the connection."""
+        self._refused = True
+        body = json.dumps({"error": {"type": kind, "message": message}}).encode()
+        head = b"HTTP/1.1 %d %s\r\n" % (status, _REASONS.get(status, b"Error"))
+        head += b"content-type: application/json\r\nconnection: close\r\n"
+        head += b"content-length: %d\r\n\r\n" % len(body)
+        if not self.transport.is_closing():
+            self.transport.write(head + body)
+            self.transport.close()
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        host = self.client[0] if self.client else None
+        peers = [getattr(c, "client", None) for c in self.connections]
+        same = sum(1 for peer in peers if peer is not None and peer[0] == host)
+        if len(self.connections) > self.total_cap or same > self.client_cap:
+            self._refuse(
+                503,
+                "TooManyConnections",
+                "the server has too many open connections; retry later",
+            )
+            return
+        self._arm()
+
+    def _arm(self) -> None:
+        if self._deadline is None:
+            self._deadline = self.loop.call_later(self.read_timeout, self._read_timed_out)
+
+    def _disarm(self) -> None:
+        if self._deadline is not None:
+            self._deadline.cancel()
+            self._deadline = None
+
+    def _read_timed_out(self) -> None:
+        self._deadline = None
+        if self.cycle is None or self.cycle.response_complete or not self.cycle.response_started:
+            self._refuse(
+                408,
+                "RequestTimeout",
+                f"the request was not received within {self.read_timeout:g} seconds",
+            )
+        self.transport.close()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm()
+        super().connection_lost(exc)
+
+    def data_received(self, data: bytes) -> None:
+        if self._refused:
+            return  # answered and closing: nothing more is parsed
+        self._unset_keepalive_if_required()
+        if not self._in_request:
+            self._arm()  # the first byte of a request (or of the connection)
+        within_head = self._in_head
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserUpgrade:
+            if self._should_upgrade():
+                self.handle_websocket_upgrade()
+            else:
+                self._unsupported_upgrade_warning()
+        except httptools.HttpParserError as exc:
+            self._disarm()
+            if not self._refused:
+                self._bad_request(exc.__context__)
+            return
+        if self._in_head and within_head:
+            self._head_read += len(data)  # every byte of this read belongs to the head
+            if self._head_read > MAX_HEADER_BYTES:
+                with contextlib.suppress(_Refused):
+                    self._head_too_large()
+        if self._refused or not self._in_request:
+            self._disarm()  # refused, or the whole request arrived, or none of the next
+
+    def _bad_request(self, cause: BaseException | None) -> None:
+        if isinstance(cause, UnicodeDecodeError):
+            self._refuse(400, "BadRequest", "the request target is not ASCII")
+        else:
+            self._refuse(400, "BadRequest", "the request is not valid HTTP/1.1")
+
+    def _head_too_large(self) -> None:
+        self._refuse(
+            431,
+            "HeadersTooLarge",
+            f"the request headers are over the limit of {MAX_HEADER_BYTES} bytes",
+        )
+        raise _Refused  # out of the parser's callback: it parses no more
+
+    def _count_head(self, size: int) -> None:
+        self._head_parsed += size
+        if self._head_parsed > MAX_HEADER_BYTES:
+            self._head_too_large()
+
+    def on_message_begin(self) -> None:
+        self._in_request = self._in_head = True
+        self._head_parsed = self._head_read = 0
+        super().on_message_begin()
+        self.scope["extensions"] = {ZEROCOPY: {}}
+
+    def _start_asgi_task(self, cycle: RequestResponseCycle, app: Any) -> None:
+        cycle.send = _with_sendfile(cycle)  # type: ignore[method-assign,assignment]
+        super()._start_asgi_task(cycle, app)
+
+    def on_url(self, url: bytes) -> None:
+        self._count_head(len(url))
+        super().on_url(url)
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self._count_head(len(name) + len(value) + 4)
+        super().on_header(name, value)
+
+    def on_headers_complete(self) -> None:
+        self._in_head = False
+        super().on_headers_complete()
+
+    def on_body(self, body: bytes) -> None:
+        cycle = self.cycle
+        if cycle.body or cycle.response_complete or self.parser.should_upgrade():
+            super().on_body(body)  # appended to what the app has not read yet
+            return
+        # the first piece since the app last read: kept as it is rather than copied into
+        # uvicorn's bytearray (its receive() takes bytes() of it: for bytes, no copy)
+        cycle.body = body  # type: ignore[assignment]
+        if len(body) > HIGH_WATER_LIMIT:
+            self.flow.pause_reading()
+        cycle.message_event.set()
+
+    def on_message_complete(self) -> None:
+        self._in_request = self._in_head = False
+        super().on_message_complete()
+
+    def send_400_response(self, msg: str) -> None:
+        if not self._refused:
+            self._bad_request(None)
 
 
 def _with_sendfile(cycle: RequestResponseCycle) -> Callable[[Any], Awaitable[None]]:
