@@ -33,6 +33,7 @@ import socket
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, final
 
@@ -50,12 +51,14 @@ from sunroom.sandbox.backends.subprocess import BOOT, kernel_sys_path, package_r
 from sunroom.sandbox.fontcache import KERNEL_DIR, font_cache, font_dirs
 from sunroom.sandbox.identity import (
     BlockLease,
+    IdentityLease,
     lease_block,
     lease_if_root_off_loop,
     require_reachable,
 )
-from sunroom.sandbox.network import NET_DIR
-from sunroom.sandbox.process import LocalLaunch
+from sunroom.sandbox.limits import Limits
+from sunroom.sandbox.network import NET_DIR, EgressRun
+from sunroom.sandbox.process import LocalLaunch, SupervisedProcess
 from sunroom.sandbox.seccomp import compile_bpf
 
 SANDBOX_UID: Final = 1000
@@ -265,6 +268,119 @@ class _UserMapping:
 
 
 @final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Binds:
+    """What a launch binds into the sandbox besides the system (host paths, bwrap arguments).
+
+    Attributes:
+        prefix: the interpreter's prefix (bound at :data:`PYTHON_DIR`).
+        code: the ``--ro-bind`` arguments of the package and site-packages.
+        empty: an empty file that covers the masked ``/proc`` files.
+        fonts: the kernel's font cache, if any.
+        ipc: a foreign program's IPC directory's arguments (or none).
+        net: the network proxy's directory's arguments (or none).
+    """
+
+    prefix: str
+    code: list[str]
+    empty: str
+    fonts: Path | None
+    ipc: list[str]
+    net: list[str]
+
+
+def _seccomp_memfd(program: bytes) -> int:
+    """A memfd holding the seccomp *program*, at offset 0 (bubblewrap reads it)."""
+    seccomp_fd = os.memfd_create("sunroom-seccomp", 0)
+    os.write(seccomp_fd, program)
+    os.lseek(seccomp_fd, 0, os.SEEK_SET)
+    return seccomp_fd
+
+
+async def _open_network(
+    spec: LaunchSpec,
+    local: LocalLaunch,
+    env: dict[str, str],
+    config: dict[str, Any],
+    seccomp_fd: int,
+) -> tuple[EgressRun | None, list[str]]:
+    """Open the kernel's proxy (when it has a network policy); its bind arguments.
+
+    Adds the proxy's environment to *env* and its ``forward`` to the supervisor's *config*.
+    On failure *seccomp_fd* is closed and the run directory abandoned.
+    """
+    if spec.network is None:
+        return None, []
+    try:
+        proxy = await spec.network.open(local.rundir / "net", local.identity)
+    except BaseException:
+        os.close(seccomp_fd)
+        local.abandon()
+        raise
+    env.update(spec.network.environment())
+    config["forward"] = spec.network.supervisor_config()
+    return proxy, ["--ro-bind", str(local.rundir / "net"), NET_DIR]
+
+
+async def _spawn(
+    local: LocalLaunch,
+    argv: list[str],
+    limits: Limits,
+    seccomp_fd: int,
+    mapping: _UserMapping | None,
+    proxy: EgressRun | None,
+    block: BlockLease | None,
+) -> tuple[SupervisedProcess, socket.socket]:
+    """Run bubblewrap in the run directory (the seccomp memfd and the map's fds inherited).
+
+    The memfd and the kernel's ends of the map are closed here either way; on failure the
+    proxy is closed and the block of tenant uids released.
+    """
+    try:
+        return await local.spawn(
+            argv,
+            cwd=local.rundir,
+            env={"PATH": SAFE_PATH, "LANG": "C.UTF-8"},
+            workdir=local.rundir / "work",  # the real one is a tmpfs inside the sandbox
+            memory_mb=limits.memory_mb,
+            extra_fds=(seccomp_fd, *(mapping.kernel_fds() if mapping is not None else ())),
+            stop_signal=signal.SIGKILL,
+        )
+    except BaseException:
+        if proxy is not None:
+            await proxy.aclose()
+        if block is not None:
+            block.release()
+        raise
+    finally:
+        os.close(seccomp_fd)
+        if mapping is not None:
+            mapping.close_kernel_fds()
+
+
+async def _map_tenants(
+    proc: SupervisedProcess,
+    sock: socket.socket,
+    mapping: _UserMapping,
+    lease: IdentityLease,
+    block: BlockLease,
+    within_s: float,
+) -> None:
+    """Write a zygote's uid map (its own uid and *block*) while bubblewrap waits.
+
+    The kernel is killed when that fails; the mapping's pipes are closed either way.
+    """
+    try:
+        await asyncio.to_thread(mapping.write, lease.identity.uid, block, within_s)
+    except BaseException:
+        sock.close()
+        await proc.kill()
+        raise
+    finally:
+        mapping.close()
+
+
+@final
 class BwrapBackend:
     """Launch kernels inside bubblewrap namespace sandboxes."""
 
@@ -341,6 +457,11 @@ class BwrapBackend:
         block of ``spec.tenants`` more uids is leased and mapped into that namespace (the host
         writes the maps while bubblewrap waits), one per isolated copy. See
         :mod:`sunroom.prelude.isolation` and docs/security.md.
+
+        The steps, in order: lease the kernel's uid (and a zygote's block) and probe
+        bubblewrap as it; the font cache; the run directory and its cgroup; the seccomp
+        program in a memfd; the environment and the supervisor's config; the network proxy;
+        bubblewrap's arguments; the spawn; a zygote's uid map; the companions.
         """
         zygote = spec.tenants > 0
         if zygote and (spec.program is not None or spec.network is not None):
@@ -351,6 +472,67 @@ class BwrapBackend:
         limits = spec.limits
         prefix, python_inside = self._python_layout()
         code_binds, sys_path = self._code_binds()
+        lease, block = await self._lease_and_probe(spec, prefix, code_binds)
+        fonts = await asyncio.to_thread(
+            self._font_cache, prefix, python_inside, code_binds, sys_path
+        )
+        local = await self._prepare_rundir(spec, lease, block)
+        empty = local.private_file("empty")
+        seccomp_fd = _seccomp_memfd(program)
+        ipc_binds: list[str] = []
+        env = kernel_env(Path(WORKDIR), {"MPLCONFIGDIR": KERNEL_DIR, **spec.env})
+        env[SITE_ENV] = KERNEL_SITE
+        if spec.program is not None:
+            ipc_host = local.make_ipc_dir(spec.program, IPC_DIR)
+            ipc_binds = ["--bind", str(ipc_host), IPC_DIR]
+            env["PYTHONPATH"] = os.pathsep.join(sys_path)
+        config = local.supervisor_config(
+            nonce=spec.nonce, limits=limits, program=spec.program, python=python_inside, ipc=IPC_DIR
+        )
+        proxy, net_binds = await _open_network(spec, local, env, config, seccomp_fd)
+        caps = [arg for cap in ZYGOTE_CAPS for arg in ("--cap-add", cap)] if zygote else []
+        mapping = _UserMapping() if block is not None else None
+        if mapping is not None:  # bubblewrap leaves them open to what it runs
+            config["close_fds"] = list(mapping.kernel_fds())
+        binds = _Binds(
+            prefix=prefix,
+            code=code_binds,
+            empty=str(empty),
+            fonts=fonts,
+            ipc=ipc_binds,
+            net=net_binds,
+        )
+        argv = self._sandbox_argv(spec, binds, mapping=mapping, caps=caps, spare_proc=lease is None)
+        if zygote:
+            argv = _open_parents(argv)
+        for key, value in env.items():
+            argv += ["--setenv", key, value]
+        argv += ["--seccomp", str(seccomp_fd), "--"]
+        argv += [python_inside, "-I", "-S", "-c", BOOT, json.dumps(sys_path), json.dumps(config)]
+        proc, sock = await _spawn(local, argv, limits, seccomp_fd, mapping, proxy, block)
+        if zygote:
+            if block is not None:
+                proc.companions.append(block)  # released once every process of it is gone
+            proc.tenancy = Tenancy(
+                range(TENANT_UID, TENANT_UID + block.count) if block is not None else None,
+                spec.tenants,
+            )
+        if mapping is not None and block is not None and lease is not None:
+            await _map_tenants(proc, sock, mapping, lease, block, limits.start_timeout_s)
+        if proxy is not None:
+            proc.companions.append(proxy)
+        if ipc_binds:
+            proc.ipc_dir = Path(ipc_binds[1])
+        return proc, sock
+
+    async def _lease_and_probe(
+        self, spec: LaunchSpec, prefix: str, code_binds: list[str]
+    ) -> tuple[IdentityLease | None, BlockLease | None]:
+        """The kernel's uid lease (as root) and a zygote's block of tenant uids.
+
+        Checks that the leased uid can reach the interpreter and the code, and probes
+        bubblewrap as that uid first. The lease is released when a step fails.
+        """
         lease = await lease_if_root_off_loop()
         block: BlockLease | None = None
         try:
@@ -360,18 +542,28 @@ class BwrapBackend:
             await asyncio.to_thread(
                 _probe, self._bwrap, lease.identity.uid if lease is not None else None
             )
-            if zygote and lease is not None:
+            if spec.tenants > 0 and lease is not None:
                 block = await asyncio.to_thread(lease_block, spec.tenants)
         except BaseException:
             if lease is not None:
                 lease.release()
             raise
-        fonts = await asyncio.to_thread(
-            self._font_cache, prefix, python_inside, code_binds, sys_path
-        )
+        return lease, block
+
+    async def _prepare_rundir(
+        self, spec: LaunchSpec, lease: IdentityLease | None, block: BlockLease | None
+    ) -> LocalLaunch:
+        """The kernel's run directory and cgroup (which holds *lease* from here on).
+
+        Refused without a cgroup when cgroups are required; *block* is released on failure.
+        """
         try:
             local = await LocalLaunch.prepare(
-                prefix="sunroom-bwrap-", nonce=spec.nonce, limits=limits, cgroups=True, lease=lease
+                prefix="sunroom-bwrap-",
+                nonce=spec.nonce,
+                limits=spec.limits,
+                cgroups=True,
+                lease=lease,
             )
         except BaseException:
             if block is not None:
@@ -388,37 +580,25 @@ class BwrapBackend:
                 "(systemd-run --user --scope -p Delegate=yes ...), or pass "
                 "BwrapBackend(require_cgroups=False) to accept weaker limits"
             )
-        empty = local.private_file("empty")
-        seccomp_fd = os.memfd_create("sunroom-seccomp", 0)
-        os.write(seccomp_fd, program)
-        os.lseek(seccomp_fd, 0, os.SEEK_SET)
-        ipc_binds: list[str] = []
-        env = kernel_env(Path(WORKDIR), {"MPLCONFIGDIR": KERNEL_DIR, **spec.env})
-        env[SITE_ENV] = KERNEL_SITE
-        if spec.program is not None:
-            ipc_host = local.make_ipc_dir(spec.program, IPC_DIR)
-            ipc_binds = ["--bind", str(ipc_host), IPC_DIR]
-            env["PYTHONPATH"] = os.pathsep.join(sys_path)
-        config = local.supervisor_config(
-            nonce=spec.nonce, limits=limits, program=spec.program, python=python_inside, ipc=IPC_DIR
-        )
-        net_binds: list[str] = []
-        proxy = None
-        if spec.network is not None:
-            try:
-                proxy = await spec.network.open(local.rundir / "net", local.identity)
-            except BaseException:
-                os.close(seccomp_fd)
-                local.abandon()
-                raise
-            net_binds = ["--ro-bind", str(local.rundir / "net"), NET_DIR]
-            env.update(spec.network.environment())
-            config["forward"] = spec.network.supervisor_config()
-        caps = [arg for cap in ZYGOTE_CAPS for arg in ("--cap-add", cap)] if zygote else []
-        mapping = _UserMapping() if block is not None else None
-        if mapping is not None:  # bubblewrap leaves them open to what it runs
-            config["close_fds"] = list(mapping.kernel_fds())
-        argv = [
+        return local
+
+    def _sandbox_argv(
+        self,
+        spec: LaunchSpec,
+        binds: _Binds,
+        *,
+        mapping: _UserMapping | None,
+        caps: list[str],
+        spare_proc: bool,
+    ) -> list[str]:
+        """Bubblewrap's arguments up to ``--clearenv``: namespaces, identity, mounts.
+
+        *spare_proc*: a zygote run unprivileged keeps a spare ``/proc`` (see
+        :mod:`sunroom.prelude.isolation`).
+        """
+        zygote = spec.tenants > 0
+        limits = spec.limits
+        return [
             self._bwrap,
             "--unshare-all",
             "--unshare-user",
@@ -437,15 +617,15 @@ class BwrapBackend:
             "sunroom",
             *_system_binds(),
             "--ro-bind",
-            prefix,
+            binds.prefix,
             PYTHON_DIR,
-            *code_binds,
+            *binds.code,
             *font_dirs(),
             *(arg for m in spec.mounts for arg in ("--ro-bind", m.source, m.target)),
             "--proc",
             "/proc",
-            *(["--proc", SPARE_PROC] if zygote and lease is None else []),
-            *_proc_masks(str(empty)),
+            *(["--proc", SPARE_PROC] if zygote and spare_proc else []),
+            *_proc_masks(binds.empty),
             "--dev",
             "/dev",
             "--size",
@@ -464,9 +644,13 @@ class BwrapBackend:
             str(spec.site_bytes),
             "--tmpfs",
             KERNEL_SITE,
-            *(["--ro-bind", str(fonts), f"{KERNEL_DIR}/{fonts.name}"] if fonts else []),
-            *ipc_binds,
-            *net_binds,
+            *(
+                ["--ro-bind", str(binds.fonts), f"{KERNEL_DIR}/{binds.fonts.name}"]
+                if binds.fonts
+                else []
+            ),
+            *binds.ipc,
+            *binds.net,
             "--dir",
             "/etc",
             "--remount-ro",
@@ -475,52 +659,3 @@ class BwrapBackend:
             WORKDIR,
             "--clearenv",
         ]
-        if zygote:
-            argv = _open_parents(argv)
-        for key, value in env.items():
-            argv += ["--setenv", key, value]
-        argv += ["--seccomp", str(seccomp_fd), "--"]
-        argv += [python_inside, "-I", "-S", "-c", BOOT, json.dumps(sys_path), json.dumps(config)]
-        try:
-            proc, sock = await local.spawn(
-                argv,
-                cwd=local.rundir,
-                env={"PATH": SAFE_PATH, "LANG": "C.UTF-8"},
-                workdir=local.rundir / "work",  # the real one is a tmpfs inside the sandbox
-                memory_mb=limits.memory_mb,
-                extra_fds=(seccomp_fd, *(mapping.kernel_fds() if mapping is not None else ())),
-                stop_signal=signal.SIGKILL,
-            )
-        except BaseException:
-            if proxy is not None:
-                await proxy.aclose()
-            if block is not None:
-                block.release()
-            raise
-        finally:
-            os.close(seccomp_fd)
-            if mapping is not None:
-                mapping.close_kernel_fds()
-        if zygote:
-            if block is not None:
-                proc.companions.append(block)  # released once every process of it is gone
-            proc.tenancy = Tenancy(
-                range(TENANT_UID, TENANT_UID + block.count) if block is not None else None,
-                spec.tenants,
-            )
-        if mapping is not None and block is not None and lease is not None:
-            try:
-                await asyncio.to_thread(
-                    mapping.write, lease.identity.uid, block, limits.start_timeout_s
-                )
-            except BaseException:
-                sock.close()
-                await proc.kill()
-                raise
-            finally:
-                mapping.close()
-        if proxy is not None:
-            proc.companions.append(proxy)
-        if ipc_binds:
-            proc.ipc_dir = Path(ipc_binds[1])
-        return proc, sock
