@@ -19,7 +19,7 @@ import logging
 import os
 import re
 import signal
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Final, TextIO
 
 import anyio
@@ -100,33 +100,12 @@ async def stdio_transport(
 
     async def read() -> None:
         assert process.stdout is not None
-        line = bytearray()
-        dropped = 0  # > 0: the current line is over the cap; bytes seen so far
-        head = b""
+        lines = _Lines(max_message_bytes)
         async with to_session:
             with contextlib.suppress(anyio.ClosedResourceError, anyio.BrokenResourceError):
                 async for chunk in process.stdout:
-                    start = 0
-                    while True:
-                        end = chunk.find(b"\n", start)
-                        piece = chunk[start:] if end < 0 else chunk[start:end]
-                        if dropped:
-                            dropped += len(piece)
-                        elif len(line) + len(piece) > max_message_bytes:
-                            head = bytes(line[:_HEAD]) + piece[: max(0, _HEAD - len(line))]
-                            dropped = len(line) + len(piece)
-                            line.clear()
-                        else:
-                            line += piece
-                        if end < 0:
-                            break
-                        if dropped:
-                            await to_session.send(_too_large(head, dropped, max_message_bytes))
-                            dropped = 0
-                        elif line.strip():
-                            await to_session.send(_parse(bytes(line)))
-                        line.clear()
-                        start = end + 1
+                    for message in lines.feed(chunk):
+                        await to_session.send(message)
 
     async def write() -> None:
         assert process.stdin is not None
@@ -138,23 +117,6 @@ async def stdio_transport(
         except (anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
             await to_session.aclose()  # the session sees the end instead of a hang
 
-    async def stop() -> None:
-        with contextlib.suppress(OSError, anyio.BrokenResourceError, anyio.ClosedResourceError):
-            if process.stdin is not None:
-                await process.stdin.aclose()
-        if not await _wait_exit(process, _EXIT_S):
-            _signal_group(process, signal.SIGTERM)
-            if not await _wait_exit(process, _EXIT_S):
-                _signal_group(process, signal.SIGKILL)
-                if not await _wait_exit(process, _EXIT_S):
-                    _log.warning(
-                        "MCP server %r (pid %d) survived SIGKILL", server.name, process.pid
-                    )
-        _signal_group(process, signal.SIGKILL)  # what it left in its group
-        with contextlib.suppress(OSError, anyio.BrokenResourceError, anyio.ClosedResourceError):
-            if process.stdout is not None:
-                await process.stdout.aclose()
-
     async with anyio.create_task_group() as tasks:
         tasks.start_soon(read)
         tasks.start_soon(write)
@@ -164,5 +126,62 @@ async def stdio_transport(
             with anyio.CancelScope(shield=True):
                 to_server.close()
                 from_server.close()
-                await stop()
+                await _stop(process, server.name)
             tasks.cancel_scope.cancel()
+
+
+class _Lines:
+    """Splits a server's output into messages, one a line; a line over the cap is refused.
+
+    A line longer than *max_message_bytes* is not kept: its bytes are counted and it becomes
+    the error :func:`_too_large` makes (quoting its first bytes); blank lines are skipped.
+    """
+
+    def __init__(self, max_message_bytes: int) -> None:
+        self.cap = max_message_bytes
+        self.line = bytearray()
+        self.dropped = 0  # > 0: the current line is over the cap; bytes seen so far
+        self.head = b""
+
+    def feed(self, chunk: bytes) -> Iterator[SessionMessage | Exception]:
+        """The messages *chunk* completes, in order (a generator: parsed as they are sent)."""
+        start = 0
+        while True:
+            end = chunk.find(b"\n", start)
+            self._take(chunk[start:] if end < 0 else chunk[start:end])
+            if end < 0:
+                return
+            if self.dropped:
+                yield _too_large(self.head, self.dropped, self.cap)
+                self.dropped = 0
+            elif self.line.strip():
+                yield _parse(bytes(self.line))
+            self.line.clear()
+            start = end + 1
+
+    def _take(self, piece: bytes) -> None:
+        if self.dropped:
+            self.dropped += len(piece)
+        elif len(self.line) + len(piece) > self.cap:
+            self.head = bytes(self.line[:_HEAD]) + piece[: max(0, _HEAD - len(self.line))]
+            self.dropped = len(self.line) + len(piece)
+            self.line.clear()
+        else:
+            self.line += piece
+
+
+async def _stop(process: anyio.abc.Process, name: str) -> None:
+    """Close the server's stdin, then TERM and KILL its process group until it has exited."""
+    with contextlib.suppress(OSError, anyio.BrokenResourceError, anyio.ClosedResourceError):
+        if process.stdin is not None:
+            await process.stdin.aclose()
+    if not await _wait_exit(process, _EXIT_S):
+        _signal_group(process, signal.SIGTERM)
+        if not await _wait_exit(process, _EXIT_S):
+            _signal_group(process, signal.SIGKILL)
+            if not await _wait_exit(process, _EXIT_S):
+                _log.warning("MCP server %r (pid %d) survived SIGKILL", name, process.pid)
+    _signal_group(process, signal.SIGKILL)  # what it left in its group
+    with contextlib.suppress(OSError, anyio.BrokenResourceError, anyio.ClosedResourceError):
+        if process.stdout is not None:
+            await process.stdout.aclose()

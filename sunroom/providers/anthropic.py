@@ -36,6 +36,7 @@ from .settings import Request, Settings
 
 if TYPE_CHECKING:
     from anthropic import AsyncAnthropic
+    from anthropic.types import RawContentBlockDeltaEvent, RawContentBlockStartEvent
 
 __all__ = ["AnthropicModel"]
 
@@ -272,36 +273,11 @@ class AnthropicModel(VendorModel["AsyncAnthropic"]):
         async for event in opened:
             kind = event.type
             if kind == "content_block_delta":
-                delta = event.delta
-                dkind = delta.type
-                if dkind == "text_delta":
-                    out = builder.text(event.index, delta.text)
-                elif dkind == "input_json_delta":
-                    out = builder.tool_args(event.index, delta.partial_json)
-                elif dkind == "thinking_delta":
-                    out = builder.thinking(event.index, delta.thinking)
-                elif dkind == "signature_delta":
-                    sig = Origin(PROVIDER, signature=delta.signature)
-                    builder.set_origin(event.index, sig)
-                    out = None
-                else:
-                    out = None
+                out = _on_delta(event, builder)
                 if out is not None:
                     yield out
             elif kind == "content_block_start":
-                block = event.content_block
-                if block.type == "text":
-                    out = builder.text(event.index, block.text)
-                elif block.type == "thinking":
-                    origin = Origin(PROVIDER, signature=block.signature or None)
-                    out = builder.thinking(event.index, block.thinking, origin)
-                elif block.type == "redacted_thinking":
-                    origin = Origin(PROVIDER, signature=block.data)
-                    out = builder.thinking(event.index, "", origin, redacted=True)
-                elif block.type == "tool_use":
-                    out = builder.tool_start(event.index, block.id, block.name)
-                else:
-                    out = None
+                out = _on_block_start(event, builder)
                 if out is not None:
                     yield out
             elif kind == "content_block_stop":
@@ -380,3 +356,35 @@ def _merge_usage(start: Any, delta: Any) -> Any:
         if value is not None:
             setattr(merged, field, value)
     return merged
+
+
+def _on_delta(event: RawContentBlockDeltaEvent, builder: ResponseBuilder) -> StreamEvent | None:
+    """A part of a content block: text, tool arguments, thinking, or thinking's signature."""
+    delta = event.delta
+    if delta.type == "text_delta":
+        return builder.text(event.index, delta.text)
+    if delta.type == "input_json_delta":
+        return builder.tool_args(event.index, delta.partial_json)
+    if delta.type == "thinking_delta":
+        return builder.thinking(event.index, delta.thinking)
+    if delta.type == "signature_delta":
+        builder.set_origin(event.index, Origin(PROVIDER, signature=delta.signature))
+    return None
+
+
+def _on_block_start(
+    event: RawContentBlockStartEvent, builder: ResponseBuilder
+) -> StreamEvent | None:
+    """The start of a content block: text, thinking (maybe redacted) or a tool call."""
+    block = event.content_block
+    if block.type == "text":
+        return builder.text(event.index, block.text)
+    if block.type == "thinking":
+        origin = Origin(PROVIDER, signature=block.signature or None)
+        return builder.thinking(event.index, block.thinking, origin)
+    if block.type == "redacted_thinking":
+        origin = Origin(PROVIDER, signature=block.data)
+        return builder.thinking(event.index, "", origin, redacted=True)
+    if block.type == "tool_use":
+        return builder.tool_start(event.index, block.id, block.name)
+    return None
