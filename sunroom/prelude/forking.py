@@ -28,14 +28,45 @@ import socket
 import sys
 import threading
 
-from sunroom.prelude import isolation, supervisor
+from sunroom.prelude import isolation
+from sunroom.prelude.prctl import PR_SET_CHILD_SUBREAPER, PR_SET_DUMPABLE, prctl
+from sunroom.prelude.watch import supervise
 
 TYPE_CHECKING = False  # typing costs the kernel ~10 ms to import; annotations are lazy
 if TYPE_CHECKING:
     from collections.abc import Iterator
-    from typing import Any
+    from typing import Any, Protocol
 
-    from sunroom.prelude.runtime import Runtime
+    from sunroom.rpc.blocking import BlockingChannel
+
+    class Runtime(Protocol):
+        """What forking needs of the kernel's runtime (:class:`sunroom.prelude.runtime.Runtime`).
+
+        A protocol, so that this module does not import the runtime that imports it.
+        """
+
+        channel: BlockingChannel
+        copies: set[int]
+        own_fds: frozenset[int]
+
+        def capture_threads(self) -> list[threading.Thread]:
+            """The runtime's own threads, quieted (not refused) across a fork."""
+
+        def fork_locks(self) -> list[threading.Lock]:
+            """Every lock the runtime's own threads take, in a fixed order."""
+
+        def note_copy(self, pid: int) -> None:
+            """Tell the kernel's supervisor that *pid* supervises a copy (it outlives us)."""
+
+        def forget_parent_links(self) -> None:
+            """In a forked child: close the fds that belong to the kernel, not to the child."""
+
+        def become_copy(self, fd: int, *, nonce: str, workdir: str, registry_fd: int) -> None:
+            """In a copy's runtime: take socket *fd* and a copy of the workdir, say hello."""
+
+        def serve(self) -> None:
+            """Serve requests until shutdown or until the host goes away."""
+
 
 MAX_COPIES = 64
 """The most copies one ``fork`` request may ask for."""
@@ -102,7 +133,7 @@ def _refuse_shared_fds(runtime: Runtime) -> None:
     and all) or socket: two tenants holding it could talk through it, or reach the file
     behind it. So a template's setup must close what it opened (or open it in each kernel).
     """
-    from sunroom.prelude.runtime import open_fds
+    from sunroom.prelude.fds import open_fds
 
     stray = sorted(open_fds() - runtime.own_fds - set(isolation.held_fds()))
     if stray:
@@ -135,6 +166,12 @@ def _receive_fds(runtime: Runtime, count: int) -> list[int]:
 
 
 def _flush() -> None:
+    """Flush the streams before a fork (so no copy repeats their buffers) and before _exit.
+
+    BaseException on purpose: the streams may be a cell's own objects, and whatever their
+    flush raises (SystemExit, KeyboardInterrupt) must neither end the fork request nor keep a
+    copy's runtime from ``os._exit``; no await is involved. (SIGINT raises only inside a cell.)
+    """
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(BaseException):
             stream.flush()
@@ -245,8 +282,8 @@ def _copy_supervisor(
             if gated and os.read(own[2], 1) != b"1":  # the host let go, or went away
                 raise RuntimeError("the host did not open the copy's gate")
             os.close(own[2])
-        supervisor._prctl(supervisor.PR_SET_CHILD_SUBREAPER, 1)
-        supervisor._prctl(supervisor.PR_SET_DUMPABLE, 0)
+        prctl(PR_SET_CHILD_SUBREAPER, 1)
+        prctl(PR_SET_DUMPABLE, 0)
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         hangup = os.dup(sock_fd)
         registry_r, registry_w = os.pipe()
@@ -258,9 +295,7 @@ def _copy_supervisor(
             _copy_runtime(runtime, spec, sock_fd, registry_w)
         os.close(sock_fd)
         os.close(registry_w)
-        code = supervisor.supervise(
-            kernel, status_fd=status_fd, registry_fd=registry_r, hangup_fd=hangup
-        )
+        code = supervise(kernel, status_fd=status_fd, registry_fd=registry_r, hangup_fd=hangup)
         if not isolated:  # an isolated copy's workdir is its own tmpfs, gone with it
             with contextlib.suppress(OSError):
                 shutil.rmtree(spec["workdir"])
@@ -278,7 +313,7 @@ def _copy_runtime(runtime: Runtime, spec: dict[str, Any], sock_fd: int, registry
         # a kernel's runtime is the user's own process; a tenant's stays not dumpable (no
         # core, /proc/self/environ closed to it too), like its supervisor
         tenant = spec.get("isolate") is not None
-        supervisor._prctl(supervisor.PR_SET_DUMPABLE, 0 if tenant else 1)
+        prctl(PR_SET_DUMPABLE, 0 if tenant else 1)
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         signal.set_wakeup_fd(-1)

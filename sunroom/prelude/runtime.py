@@ -24,6 +24,7 @@ import types
 
 from sunroom.prelude import capture, display, hostcall, packages, pyhelp, serving
 from sunroom.prelude.executor import CellOutcome, Executor, describe
+from sunroom.prelude.fds import open_fds
 from sunroom.rpc.blocking import BlockingChannel
 from sunroom.rpc.codec import DEFAULT_MAX_FRAME
 from sunroom.rpc.messages import Request, RpcError
@@ -31,19 +32,6 @@ from sunroom.rpc.messages import Request, RpcError
 TYPE_CHECKING = False  # typing costs the kernel ~10 ms to import; annotations are lazy
 if TYPE_CHECKING:
     from typing import Any
-
-
-def open_fds() -> frozenset[int]:
-    """The descriptors open in this process now."""
-    found = set()
-    for name in os.listdir("/proc/self/fd"):
-        fd = int(name)
-        try:
-            os.fstat(fd)  # the listing's own descriptor is closed again by now
-        except OSError:
-            continue
-        found.add(fd)
-    return frozenset(found)
 
 
 class Runtime:
@@ -233,6 +221,9 @@ def main(
     threading.current_thread().name = "sunroom-kernel"
     runtime.serve()
     for stream in (sys.stdout, sys.stderr):
+        # BaseException on purpose: the streams may be a cell's own objects, and whatever
+        # their flush raises (SystemExit included) must not keep this process from os._exit;
+        # no await is involved
         with contextlib.suppress(BaseException):
             stream.flush()
     os._exit(0)

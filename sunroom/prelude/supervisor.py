@@ -19,7 +19,6 @@ inherited and named in ``SUNROOM_CHANNEL``), or a second child runs
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import json
 import os
 import resource
@@ -27,69 +26,14 @@ import signal
 import sys
 import time
 
+from sunroom.prelude.prctl import PR_SET_CHILD_SUBREAPER, PR_SET_DUMPABLE, PR_SET_PDEATHSIG, prctl
+from sunroom.prelude.watch import descendants, on_term, supervise
+
+__all__ = ["CHANNEL_ENV", "EXEC_FAILED", "NO_WAY_OUT", "descendants", "main"]
+
 TYPE_CHECKING = False  # typing costs the kernel ~10 ms to import; annotations are lazy
 if TYPE_CHECKING:
     from typing import Any
-
-PR_SET_PDEATHSIG = 1
-PR_SET_DUMPABLE = 4
-PR_SET_CHILD_SUBREAPER = 36
-
-
-def _prctl(option: int, value: int) -> None:
-    libc = ctypes.CDLL(None, use_errno=True)
-    if libc.prctl(option, value, 0, 0, 0) != 0:
-        raise OSError(ctypes.get_errno(), f"prctl({option}) failed")
-
-
-def descendants(root: int, spare: frozenset[int] | set[int] = frozenset()) -> list[int]:
-    """Every live descendant of *root*, read from ``/proc/<pid>/task/*/children``.
-
-    The processes in *spare* and their own descendants are left out.
-    """
-    found: list[int] = []
-    stack = [root]
-    while stack:
-        pid = stack.pop()
-        try:
-            tids = os.listdir(f"/proc/{pid}/task")
-        except OSError:
-            continue
-        for tid in tids:
-            try:
-                with open(f"/proc/{pid}/task/{tid}/children") as f:
-                    kids = [int(x) for x in f.read().split()]
-            except OSError:
-                continue
-            kids = [k for k in kids if k not in spare]
-            found.extend(kids)
-            stack.extend(kids)
-    return found
-
-
-def sweep(deadline_s: float = 10.0, spare: frozenset[int] | set[int] = frozenset()) -> None:
-    """Stop, kill and reap every descendant until none is left (or the deadline passes).
-
-    The processes in *spare* (copies' supervisors) and their descendants are left alone.
-    """
-    me = os.getpid()
-    end = time.monotonic() + deadline_s
-    while True:
-        pids = descendants(me, spare)
-        for sig in (signal.SIGSTOP, signal.SIGKILL):
-            for pid in pids:
-                with contextlib.suppress(OSError):
-                    os.kill(pid, sig)
-        while True:
-            try:
-                pid, _ = os.waitpid(-1, os.WNOHANG)
-            except ChildProcessError:
-                return
-            if pid == 0:
-                break
-        if not pids or time.monotonic() > end:
-            return
-        time.sleep(0.001)
 
 
 def _apply_rlimits(limits: dict[str, int]) -> None:
@@ -105,14 +49,6 @@ def _apply_rlimits(limits: dict[str, int]) -> None:
         _, hard = resource.getrlimit(key)
         soft = value if hard == resource.RLIM_INFINITY else min(value, hard)
         resource.setrlimit(key, (soft, soft))
-
-
-_STOP = [False]
-"""Set by ``SIGTERM``: kill every descendant and exit."""
-
-
-def _on_term(signum: int, frame: Any) -> None:
-    _STOP[0] = True
 
 
 def _connect(path: str) -> int:
@@ -152,13 +88,13 @@ def main(config_json: str) -> None:
         with contextlib.suppress(OSError):
             os.close(stray)
     status_fd: int | None = config.get("status_fd")
-    signal.signal(signal.SIGTERM, _on_term)  # noted now, acted on once supervise() runs
+    signal.signal(signal.SIGTERM, on_term)  # noted now, acted on once supervise() runs
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    _prctl(PR_SET_CHILD_SUBREAPER, 1)
-    _prctl(PR_SET_DUMPABLE, 0)  # the kernel's code may not ptrace or read our memory
+    prctl(PR_SET_CHILD_SUBREAPER, 1)
+    prctl(PR_SET_DUMPABLE, 0)  # the kernel's code may not ptrace or read our memory
     parent = config.get("parent_pid")
     if parent is not None:
-        _prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+        prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
         if os.getppid() != parent:
             os._exit(70)  # the host died before we could ask to be told
     fd: int = config["fd"] if "fd" in config else _connect(config["connect"])
@@ -174,7 +110,7 @@ def main(config_json: str) -> None:
     if kernel == 0:
         try:
             os.close(registry_r)
-            _prctl(PR_SET_DUMPABLE, 1)  # the runtime is the user's own process
+            prctl(PR_SET_DUMPABLE, 1)  # the runtime is the user's own process
             if status_fd is not None:
                 os.close(status_fd)
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
@@ -297,7 +233,7 @@ def _exec_child(
             os.set_inheritable(channel_fd, True)
         else:
             os.close(channel_fd)
-        _prctl(PR_SET_DUMPABLE, 1)  # the program is the user's own process
+        prctl(PR_SET_DUMPABLE, 1)  # the program is the user's own process
         _apply_rlimits(rlimits)
         for sig in signal.valid_signals():  # an ignored signal would stay ignored across exec
             if sig not in (signal.SIGKILL, signal.SIGSTOP):
@@ -306,6 +242,9 @@ def _exec_child(
         signal.pthread_sigmask(signal.SIG_SETMASK, ())
         os.execvpe(argv[0], argv, env)
     except BaseException as exc:  # noqa: BLE001 - reported on stderr, then exit 127
+        # BaseException on purpose, here and below: this forked child must reach os._exit
+        # whatever happens (a KeyboardInterrupt or SystemExit raised now would run the
+        # supervisor's own code on in the child); no await is involved
         with contextlib.suppress(BaseException):
             reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else repr(exc)
             line = f"sunroom: cannot run the kernel program {argv[0]!r}: {reason}\n"
@@ -313,98 +252,6 @@ def _exec_child(
         with contextlib.suppress(BaseException):
             os.write(failed_fd, b"!")
     os._exit(EXEC_FAILED)
-
-
-def supervise(
-    kernel: int,
-    *,
-    status_fd: int | None,
-    registry_fd: int | None,
-    hangup_fd: int | None = None,
-    forward_sigint: bool = False,
-) -> int:
-    """Wait for *kernel* (our child), then stop every descendant; return the exit code to use.
-
-    When the kernel ends, every descendant is killed except the supervisors of the kernel's
-    copies (:mod:`sunroom.prelude.forking`),
-    whose pids the runtime writes to *registry_fd*, one per line: a copy outlives the kernel it
-    was forked from; then the kernel's status goes to *status_fd*, so a host that reads it
-    knows the kernel's processes are gone. This process then waits, reaping, until the last
-    copy is gone. On
-    ``SIGTERM`` every descendant is killed, copies included. When *hangup_fd* (a copy's
-    socket) reports that the host hung up, the kernel is killed (it may be stuck in a cell).
-    With no *status_fd* the kernel's own exit status is returned (``128 + signal`` for a
-    signal), else 0.
-    """
-    import select
-
-    wake_r, wake_w = os.pipe()
-    os.set_blocking(wake_r, False)
-    os.set_blocking(wake_w, False)
-    stop = _STOP
-    signal.set_wakeup_fd(wake_w)
-    signal.signal(signal.SIGTERM, _on_term)
-    signal.signal(signal.SIGCHLD, lambda *_: None)  # a handler, so the wakeup fd is written
-    signal.signal(signal.SIGINT, (lambda *_: _relay(kernel)) if forward_sigint else signal.SIG_IGN)
-    poller = select.poll()
-    poller.register(wake_r, select.POLLIN)
-    if hangup_fd is not None:
-        poller.register(hangup_fd, 0)  # POLLHUP and POLLERR are always reported
-    copies: set[int] = set()
-    registry = _Registry(registry_fd, copies)
-    if registry_fd is not None:
-        os.set_blocking(registry_fd, False)
-        poller.register(registry_fd, select.POLLIN)
-    status: str | None = None
-    reported = False
-    exit_code = 0
-    while not stop[0]:
-        while True:  # reap every child that has ended: the kernel, orphans, copies
-            try:
-                pid, code = os.waitpid(-1, os.WNOHANG)
-            except ChildProcessError:
-                pid = 0
-            if pid == 0:
-                break
-            copies.discard(pid)
-            if pid == kernel:
-                if os.WIFSIGNALED(code):
-                    status = f"signal:{os.WTERMSIG(code)}"
-                    exit_code = 128 + os.WTERMSIG(code)
-                else:
-                    exit_code = os.waitstatus_to_exitcode(code)
-                    status = f"exit:{exit_code}"
-        if status is not None:
-            registry.drain()  # every copy the kernel made is named before it ended
-            copies &= set(descendants(os.getpid()))
-            sweep(spare=copies)
-            if not reported:  # the kernel and its processes are gone: say so at once
-                _report(status_fd, status)
-                reported = True
-            if not copies:
-                break
-        try:
-            events = poller.poll(1000)
-        except InterruptedError:
-            continue
-        for fd, _ in events:
-            if fd == wake_r:
-                with contextlib.suppress(BlockingIOError):
-                    os.read(wake_r, 512)
-            elif fd == registry_fd:
-                if not registry.drain():
-                    poller.unregister(fd)
-            elif fd == hangup_fd:  # the host closed the kernel or died: end the kernel
-                poller.unregister(fd)
-                if status is None:
-                    with contextlib.suppress(OSError):
-                        os.kill(kernel, signal.SIGKILL)
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    sweep()
-    if status is None:
-        _report(status_fd, "terminated")
-    return 0 if status_fd is not None else exit_code
 
 
 def _open_way_out(spec: dict[str, Any] | None) -> None:
@@ -431,39 +278,3 @@ def _open_way_out(spec: dict[str, Any] | None) -> None:
 
 NO_WAY_OUT = 71
 """The supervisor's exit status when a kernel's network listener cannot reach the proxy."""
-
-
-class _Registry:
-    """The read end of the pipe the runtime names its copies' supervisors on, one pid a line."""
-
-    def __init__(self, fd: int | None, copies: set[int]) -> None:
-        self.fd = fd
-        self.copies = copies
-        self.pending = b""
-
-    def drain(self) -> bool:
-        """Read what is there into the copies; False once the pipe is closed (or absent)."""
-        if self.fd is None:
-            return False
-        while True:
-            try:
-                data = os.read(self.fd, 4096)
-            except BlockingIOError:
-                return True
-            if not data:
-                os.close(self.fd)
-                self.fd = None
-                return False
-            *lines, self.pending = (self.pending + data).split(b"\n")
-            self.copies.update(int(x) for x in lines if x.strip().isdigit())
-
-
-def _report(status_fd: int | None, status: str) -> None:
-    if status_fd is not None:
-        with contextlib.suppress(OSError):
-            os.write(status_fd, status.encode())
-
-
-def _relay(kernel: int) -> None:
-    with contextlib.suppress(OSError):
-        os.kill(kernel, signal.SIGINT)
