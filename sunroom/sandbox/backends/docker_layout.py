@@ -13,6 +13,7 @@ import os
 import site
 import sys
 import sysconfig
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final
 
@@ -83,6 +84,17 @@ def host_layout() -> Layout:
         if sysconfig.get_config_var("Py_ENABLE_SHARED") and _under(libdir, prefix):
             # the executable's RUNPATH is the absolute host prefix: point the loader inside
             env.append(("LD_LIBRARY_PATH", PYTHON_DIR + libdir[len(prefix) :]))
+    sys_path = _code_paths(inside, mounts)
+    return Layout(python, tuple(sys_path), tuple(mounts), tuple(env))
+
+
+def _code_paths(inside: Callable[[str], str | None], mounts: list[tuple[str, str]]) -> list[str]:
+    """The kernel's sys.path: the package and every entry of :func:`kernel_sys_path`.
+
+    *inside* maps a host path to where a mount already shows it in the container (None when
+    none does); the package (from a source checkout) and each entry it does not map are added
+    to *mounts*.
+    """
     root = os.path.realpath(package_root())
     site_dirs = {os.path.realpath(d) for d in site.getsitepackages()}
     sys_path: list[str] = []
@@ -100,4 +112,4 @@ def host_layout() -> Layout:
             mounts.append((real, target))
         if target not in sys_path:
             sys_path.append(target)
-    return Layout(python, tuple(sys_path), tuple(mounts), tuple(env))
+    return sys_path
