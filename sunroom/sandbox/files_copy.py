@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, BinaryIO, Final
 from sunroom.errors import FileError, UsageError
 
 if TYPE_CHECKING:
-    from sunroom.sandbox.files import KernelFiles
+    from sunroom.sandbox.files_async import KernelFiles
     from sunroom.sandbox.files_checks import FileInfo
 
 __all__ = ["COPY_MAX_BYTES", "copy_out"]

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, final
 from sunroom.sandbox.files_checks import READ_MAX_BYTES
 
 if TYPE_CHECKING:
-    from sunroom.sandbox.files import KernelFiles, SharedFile
+    from sunroom.sandbox.files_async import KernelFiles, SharedFile
     from sunroom.sandbox.files_checks import FileInfo
     from sunroom.sandbox.portal import Portal
 

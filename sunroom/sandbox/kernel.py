@@ -6,51 +6,55 @@ tree is killed, a fresh kernel is started with the same inputs and host function
 result says ``state_lost``. A kernel that dies (crash, ``os._exit``, out of memory) is reported
 the same way. ``async with`` (or :meth:`aclose`) kills and awaits the whole tree.
 
-This module holds the constructor (its options checked); the kernel's parts are mixins, each in
-a module of its own: :mod:`~sunroom.sandbox.kernel_lifecycle` (start, restart, close, and the
-attributes the parts share), :mod:`~sunroom.sandbox.kernel_cells` (``execute``),
-:mod:`~sunroom.sandbox.kernel_inputs` (``bind``, ``variables``),
-:mod:`~sunroom.sandbox.kernel_serving` (host functions and MCP tools served),
-:mod:`~sunroom.sandbox.kernel_packages` (``install``, ``list_packages``) and
-:mod:`~sunroom.sandbox.kernel_fork` (``fork``).
+A kernel is composed, top to bottom: its options are checked here, then it builds a
+:class:`~sunroom.sandbox.kernel_lifecycle.KernelCore` (process, channel, lock; start, restart,
+close) and the parts that take it: host functions served
+(:mod:`~sunroom.sandbox.kernel_serving`), inputs and variables
+(:mod:`~sunroom.sandbox.kernel_inputs`), cells (:mod:`~sunroom.sandbox.kernel_cells`),
+packages (:mod:`~sunroom.sandbox.kernel_packages`), fork (:mod:`~sunroom.sandbox.kernel_fork`)
+and files (:mod:`~sunroom.sandbox.files`). Its public methods delegate to them; the core
+installs the kernel's functions and inputs in every process it boots through the kernel's
+:class:`~sunroom.sandbox.kernel_lifecycle.BootSteps`. No part imports this module.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterable, Mapping
-from typing import TYPE_CHECKING, Any, final
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Self, final
 
 from sunroom.errors import UsageError
-from sunroom.rpc import schema
+from sunroom.rpc.channel import Channel
 from sunroom.sandbox import backends
-from sunroom.sandbox.backend import Backend
+from sunroom.sandbox.backend import Backend, InputMount, KernelProcess
 from sunroom.sandbox.codegen import generate
 from sunroom.sandbox.files import KernelFiles
 from sunroom.sandbox.functions import FunctionRegistry, HostFunction
 from sunroom.sandbox.kernel_cells import KernelCells
 from sunroom.sandbox.kernel_fork import KernelFork
 from sunroom.sandbox.kernel_inputs import KernelInputs
-from sunroom.sandbox.kernel_lifecycle import OutputCallback
+from sunroom.sandbox.kernel_lifecycle import BootSteps, KernelCore, OutputCallback, check_runtime
 from sunroom.sandbox.kernel_packages import KernelPackages
 from sunroom.sandbox.kernel_serving import KernelServing, toolset_for
+from sunroom.sandbox.launch import Ready
 from sunroom.sandbox.limits import Limits
 from sunroom.sandbox.network import KernelNetwork
-from sunroom.sandbox.packages import Packages
+from sunroom.sandbox.packages import InstalledPackage, PackageListing, Packages
 from sunroom.sandbox.pool import KernelPool
+from sunroom.sandbox.result import ExecutionResult, Variable
+from sunroom.sandbox.sources import TemplateSource
 
 if TYPE_CHECKING:
     from sunroom.mcp.servers import McpServer
     from sunroom.mcp.toolset import Toolset
     from sunroom.network.policy import Network
     from sunroom.network.proxy import Connection
-    from sunroom.sandbox.template import Template
 
 __all__ = ["AsyncKernel", "OutputCallback"]
 
 
 @final
-class AsyncKernel(KernelCells, KernelInputs, KernelServing, KernelPackages, KernelFork):
+class AsyncKernel:
     """A persistent, supervised Python kernel. Use ``async with AsyncKernel(...) as k``.
 
     Args:
@@ -93,96 +97,357 @@ class AsyncKernel(KernelCells, KernelInputs, KernelServing, KernelPackages, Kern
         env: Mapping[str, str] | None = None,
         on_output: OutputCallback | None = None,
         pool: KernelPool | None = None,
-        template: Template | None = None,
+        template: TemplateSource | None = None,
         mcp: Iterable[McpServer] | Toolset = (),
         network: Network | None = None,
         on_connection: Callable[[Connection], None] | None = None,
         packages: Packages | None = None,
     ) -> None:
-        self._pool = pool
         if template is not None and pool is not None:
             raise UsageError("a kernel comes from a pool or from a template, not both")
         if pool is not None and pool.template is not None:
             template = pool.template  # the pool keeps forks of it ready
         self._template = template
-        self._tenants = 0
-        base_functions: tuple[HostFunction, ...] = ()
         if template is not None:
-            if limits is not None and limits != template.limits:
-                raise UsageError("a kernel from a template runs with its limits; omit limits=")
-            if env is not None and dict(env) != template.env:
-                raise UsageError("a kernel from a template runs with its env; omit env=")
-            if packages is not None and packages != template.packages:
-                raise UsageError("a kernel from a template has its packages; omit packages=")
-            limits, env, backend = template.limits, template.env, template.backend
-            packages = template.packages
-            base_functions = template.functions
-            clash = sorted(set(inputs or {}) & set(template.inputs))
-            if clash:
-                raise UsageError(f"input {clash[0]!r} is already bound by the template")
+            backend, limits, env, packages = _from_template(template, limits, env, packages, inputs)
         elif pool is not None:
-            if limits is not None and limits != pool.limits:
-                raise UsageError("a pooled kernel runs with its pool's limits; omit limits=")
-            if env is not None and dict(env) != pool.env:
-                raise UsageError("a pooled kernel runs with its pool's env; omit env=")
-            if packages is not None:
-                raise UsageError("a pooled kernel is started before its packages are known")
-            limits, env, backend = pool.limits, pool.env, pool.backend
-        self._backend_arg = backend
-        self._network = None
-        if network is not None:
-            if template is not None or pool is not None:
-                raise UsageError(
-                    "a kernel from a template or a pool has its sandbox's network (none); "
-                    "pass network= to a kernel started on its own"
-                )
-            if isinstance(backend, str):
-                KernelNetwork.check_backend(backend)
-            self._network = KernelNetwork(network, on_connection=on_connection)
+            backend, limits, env = _from_pool(pool, limits, env, packages)
+        kernel_network = _network(network, on_connection, backend, early=pool or template)
         if packages is not None and not isinstance(packages, Packages):
             raise UsageError("packages must be a sunroom.Packages")
         self.packages = packages or Packages()
         self.limits = limits or Limits()
         if not isinstance(self.limits, Limits):
             raise UsageError("limits must be a sunroom.Limits")
-        self._functions = (
-            *base_functions,
-            *functions,
+        self._core = KernelCore(
+            backend=backend,
+            source=pool.acquire if pool is not None else _forks_of(template),
+            network=kernel_network,
+            limits=self.limits,
+            env=dict(env or {}),
+            packages=self.packages,
+            on_output=on_output,
+            steps=self._steps(),
         )
-        self.registry = FunctionRegistry(self._functions)
-        self._own_functions = len(self.registry) > len(base_functions)
-        self._wrappers = generate(self.registry.functions.values())
-        self._toolset = toolset_for(mcp)
-        self._own_functions = self._own_functions or self._toolset is not None
-        self._inputs = {}
-        self._file_inputs = {}
+        base: tuple[HostFunction, ...] = template.functions if template is not None else ()
+        own: tuple[Callable[..., Any] | HostFunction, ...] = (*base, *functions)
+        registry = FunctionRegistry(own)
+        serving = KernelServing(
+            self._core,
+            own,
+            registry=registry,
+            wrappers=generate(registry.functions.values()),
+            toolset=toolset_for(mcp),
+            own=len(registry) > len(base),
+        )
+        serving.own = serving.own or serving.toolset is not None
+        self._assemble(serving, KernelInputs(self._core, serving, early=pool or template))
         if inputs:
-            self._check_names(inputs)
-            self._file_inputs = self._resolve_files(inputs)
-            self._inputs.update(inputs)
-        if (
-            not isinstance(backend, str)
-            and getattr(backend, "python", True) is False
-            and (self._own_functions or self._inputs or self._file_inputs)
+            self._inputs.take(inputs)
+        if (serving.own or self._inputs.values or self._inputs.files) and not isinstance(
+            backend, str
         ):
-            raise UsageError(
-                f"the {getattr(backend, 'kernel_name', backend.name)!r} Jupyter kernel has no "
-                "sunroom runtime: host functions, MCP servers and inputs need a Python kernel"
-            )
-        self._env = dict(env or {})
-        self._on_output = on_output
-        self._check_execute = schema.execute_result(
-            self.limits.max_output_bytes, self.limits.display_bytes
+            check_runtime(backend, "host functions, MCP servers and inputs")
+
+    def _assemble(self, serving: KernelServing, inputs: KernelInputs) -> None:
+        """Build the parts that take the core (and the served functions and inputs given)."""
+        core = self._core
+        self._serving = serving
+        self._inputs = inputs
+        self._cells = KernelCells(core, serving)
+        self._packages = KernelPackages(core)
+        self._fork = KernelFork(core)
+        self._files = KernelFiles(core)
+
+    def _steps(self) -> BootSteps:
+        return BootSteps(
+            serve=self._serve, mounts=self._mounts, prepare=self._prepare, install=self._install
         )
-        self._lock = asyncio.Lock()
-        self._backend = None
-        self._proc = None
-        self._closing = None
-        self._channel = None
-        self._router = None
-        self._closed = False
-        self._running_cell = False
-        self._clock = None
-        self.restarts = 0
-        self.kernel_info = {}
-        self._files = KernelFiles(self)
+
+    # -- what the core gives every process it boots ---------------------------------------------
+
+    def _serve(self, method: str, params: Any) -> Awaitable[Any]:
+        return self._serving.serve(method, params)
+
+    def _mounts(self, where: str) -> tuple[InputMount, ...]:
+        return self._inputs.mounts(where)
+
+    def _prepare(self) -> asyncio.Future[bool] | None:
+        return self._serving.prepare()
+
+    async def _install(self, binding: asyncio.Future[bool] | None) -> None:
+        """Install the host functions and bind the inputs in a fresh process.
+
+        A template's fork has the template's functions and inputs already.
+        """
+        await self._serving.install(binding, forked=self._template is not None)
+        if self._inputs.values:
+            await self._inputs.send_bind(self._inputs.values)
+
+    # -- life -----------------------------------------------------------------------------------
+
+    async def __aenter__(self) -> Self:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def start(self) -> None:
+        """Start the kernel (idempotent). Raises KernelStartError / SandboxUnavailableError."""
+        await self._core.start()
+
+    async def restart(self) -> None:
+        """Kill the kernel and start a fresh one with the same inputs and host functions."""
+        async with self._core.lock:
+            await self._core.restart()
+
+    async def aclose(self) -> None:
+        """Kill the whole process tree and wait for it; stop its MCP servers. Idempotent."""
+        self._core.closed = True
+        toolset = self._serving.release()
+        try:
+            await self._core.teardown()
+        finally:
+            if toolset is not None:
+                await toolset.aclose()
+
+    async def _surrender(self) -> Ready:
+        """Hand this started kernel's process over, to be adopted by another handle; close this.
+
+        What a template on a backend that does not fork hands out (the kernel was started,
+        given the template's functions and inputs, and ran its setup). Raises ClosedError
+        when the kernel is not running.
+        """
+        ready = await self._core.surrender()
+        await self.aclose()
+        return ready
+
+    # -- state ----------------------------------------------------------------------------------
+
+    @property
+    def network(self) -> KernelNetwork | None:
+        """The kernel's network policy and what crossed it (None: no network at all)."""
+        return self._core.network
+
+    @property
+    def process(self) -> KernelProcess | None:
+        """The running process handle (for tests and diagnostics)."""
+        return self._core.proc
+
+    @property
+    def running(self) -> bool:
+        """Whether the kernel is started and alive: its process up and its channel open."""
+        return self._core.running
+
+    @property
+    def restarts(self) -> int:
+        """How many times the kernel was started afresh (a restart, a timeout, a death)."""
+        return self._core.restarts
+
+    @property
+    def kernel_info(self) -> dict[str, Any]:
+        """The running kernel's hello (its pid, protocol; a Jupyter kernel's info)."""
+        return self._core.info
+
+    @property
+    def registry(self) -> FunctionRegistry:
+        """The host functions the kernel serves (replaced by a session for a forked copy)."""
+        return self._serving.registry
+
+    @registry.setter
+    def registry(self, registry: FunctionRegistry) -> None:
+        self._serving.registry = registry
+
+    @property
+    def _channel(self) -> Channel | None:
+        """The open channel (tests/security/test_host_dos.py reads it; to go with that read)."""
+        return self._core.channel
+
+    @property
+    def files(self) -> KernelFiles:
+        """The workdir's files: ``write``, ``read``, ``read_stream``, ``list``, ``delete``.
+
+        See :class:`~sunroom.sandbox.files.KernelFiles`; operations wait for a running cell.
+        """
+        return self._files
+
+    # -- cells ----------------------------------------------------------------------------------
+
+    async def execute(self, code: str, *, timeout_s: float | None = None) -> ExecutionResult:
+        """Run *code* as one cell and return its result; user errors are data, never raised.
+
+        A kernel that breaks the protocol (an answer that is not an execute result, a frame
+        over the caps, ...) or fails outside the cell comes back the same way, as a
+        ``status="died"`` result saying so, and is restarted. Raises ClosedError after close,
+        KernelStartError if a (re)start fails, UsageError for a non-str *code*.
+        """
+        return await self._cells.execute(code, timeout_s=timeout_s)
+
+    def interrupt(self) -> None:
+        """Send SIGINT to the running cell (it raises KeyboardInterrupt; state is kept)."""
+        self._cells.interrupt()
+
+    # -- inputs ---------------------------------------------------------------------------------
+
+    async def bind(self, **values: Any) -> None:
+        """Set variables in the namespace; they are bound again after every restart.
+
+        Values must be msgpack-representable (str, bytes, numbers, bool, None, lists, dicts,
+        pydantic models and dataclasses), of any size (big ones are streamed in chunks), or
+        :class:`~sunroom.File` / :class:`~sunroom.Directory` inputs. The bwrap and docker
+        backends mount file inputs when the kernel starts, so binding one into a running
+        kernel of theirs raises UsageError (pass it in ``inputs=``, or bind it before the
+        kernel is started: bind() then starts it with the mount). Raises UsageError for bad
+        names or values, KernelError when the kernel refuses them, ProtocolError when its
+        answer is malformed (the kernel is then restarted on next use).
+        """
+        await self._inputs.bind(**values)
+
+    async def variables(self) -> list[Variable]:
+        """The user's variables: names, type names and short reprs (no values).
+
+        Raises KernelError when the kernel answers with an error, KernelDiedError when it dies
+        while answering, ProtocolError when its answer is not a list of variables (the kernel
+        is then restarted on next use).
+        """
+        return await self._inputs.variables()
+
+    # -- packages -------------------------------------------------------------------------------
+
+    async def install(
+        self, *requirements: str, timeout_s: float | None = None
+    ) -> list[InstalledPackage]:
+        """Install pip *requirements* into the kernel's site dir, as ``install()`` in a cell.
+
+        pip runs inside the kernel's sandbox (docs/packages.md) from the wheelhouse or index of
+        :attr:`packages` (or the network, when the kernel has one); the import of every
+        installed distribution is checked before this returns. Returns what was installed,
+        dependencies included. Raises PackageInstallError with pip's reason (no such package,
+        import failure, over ``max_bytes`` or ``timeout_s``, nowhere to look): the site dir is
+        then as it was. UsageError for a bad requirement; KernelDiedError when the kernel dies
+        meanwhile.
+        """
+        return await self._packages.install(*requirements, timeout_s=timeout_s)
+
+    async def list_packages(self) -> PackageListing:
+        """The distributions importable in the kernel and where ``install()`` may look.
+
+        Raises KernelError when the kernel answers with an error, KernelDiedError when it dies
+        meanwhile.
+        """
+        return await self._packages.list_packages()
+
+    # -- fork -----------------------------------------------------------------------------------
+
+    async def fork(
+        self, n: int = 1, *, on_output: OutputCallback | None = None
+    ) -> list[AsyncKernel]:
+        """Copies of this idle kernel's live state, each a kernel of its own (docs/fork.md).
+
+        The copies are made by ``fork()`` of the kernel's runtime: its namespace, imports,
+        bound inputs and host-function wrappers are the same memory, copied on write. Each copy
+        has its own socket, supervisor, cgroup (where cgroups are used), a copy of the workdir,
+        fresh host-function usage counts and the same limits; it lives in this kernel's sandbox
+        and outlives this kernel (the sandbox goes with the last of them). A copy that is
+        restarted (timeout, crash) starts cold, with this kernel's inputs and functions.
+        *on_output* receives the copies' streamed output.
+
+        Raises ForkError when the kernel is busy (a cell, a bind, a file transfer) or refuses
+        (its code left threads running); UsageError for an *n* outside 1-64 or on a backend
+        that cannot fork (a custom backend); KernelStartError when a copy does not come up (no
+        copy is left running then); ClosedError after close.
+        """
+        readies = await self._fork.fork_ready(n)
+        return [self._copy(ready, on_output) for ready in readies]
+
+    async def _fork_ready(
+        self, n: int, *, tenants: list[int | None] | None = None, share: int = 1
+    ) -> list[Ready]:
+        """Fork into *n* copies, not yet adopted (a template's tenants; see :meth:`fork`)."""
+        return await self._fork.fork_ready(n, tenants=tenants, share=share)
+
+    def _copy(self, ready: Ready, on_output: OutputCallback | None) -> AsyncKernel:
+        """Adopt the forked *ready* as a kernel with this one's functions, inputs and limits.
+
+        The copy lives in this kernel's sandbox (the same network, proxy and byte count); a
+        copy of a template's kernel is restarted as a fork of the template.
+        """
+        parent = self._core
+        copy = AsyncKernel.__new__(AsyncKernel)
+        copy.limits, copy.packages, copy._template = self.limits, self.packages, self._template
+        copy._core = core = KernelCore(
+            backend=parent.backend_arg,
+            source=_forks_of(self._template),
+            network=parent.network,
+            limits=self.limits,
+            env=dict(parent.env),
+            packages=self.packages,
+            on_output=on_output,
+            steps=copy._steps(),
+        )
+        core.backend = parent.backend
+        serving = self._serving.copy_for(core)
+        copy._assemble(serving, self._inputs.copy_for(core, serving))
+        core.adopt(ready)
+        return copy
+
+
+def _from_template(
+    template: TemplateSource,
+    limits: Limits | None,
+    env: Mapping[str, str] | None,
+    packages: Packages | None,
+    inputs: Mapping[str, Any] | None,
+) -> tuple[str | Backend, Limits, dict[str, str], Packages]:
+    """A template's kernel's backend, limits, env and packages (UsageError for others given)."""
+    if limits is not None and limits != template.limits:
+        raise UsageError("a kernel from a template runs with its limits; omit limits=")
+    if env is not None and dict(env) != template.env:
+        raise UsageError("a kernel from a template runs with its env; omit env=")
+    if packages is not None and packages != template.packages:
+        raise UsageError("a kernel from a template has its packages; omit packages=")
+    clash = sorted(set(inputs or {}) & set(template.inputs))
+    if clash:
+        raise UsageError(f"input {clash[0]!r} is already bound by the template")
+    return template.backend, template.limits, template.env, template.packages
+
+
+def _from_pool(
+    pool: KernelPool,
+    limits: Limits | None,
+    env: Mapping[str, str] | None,
+    packages: Packages | None,
+) -> tuple[str | Backend, Limits, dict[str, str]]:
+    """A pooled kernel's backend, limits and env (UsageError for others given)."""
+    if limits is not None and limits != pool.limits:
+        raise UsageError("a pooled kernel runs with its pool's limits; omit limits=")
+    if env is not None and dict(env) != pool.env:
+        raise UsageError("a pooled kernel runs with its pool's env; omit env=")
+    if packages is not None:
+        raise UsageError("a pooled kernel is started before its packages are known")
+    return pool.backend, pool.limits, pool.env
+
+
+def _network(
+    network: Network | None,
+    on_connection: Callable[[Connection], None] | None,
+    backend: str | Backend,
+    *,
+    early: object,
+) -> KernelNetwork | None:
+    """The kernel's network (None: none); *early*, a pool or template, has none to give."""
+    if network is None:
+        return None
+    if early is not None:
+        raise UsageError(
+            "a kernel from a template or a pool has its sandbox's network (none); "
+            "pass network= to a kernel started on its own"
+        )
+    if isinstance(backend, str):
+        KernelNetwork.check_backend(backend)
+    return KernelNetwork(network, on_connection=on_connection)
+
+
+def _forks_of(template: TemplateSource | None) -> Callable[[], Awaitable[Ready]] | None:
+    return template.fork_ready if template is not None else None

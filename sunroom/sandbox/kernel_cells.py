@@ -11,18 +11,28 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from typing import Any
+from typing import Any, final
 
 from sunroom.errors import ClosedError, KernelError, ProtocolError, UsageError
+from sunroom.rpc import schema
 from sunroom.rpc.channel import RemoteError, cut
 from sunroom.rpc.codec import WireError
 from sunroom.sandbox.cellclock import CellClock, CellLost
-from sunroom.sandbox.kernel_lifecycle import KernelLifecycle
+from sunroom.sandbox.kernel_lifecycle import KernelCore
+from sunroom.sandbox.kernel_serving import KernelServing
 from sunroom.sandbox.result import CellError, DisplayItem, ExecutionResult
 
 
-class KernelCells(KernelLifecycle):
+@final
+class KernelCells:
     """Runs cells one at a time and turns their answers (or the kernel's death) into results."""
+
+    def __init__(self, core: KernelCore, serving: KernelServing) -> None:
+        self._core = core
+        self._serving = serving
+        self._check_execute = schema.execute_result(
+            core.limits.max_output_bytes, core.limits.display_bytes
+        )
 
     async def execute(self, code: str, *, timeout_s: float | None = None) -> ExecutionResult:
         """Run *code* as one cell and return its result; user errors are data, never raised.
@@ -34,17 +44,19 @@ class KernelCells(KernelLifecycle):
         """
         if not isinstance(code, str):
             raise UsageError("code must be a str")
-        timeout = self.limits.timeout_s if timeout_s is None else timeout_s
+        core = self._core
+        timeout = core.limits.timeout_s if timeout_s is None else timeout_s
         if timeout <= 0:
             raise UsageError("timeout_s must be positive")
-        async with self._lock:
-            if self._closed or self._channel is None or self._channel.closed.done():
-                await self._ensure()
-            assert self._channel is not None
-            assert self._proc is not None
+        async with core.lock:
+            if core.closed or core.channel is None or core.channel.closed.done():
+                await core.ensure()
+            assert core.channel is not None
+            assert core.proc is not None
             started = time.perf_counter()
-            if self._toolset is not None and self._toolset.pending:
-                failed = await self._bind_lazy()
+            toolset = self._serving.toolset
+            if toolset is not None and toolset.pending:
+                failed = await self._serving.bind_lazy()
                 if failed is not None:
                     error = CellError("McpServerError", str(failed), "")
                     return ExecutionResult(
@@ -52,14 +64,14 @@ class KernelCells(KernelLifecycle):
                     )
             params = {
                 "code": code,
-                "max_output_bytes": self.limits.max_output_bytes,
-                "max_display_bytes": self.limits.display_bytes,
+                "max_output_bytes": core.limits.max_output_bytes,
+                "max_display_bytes": core.limits.display_bytes,
             }
-            self._running_cell = True
+            core.running_cell = True
             try:
                 call = self._start_cell(code, params)
-                clock = CellClock(call, self._proc, timeout, self.limits.interrupt_grace_s)
-                self._clock = clock
+                clock = CellClock(call, core.proc, timeout, core.limits.interrupt_grace_s)
+                core.clock = clock
                 try:
                     await call  # the clock interrupts the cell, then gives up on it
                 except CellLost:
@@ -75,25 +87,26 @@ class KernelCells(KernelLifecycle):
                     )
                 finally:
                     clock.stop()
-                    self._clock = None
+                    core.clock = None
                 return self._to_result(call, started, timed_out=clock.interrupted, timeout=timeout)
             except (ProtocolError, ClosedError, ConnectionError, RemoteError) as exc:
                 return await self._after_death(exc, started)
             finally:
-                self._running_cell = False
+                core.running_cell = False
 
     def _start_cell(self, code: str, params: dict[str, Any]) -> asyncio.Future[Any]:
         """Send the cell: over the channel, or as a Jupyter ``execute_request`` (jupyter)."""
-        assert self._channel is not None
-        execute_cell = getattr(self._proc, "execute_cell", None)
+        core = self._core
+        assert core.channel is not None
+        execute_cell = getattr(core.proc, "execute_cell", None)
         if execute_cell is None:
-            return self._channel.request("execute", params, check=self._check_execute)
+            return core.channel.request("execute", params, check=self._check_execute)
         call: asyncio.Future[Any] = execute_cell(
             code,
-            max_output_bytes=self.limits.max_output_bytes,
-            max_display_bytes=self.limits.display_bytes,
-            on_output=self._on_output,
-            closed=self._channel.closed,
+            max_output_bytes=core.limits.max_output_bytes,
+            max_display_bytes=core.limits.display_bytes,
+            on_output=core.on_output,
+            closed=core.channel.closed,
         )
         return call
 
@@ -106,7 +119,7 @@ class KernelCells(KernelLifecycle):
         timeout: float = 0.0,
     ) -> ExecutionResult:
         raw = call.result()  # raises if the kernel died
-        if getattr(self._proc, "execute_cell", None) is not None:
+        if getattr(self._core.proc, "execute_cell", None) is not None:
             try:  # the channel checks its own answers
                 raw = self._check_execute(raw)
             except WireError as exc:  # a protocol break, as on the channel: never raised
@@ -135,17 +148,18 @@ class KernelCells(KernelLifecycle):
         )
 
     async def _after_death(self, exc: BaseException, started: float) -> ExecutionResult:
-        if self._closed or self._proc is None:  # aclose() killed it under the cell: no restart
+        proc = self._core.proc
+        if self._core.closed or proc is None:  # aclose() killed it under the cell: no restart
             raise ClosedError("the kernel was closed while the cell ran") from exc
         if isinstance(exc, ProtocolError):
             reason = f"the kernel broke the protocol ({cut(str(exc), 300)}) and was killed"
-            await self._proc.kill()
+            await proc.kill()
         elif isinstance(exc, RemoteError):  # the runtime failed outside the cell: still alive
             failure = f"{cut(exc.error.type, 100)}: {cut(exc.error.message, 300)}"
             reason = f"the kernel failed outside the cell ({failure}) and was killed"
-            await self._proc.kill()
+            await proc.kill()
         else:
-            reason = await self._proc.exit_reason()
+            reason = await proc.exit_reason()
         return await self._after_loss(
             "died", CellError("KernelDied", reason + "; it was restarted", ""), started
         )
@@ -153,7 +167,7 @@ class KernelCells(KernelLifecycle):
     async def _after_loss(self, status: Any, error: CellError, started: float) -> ExecutionResult:
         # if the restart fails, the next execute retries the start and raises then
         with contextlib.suppress(KernelError):
-            await self._restart()
+            await self._core.restart()
         return ExecutionResult(
             status=status,
             error=error,
@@ -163,5 +177,6 @@ class KernelCells(KernelLifecycle):
 
     def interrupt(self) -> None:
         """Send SIGINT to the running cell (it raises KeyboardInterrupt; state is kept)."""
-        if self._running_cell and self._proc is not None:
-            self._proc.interrupt()
+        proc = self._core.proc
+        if self._core.running_cell and proc is not None:
+            proc.interrupt()

@@ -6,62 +6,55 @@ pip runs inside the kernel's sandbox from the wheelhouse or index of the kernel'
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, final
 
 from sunroom.errors import ClosedError, KernelError, PackageInstallError, UsageError
 from sunroom.rpc import schema
 from sunroom.rpc.channel import RemoteError, cut
-from sunroom.sandbox.kernel_lifecycle import KernelLifecycle
+from sunroom.sandbox.kernel_lifecycle import KernelCore
 from sunroom.sandbox.packages import InstalledPackage, PackageListing, check_timeout, installed
 
 
-class KernelPackages(KernelLifecycle):
+@final
+class KernelPackages:
     """Installs pip requirements in the kernel and lists what it can import."""
+
+    def __init__(self, core: KernelCore) -> None:
+        self._core = core
 
     async def install(
         self, *requirements: str, timeout_s: float | None = None
     ) -> list[InstalledPackage]:
-        """Install pip *requirements* into the kernel's site dir, as ``install()`` in a cell.
-
-        pip runs inside the kernel's sandbox (docs/packages.md) from the wheelhouse or index of
-        :attr:`packages` (or the network, when the kernel has one); the import of every
-        installed distribution is checked before this returns. Returns what was installed,
-        dependencies included. Raises PackageInstallError with pip's reason (no such package,
-        import failure, over ``max_bytes`` or ``timeout_s``, nowhere to look): the site dir is
-        then as it was. UsageError for a bad requirement; KernelDiedError when the kernel dies
-        meanwhile.
-        """
-        self._require_runtime("packages")
+        """Install into the kernel's site dir; see :meth:`AsyncKernel.install`."""
+        core = self._core
+        core.require_runtime("packages")
         params: dict[str, Any] = {"requirements": list(requirements)}
         if timeout_s is not None:
             params["timeout_s"] = check_timeout(timeout_s)
-        async with self._lock:
-            await self._ensure()
-            assert self._channel is not None
+        async with core.lock:
+            await core.ensure()
+            assert core.channel is not None
             try:
-                rows = await self._channel.call("install_packages", params, check=schema.packages)
+                rows = await core.channel.call("install_packages", params, check=schema.packages)
             except RemoteError as exc:
                 raise _install_error(exc) from None
             except (ClosedError, ConnectionError) as exc:
-                raise await self._died("install", exc) from None
+                raise await core.died("install", exc) from None
         return installed(rows)
 
     async def list_packages(self) -> PackageListing:
-        """The distributions importable in the kernel and where ``install()`` may look.
-
-        Raises KernelError when the kernel answers with an error, KernelDiedError when it dies
-        meanwhile.
-        """
-        self._require_runtime("packages")
-        async with self._lock:
-            await self._ensure()
-            assert self._channel is not None
+        """What the kernel can import; see :meth:`AsyncKernel.list_packages`."""
+        core = self._core
+        core.require_runtime("packages")
+        async with core.lock:
+            await core.ensure()
+            assert core.channel is not None
             try:
-                raw = await self._channel.call("list_packages", check=schema.package_listing)
+                raw = await core.channel.call("list_packages", check=schema.package_listing)
             except RemoteError as exc:
                 raise KernelError(f"list_packages failed: {cut(str(exc), 300)}") from None
             except (ClosedError, ConnectionError) as exc:
-                raise await self._died("list_packages", exc) from None
+                raise await core.died("list_packages", exc) from None
         return PackageListing(tuple(installed(raw["packages"])), tuple(raw["sources"]))
 
 

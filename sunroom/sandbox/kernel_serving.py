@@ -1,69 +1,134 @@
 """Host functions served to a kernel: the kernel's calls answered, MCP tools bound.
 
 A cell's call of a host function (or of an MCP tool, bound as one module per server) arrives as
-a ``call`` request on the kernel's channel; :meth:`KernelServing._serve` answers it from the
+a ``call`` request on the kernel's channel; :meth:`KernelServing.serve` answers it from the
 kernel's :class:`~sunroom.sandbox.functions.FunctionRegistry`, with the running cell's clock in
 context. Lazy or changed MCP servers are bound before a cell, and the wrappers installed again.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+import asyncio
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any, final
 
 from sunroom.errors import McpServerError, UsageError
 from sunroom.rpc import schema
 from sunroom.rpc.channel import RpcFailure
 from sunroom.rpc.messages import RpcError
 from sunroom.sandbox.cellclock import CURRENT_CLOCK
-from sunroom.sandbox.codegen import generate
-from sunroom.sandbox.functions import FunctionRegistry, rpc_error
-from sunroom.sandbox.kernel_lifecycle import KernelLifecycle
+from sunroom.sandbox.codegen import WrapperSource, generate
+from sunroom.sandbox.functions import FunctionRegistry, HostFunction, rpc_error
+from sunroom.sandbox.kernel_lifecycle import KernelCore
 
 if TYPE_CHECKING:
     from sunroom.mcp.servers import McpServer
     from sunroom.mcp.toolset import Toolset
 
 
-class KernelServing(KernelLifecycle):
-    """Answers the kernel's host calls; binds MCP servers' tools as host functions."""
+@final
+class KernelServing:
+    """A kernel's host functions (and MCP toolset): answers its calls, installs its wrappers.
 
-    async def _serve(self, method: str, params: Any) -> Any:
+    *functions* are the kernel's own (a template's first); *own* says whether any of them (or
+    a toolset) is the kernel's own rather than its template's, so must be installed in a fork
+    of the template.
+    """
+
+    def __init__(
+        self,
+        core: KernelCore,
+        functions: tuple[Callable[..., Any] | HostFunction, ...],
+        *,
+        registry: FunctionRegistry,
+        wrappers: WrapperSource,
+        toolset: Toolset | None,
+        own: bool,
+    ) -> None:
+        self._core = core
+        self.functions = functions
+        self.registry = registry
+        self.wrappers = wrappers
+        self.toolset = toolset
+        self.own = own
+
+    def copy_for(self, core: KernelCore) -> KernelServing:
+        """The same functions served to a forked copy (fresh usage counts, the same toolset)."""
+        if self.toolset is not None:
+            self.toolset.hold()  # the copies call the same MCP servers
+        return KernelServing(
+            core,
+            self.functions,
+            registry=self.registry.copy(),
+            wrappers=self.wrappers,
+            toolset=self.toolset,
+            own=self.own,
+        )
+
+    async def serve(self, method: str, params: Any) -> Any:
         """Serve a request from the kernel; its params were checked by the channel."""
         if method != "call":
             raise RpcFailure(RpcError("MethodNotFound", f"the host does not serve {method!r}"))
-        CURRENT_CLOCK.set(self._clock)  # this request's own context (a copy): no reset needed
+        CURRENT_CLOCK.set(self._core.clock)  # this request's own context (a copy): no reset
         try:
             return await self.registry.invoke(params["name"], params["args"])
         except Exception as exc:  # the kernel gets it as an error answer, by type name
             raise RpcFailure(rpc_error(exc)) from None
 
-    def _rebind(self) -> None:
+    def prepare(self) -> asyncio.Future[bool] | None:
+        """Begin binding the toolset's eager servers (while the kernel boots); None: none."""
+        if self.toolset is None:
+            return None
+        return asyncio.ensure_future(self.toolset.bind())
+
+    async def install(self, binding: asyncio.Future[bool] | None, *, forked: bool) -> None:
+        """Install the wrappers in a fresh process (after *binding*, the toolset's, if any).
+
+        A fork of a template (*forked*) has the template's functions already: only the
+        kernel's own are installed then.
+        """
+        if binding is not None and await binding:
+            self.rebind()
+        if not forked and self.registry.functions or self.own:
+            await self.send()
+
+    async def send(self) -> None:
+        """Send the wrappers' source to the kernel, to be imported there."""
+        channel = self._core.channel
+        assert channel is not None
+        await channel.call(
+            "install",
+            {"source": self.wrappers.source, "exports": list(self.wrappers.exports)},
+            check=schema.names,
+        )
+
+    def rebind(self) -> None:
         """Rebuild the registry and wrappers with the toolset's current MCP functions."""
-        assert self._toolset is not None
+        assert self.toolset is not None
         old = self.registry
-        self.registry = FunctionRegistry([*self._functions, *self._toolset.functions])
-        self._wrappers = generate(
-            self.registry.functions.values(), module_docs=self._toolset.module_docs()
+        self.registry = FunctionRegistry([*self.functions, *self.toolset.functions])
+        self.wrappers = generate(
+            self.registry.functions.values(), module_docs=self.toolset.module_docs()
         )
         old.close()
 
-    async def _bind_lazy(self) -> McpServerError | None:
+    async def bind_lazy(self) -> McpServerError | None:
         """Bind lazy or changed MCP servers before a cell; the failure, if one failed."""
-        assert self._toolset is not None
-        assert self._channel is not None
+        assert self.toolset is not None
         try:
-            if not await self._toolset.bind(lazy=True):
+            if not await self.toolset.bind(lazy=True):
                 return None
         except McpServerError as exc:
             return exc
-        self._rebind()
-        await self._channel.call(
-            "install",
-            {"source": self._wrappers.source, "exports": list(self._wrappers.exports)},
-            check=schema.names,
-        )
+        self.rebind()
+        await self.send()
         return None
+
+    def release(self) -> Toolset | None:
+        """Close the registry and hand the toolset back (for the caller to release)."""
+        self.registry.close()
+        toolset, self.toolset = self.toolset, None
+        return toolset
 
 
 def toolset_for(mcp: Iterable[McpServer] | Toolset) -> Toolset | None:

@@ -13,16 +13,14 @@ import asyncio
 import contextlib
 from collections import deque
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Self, final
+from typing import Self, final
 
 from sunroom.errors import ClosedError, SandboxUnavailableError, UsageError
 from sunroom.sandbox import backends
 from sunroom.sandbox.backend import Backend
 from sunroom.sandbox.launch import Ready, launch
 from sunroom.sandbox.limits import Limits
-
-if TYPE_CHECKING:
-    from sunroom.sandbox.template import Template
+from sunroom.sandbox.sources import TemplateSource
 
 
 @final
@@ -50,7 +48,7 @@ class KernelPool:
         limits: Limits | None = None,
         env: Mapping[str, str] | None = None,
         size: int = 2,
-        template: Template | None = None,
+        template: TemplateSource | None = None,
     ) -> None:
         if not isinstance(size, int) or size < 1:
             raise UsageError(f"KernelPool size must be a positive int, got {size!r}")

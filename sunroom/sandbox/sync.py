@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any, Self, final
 from sunroom.sandbox import backends
 from sunroom.sandbox.backend import Backend, KernelProcess
 from sunroom.sandbox.files import Files
-from sunroom.sandbox.functions import HostFunction
+from sunroom.sandbox.functions import FunctionRegistry, HostFunction
 from sunroom.sandbox.kernel import AsyncKernel, OutputCallback
 from sunroom.sandbox.limits import Limits
 from sunroom.sandbox.network import KernelNetwork
@@ -105,6 +105,21 @@ class Kernel:
     def limits(self) -> Limits:
         """The kernel's limits."""
         return self._core.limits
+
+    @property
+    def restarts(self) -> int:
+        """How many times the kernel was started afresh; see ``AsyncKernel.restarts``."""
+        return self._core.restarts
+
+    @property
+    def kernel_info(self) -> dict[str, Any]:
+        """The running kernel's hello; see ``AsyncKernel.kernel_info``."""
+        return self._core.kernel_info
+
+    @property
+    def registry(self) -> FunctionRegistry:
+        """The host functions the kernel serves; see ``AsyncKernel.registry``."""
+        return self._core.registry
 
     @property
     def files(self) -> Files:

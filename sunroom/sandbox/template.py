@@ -180,7 +180,7 @@ class Template:
             await zygote.aclose()
             self.restarts += 1
         zygote = self._kernel_with_setup()
-        zygote._tenants = self.max_kernels  # noqa: SLF001 - launched as a zygote
+        zygote._core.tenants = self.max_kernels  # noqa: SLF001 - launched as a zygote
         await self._run_setup(zygote)
         tenancy = tenancy_of(zygote.process)
         if tenancy is None:
