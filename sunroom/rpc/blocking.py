@@ -35,7 +35,7 @@ from sunroom.rpc.messages import Notification, Request, Response, RpcError, pars
 
 TYPE_CHECKING = False  # typing costs the kernel ~10 ms to import; annotations are lazy
 if TYPE_CHECKING:
-    from typing import Any
+    pass
 
 BIG_FRAME = 64 * 1024
 """Frames of at least this many bytes are received straight into a buffer of their own, and a
@@ -126,7 +126,7 @@ class BlockingChannel:
 
     # -- sending ---------------------------------------------------------------------------
 
-    def send(self, message: list[Any]) -> None:
+    def send(self, message: list[object]) -> None:
         """Frame and send one message atomically; raises WireError or ConnectionError.
 
         A message the host would refuse (over the frame cap or ``DEFAULT_MAX_VALUES`` values)
@@ -136,7 +136,11 @@ class BlockingChannel:
         """
         with self._send_lock:
             last = message[-1]
-            if type(last) in _BLOBS and memoryview(last).nbytes >= BIG_FRAME:
+            if (
+                type(last) in _BLOBS
+                and isinstance(last, _BLOBS)
+                and memoryview(last).nbytes >= BIG_FRAME
+            ):
                 # a file chunk: written from where it is, behind a head framed here
                 parts = self._framer.frame_parts([*message[:-1], b""], [last])
                 if self._closed is not None:
@@ -148,11 +152,11 @@ class BlockingChannel:
                 raise ConnectionError("the host connection is closed")
             self._sock.sendall(data)
 
-    def notify(self, method: str, params: Any = None) -> None:
+    def notify(self, method: str, params: object = None) -> None:
         """Send a notification."""
         self.send([2, method, params])
 
-    def respond(self, req_id: int, error: RpcError | None, result: Any = None) -> None:
+    def respond(self, req_id: int, error: RpcError | None, result: object = None) -> None:
         """Answer request *req_id*; an unencodable result becomes an EncodeError answer."""
         try:
             self.send([1, req_id, None if error is None else error.to_wire(), result])
@@ -161,7 +165,7 @@ class BlockingChannel:
 
     # -- receiving -------------------------------------------------------------------------
 
-    def call(self, method: str, params: Any = None) -> Any:
+    def call(self, method: str, params: object = None) -> object:
         """Call the peer and block until it answers (any thread; many at once).
 
         Returns the result; raises CallFailed for an error answer, ConnectionError when the
@@ -298,7 +302,7 @@ class BlockingChannel:
 _BLOBS = (bytes, bytearray, memoryview)
 
 
-def _send_parts(sock: _socket.socket, parts: list[Any]) -> None:
+def _send_parts(sock: _socket.socket, parts: list[bytes | bytearray | memoryview]) -> None:
     """Send every buffer of *parts* in order (``sendmsg`` gathers them; no joined copy)."""
     views = [memoryview(part).cast("B") for part in parts]
     try:

@@ -35,7 +35,7 @@ import contextlib
 import os
 import socket
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Final, cast, final
+from typing import Final, Generic, Protocol, TypedDict, TypeVar, Unpack, cast, final, overload
 
 from sunroom.errors import ClosedError, ProtocolError
 from sunroom.rpc import schema
@@ -57,7 +57,7 @@ from sunroom.rpc.codec import (
     WireError,
 )
 from sunroom.rpc.messages import Response, RpcError
-from sunroom.rpc.schema import Checker
+from sunroom.rpc.schema import Check, Checker
 from sunroom.rpc.settle import settle
 
 __all__ = [
@@ -79,6 +79,8 @@ __all__ = [
 ]
 
 CloseHandler = Callable[[BaseException | None], None]
+
+T = TypeVar("T")
 
 MAX_PENDING_SWEEP: Final = 1024
 """Requests awaiting an answer beyond which the channel forgets those abandoned meanwhile (the
@@ -150,7 +152,7 @@ class Channel(ChannelServing, asyncio.Protocol):
             notifications=notifications,
             requests=requests,
         )
-        self._pending: dict[int, tuple[asyncio.Future[Any], str, Checker | None]] = {}
+        self._pending: dict[int, _Waiting] = {}
         self._sweep_at = MAX_PENDING_SWEEP
         self._next_id = 0
         self._abandoned: set[int] = set()
@@ -160,7 +162,7 @@ class Channel(ChannelServing, asyncio.Protocol):
         self.closed: asyncio.Future[None] = self._loop.create_future()
 
     @classmethod
-    async def open(cls, sock: socket.socket, **options: Any) -> Channel:
+    async def open(cls, sock: socket.socket, **options: Unpack[ChannelOptions]) -> Channel:
         """Wrap a connected Unix stream socket; the channel owns it from now on."""
         loop = asyncio.get_running_loop()
         sock.setblocking(False)
@@ -204,24 +206,22 @@ class Channel(ChannelServing, asyncio.Protocol):
                 self._abandoned.discard(msg.id)
                 return
             raise ProtocolError(f"response for unknown request id {msg.id}")
-        fut, method, check = entry
-        if fut.done():
+        if entry.done():
             return
         if msg.error is not None:
-            fut.set_exception(RemoteError(msg.error))
+            entry.fail(RemoteError(msg.error))
             return
         try:
-            result = msg.result if check is None else check(msg.result)
+            entry.answer(msg.result)
         except WireError as exc:
-            error = ProtocolError(f"the answer to {method!r} is malformed: {exc}")
-            fut.set_exception(error)
+            error = ProtocolError(f"the answer to {entry.method!r} is malformed: {exc}")
+            entry.fail(error)
             raise error from None
-        fut.set_result(result)
 
     # -- sending ---------------------------------------------------------------------------
 
     def _write(
-        self, message: list[Any], tail: Sequence[bytes | bytearray | memoryview] = ()
+        self, message: list[object], tail: Sequence[bytes | bytearray | memoryview] = ()
     ) -> None:
         if self._transport is None or self.closed.done():
             raise ClosedError("the channel is closed") from self._close_exc
@@ -231,14 +231,32 @@ class Channel(ChannelServing, asyncio.Protocol):
         for part in self._framer.frame_parts(message, tail):  # the tail is not joined
             self._transport.write(part)
 
+    @overload
     def request(
         self,
         method: str,
-        params: Any = None,
+        params: object = None,
         *,
-        check: Checker | None = None,
+        check: Check[T],
         tail: Sequence[bytes | bytearray | memoryview] = (),
-    ) -> asyncio.Future[Any]:
+    ) -> asyncio.Future[T]: ...
+    @overload
+    def request(
+        self,
+        method: str,
+        params: object = None,
+        *,
+        check: None = None,
+        tail: Sequence[bytes | bytearray | memoryview] = (),
+    ) -> asyncio.Future[object]: ...
+    def request(
+        self,
+        method: str,
+        params: object = None,
+        *,
+        check: Check[T] | None = None,
+        tail: Sequence[bytes | bytearray | memoryview] = (),
+    ) -> asyncio.Future[T] | asyncio.Future[object]:
         """Send a request now and return the future of its result (no task is created).
 
         The future holds *check* applied to the result when given: a result that does not
@@ -252,7 +270,9 @@ class Channel(ChannelServing, asyncio.Protocol):
         :meth:`~sunroom.rpc.codec.Framer.frame_parts`), written as they are, never joined.
         """
         self._next_id = req_id = (self._next_id + 1) & 0xFFFFFFFF
-        fut: asyncio.Future[Any] = self._loop.create_future()
+        entry: _Call[T] | _Call[object] = (
+            _Call(self._loop, method, _as_is) if check is None else _Call(self._loop, method, check)
+        )
         try:
             self._write([0, req_id, method, params], tail)
         except WireError as exc:
@@ -261,24 +281,34 @@ class Channel(ChannelServing, asyncio.Protocol):
             self._sweep()
         # an abandoned request (its future done before the answer came) stays here until its
         # answer arrives and is dropped, or until a sweep: no done callback per request
-        self._pending[req_id] = (fut, method, check)
-        return fut
+        self._pending[req_id] = entry
+        return entry.future
 
     def _sweep(self) -> None:
         """Move the requests whose futures are done (abandoned) out of the pending table."""
-        for req_id in [i for i, (fut, _, _) in self._pending.items() if fut.done()]:
+        for req_id in [i for i, entry in self._pending.items() if entry.done()]:
             del self._pending[req_id]
             if len(self._abandoned) >= 4096:
                 self._abandoned.clear()
             self._abandoned.add(req_id)
         self._sweep_at = max(MAX_PENDING_SWEEP, 2 * len(self._pending))  # amortised O(1)
 
-    async def call(self, method: str, params: Any = None, *, check: Checker | None = None) -> Any:
+    @overload
+    async def call(self, method: str, params: object = None, *, check: Check[T]) -> T: ...
+    @overload
+    async def call(self, method: str, params: object = None, *, check: None = None) -> object: ...
+    async def call(
+        self, method: str, params: object = None, *, check: Check[T] | None = None
+    ) -> T | object:
         """Send a request and await its result; see :meth:`request` for *check* and errors.
 
         Waits for the socket's write buffer to drain first when it is full (backpressure).
         """
-        fut = self.request(method, params, check=check)
+        fut = (
+            self.request(method, params)
+            if check is None
+            else self.request(method, params, check=check)
+        )
         await self._writable()
         return await fut
 
@@ -297,7 +327,7 @@ class Channel(ChannelServing, asyncio.Protocol):
         with socket.socket(fileno=os.dup(raw.fileno())) as dup:
             socket.send_fds(dup, [b"F"], fds)
 
-    def notify(self, method: str, params: Any = None) -> None:
+    def notify(self, method: str, params: object = None) -> None:
         """Send a notification; raises ClosedError if the channel is closed."""
         self._write([2, method, params])
 
@@ -322,9 +352,9 @@ class Channel(ChannelServing, asyncio.Protocol):
         err: BaseException = (
             exc if exc is not None else ClosedError("the kernel closed the channel")
         )
-        for fut, _, _ in self._pending.values():
-            if not fut.done():
-                fut.set_exception(err)
+        for entry in self._pending.values():
+            if not entry.done():
+                entry.fail(err)
         self._pending.clear()
         for task in self._tasks:
             task.cancel()  # _serve takes each out of the set as it ends
@@ -353,3 +383,65 @@ class Channel(ChannelServing, asyncio.Protocol):
             task.cancel()
         for task in tasks:
             await settle(task)  # its end is not news; a cancel of the caller's own task is
+
+
+class ChannelOptions(TypedDict, total=False):
+    """The keyword arguments of :class:`Channel` (and of :meth:`Channel.open`)."""
+
+    handler: RequestHandler | None
+    on_notification: NotificationHandler | None
+    on_close: CloseHandler | None
+    max_frame: int
+    max_depth: int
+    max_values: int | None
+    notifications: Mapping[str, Checker] | None
+    requests: Mapping[str, Checker] | None
+    early_check: Callable[[bytes], None] | None
+    frame_deadline_s: float
+
+
+class _Waiting(Protocol):
+    """A request awaiting its answer, whatever its result's type (see :class:`_Call`)."""
+
+    @property
+    def method(self) -> str:
+        """The request's method, for error messages."""
+        ...
+
+    def done(self) -> bool:
+        """Whether its future is done (answered, failed, or abandoned by its caller)."""
+        ...
+
+    def answer(self, result: object) -> None:
+        """Check *result* and set it as the future's; raises WireError when it does not pass."""
+        ...
+
+    def fail(self, exc: BaseException) -> None:
+        """Fail the future with *exc*."""
+        ...
+
+
+@final
+class _Call(Generic[T]):
+    """A request whose future holds its result as *check* returns it."""
+
+    __slots__ = ("check", "future", "method")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, method: str, check: Check[T]) -> None:
+        self.method = method
+        self.check = check
+        self.future: asyncio.Future[T] = loop.create_future()
+
+    def done(self) -> bool:  # noqa: D102
+        return self.future.done()
+
+    def answer(self, result: object) -> None:  # noqa: D102
+        self.future.set_result(self.check(result))
+
+    def fail(self, exc: BaseException) -> None:  # noqa: D102
+        self.future.set_exception(exc)
+
+
+def _as_is(result: object) -> object:
+    """The check of a request that has none: its result as it came."""
+    return result

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Final, cast
+from typing import TYPE_CHECKING, Final, cast
 
 from sunroom.rpc.channel_receive import ChannelReceiving
 from sunroom.rpc.codec import WireError
@@ -21,8 +21,8 @@ from sunroom.rpc.eager import start_eagerly
 from sunroom.rpc.messages import Notification, Request, Response, RpcError
 from sunroom.rpc.schema import Checker
 
-RequestHandler = Callable[[str, Any], Awaitable[Any]]
-NotificationHandler = Callable[[str, Any], None]
+RequestHandler = Callable[[str, object], Awaitable[object]]
+NotificationHandler = Callable[[str, object], None]
 
 MAX_INCOMING_REQUESTS: Final = 256
 """Requests from the peer served at once; beyond this the channel stops reading (backpressure)."""
@@ -59,7 +59,7 @@ class ChannelServing(ChannelReceiving):
         def _answer(self, msg: Response) -> None: ...
 
         def _write(
-            self, message: list[Any], tail: Sequence[bytes | bytearray | memoryview] = ()
+            self, message: list[object], tail: Sequence[bytes | bytearray | memoryview] = ()
         ) -> None: ...
 
     def _init_serving(
@@ -124,7 +124,7 @@ class ChannelServing(ChannelReceiving):
             self._serving.add(msg.id)
             self._start(msg.id, msg.method, params, known)
 
-    def _start(self, req_id: int, method: str, params: Any, known: bool) -> None:
+    def _start(self, req_id: int, method: str, params: object, known: bool) -> None:
         """Serve one request: eagerly (see :meth:`serve_with`) or in a task."""
         serving = self._serve(req_id, method, params, known=known)
         if not self._eager:
@@ -152,16 +152,16 @@ class ChannelServing(ChannelReceiving):
         while not self._write_ready.is_set() and not self.closed.done():
             await self._write_ready.wait()
 
-    async def _serve(self, req_id: int, method: str, params: Any, *, known: bool = True) -> None:
+    async def _serve(self, req_id: int, method: str, params: object, *, known: bool = True) -> None:
         try:
             await self._serve_one(req_id, method, params, known=known)
         finally:
             self._serving.discard(req_id)
             self._untrack()
 
-    async def _serve_one(self, req_id: int, method: str, params: Any, *, known: bool) -> None:
+    async def _serve_one(self, req_id: int, method: str, params: object, *, known: bool) -> None:
         error: RpcError | None = None
-        result: Any = None
+        result: object = None
         if not self._write_ready.is_set():  # (no coroutine to create when it is)
             await self._writable()  # no work for a peer that is not reading its answers
         if self._handler is None or not known:

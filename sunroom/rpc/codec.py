@@ -27,12 +27,20 @@ import msgpack
 
 TYPE_CHECKING = False  # typing costs the kernel ~10 ms to import; annotations are lazy
 if TYPE_CHECKING:
-    from collections.abc import Sequence
-    from typing import Any, Final
+    from collections.abc import Iterable, Sequence
+    from typing import Final, Protocol
 
     from typing_extensions import Buffer
 
     Bytes = bytes | bytearray | memoryview
+
+    class _Packer(Protocol):
+        def pack(self, obj: object, /) -> bytes: ...
+
+    class _Unpacker(Protocol):
+        def feed(self, data: Buffer, /) -> None: ...
+        def unpack(self) -> object: ...
+
 
 PROTOCOL_VERSION: Final = 1
 """Bumped on any incompatible change to frames, message shapes or methods."""
@@ -62,7 +70,7 @@ class WireError(Exception):
     """
 
 
-def encode(message: Any) -> bytes:
+def encode(message: object) -> bytes:
     """Serialise *message* to msgpack bytes; raises WireError for types msgpack cannot carry."""
     try:
         return msgpack.packb(message, use_bin_type=True, datetime=True)  # type: ignore[no-any-return]
@@ -71,7 +79,7 @@ def encode(message: Any) -> bytes:
 
 
 def frame(
-    message: Any, *, max_frame: int = DEFAULT_MAX_FRAME, max_values: int | None = None
+    message: object, *, max_frame: int = DEFAULT_MAX_FRAME, max_values: int | None = None
 ) -> bytes:
     """Return the length-prefixed frame for *message*.
 
@@ -115,7 +123,7 @@ class Framer:
         self.escape_surrogates = escape_surrogates
         self._packer = _new_packer()
 
-    def frame(self, message: Any) -> bytes:
+    def frame(self, message: object) -> bytes:
         """The length-prefixed frame for *message*; raises WireError as :func:`frame` does."""
         try:
             payload: bytes = self._packer.pack(message)
@@ -136,7 +144,7 @@ class Framer:
             count_values(payload, self.max_values)
         return HEADER.pack(size) + payload
 
-    def _pack_escaped(self, message: Any) -> bytes:
+    def _pack_escaped(self, message: object) -> bytes:
         """*message* packed with its strings' lone surrogates escaped (the rare, slow path)."""
         try:
             payload: bytes = self._packer.pack(escape_surrogates(message))
@@ -145,7 +153,7 @@ class Framer:
             raise WireError(f"cannot encode message: {exc}"[:300]) from None
         return payload
 
-    def frame_parts(self, message: Any, tail: Sequence[Bytes]) -> list[Bytes]:
+    def frame_parts(self, message: object, tail: Sequence[Bytes]) -> list[Bytes]:
         """The frame of *message* with a binary of the buffers *tail* as its last value.
 
         *message* holds ``b""`` where the binary goes, and that must be the last value its
@@ -175,7 +183,7 @@ _BIN32: Final = struct.Struct(">BI")
 """msgpack's bin 32 header, packed as (0xC6, length)."""
 
 
-def escape_surrogates(value: Any) -> Any:
+def escape_surrogates(value: object) -> object:
     r"""*value* with every ``str`` in it (map keys too) made encodable as UTF-8.
 
     A character UTF-8 cannot encode (a lone surrogate) becomes its backslash escape:
@@ -192,8 +200,9 @@ def escape_surrogates(value: Any) -> Any:
     return value
 
 
-def _new_packer() -> Any:
-    return msgpack.Packer(use_bin_type=True, datetime=True, buf_size=4096)
+def _new_packer() -> _Packer:
+    packer: _Packer = msgpack.Packer(use_bin_type=True, datetime=True, buf_size=4096)
+    return packer
 
 
 def take_frames(buf: bytearray, max_frame: int = DEFAULT_MAX_FRAME) -> list[bytes]:
@@ -220,7 +229,7 @@ def take_frames(buf: bytearray, max_frame: int = DEFAULT_MAX_FRAME) -> list[byte
 
 def decode(
     payload: Buffer, *, max_depth: int = DEFAULT_MAX_DEPTH, max_values: int | None = None
-) -> Any:
+) -> object:
     """Decode one msgpack payload within the caps (see the module docstring); raises WireError.
 
     *max_values* None means no value cap (the kernel trusts what the host sends).
@@ -259,10 +268,10 @@ class Decoding:
             else None
         )
         self._options = _options(self._size, max_values, max_depth)
-        self._unpacker: Any = None
+        self._unpacker: _Unpacker | None = None
         self._fed = 0
         self._chunk = 0
-        self.value: Any = None
+        self.value: object = None
         self.done = False
 
     def count_received(self, received: int, steps: int = 8) -> bool:
@@ -340,7 +349,7 @@ def count_values(payload: Buffer, limit: int) -> int:
 # -- internals ---------------------------------------------------------------------------------
 
 
-def _unpackb(payload: Buffer, options: dict[str, Any]) -> Any:
+def _unpackb(payload: Buffer, options: dict[str, object]) -> object:
     """``msgpack.unpackb`` with *options*, every failure as WireError."""
     try:
         return msgpack.unpackb(payload, **options)
@@ -350,7 +359,7 @@ def _unpackb(payload: Buffer, options: dict[str, Any]) -> Any:
         raise WireError(f"undecodable payload: {type(exc).__name__}: {exc}"[:200]) from None
 
 
-def _options(size: int, max_values: int | None, max_depth: int) -> dict[str, Any]:
+def _options(size: int, max_values: int | None, max_depth: int) -> dict[str, object]:
     longest = size if max_values is None else min(size, max_values)
     nesting = _Nesting(max_depth)
     return {
@@ -386,7 +395,7 @@ def _small_and_shallow(payload: Buffer, max_depth: int, max_values: int | None) 
     return len(payload) - len(payload.translate(None, _CONTAINER_LEADS)) <= max_depth
 
 
-def _refuse_extension(code: int, data: bytes) -> Any:
+def _refuse_extension(code: int, data: bytes) -> object:
     raise WireError(f"extension type {code} is not allowed (only the Timestamp extension is)")
 
 
@@ -420,15 +429,15 @@ class _Nesting:
         self.limit = limit
         self.pending: list[int] = []
 
-    def array_done(self, value: list[Any]) -> list[Any]:
+    def array_done(self, value: list[object]) -> list[object]:
         self._done(value)
         return value
 
-    def map_done(self, value: dict[Any, Any]) -> dict[Any, Any]:
+    def map_done(self, value: dict[object, object]) -> dict[object, object]:
         self._done(value.values())  # keys are hashable, so never containers
         return value
 
-    def _done(self, children: Any) -> None:
+    def _done(self, children: Iterable[object]) -> None:
         pending = self.pending
         inner = sum(map(_IS_CONTAINER, map(type, children))) if pending else 0
         if inner:

@@ -14,13 +14,14 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import types
 from collections.abc import Awaitable, Coroutine, Generator
-from typing import Any, Final, final
+from typing import Final, final
 
 
 def start_eagerly(
-    loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, Any]
-) -> asyncio.Task[Any] | None:
+    loop: asyncio.AbstractEventLoop, coro: Coroutine[object, object, None]
+) -> asyncio.Task[None] | None:
     """Run *coro*'s first step now, in a copy of the current context; call on *loop*'s thread.
 
     Returns None when *coro* finished in that step (its result is dropped: it should handle its
@@ -46,7 +47,7 @@ _STARTED: Final = object()  # _CarryOn has handed over what the eager step waite
 
 
 @final
-class _CarryOn(Coroutine[Any, Any, None]):
+class _CarryOn(Coroutine[object, object, None]):
     """What a task runs to go on with *serving*, started eagerly and now waiting on something.
 
     A coroutine object written out (not an ``async def``), so that a task cancelled before its
@@ -61,11 +62,11 @@ class _CarryOn(Coroutine[Any, Any, None]):
 
     __slots__ = ("_serving", "_waiting_on")
 
-    def __init__(self, serving: Coroutine[Any, Any, None], waiting_on: Any) -> None:
+    def __init__(self, serving: Coroutine[object, object, None], waiting_on: object) -> None:
         self._serving = serving
-        self._waiting_on: Any = waiting_on
+        self._waiting_on = waiting_on
 
-    def send(self, value: Any) -> Any:
+    def send(self, value: object) -> object:
         waiting_on = self._waiting_on
         if waiting_on is _STARTED:
             return self._serving.send(value)
@@ -74,23 +75,32 @@ class _CarryOn(Coroutine[Any, Any, None]):
             return self._serving.send(None)
         return waiting_on  # the task waits on it, then sends its outcome to *serving*
 
-    def throw(self, typ: Any, val: Any = None, tb: Any = None) -> Any:
+    def throw(
+        self,
+        typ: type[BaseException] | BaseException,
+        val: object = None,
+        tb: types.TracebackType | None = None,
+    ) -> object:
         self._waiting_on = _STARTED
         if val is None and tb is None:
             return self._serving.throw(typ)
-        return self._serving.throw(typ, val, tb)
+        if isinstance(typ, type):
+            return self._serving.throw(typ, val, tb)
+        if val is not None:  # what the coroutine's own throw says
+            raise TypeError("instance exception may not have a separate value")
+        return self._serving.throw(typ, None, tb)
 
     def close(self) -> None:
         self._serving.close()
 
-    def __await__(self) -> Generator[Any, Any, None]:
+    def __await__(self) -> Generator[object, object, None]:
         raise TypeError("a task runs this; it is not awaited")
 
 
 class _EnterTask:
     __slots__ = ()
 
-    def __await__(self) -> Generator[Any, Any, None]:
+    def __await__(self) -> Generator[_InTask, object, None]:
         if asyncio.current_task() is None:
             yield _IN_TASK
 

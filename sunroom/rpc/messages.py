@@ -14,7 +14,7 @@ from sunroom.rpc.codec import WireError
 
 TYPE_CHECKING = False  # typing costs the kernel ~10 ms to import; annotations are lazy
 if TYPE_CHECKING:
-    from typing import Any, Final
+    from typing import Final
 
 REQUEST: Final = 0
 RESPONSE: Final = 1
@@ -34,10 +34,10 @@ class _Record:
 
     __slots__: tuple[str, ...] = ()
 
-    def __setattr__(self, name: str, value: Any) -> None:
+    def __setattr__(self, name: str, value: object) -> None:
         raise AttributeError(f"{type(self).__name__} is frozen")
 
-    def _values(self) -> tuple[Any, ...]:
+    def _values(self) -> tuple[object, ...]:
         return tuple(getattr(self, n) for n in self.__slots__)
 
     def __eq__(self, other: object) -> bool:
@@ -61,14 +61,14 @@ class RpcError(_Record):
     __slots__ = ("type", "message", "data")
     type: str
     message: str
-    data: Any
+    data: object
 
-    def __init__(self, type: str, message: str, data: Any = None) -> None:  # noqa: A002
+    def __init__(self, type: str, message: str, data: object = None) -> None:  # noqa: A002
         _set(self, "type", type)
         _set(self, "message", message)
         _set(self, "data", data)
 
-    def to_wire(self) -> dict[str, Any]:
+    def to_wire(self) -> dict[str, object]:
         """Return the ``{type, message, data}`` map."""
         return {"type": self.type, "message": self.message, "data": self.data}
 
@@ -79,14 +79,14 @@ class Request(_Record):
     __slots__ = ("id", "method", "params")
     id: int
     method: str
-    params: Any
+    params: object
 
-    def __init__(self, id: int, method: str, params: Any) -> None:  # noqa: A002
+    def __init__(self, id: int, method: str, params: object) -> None:  # noqa: A002
         _set(self, "id", id)
         _set(self, "method", method)
         _set(self, "params", params)
 
-    def to_wire(self) -> list[Any]:
+    def to_wire(self) -> list[object]:
         """Return the msgpack-RPC array for this request."""
         return [REQUEST, self.id, self.method, self.params]
 
@@ -97,14 +97,14 @@ class Response(_Record):
     __slots__ = ("id", "error", "result")
     id: int
     error: RpcError | None
-    result: Any
+    result: object
 
-    def __init__(self, id: int, error: RpcError | None, result: Any) -> None:  # noqa: A002
+    def __init__(self, id: int, error: RpcError | None, result: object) -> None:  # noqa: A002
         _set(self, "id", id)
         _set(self, "error", error)
         _set(self, "result", result)
 
-    def to_wire(self) -> list[Any]:
+    def to_wire(self) -> list[object]:
         """Return the msgpack-RPC array for this response."""
         err = None if self.error is None else self.error.to_wire()
         return [RESPONSE, self.id, err, self.result]
@@ -115,13 +115,13 @@ class Notification(_Record):
 
     __slots__ = ("method", "params")
     method: str
-    params: Any
+    params: object
 
-    def __init__(self, method: str, params: Any) -> None:
+    def __init__(self, method: str, params: object) -> None:
         _set(self, "method", method)
         _set(self, "params", params)
 
-    def to_wire(self) -> list[Any]:
+    def to_wire(self) -> list[object]:
         """Return the msgpack-RPC array for this notification."""
         return [NOTIFICATION, self.method, self.params]
 
@@ -129,19 +129,19 @@ class Notification(_Record):
 Message = Request | Response | Notification
 
 
-def _check_id(value: Any) -> int:
+def _check_id(value: object) -> int:
     if type(value) is not int or not 0 <= value <= MAX_ID:
         raise WireError(f"message id must be an int in [0, 2**32), got {value!r:.40}")
     return value
 
 
-def _check_method(value: Any) -> str:
+def _check_method(value: object) -> str:
     if type(value) is not str or not value or len(value) > 128:
         raise WireError(f"method must be a non-empty str of at most 128 chars, got {value!r:.40}")
     return value
 
 
-def _parse_error(value: Any) -> RpcError | None:
+def _parse_error(value: object) -> RpcError | None:
     if value is None:
         return None
     if not isinstance(value, dict):
@@ -152,7 +152,7 @@ def _parse_error(value: Any) -> RpcError | None:
     return RpcError(etype, message, value.get("data"))
 
 
-def parse_message(obj: Any) -> Message:
+def parse_message(obj: object) -> Message:
     """Validate a decoded payload's shape and return the typed message; raises WireError."""
     if type(obj) is not list or not obj:
         raise WireError("a message must be a non-empty array")

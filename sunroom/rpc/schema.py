@@ -15,14 +15,14 @@ Kernel → host:
 * request ``call``: ``{"name": str (1-128 chars), "args": {str: any}}``;
 * the result of ``execute``, ``install``, ``bind`` and ``variables`` (see the checkers below).
 
-Any other notification is a violation; a request for any other method is answered with a
+object other notification is a violation; a request for any other method is answered with a
 ``MethodNotFound`` error by the channel's handler.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any, Final, TypeVar
+from typing import Final, TypeVar
 
 from sunroom.rpc.codec import WireError
 from sunroom.rpc.shapes import (
@@ -45,7 +45,7 @@ T_co = TypeVar("T_co", covariant=True)
 Check = Callable[[object], T_co]
 """Checks one kernel-supplied value and returns it rebuilt as a ``T_co``; raises WireError."""
 
-Checker = Callable[[Any], Any]
+Checker = Callable[[object], object]
 """A check whose result is not typed (kept for the callers that predate :data:`Check`)."""
 
 MAX_NAME: Final = 128

@@ -19,12 +19,12 @@ from collections.abc import Callable
 
 TYPE_CHECKING = False  # typing costs the kernel ~10 ms to import; annotations are lazy
 if TYPE_CHECKING:
-    from typing import Any
+    pass
 
 _SCALARS = (str, int, float, bool, bytes, type(None))
 
 
-def to_wire(value: Any, fallback: Callable[[Any], Any] | None = None) -> Any:
+def to_wire(value: object, fallback: Callable[[object], object] | None = None) -> object:
     """Return *value* as msgpack-safe data (dataclasses → maps, enums → values, ...).
 
     *fallback* converts types this module does not know (the host passes one for pydantic
@@ -58,7 +58,7 @@ def to_wire(value: Any, fallback: Callable[[Any], Any] | None = None) -> Any:
     raise TypeError(f"cannot send a {type(value).__name__} over the wire")
 
 
-def _is_stringlike(value: Any) -> bool:
+def _is_stringlike(value: object) -> bool:
     """Decimal, UUID or a path: checked without importing those modules."""
     for module, name in (("decimal", "Decimal"), ("uuid", "UUID"), ("pathlib", "PurePath")):
         mod = sys.modules.get(module)
@@ -67,13 +67,13 @@ def _is_stringlike(value: Any) -> bool:
     return False
 
 
-def _typing_form(tp: Any, name: str) -> bool:
+def _typing_form(tp: object, name: str) -> bool:
     """Whether *tp* is ``typing.<name>`` (without importing typing if nobody has)."""
     typing = sys.modules.get("typing")
     return typing is not None and tp is getattr(typing, name, None)
 
 
-def from_wire(tp: Any, value: Any) -> Any:
+def from_wire(tp: object, value: object) -> object:
     """Rebuild *value* as annotation *tp* where the shape fits; otherwise return it unchanged.
 
     *tp* None or ``typing.Any`` returns *value* as it is.
@@ -83,10 +83,10 @@ def from_wire(tp: Any, value: Any) -> Any:
     if isinstance(tp, types.UnionType):
         return _from_union(tp.__args__, value)
     if hasattr(tp, "__metadata__"):  # Annotated[T, ...]
-        return from_wire(tp.__origin__, value)
+        return from_wire(getattr(tp, "__origin__", None), value)
     origin = getattr(tp, "__origin__", None)
     if origin is not None:
-        args: tuple[Any, ...] = getattr(tp, "__args__", ())
+        args: tuple[object, ...] = getattr(tp, "__args__", ())
         if _typing_form(origin, "Union"):
             return _from_union(args, value)
         if origin in (list, set, frozenset) and isinstance(value, list):
@@ -107,7 +107,7 @@ def from_wire(tp: Any, value: Any) -> Any:
     return value
 
 
-def _from_union(arms: tuple[Any, ...], value: Any) -> Any:
+def _from_union(arms: tuple[object, ...], value: object) -> object:
     for arm in arms:
         if arm is type(None):
             continue
@@ -125,7 +125,7 @@ def _from_union(arms: tuple[Any, ...], value: Any) -> Any:
     return value
 
 
-def _from_class(tp: type, value: Any) -> Any:
+def _from_class(tp: type, value: object) -> object:
     hook = getattr(tp, "__sunroom_from_wire__", None)
     if hook is not None:  # a kernel-side type that rebuilds itself (e.g. MCP content)
         return hook(value)

@@ -84,6 +84,7 @@ async def test_chunks_cross_both_ways_whole() -> None:
                 req: Request = peer.next_request()
             except ConnectionError:
                 return
+            assert isinstance(req.params, dict)
             data = req.params["data"]
             received.append(len(data))
             # answered from a mutable buffer through a view, as the file server does

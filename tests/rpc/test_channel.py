@@ -363,7 +363,12 @@ async def test_answers_wait_while_the_peer_is_not_reading() -> None:
 async def test_large_frames_keep_their_order_among_small_ones() -> None:
     host_sock, peer_sock = socket.socketpair()
     seen: list[str] = []
-    ch = await Channel.open(host_sock, on_notification=lambda m, p: seen.append(p["text"][:1]))
+
+    def on_stream(method: str, params: object) -> None:
+        assert isinstance(params, dict)
+        seen.append(params["text"][:1])
+
+    ch = await Channel.open(host_sock, on_notification=on_stream)
     texts = ["a", "b" * (300 << 10), "c", "d" * (10 << 10), "e", "f" * (3 << 20), "g"]
     data = b"".join(frame([2, "stream", {"name": "stdout", "text": t}]) for t in texts)
     await asyncio.to_thread(peer_sock.sendall, data)
