@@ -34,9 +34,10 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Final, Literal, TypeAlias, cast, final
+from typing import Final, Literal, TypeAlias, cast, final
 
 from sunroom.agent import events as ev
+from sunroom.agent.calls import Publish, RedactValue
 from sunroom.errors import ApprovalDenied, ApprovalNotPending, UsageError
 from sunroom.rpc.eager import in_task
 from sunroom.sandbox.cellclock import cell_clock_paused
@@ -80,7 +81,7 @@ class ApprovalCall:
     """
 
     name: str
-    arguments: Mapping[str, Any]
+    arguments: Mapping[str, object]
     session_id: str
     depth: int
 
@@ -107,7 +108,7 @@ class ApprovalRequest:
 
     call_id: str
     name: str
-    arguments: dict[str, Any]
+    arguments: dict[str, object]
     session_id: str
     depth: int
     timeout_s: float
@@ -118,7 +119,7 @@ class ApprovalRequest:
 class _Waiting:
     request: ApprovalRequest
     answer: asyncio.Future[tuple[bool, str, bool, str]]  # allow, reason, lease, by
-    publish: Callable[..., object]
+    publish: Publish
 
 
 _GLOB_CHARS = re.compile(r"\[[^\]]*\]|[*?]")
@@ -218,9 +219,9 @@ class Approvals:
         *,
         session_id: str,
         depth: int,
-        publish: Callable[..., object],
+        publish: Publish,
         redact: Callable[[str], str],
-        redact_value: Callable[[Any], Any],
+        redact_value: RedactValue,
     ) -> Gate | None:
         """The gate enforcing the policy of *hf* (None when it is a plain ``"allow"``).
 
@@ -232,7 +233,7 @@ class Approvals:
             return None
         name = hf.name
 
-        async def gate(arguments: dict[str, Any]) -> None:
+        async def gate(arguments: dict[str, object]) -> None:
             call = ApprovalCall(name=name, arguments=arguments, session_id=session_id, depth=depth)
             decision = await _decide(policy, call)
             if decision.action == "allow":
@@ -248,7 +249,7 @@ class Approvals:
         return gate
 
     async def _ask(
-        self, call: ApprovalCall, publish: Callable[..., object], shown: dict[str, Any]
+        self, call: ApprovalCall, publish: Publish, shown: dict[str, object]
     ) -> tuple[bool, str]:
         """Publish a request and wait for its answer (the cell's clock paused); (allow, why)."""
         call_id = uuid.uuid4().hex[:16]
@@ -285,7 +286,7 @@ class Approvals:
         allow, why, _, _ = waiting.answer.result()
         return allow, why
 
-    def _announce(self, call_id: str, call: ApprovalCall, publish: Callable[..., object]) -> None:
+    def _announce(self, call_id: str, call: ApprovalCall, publish: Publish) -> None:
         publish(
             ev.ApprovalRequested,
             call_id=call_id,
@@ -348,7 +349,7 @@ class Approvals:
         self,
         call_id: str,
         name: str,
-        publish: Callable[..., object],
+        publish: Publish,
         allow: bool,
         why: str,
         lease: bool,

@@ -17,7 +17,7 @@ import functools
 import itertools
 import time
 from collections.abc import Callable
-from typing import Any, Protocol, final
+from typing import Protocol, TypeVar, final
 
 from sunroom.agent import events as ev
 from sunroom.agent.budget import BudgetTracker
@@ -26,14 +26,23 @@ from sunroom.errors import BudgetExceededError
 from sunroom.providers import Model, Request, Response
 from sunroom.sandbox.functions import HostFunction
 
-__all__ = ["CURRENT_CALL", "ModelGate", "Publish", "Redact", "instrument"]
+__all__ = ["CURRENT_CALL", "ModelGate", "Publish", "Redact", "RedactValue", "instrument"]
+
+T = TypeVar("T")
 
 
 class Publish(Protocol):
     """``publish(EventType, **fields)``: the session's redacting event publisher."""
 
-    def __call__(self, cls: type[ev.Event], /, **fields: Any) -> object:
+    def __call__(self, cls: type[ev.Event], /, **fields: object) -> object:
         """Publish one event."""
+
+
+class RedactValue(Protocol):
+    """``redact_value(value)``: *value* with every registered secret replaced in its strings."""
+
+    def __call__(self, value: T, /) -> T:
+        """The redacted value (of the same type)."""
 
 
 Redact = Callable[[str], str]
@@ -121,7 +130,7 @@ def instrument(
     hooks: Hooks | None,
     publish: Publish,
     redact: Redact,
-    redact_value: Callable[[Any], Any] | None = None,
+    redact_value: RedactValue | None = None,
 ) -> HostFunction:
     """A copy of *hf* whose calls are vetted by hooks and reported as events.
 
@@ -133,7 +142,7 @@ def instrument(
     name = hf.name
 
     @functools.wraps(fn)
-    async def wrapper(**kwargs: Any) -> Any:
+    async def wrapper(**kwargs: object) -> object:  # functools.wraps replaces both annotations
         call_id = next(_ids)
         veto = await ask(hooks.before_host_call if hooks else None, name, dict(kwargs))
         if veto is not None:

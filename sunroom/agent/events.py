@@ -15,7 +15,7 @@ run, branch i from 0). The branch tree itself is told by :class:`BranchesStarted
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal, TypeAlias, final
+from typing import TYPE_CHECKING, Literal, TypeAlias, final
 
 from sunroom.providers import Usage
 
@@ -105,7 +105,7 @@ class ExecutionFinished(_Base):
     truncated_bytes: int
     duration_s: float
     state_lost: bool
-    outputs: tuple[dict[str, Any], ...] = ()
+    outputs: tuple[dict[str, object], ...] = ()
 
 
 @final
@@ -202,7 +202,7 @@ class ApprovalRequested(_Base):
 
     call_id: str
     name: str
-    arguments: dict[str, Any]
+    arguments: dict[str, object]
     timeout_s: float
     depth: int = 0
 

@@ -8,7 +8,7 @@ the high watermark, compaction at the higher one, counted against the session's 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Any, final
+from typing import TypeVar, final
 
 from sunroom.agent import events as ev
 from sunroom.agent.calls import ModelGate, Publish
@@ -16,6 +16,8 @@ from sunroom.agent.context import ContextPolicy, compact, estimate_request_token
 from sunroom.agent.redaction import Redactor, Secrets
 from sunroom.errors import UsageError
 from sunroom.providers import Message, Model, Request, ToolSpec
+
+T = TypeVar("T")
 
 
 @final
@@ -31,7 +33,7 @@ class Guard:
         """*text* with every registered secret replaced."""
         return self._redactor.redact(text)
 
-    def redact_value(self, value: Any) -> Any:
+    def redact_value(self, value: T) -> T:
         """*value* with secrets replaced in its strings (containers and dataclasses walked)."""
         return self._redactor.redact_value(value)
 
@@ -79,7 +81,7 @@ class Guard:
         )
 
 
-def context_guard(secrets: Secrets | Mapping[str, str] | Iterable[str], context: Any) -> Guard:
+def context_guard(secrets: Secrets | Mapping[str, str] | Iterable[str], context: object) -> Guard:
     """A guard for *secrets* and a ``ContextPolicy`` (None: the default policy).
 
     Raises UsageError when *context* is not a ContextPolicy.

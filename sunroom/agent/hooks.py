@@ -12,9 +12,11 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, TypeAlias, final
+from typing import ParamSpec, TypeAlias, final
 
 __all__ = ["BeforeExecute", "BeforeHostCall", "Hooks", "Veto"]
+
+P = ParamSpec("P")
 
 
 @final
@@ -28,7 +30,7 @@ class Veto:
 BeforeExecute: TypeAlias = Callable[[str], Awaitable[Veto | None]]
 """``async def before_execute(code) -> Veto | None``."""
 
-BeforeHostCall: TypeAlias = Callable[[str, Mapping[str, Any]], Awaitable[Veto | None]]
+BeforeHostCall: TypeAlias = Callable[[str, Mapping[str, object]], Awaitable[Veto | None]]
 """``async def before_host_call(name, arguments) -> Veto | None`` (arguments as validated)."""
 
 
@@ -45,12 +47,14 @@ class Hooks:
     before_host_call: BeforeHostCall | None = None
 
 
-async def ask(hook: Callable[..., Awaitable[Veto | None]] | None, *args: Any) -> Veto | None:
+async def ask(
+    hook: Callable[P, Awaitable[Veto | None]] | None, *args: P.args, **kwargs: P.kwargs
+) -> Veto | None:
     """Run *hook* (if any) and return its verdict; an exception is a veto naming it."""
     if hook is None:
         return None
     try:
-        verdict = await hook(*args)
+        verdict = await hook(*args, **kwargs)
     except Exception as exc:  # a failing hook must not let the action through
         return Veto(f"the hook failed: {type(exc).__name__}: {exc}")
     checked: object = verdict

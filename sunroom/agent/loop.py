@@ -17,7 +17,7 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, Final, final
+from typing import Final, final
 
 from sunroom.agent import events as ev
 from sunroom.agent.calls import ModelGate, Publish
@@ -76,7 +76,7 @@ class LoopConfig:
 @dataclass(slots=True)
 class _Outcome:
     status: Status
-    output: Any = None
+    output: object = None
     error: str | None = None
 
 

@@ -41,7 +41,10 @@ if TYPE_CHECKING:
     from sunroom.sandbox.packages import Packages
     from sunroom.sandbox.template import Template
 
-__all__ = ["Inputs", "OutputSpec", "SessionOptions"]
+__all__ = ["Functions", "Inputs", "OutputSpec", "SessionOptions"]
+
+Functions: TypeAlias = "Iterable[Callable[..., Any] | HostFunction]"  # type: ignore[explicit-any]  # callables of any signature, for host_function
+"""Host functions to expose: plain callables (wrapped with ``host_function``) or ready ones."""
 
 Inputs: TypeAlias = "Mapping[str, object] | pydantic.BaseModel | DataclassInstance | None"
 """Variables to bind: a mapping of names to values (``typed``: also a model/dataclass instance)."""
@@ -68,7 +71,7 @@ class SessionOptions:
     sub_model: Model | str | None = None
     backend: str | Backend = backends.DEFAULT_BACKEND
     limits: Limits | None = None
-    functions: Iterable[Callable[..., Any] | HostFunction] = ()
+    functions: Functions = ()
     inputs: Inputs = None
     output: OutputSpec = None
     budget: Budget | None = None

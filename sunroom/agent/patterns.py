@@ -13,16 +13,19 @@ longer than :data:`MAX_PATTERN_CHARS`, and ``unevaluatedProperties`` beside
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Iterator, Mapping
-from typing import Any, Final
+from collections.abc import Iterator, Mapping
+from typing import ClassVar, Final, Protocol, TypedDict
 
 import jsonschema
 import re2
+from jsonschema import FormatChecker
 from jsonschema.exceptions import ValidationError
+from jsonschema.protocols import Validator
+from referencing.jsonschema import SchemaRegistry
 
 from sunroom.errors import UsageError
 
-__all__ = ["MAX_PATTERN_CHARS", "check_patterns", "linear_time"]
+__all__ = ["MAX_PATTERN_CHARS", "LinearValidator", "check_patterns", "linear_time"]
 
 MAX_PATTERN_CHARS: Final = 1_000
 """The longest pattern a schema may hold."""
@@ -31,8 +34,52 @@ _OPTIONS: Final = re2.Options()
 _OPTIONS.log_errors = False  # a refused pattern is our error to report, not a line on stderr
 
 
+class _Regex(Protocol):
+    def search(self, text: str, /) -> object: ...
+
+
+class LinearValidator(Protocol):
+    """A validator class built by :func:`linear_time`, as jsonschema runs it.
+
+    Its stubs leave ``extend`` untyped and narrow an instance to JSON types; at run time any
+    value is validated (a value of no JSON type matches no ``type``).
+    """
+
+    FORMAT_CHECKER: ClassVar[FormatChecker]
+
+    def __init__(
+        self,
+        schema: Mapping[str, object],
+        *,
+        registry: SchemaRegistry,
+        format_checker: FormatChecker | None,
+    ) -> None: ...
+
+    def iter_errors(self, instance: object) -> Iterator[ValidationError]:
+        """Every way *instance* fails the schema."""
+
+    def is_type(self, instance: object, type: str) -> bool:
+        """Whether *instance* is of the JSON type *type*."""
+
+    def descend(
+        self,
+        instance: object,
+        schema: object,
+        path: str | None = None,
+        schema_path: str | None = None,
+    ) -> Iterator[ValidationError]:
+        """Every way *instance* fails *schema*, a part of the schema at *path*."""
+
+
+class _ObjectKeywords(TypedDict, total=False):
+    """The keywords of a (meta-schema-valid) schema that ``additionalProperties`` reads."""
+
+    properties: Mapping[str, object]
+    patternProperties: Mapping[str, object]
+
+
 @functools.lru_cache(maxsize=256)
-def _compiled(pattern: str) -> Any:
+def _compiled(pattern: str) -> _Regex:
     return re2.compile(pattern, _OPTIONS)
 
 
@@ -40,7 +87,7 @@ def _search(pattern: str, text: str) -> bool:
     return _compiled(pattern).search(text) is not None
 
 
-def _patterns_in(node: Any, depth: int = 0) -> Iterator[tuple[str, str]]:
+def _patterns_in(node: object, depth: int = 0) -> Iterator[tuple[str, str]]:
     """Every ``(keyword, pattern)`` in *node* (a schema), at any depth (at most 64)."""
     if depth > 64:
         return
@@ -57,7 +104,7 @@ def _patterns_in(node: Any, depth: int = 0) -> Iterator[tuple[str, str]]:
             yield from _patterns_in(item, depth + 1)
 
 
-def _uses(node: Any, keyword: str, depth: int = 0) -> bool:
+def _uses(node: object, keyword: str, depth: int = 0) -> bool:
     if depth > 64:
         return False
     if isinstance(node, Mapping):
@@ -67,7 +114,7 @@ def _uses(node: Any, keyword: str, depth: int = 0) -> bool:
     return False
 
 
-def check_patterns(schema: Mapping[str, Any], *, what: str) -> None:
+def check_patterns(schema: Mapping[str, object], *, what: str) -> None:
     """Raise UsageError (one sentence) when *schema* holds a pattern this host will not run."""
     for keyword, pattern in _patterns_in(schema):
         if len(pattern) > MAX_PATTERN_CHARS:
@@ -91,16 +138,23 @@ def check_patterns(schema: Mapping[str, Any], *, what: str) -> None:
 
 
 def _pattern(
-    validator: Any, pattern: str, instance: Any, schema: Mapping[str, Any]
+    validator: LinearValidator, pattern: str, instance: object, schema: Mapping[str, object]
 ) -> Iterator[ValidationError]:
-    if validator.is_type(instance, "string") and not _search(pattern, instance):
+    if (
+        isinstance(instance, str)  # what is_type(instance, "string") checks (mypy narrows it)
+        and validator.is_type(instance, "string")
+        and not _search(pattern, instance)
+    ):
         yield ValidationError(f"{instance!r} does not match {pattern!r}")
 
 
 def _pattern_properties(
-    validator: Any, patterns: Mapping[str, Any], instance: Any, schema: Mapping[str, Any]
+    validator: LinearValidator,
+    patterns: Mapping[str, object],
+    instance: object,
+    schema: Mapping[str, object],
 ) -> Iterator[ValidationError]:
-    if not validator.is_type(instance, "object"):
+    if not validator.is_type(instance, "object") or not isinstance(instance, Mapping):
         return
     for pattern, subschema in patterns.items():
         for key, value in instance.items():
@@ -109,9 +163,9 @@ def _pattern_properties(
 
 
 def _additional_properties(
-    validator: Any, additional: Any, instance: Any, schema: Mapping[str, Any]
+    validator: LinearValidator, additional: object, instance: object, schema: _ObjectKeywords
 ) -> Iterator[ValidationError]:
-    if not validator.is_type(instance, "object"):
+    if not validator.is_type(instance, "object") or not isinstance(instance, Mapping):
         return
     named = schema.get("properties", {})
     patterns = list(schema.get("patternProperties", {}))
@@ -133,16 +187,22 @@ def _additional_properties(
         )
 
 
-def linear_time(validator_cls: Any) -> Any:
+def linear_time(validator_cls: type[Validator]) -> type[LinearValidator]:
     """*validator_cls* with its regex keywords matched by RE2 (a new class; cached)."""
     return _extended(validator_cls)
 
 
-_extend: Callable[..., Any] = jsonschema.validators.extend  # untyped in its stubs
+class _Extend(Protocol):
+    def __call__(
+        self, validator: type[Validator], validators: Mapping[str, object]
+    ) -> type[LinearValidator]: ...
+
+
+_extend: _Extend = jsonschema.validators.extend  # untyped in its stubs
 
 
 @functools.lru_cache(maxsize=16)
-def _extended(validator_cls: Any) -> Any:
+def _extended(validator_cls: type[Validator]) -> type[LinearValidator]:
     return _extend(
         validator_cls,
         {

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Awaitable, Callable
-from typing import Any, Final, final
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, Final, TypeVar, final
 
 from sunroom.agent import events as ev
 from sunroom.agent.calls import CURRENT_CALL, ModelGate, Publish, Redact
@@ -28,7 +28,9 @@ from sunroom.sandbox.functions import HostFunction, host_function
 
 __all__ = ["Nested", "Predictor", "render_input"]
 
-Nested = Callable[[str, Any, Any], Awaitable[Any]]
+T = TypeVar("T")
+
+Nested = Callable[[str, object, JsonSchema | None], Awaitable[object]]
 """``nested(instructions, input, output) -> value``: runs a sub-session (recursion); *output*
 is a :class:`~sunroom.agent.schema.JsonSchema` or None."""
 
@@ -37,7 +39,7 @@ _JSON_NOTE: Final = (
 )
 
 
-def render_input(value: Any) -> str:
+def render_input(value: object) -> str:
     """The text a sub-model sees for *value*: strings as they are, other data as JSON."""
     if value is None:
         return "(no input)"
@@ -87,7 +89,7 @@ class Predictor:
             host_function(self.predict_many, name="predict_many"),
         ]
 
-    async def predict(
+    async def predict(  # type: ignore[explicit-any]  # a wire contract: generates the kernel's predict and its schema
         self,
         instructions: str,
         input: Any = None,  # noqa: A002 - the name the kernel sees
@@ -102,7 +104,7 @@ class Predictor:
         check = _schema(output)
         return await self._one(instructions, input, check, recursive=recursive)
 
-    async def predict_many(
+    async def predict_many(  # type: ignore[explicit-any]  # a wire contract, as predict's
         self,
         instructions: str,
         inputs: list[Any],
@@ -121,7 +123,7 @@ class Predictor:
         gate = asyncio.Semaphore(self._concurrency)
         counts = {"done": 0, "failed": 0}
 
-        async def item(value: Any) -> Any:
+        async def item(value: object) -> object:
             async with gate:
                 try:
                     return await self._one(instructions, value, check, recursive=recursive)
@@ -147,8 +149,8 @@ class Predictor:
         return results
 
     async def _one(
-        self, instructions: str, value: Any, check: JsonSchema | None, *, recursive: bool
-    ) -> Any:
+        self, instructions: str, value: object, check: JsonSchema | None, *, recursive: bool
+    ) -> object:
         if recursive:
             if self._nested is None:
                 raise RecursionError(
@@ -181,7 +183,7 @@ class Predictor:
         return _validated(check, data)
 
 
-def _schema(output: dict[str, Any] | None) -> JsonSchema | None:
+def _schema(output: Mapping[str, object] | None) -> JsonSchema | None:
     """The kernel's *output* schema, checked; ValueError (for the kernel) when it is invalid."""
     if output is None:
         return None
@@ -196,7 +198,7 @@ def _schema_name(check: OutputCheck) -> str:
     return title if isinstance(title, str) and title.isidentifier() else "output"
 
 
-def _validated(check: JsonSchema, data: Any) -> Any:
+def _validated(check: JsonSchema, data: T) -> T:
     """*data* if it matches *check*; else ValueError naming each path that failed."""
     try:
         return check.validate(data, root="reply")

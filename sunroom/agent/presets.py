@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import re
 from collections.abc import Mapping
-from typing import Any, Final, Literal, TypeAlias
+from typing import Final, Literal, TypeAlias
 
 import pydantic
 
@@ -87,7 +87,7 @@ def render_result(result: ExecutionResult) -> str:
     return text
 
 
-def bind_inputs(preset: str, inputs: Any) -> tuple[dict[str, Any], dict[str, str]]:
+def bind_inputs(preset: str, inputs: object) -> tuple[dict[str, object], dict[str, str]]:
     """The variables to bind for *inputs*, and display type names for the prompt.
 
     ``typed``: a pydantic model or dataclass instance bound field by field (nested models as
@@ -112,7 +112,7 @@ def bind_inputs(preset: str, inputs: Any) -> tuple[dict[str, Any], dict[str, str
     )
 
 
-def _annotation(tp: Any) -> str:
+def _annotation(tp: object) -> str:
     if isinstance(tp, type):
         return tp.__name__
     return str(tp).replace("typing.", "")

@@ -11,7 +11,7 @@ import ast
 import copy
 import os
 from collections.abc import Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Final
 
 from sunroom.agent.submit import type_name
 from sunroom.sandbox.codegen import generate
@@ -95,7 +95,7 @@ def describe_functions(functions: Iterable[HostFunction]) -> str:
     return "\n\n".join(parts)
 
 
-def _size(value: Any) -> str:
+def _size(value: object) -> str:
     if isinstance(value, str | bytes):
         return (
             f", {len(value):,} characters" if isinstance(value, str) else f", {len(value):,} bytes"
@@ -126,7 +126,7 @@ def _file(value: File | Directory) -> str:
     return f"{_LOADED[value.load]}, from a read-only file{size}"
 
 
-def describe_variables(values: Mapping[str, Any], types: Mapping[str, str] | None = None) -> str:
+def describe_variables(values: Mapping[str, object], types: Mapping[str, str] | None = None) -> str:
     """One line per variable: name, type and size; never the value."""
     lines = []
     for name, value in values.items():
@@ -162,7 +162,7 @@ def system_prompt(
     preset: str,
     tool: bool,
     functions: Iterable[HostFunction],
-    variables: Mapping[str, Any],
+    variables: Mapping[str, object],
     variable_types: Mapping[str, str] | None,
     submit_source: str,
     output_name: str | None,
@@ -223,10 +223,10 @@ def system_prompt_for(
     preset: str,
     tool: bool,
     functions: list[HostFunction],
-    variables: Mapping[str, Any],
+    variables: Mapping[str, object],
     variable_types: Mapping[str, str],
     submit_source: str,
-    output: Any,
+    output: object,
     max_output_chars: int,
     extra: str | None,
     semantic_search: bool = False,

@@ -27,9 +27,9 @@ import json
 import re
 import threading
 import urllib.parse
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, TypeVar, final
+from typing import TypeAlias, TypeVar, final
 
 from pydantic import BaseModel
 
@@ -45,6 +45,8 @@ _WINDOW = 4  # anchor window length; every form is at least this long
 _MIN_BASE64_CORE = 6  # shorter alignment cores would match ordinary words
 
 T = TypeVar("T")
+
+_Trie: TypeAlias = "dict[str, _Trie]"
 
 
 def _marker(name: str | None) -> str:
@@ -206,13 +208,13 @@ def _anchor(form: str) -> int:
 
 def _trie_pattern(words: Iterable[str]) -> str:
     """A regex matching exactly ``words`` (all of one length), factored as a prefix tree."""
-    root: dict[str, Any] = {}
+    root: _Trie = {}
     for word in words:
         node = root
         for char in word:
             node = node.setdefault(char, {})
 
-    def build(node: dict[str, Any]) -> str:
+    def build(node: _Trie) -> str:
         if not node:
             return ""
         alternatives = [re.escape(char) + build(child) for char, child in sorted(node.items())]
@@ -368,7 +370,7 @@ class Redactor:
             active.discard(id(value))
 
     def _container(self, value: T, active: set[int]) -> T:
-        result: Any = value
+        result: object = value
         if isinstance(value, BaseModel):
             update = {}
             fields = dict(value)
@@ -395,22 +397,33 @@ class Redactor:
                 nk is not k or nv is not v
                 for (nk, nv), (k, v) in zip(pairs, value.items(), strict=True)
             ):
-                result = dict(pairs) if type(value) is dict else _rebuild(value, pairs)
+                result = dict(pairs) if type(value) is dict else _rebuild_mapping(value, pairs)
         elif isinstance(value, list | tuple | set | frozenset):
             items = [self._value(item, active) for item in value]
             if any(new is not old for new, old in zip(items, value, strict=True)):
                 result = _rebuild(value, items)
-        return result  # type: ignore[no-any-return]
+        return result  # type: ignore[return-value]  # a copy of value's type (or the plain fallback)
 
 
-def _rebuild(value: Any, items: list[Any]) -> Any:
+def _rebuild(value: object, items: list[object]) -> object:
     """A container of ``value``'s type holding ``items`` (a plain one if that fails)."""
-    kind = type(value)
     if isinstance(value, tuple) and hasattr(value, "_fields"):
-        return kind(*items)
+        return _new_like(value, *items)
     try:
-        return kind(items)
+        return _new_like(value, items)
     except TypeError:
-        if isinstance(value, Mapping):
-            return dict(items)
         return tuple(items) if isinstance(value, tuple) else list(items)
+
+
+def _rebuild_mapping(value: Mapping[object, object], pairs: list[tuple[object, object]]) -> object:
+    """A mapping of ``value``'s type holding ``pairs`` (a dict if that fails)."""
+    try:
+        return _new_like(value, pairs)
+    except TypeError:
+        return dict(pairs)
+
+
+def _new_like(value: object, *args: object) -> object:
+    """An instance of ``value``'s class built from *args* (TypeError when it refuses them)."""
+    kind: Callable[..., object] = type(value)  # type: ignore[explicit-any]  # any class's constructor
+    return kind(*args)

@@ -26,6 +26,9 @@ retried), cancellation (the session was closed or the run's task cancelled), or 
 exception on the host (a bug in sunroom, a hook or a custom model; logged with its
 traceback), or a branched run whose ``choose`` callable turned down every branch."""
 
+_Output: TypeAlias = Any  # type: ignore[explicit-any]  # the user's own type: object would make every reader cast
+"""What ``RunResult.output`` holds: the session's output type, or text."""
+
 
 @final
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -46,7 +49,7 @@ class RunResult:
     """
 
     status: Status
-    output: Any = None
+    output: _Output = None
     usage: Usage = Usage()
     cost_micro_usd: int | None = 0
     turns: int = 0

@@ -22,14 +22,14 @@ import itertools
 import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, Final, final
+from typing import Any, Final, TypeVar, final
 
 import jsonschema
 import pydantic
 import referencing
 from jsonschema.exceptions import ValidationError, best_match, relevance
 
-from sunroom.agent.patterns import check_patterns, linear_time
+from sunroom.agent.patterns import LinearValidator, check_patterns, linear_time
 from sunroom.errors import UsageError
 
 __all__ = [
@@ -49,13 +49,15 @@ _SCANNED_ERRORS: Final = 50
 _REPR_LIMIT: Final = 60
 _MAX_SCHEMA_DEPTH: Final = 64
 
+T = TypeVar("T")
 
-def _short(value: Any) -> str:
+
+def _short(value: object) -> str:
     text = repr(value)
     return text if len(text) <= _REPR_LIMIT else text[: _REPR_LIMIT - 3] + "..."
 
 
-def _path(root: str, parts: Iterable[Any]) -> str:
+def _path(root: str, parts: Iterable[object]) -> str:
     out = root
     for part in parts:
         if isinstance(part, int):
@@ -94,7 +96,7 @@ def _json_problems(errors: Iterable[ValidationError], root: str) -> list[str]:
     return [_describe(best_match([e]), root) for e in scanned]
 
 
-def _walk_refs(node: Any, depth: int = 0) -> Iterable[str]:
+def _walk_refs(node: object, depth: int = 0) -> Iterable[str]:
     if depth > _MAX_SCHEMA_DEPTH:
         raise UsageError("the JSON Schema is nested too deeply")
     if isinstance(node, Mapping):
@@ -117,12 +119,12 @@ class JsonSchema:
     ``title``, or its compact JSON when short.
     """
 
-    schema: Mapping[str, Any]
+    schema: Mapping[str, object]
     name: str
-    _validator: Any = dataclasses.field(repr=False)
+    _validator: LinearValidator = dataclasses.field(repr=False)
 
     @classmethod
-    def parse(cls, schema: Any, *, what: str = "output") -> JsonSchema:
+    def parse(cls, schema: object, *, what: str = "output") -> JsonSchema:
         """Check *schema* against its meta-schema and build its validator.
 
         *what* names it in messages. Raises UsageError (one sentence) for a schema that is not
@@ -150,11 +152,11 @@ class JsonSchema:
         if problems:
             raise UsageError(f"invalid JSON Schema: {_sentences(problems)}")
         check_patterns(plain, what=what)  # kernels send schemas: no backtracking on the host
-        validator_cls = linear_time(validator_cls)
-        validator = validator_cls(
+        linear_cls = linear_time(validator_cls)
+        validator = linear_cls(
             plain,
             registry=referencing.Registry(),  # no retrieval: refs resolve inside the schema
-            format_checker=validator_cls.FORMAT_CHECKER,
+            format_checker=linear_cls.FORMAT_CHECKER,
         )
         title = plain.get("title")
         if isinstance(title, str) and title:
@@ -164,12 +166,12 @@ class JsonSchema:
             name = compact if len(compact) <= 120 else "the JSON Schema in submit's docstring"
         return cls(schema=plain, name=name, _validator=validator)
 
-    def json_schema(self) -> dict[str, Any]:
+    def json_schema(self) -> dict[str, object]:
         """The schema (a copy)."""
-        copied: dict[str, Any] = json.loads(json.dumps(self.schema))
+        copied: dict[str, object] = json.loads(json.dumps(self.schema))
         return copied
 
-    def validate(self, value: Any, *, root: str) -> Any:
+    def validate(self, value: T, *, root: str) -> T:
         """Return *value* unchanged if it matches; else raise ValueError naming each problem.
 
         *root* names the value in the message (``output``, ``reply``).
@@ -190,15 +192,15 @@ class JsonSchema:
 class TypeCheck:
     """A Python type validated by pydantic (the type's own definition)."""
 
-    type: Any
+    type: object
     name: str
-    adapter: pydantic.TypeAdapter[Any] = dataclasses.field(repr=False)
+    adapter: pydantic.TypeAdapter[object] = dataclasses.field(repr=False)
 
     @classmethod
-    def of(cls, tp: Any) -> TypeCheck:
+    def of(cls, tp: object) -> TypeCheck:
         """Raises UsageError when pydantic cannot validate *tp*."""
         try:
-            adapter: pydantic.TypeAdapter[Any] = pydantic.TypeAdapter(tp)
+            adapter = _adapter(tp)
         except (
             pydantic.PydanticSchemaGenerationError,
             pydantic.PydanticUserError,
@@ -208,11 +210,11 @@ class TypeCheck:
         name = getattr(tp, "__name__", None)
         return cls(type=tp, name=name if isinstance(name, str) else repr(tp), adapter=adapter)
 
-    def json_schema(self) -> dict[str, Any]:
+    def json_schema(self) -> dict[str, object]:
         """Pydantic's JSON Schema of the type."""
         return self.adapter.json_schema()
 
-    def validate(self, value: Any, *, root: str) -> Any:
+    def validate(self, value: object, *, root: str) -> object:
         """Return *value* validated as the type; else raise ValueError naming each problem."""
         if isinstance(value, pydantic.BaseModel):
             value = value.model_dump()
@@ -225,27 +227,39 @@ class TypeCheck:
             ]
             raise ValueError(_sentences(problems)) from None
 
-    def dump(self, value: Any) -> Any:
+    def dump(self, value: object) -> object:
         """A validated value as plain JSON-ready data."""
         return self.adapter.dump_python(value, mode="json")
 
 
-def inline_refs(schema: Mapping[str, Any]) -> dict[str, Any]:
+def _adapter(tp: Any) -> pydantic.TypeAdapter[object]:  # type: ignore[explicit-any]  # pydantic's stub takes a TypeForm, which a type held as a value (list[int], A | B) is not to mypy
+    """Pydantic's adapter of *tp* (its errors propagate)."""
+    return pydantic.TypeAdapter(tp)
+
+
+def inline_refs(schema: Mapping[str, object]) -> dict[str, object]:
     """*schema* with every local ``$ref`` replaced by its target, without ``$defs``.
 
     For display where the schema is embedded in another document (the kernel's ``submit``
     signature): a recursive reference becomes ``{}`` (any value). A definition without a
     ``title`` gets its name as title, so its mirror is named after it. Never used to validate.
     """
-    defs = {**(schema.get("definitions") or {}), **(schema.get("$defs") or {})}
+    defs = {**_object(schema.get("definitions")), **_object(schema.get("$defs"))}
 
-    def walk(node: Any, expanding: frozenset[str], depth: int) -> Any:
+    def walk(node: object, expanding: frozenset[str], depth: int) -> object:
+        if isinstance(node, Mapping):
+            return walk_object(node, expanding, depth)
         if depth > _MAX_SCHEMA_DEPTH:
             return {}
         if isinstance(node, list):
             return [walk(item, expanding, depth + 1) for item in node]
-        if not isinstance(node, Mapping):
-            return node
+        return node
+
+    def walk_object(
+        node: Mapping[str, object], expanding: frozenset[str], depth: int
+    ) -> dict[str, object]:
+        if depth > _MAX_SCHEMA_DEPTH:
+            return {}
         ref = node.get("$ref")
         if isinstance(ref, str):
             name = ref.rsplit("/", 1)[-1]
@@ -253,18 +267,23 @@ def inline_refs(schema: Mapping[str, Any]) -> dict[str, Any]:
                 return {}
             if name in expanding:
                 return {}
-            target = dict(defs[name]) if isinstance(defs[name], Mapping) else {}
+            found = defs[name]
+            target: dict[str, object] = dict(found) if isinstance(found, Mapping) else {}
             target.setdefault("title", name)
             siblings = {k: v for k, v in node.items() if k != "$ref"}
-            return walk({**target, **siblings}, expanding | {name}, depth + 1)
+            return walk_object({**target, **siblings}, expanding | {name}, depth + 1)
         return {
             k: walk(v, expanding, depth + 1)
             for k, v in node.items()
             if k not in ("$defs", "definitions")
         }
 
-    inlined: dict[str, Any] = walk(schema, frozenset(), 0)
-    return inlined
+    return walk_object(schema, frozenset(), 0)
+
+
+def _object(value: object) -> Mapping[str, object]:
+    """*value* when it is a mapping (``$defs`` of a schema), else an empty one."""
+    return value if isinstance(value, Mapping) else {}
 
 
 OutputCheck = JsonSchema | TypeCheck
@@ -273,7 +292,7 @@ OutputCheck = JsonSchema | TypeCheck
 _DEFAULT: Final = jsonschema.Draft202012Validator
 
 
-def output_check(output: Any, *, what: str = "output") -> OutputCheck | None:
+def output_check(output: object, *, what: str = "output") -> OutputCheck | None:
     """The check for an ``output=``: None (anything), a JSON Schema (a mapping) or a type.
 
     Raises UsageError for an invalid schema or a type pydantic cannot validate.
@@ -287,7 +306,7 @@ def output_check(output: Any, *, what: str = "output") -> OutputCheck | None:
     return TypeCheck.of(output)
 
 
-def structured(check: OutputCheck) -> tuple[dict[str, Any], bool]:
+def structured(check: OutputCheck) -> tuple[dict[str, object], bool]:
     """A JSON Schema for structured output, and whether it wraps the type as ``value``.
 
     Vendors want an object at the root, so anything else is asked for as
@@ -297,10 +316,10 @@ def structured(check: OutputCheck) -> tuple[dict[str, Any], bool]:
     schema = check.json_schema()
     if schema.get("type") == "object":
         return schema, False
-    hoisted: dict[str, Any] = {
+    hoisted: dict[str, object] = {
         k: schema.pop(k) for k in ("$defs", "definitions", "$schema") if k in schema
     }
-    wrapper: dict[str, Any] = {
+    wrapper: dict[str, object] = {
         "type": "object",
         "properties": {"value": schema},
         "required": ["value"],
@@ -313,7 +332,7 @@ def structured(check: OutputCheck) -> tuple[dict[str, Any], bool]:
 _FENCE = re.compile(r"^\s*```(?:json)?\s*\n(.*?)\n\s*```\s*$", re.DOTALL)
 
 
-def parse_json_reply(text: str) -> Any:
+def parse_json_reply(text: str) -> object:
     """Parse a reply that should be one JSON value (a ```json fence around it is accepted).
 
     Raises ValueError when it is not JSON.

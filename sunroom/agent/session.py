@@ -21,9 +21,9 @@ import asyncio
 import contextlib
 import dataclasses
 import uuid
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Self, final
+from typing import TYPE_CHECKING, Self, final
 
 from sunroom.agent import branches as br
 from sunroom.agent import events as ev
@@ -36,7 +36,7 @@ from sunroom.agent.context import ContextPolicy
 from sunroom.agent.guard import Guard, context_guard
 from sunroom.agent.hooks import Hooks
 from sunroom.agent.loop import Loop, LoopConfig
-from sunroom.agent.options import Inputs, OutputSpec, SessionOptions
+from sunroom.agent.options import Functions, Inputs, OutputSpec, SessionOptions
 from sunroom.agent.predict import Predictor
 from sunroom.agent.presets import Preset, bind_inputs
 from sunroom.agent.prompts import describe_functions, system_prompt_for
@@ -185,7 +185,7 @@ class AsyncSession:
         sub_model: Model | str | None = None,
         backend: str | Backend = backends.DEFAULT_BACKEND,
         limits: Limits | None = None,
-        functions: Iterable[Callable[..., Any] | HostFunction] = (),
+        functions: Functions = (),
         inputs: Inputs = None,
         output: OutputSpec = None,
         budget: Budget | None = None,
@@ -639,7 +639,7 @@ class AsyncSession:
         return self._parts.bus.subscribe(maxsize=maxsize)
 
     @property
-    def messages(self) -> tuple[Any, ...]:
+    def messages(self) -> tuple[Message, ...]:
         """The transcript as the model sees it (redacted)."""
         return tuple(self._loop.messages)
 
@@ -756,7 +756,7 @@ class AsyncSession:
 
     # -- nested sessions -------------------------------------------------------------------
 
-    async def _nested(self, instructions: str, value: Any, output: Any) -> Any:
+    async def _nested(self, instructions: str, value: object, output: OutputSpec) -> object:
         """Run a nested ``rlm`` session on *value* (``predict(recursive=True)``); its output.
 
         It runs on the sub-model, one level deeper, with this session's budget tracker,

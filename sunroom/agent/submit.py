@@ -27,7 +27,7 @@ __all__ = ["Submission", "type_name"]
 _DOC = "Hand back the final answer; it must match the output type. Call it once."
 
 
-def type_name(tp: Any) -> str:
+def type_name(tp: object) -> str:
     """A readable name of an output (a type, a JSON Schema or None)."""
     if tp is None:
         return "any value"
@@ -49,13 +49,13 @@ class Submission:
     Raises UsageError if *output* is an invalid JSON Schema or a type pydantic cannot validate.
     """
 
-    def __init__(self, *, output: Any, publish: Publish, redact: Redact) -> None:
+    def __init__(self, *, output: object, publish: Publish, redact: Redact) -> None:
         self.output_type = output
         self._check = output_check(output)
         self._publish = publish
         self._redact = redact
         self.accepted = False
-        self.value: Any = None
+        self.value: object = None
 
     def reset(self) -> None:
         """Forget the accepted value (a new run starts)."""
@@ -70,11 +70,11 @@ class Submission:
         output the docstring shows the schema itself.
         """
 
-        async def submit(value: Any) -> str:
+        async def submit(value: Any) -> str:  # type: ignore[explicit-any]  # a wire contract (its annotations are set below)
             return self.submit(value)
 
         check = self._check
-        shown: Any
+        shown: object
         if check is None:
             shown = Any
             doc = _DOC
@@ -96,7 +96,7 @@ class Submission:
         built: HostFunction = host_function(submit)
         return built
 
-    def submit(self, value: Any) -> str:
+    def submit(self, value: object) -> str:
         """Validate and record *value*; raise ValueError (invalid) or RuntimeError (repeated)."""
         if self.accepted:
             reason = "submit() was already called with a valid value; only the first one counts"

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Self, final
+from collections.abc import Generator, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Self, final
 
 from sunroom.agent import events as ev
 from sunroom.agent.approvals import DEFAULT_TIMEOUT_S, ApprovalRequest, Policy
@@ -12,7 +12,7 @@ from sunroom.agent.budget import Budget, BudgetTracker, Spend
 from sunroom.agent.bus import Subscription
 from sunroom.agent.context import ContextPolicy
 from sunroom.agent.hooks import Hooks
-from sunroom.agent.options import Inputs, OutputSpec, SessionOptions
+from sunroom.agent.options import Functions, Inputs, OutputSpec, SessionOptions
 from sunroom.agent.presets import Preset
 from sunroom.agent.redaction import Secrets
 from sunroom.agent.result import RunResult
@@ -21,7 +21,6 @@ from sunroom.errors import UsageError
 from sunroom.providers import Message, Model
 from sunroom.sandbox import backends
 from sunroom.sandbox.backend import Backend
-from sunroom.sandbox.functions import HostFunction
 from sunroom.sandbox.limits import Limits
 from sunroom.sandbox.portal import Portal, TwinState
 
@@ -56,7 +55,7 @@ class Session:
         sub_model: Model | str | None = None,
         backend: str | Backend = backends.DEFAULT_BACKEND,
         limits: Limits | None = None,
-        functions: Iterable[Callable[..., Any] | HostFunction] = (),
+        functions: Functions = (),
         inputs: Inputs = None,
         output: OutputSpec = None,
         budget: Budget | None = None,
@@ -228,7 +227,7 @@ class Session:
         return self._core.running
 
     @property
-    def messages(self) -> tuple[Any, ...]:
+    def messages(self) -> tuple[Message, ...]:
         """The transcript as the model sees it (redacted)."""
         return self._core.messages
 

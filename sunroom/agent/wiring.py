@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from typing import TYPE_CHECKING, Any, final
+from typing import TYPE_CHECKING, final
 
 from sunroom.agent import events as ev
 from sunroom.agent.approvals import Approvals
@@ -71,7 +71,7 @@ class SessionWiring:
         """*text* with every secret replaced."""
         return self.guard.redact(text)
 
-    def publish(self, cls: type[ev.Event], /, **fields: Any) -> ev.Event:
+    def publish(self, cls: type[ev.Event], /, **fields: object) -> ev.Event:
         """Publish an event of type *cls*: every field redacted, the branch id added."""
         clean = {k: self.guard.redact_value(v) for k, v in fields.items()}
         if self.branch is not None:

@@ -49,7 +49,9 @@ async def test_the_execution_event_carries_the_display_items() -> None:
         assert (await run).ok
     (cell,) = finished
     assert [item["output_type"] for item in cell.outputs] == ["display_data", "display_data"]
-    png = base64.b64decode(cell.outputs[0]["data"]["image/png"])
+    data = cell.outputs[0]["data"]
+    assert isinstance(data, dict)
+    png = base64.b64decode(data["image/png"])
     assert png.startswith(PNG)
     json.dumps(cell.outputs)  # JSON-ready, as the service stores and streams it
 
