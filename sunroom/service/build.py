@@ -15,7 +15,6 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
 
 from sunroom.agent.budget import Spend
 from sunroom.agent.hooks import Hooks, Veto
@@ -60,7 +59,7 @@ class SessionBuilder:
     resolve: ModelResolver
     functions: tuple[HostFunction, ...]
     notify: Callable[[str], None]
-    on_ended: Callable[[Live, dict[str, Any]], Awaitable[None]]
+    on_ended: Callable[[Live, dict[str, object]], Awaitable[None]]
     on_failed: Callable[[str, BaseException], None]
 
     async def build(

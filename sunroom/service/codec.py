@@ -42,7 +42,7 @@ __all__ = [
 ]
 
 
-def jsonable(value: Any) -> Any:
+def jsonable(value: object) -> Any:
     """*value* as JSON data (pydantic's rules; ``repr`` for what it cannot serialise)."""
     try:
         return to_jsonable_python(value, fallback=repr)
@@ -50,16 +50,16 @@ def jsonable(value: Any) -> Any:
         return repr(value)
 
 
-def result_to_json(result: RunResult, *, session_id: str) -> dict[str, Any]:
+def result_to_json(result: RunResult, *, session_id: str) -> dict[str, object]:
     """A run result as JSON, with the service's session id."""
     out = {f.name: jsonable(getattr(result, f.name)) for f in dataclasses.fields(result)}
     out["session_id"] = session_id
     return out
 
 
-def event_to_json(event: ev.Event, *, session_id: str) -> tuple[str, dict[str, Any]]:
+def event_to_json(event: ev.Event, *, session_id: str) -> tuple[str, dict[str, object]]:
     """``(kind, payload)`` of an agent event (see the module docstring)."""
-    payload: dict[str, Any] = {}
+    payload: dict[str, object] = {}
     for f in dataclasses.fields(event):
         if f.name in ("seq", "ts"):
             continue
@@ -73,7 +73,7 @@ def event_to_json(event: ev.Event, *, session_id: str) -> tuple[str, dict[str, A
     return type(event).__name__, payload
 
 
-def _origin(o: Origin | None) -> dict[str, Any] | None:
+def _origin(o: Origin | None) -> dict[str, object] | None:
     return None if o is None else dataclasses.asdict(o)
 
 
@@ -81,7 +81,7 @@ def _origin_from(data: Any) -> Origin | None:
     return None if data is None else Origin(**data)
 
 
-def _part_to_json(part: TextPart | ThinkingPart | ToolCall | ImagePart) -> dict[str, Any]:
+def _part_to_json(part: TextPart | ThinkingPart | ToolCall | ImagePart) -> dict[str, object]:
     if isinstance(part, TextPart):
         return {"type": "text", "text": part.text, "origin": _origin(part.origin)}
     if isinstance(part, ThinkingPart):
@@ -129,7 +129,7 @@ def _part_from_json(data: Mapping[str, Any]) -> TextPart | ThinkingPart | ToolCa
     raise UsageError(f"unknown message part type {kind!r}")
 
 
-def message_to_json(message: Message) -> dict[str, Any]:
+def message_to_json(message: Message) -> dict[str, object]:
     """A transcript message as JSON (exact: :func:`message_from_json` rebuilds it)."""
     if isinstance(message, SystemMessage):
         return {"role": "system", "text": message.text}

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import os
 import secrets
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final, Literal
+from typing import TYPE_CHECKING, Final, Literal, TypedDict
 
 import pydantic
 
@@ -24,13 +24,20 @@ if TYPE_CHECKING:
     from sunroom.network.policy import Network
     from sunroom.sandbox.backend import Backend
 
-__all__ = ["LOOPBACK", "MAX_HEADER_BYTES", "ServiceConfig", "default_db_path"]
+__all__ = ["LOOPBACK", "MAX_HEADER_BYTES", "NetworkSpec", "ServiceConfig", "default_db_path"]
 
 MAX_HEADER_BYTES: Final = 16 * 1024
 """Largest request head (request line and headers) the server reads: 431 beyond."""
 
 LOOPBACK: Final = frozenset({"127.0.0.1", "::1", "localhost"})
 """Hosts that need no ``expose`` flag."""
+
+
+class NetworkSpec(TypedDict, total=False):
+    """A request's own network allowlist, as data: its hosts and its byte cap."""
+
+    allow: list[str]
+    max_bytes: int | None
 
 
 def default_db_path() -> Path:
@@ -140,8 +147,8 @@ class ServiceConfig(pydantic.BaseModel):
     resume_orphans: bool = True
     functions: tuple[str, ...] = ()
     templates: dict[str, str] = pydantic.Field(default_factory=dict)
-    mcp_servers: dict[str, dict[str, Any]] = pydantic.Field(default_factory=dict, repr=False)
-    networks: dict[str, dict[str, Any]] = pydantic.Field(default_factory=dict, repr=False)
+    mcp_servers: dict[str, dict[str, object]] = pydantic.Field(default_factory=dict, repr=False)
+    networks: dict[str, dict[str, object]] = pydantic.Field(default_factory=dict, repr=False)
     client_network: bool = False
     allowed_hosts: tuple[str, ...] = ()
     read_timeout_s: float = pydantic.Field(default=10.0, gt=0, le=3600)
@@ -195,7 +202,7 @@ class ServiceConfig(pydantic.BaseModel):
             raise UsageError("an MCP server is named twice")
         return from_config({"mcpServers": {n: self.mcp_servers[n] for n in names}})
 
-    def network(self, spec: str | Mapping[str, Any] | None) -> Network | None:
+    def network(self, spec: str | NetworkSpec | None) -> Network | None:
         """The policy a request names (a configured name, or its own allowlist) or None.
 
         Raises UsageError for an unknown name, and for a request's own allowlist unless
@@ -265,7 +272,7 @@ class ServiceConfig(pydantic.BaseModel):
         return self.model_copy(update={"token": secrets.token_urlsafe(32)})
 
     @classmethod
-    def from_env(cls, **overrides: Any) -> ServiceConfig:
+    def from_env(cls, **overrides: object) -> ServiceConfig:
         """Settings from the environment, then *overrides* (None values are ignored).
 
         Reads ``SUNROOM_TOKEN``, ``SUNROOM_MODEL``, ``SUNROOM_BASE_URL``, ``SUNROOM_DB``,
@@ -278,7 +285,7 @@ class ServiceConfig(pydantic.BaseModel):
         a secret).
         """
         env = os.environ
-        values: dict[str, Any] = {}
+        values: dict[str, object] = {}
         for field, var in (
             ("token", "SUNROOM_TOKEN"),
             ("model", "SUNROOM_MODEL"),
@@ -308,6 +315,6 @@ class ServiceConfig(pydantic.BaseModel):
             )
         values.update({k: v for k, v in overrides.items() if v is not None})
         try:
-            return cls(**values)
+            return cls.model_validate(values)
         except pydantic.ValidationError as exc:
             raise UsageError(f"invalid setting: {validation_message(exc)}") from None

@@ -24,7 +24,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Mapping
-from typing import Any, Final, final
+from typing import Final, final
 
 __all__ = ["HOLD_S", "KEEPALIVE_S", "MAX_HELD", "HealthGate", "parse_health_request"]
 
@@ -83,7 +83,7 @@ def parse_health_request(
     return end + 4, close
 
 
-def health_answer(body: Mapping[str, Any], *, close: bool) -> bytes:
+def health_answer(body: Mapping[str, object], *, close: bool) -> bytes:
     """The whole HTTP/1.1 200 response carrying *body* as JSON."""
     data = json.dumps(body, separators=(",", ":")).encode()
     head = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n"
@@ -114,7 +114,7 @@ class HealthGate:
         self,
         listener: socket.socket,
         *,
-        health: Callable[[], Mapping[str, Any]],
+        health: Callable[[], Mapping[str, object]],
         host_allowed: Callable[[str], bool],
         max_head: int,
         adopt: Callable[[socket.socket], None],

@@ -27,7 +27,7 @@ import itertools
 import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, final
+from typing import final
 
 from sunroom.agent import events as ev
 from sunroom.agent.bus import Subscription
@@ -36,7 +36,7 @@ from sunroom.errors import StoreError
 from sunroom.providers import Message, UserMessage
 from sunroom.sandbox.functions import HostFunction
 from sunroom.service.codec import event_to_json, jsonable, message_to_json
-from sunroom.store import EventStore, NewEvent, idempotency_key
+from sunroom.store import CallRecord, EventStore, NewEvent, idempotency_key
 
 __all__ = ["KEY_PARAMETER", "TRANSCRIPT", "CallLedger", "Journal"]
 
@@ -74,7 +74,7 @@ class Journal:
         owner: str,
         next_seq: int,
         notify: Callable[[], None],
-        on_ended: Callable[[dict[str, Any]], Awaitable[None]],
+        on_ended: Callable[[dict[str, object]], Awaitable[None]],
         on_failed: Callable[[BaseException], None],
     ) -> None:
         self.store = store
@@ -89,7 +89,7 @@ class Journal:
         self._sub: Subscription | None = None
         self._session: AsyncSession | None = None
         self._recorded: list[Message] = []
-        self._ended: list[dict[str, Any]] = []
+        self._ended: list[dict[str, object]] = []
         self._expected: list[tuple[str, str]] = []
         self._task: asyncio.Task[None] | None = None
         self.failed: BaseException | None = None
@@ -121,7 +121,7 @@ class Journal:
         """Ids of the messages sent (:meth:`expect`) that no transcript took in yet."""
         return [mid for mid, _ in self._expected]
 
-    async def append(self, kind: str, payload: dict[str, Any]) -> int:
+    async def append(self, kind: str, payload: dict[str, object]) -> int:
         """Append one service event (after everything the session published before it).
 
         Its seq once it is durable. Raises StoreError when it was not stored: this write or an
@@ -163,7 +163,9 @@ class Journal:
         for e in taken:
             kind, payload = event_to_json(e, session_id=self.session_id)
             if isinstance(e, ev.SessionEnded):
-                self._ended.append(payload["result"])
+                result = payload["result"]
+                assert isinstance(result, dict)  # a RunResult's JSON (event_to_json)
+                self._ended.append(result)
                 # the run's transcript goes before its end, so the log says the run answered
                 # the messages it took in
                 delta = self._transcript_delta()
@@ -177,7 +179,7 @@ class Journal:
             out.append(NewEvent(seq=seq, kind=TRANSCRIPT, payload=delta, ts=time.time()))
         return out
 
-    def _transcript_delta(self) -> dict[str, Any] | None:
+    def _transcript_delta(self) -> dict[str, object] | None:
         if self._session is None:
             return None
         current = self._session.messages
@@ -191,7 +193,7 @@ class Journal:
             return None
         self._recorded = list(current)
         added = current[start:]
-        out: dict[str, Any] = {"start": start, "messages": [message_to_json(m) for m in added]}
+        out: dict[str, object] = {"start": start, "messages": [message_to_json(m) for m in added]}
         taken = self._take(added)
         if taken:
             out["taken"] = taken
@@ -251,11 +253,11 @@ class Journal:
             log.exception("session %s: writing its last events failed", self.session_id)
 
 
-_MARKING: set[asyncio.Future[Any]] = set()
+_MARKING: set[asyncio.Future[CallRecord]] = set()
 """Markings of cancelled calls in flight (a strong reference until each is done)."""
 
 
-def _log_marking(session_id: str, call_id: str, task: asyncio.Future[Any]) -> None:
+def _log_marking(session_id: str, call_id: str, task: asyncio.Future[CallRecord]) -> None:
     """Log a failure to mark a cancelled call's outcome unknown (a done callback)."""
     _MARKING.discard(task)
     if not task.cancelled() and task.exception() is not None:
@@ -291,7 +293,7 @@ class CallLedger:
         fn, is_async, name, side_effect = hf.fn, hf.is_async, hf.name, not hf.idempotent
         store, sid = self.store, self.session_id
 
-        async def recorded(**kwargs: Any) -> Any:
+        async def recorded(**kwargs: object) -> object:  # its annotations are set below
             call_id = str(next(self._ids))
             await store.record_call_started(
                 sid, call_id, name=name, args=jsonable(kwargs), side_effect=side_effect,

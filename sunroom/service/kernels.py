@@ -23,7 +23,7 @@ import logging
 import time
 import uuid
 from collections.abc import Coroutine, Iterator, Sequence
-from typing import Any, final
+from typing import final
 
 from sunroom.errors import SunroomError, UsageError
 from sunroom.sandbox.backends.choice import describe_backend
@@ -59,7 +59,7 @@ class KernelManager:
         self._templates = templates or Templates(config)
         self._functions = tuple(functions)
         self._kernels: dict[str, AsyncKernel] = {}
-        self._about: dict[str, dict[str, Any]] = {}
+        self._about: dict[str, dict[str, object]] = {}
         self._starting = 0
         self._in_flight = 0
         self._opening: set[AsyncKernel] = set()  # being started: shut_down closes them too
@@ -191,7 +191,7 @@ class KernelManager:
             self._about[ids[-1]] = {**self._about[kid], "created_at": time.time()}
         return ids
 
-    def describe(self, kid: str) -> dict[str, Any]:
+    def describe(self, kid: str) -> dict[str, object]:
         """What ``GET /kernels/{id}`` reports about kernel *kid*.
 
         ``kernel_id``, ``backend``, ``kernel_name`` and ``sandbox`` (None but for
@@ -250,7 +250,7 @@ class KernelManager:
         self._stopping.set()
         await self.aclose()
 
-    async def _unless_stopped(self, starting: Coroutine[Any, Any, Template]) -> Template:
+    async def _unless_stopped(self, starting: Coroutine[object, object, Template]) -> Template:
         """Await *starting* (a template's first start), or raise ShuttingDown on shut_down.
 
         The start is cancelled then (its kernel closed before the answer), not left for the

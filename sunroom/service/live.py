@@ -17,7 +17,6 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from sunroom.agent.session import AsyncSession
 from sunroom.providers import Model
@@ -111,7 +110,7 @@ class Live:
     record_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     holds: int = 0
     last_used: float = field(default_factory=time.monotonic)
-    last_result: dict[str, Any] | None = None
+    last_result: dict[str, object] | None = None
     started: asyncio.Event = field(default_factory=asyncio.Event)
     start_error: BaseException | None = None
     starting: asyncio.Task[None] | None = None

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import logging
 import uuid
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 from sunroom.service.live import Live
 from sunroom.service.recovery import MESSAGE_RECEIVED
@@ -28,7 +29,7 @@ log = logging.getLogger("sunroom.service")
 _STATUS: dict[str, SessionStatus] = {"success": "finished", "cancelled": "cancelled"}
 
 
-def record_status(result: dict[str, Any]) -> SessionStatus:
+def record_status(result: Mapping[str, object]) -> SessionStatus:
     """The record's status after a run that ended with *result*: finished, cancelled, failed."""
     return _STATUS.get(str(result.get("status")), "failed")
 
@@ -103,7 +104,7 @@ class SessionRuns:
             if record.status != "running":
                 await self.store.reopen_session(live.sid, owner=self.owner)
 
-    async def _ended(self, live: Live, result: dict[str, Any], *, more: bool = False) -> None:
+    async def _ended(self, live: Live, result: dict[str, object], *, more: bool = False) -> None:
         """A run of *live* ended with *result* (its ``SessionEnded`` is durable).
 
         A message accepted while the run was ending that it never took in is still queued in

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping
-from typing import Annotated, Any, Final, Literal
+from typing import Annotated, Final, Literal
 
 import pydantic
 
@@ -18,6 +18,7 @@ from sunroom.agent.approvals import DEFAULT_TIMEOUT_S, MAX_REASON_CHARS, MAX_TIM
 from sunroom.agent.budget import Budget
 from sunroom.agent.schema import JsonSchema
 from sunroom.sandbox.limits import Limits
+from sunroom.service.config import NetworkSpec
 
 __all__ = [
     "MAX_APPROVAL_RULES",
@@ -85,10 +86,10 @@ def _in_range(name: str) -> Callable[[float], float]:
     return check
 
 
-def _whole(name: str) -> Callable[[Any], Any]:
+def _whole(name: str) -> Callable[[object], object]:
     check = _in_range(name)
 
-    def before(value: Any) -> Any:
+    def before(value: object) -> object:
         if isinstance(value, float):  # 1e30 names the range, not "exceeded maximum size"
             check(value)
         return value
@@ -186,9 +187,11 @@ class NetworkIn(pydantic.BaseModel):
     max_bytes: Annotated[int, _N] | None = pydantic.Field(default=None, gt=0)
 
 
-def network_spec(value: str | NetworkIn | None) -> str | dict[str, Any] | None:
+def network_spec(value: str | NetworkIn | None) -> str | NetworkSpec | None:
     """A request's ``network`` as :meth:`ServiceConfig.network` takes it."""
-    return value.model_dump() if isinstance(value, NetworkIn) else value
+    if isinstance(value, NetworkIn):
+        return NetworkSpec(allow=list(value.allow), max_bytes=value.max_bytes)
+    return value
 
 
 class CreateSession(pydantic.BaseModel):
@@ -200,11 +203,11 @@ class CreateSession(pydantic.BaseModel):
     base_url: str | None = None
     preset: Literal["codeact", "rlm", "typed"] = "codeact"
     task: str | None = None
-    inputs: dict[str, Any] = pydantic.Field(default_factory=dict)
+    inputs: dict[str, object] = pydantic.Field(default_factory=dict)
     files: dict[str, FileInputIn] = pydantic.Field(default_factory=dict)
     limits: LimitsIn | None = None
     budget: BudgetIn | None = None
-    output_schema: dict[str, Any] | None = None
+    output_schema: dict[str, object] | None = None
     max_turns: Annotated[int, _N] = pydantic.Field(default=20, gt=0, le=1000)
     system_prompt: str | None = None
     backend: str | None = None
@@ -252,7 +255,7 @@ class CreateKernel(pydantic.BaseModel):
     backend: str | None = None
     kernel_name: KernelName | None = None
     sandbox: Sandbox | None = None
-    inputs: dict[str, Any] = pydantic.Field(default_factory=dict)
+    inputs: dict[str, object] = pydantic.Field(default_factory=dict)
     limits: LimitsIn | None = None
     template: str | None = None
     mcp: list[str] = pydantic.Field(default_factory=list, max_length=32)
@@ -276,7 +279,7 @@ class Execute(pydantic.BaseModel):
     timeout_s: _CellTimeout | None = None
 
 
-def output_type(schema: Mapping[str, Any] | None) -> JsonSchema | None:
+def output_type(schema: Mapping[str, object] | None) -> JsonSchema | None:
     """The checked JSON Schema ``submit`` must satisfy (None for None).
 
     Raises UsageError (one sentence naming the path in the schema) for an invalid schema.

@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import Any, Final, final
+from typing import Final, final
 
 from sunroom.errors import StoreConflictError, StoreError
 from sunroom.service.problems import public_message
@@ -59,7 +59,7 @@ class Stalls:
         self._store = store
         self._owner = owner
         self._signals = signals
-        self._results: dict[str, dict[str, Any]] = {}
+        self._results: dict[str, dict[str, object]] = {}
         self._tasks: dict[str, asyncio.Task[None]] = {}
 
     def stop(self, sid: str, exc: BaseException, *, next_seq: int) -> None:
@@ -73,7 +73,7 @@ class Stalls:
             "the session stopped because its events could not be stored "
             f"({public_message(exc)}); nothing after its last stored event was kept"
         )
-        result: dict[str, Any] = {
+        result: dict[str, object] = {
             "status": "internal_error",
             "output": None,
             "error": error,
@@ -85,7 +85,7 @@ class Stalls:
         )
         self._signals.fire(sid)
 
-    def result(self, sid: str) -> dict[str, Any] | None:
+    def result(self, sid: str) -> dict[str, object] | None:
         """The result of stalled session *sid* (its record may still say ``running``), or None."""
         return self._results.get(sid)
 
@@ -100,7 +100,7 @@ class Stalls:
                 "message until its end is recorded (retry later)"
             )
 
-    async def _record(self, sid: str, result: dict[str, Any], next_seq: int) -> None:
+    async def _record(self, sid: str, result: dict[str, object], next_seq: int) -> None:
         """Store the end of *sid* (event, record, release), retrying with backoff."""
         ended = recorded = False
         delay = FIRST_RETRY_S
