@@ -132,7 +132,12 @@ class KernelServing:
 
 
 def toolset_for(mcp: Iterable[McpServer] | Toolset) -> Toolset | None:
-    """The toolset for ``mcp=`` (None when no server is given); imports the MCP SDK lazily."""
+    """The toolset for ``mcp=`` (None when no server is given); imports the MCP SDK lazily.
+
+    Only when servers are given: a kernel without them needs no MCP SDK.
+    """
+    if isinstance(mcp, list | tuple) and not mcp:
+        return None
     try:
         from sunroom.mcp.toolset import Toolset  # the mcp SDK is an optional extra
     except ModuleNotFoundError as exc:
