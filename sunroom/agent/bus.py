@@ -108,7 +108,7 @@ class EventBus:
     def publish(self, cls: type[Event], **fields: object) -> Event:
         """Build an event of type *cls* with the next ``seq`` and the time, and fan it out."""
         self._seq += 1
-        build: Callable[..., Event] = cls  # type: ignore[explicit-any]  # fields as given: each event's __init__ checks its own
+        build: Callable[..., Event] = cls  # type: ignore[explicit-any]  # each event checks its fields
         event = build(seq=self._seq, ts=time.time(), **fields)
         for sub in self._subscribers:
             sub._offer(event)

@@ -43,7 +43,7 @@ if TYPE_CHECKING:
 
 __all__ = ["Functions", "Inputs", "OutputSpec", "SessionOptions"]
 
-Functions: TypeAlias = "Iterable[Callable[..., Any] | HostFunction]"  # type: ignore[explicit-any]  # callables of any signature, for host_function
+Functions: TypeAlias = "Iterable[Callable[..., Any] | HostFunction]"  # type: ignore[explicit-any]  # any host function
 """Host functions to expose: plain callables (wrapped with ``host_function``) or ready ones."""
 
 Inputs: TypeAlias = "Mapping[str, object] | pydantic.BaseModel | DataclassInstance | None"

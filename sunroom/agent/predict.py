@@ -89,7 +89,7 @@ class Predictor:
             host_function(self.predict_many, name="predict_many"),
         ]
 
-    async def predict(  # type: ignore[explicit-any]  # a wire contract: generates the kernel's predict and its schema
+    async def predict(  # type: ignore[explicit-any]  # a wire contract (kernel code, schema)
         self,
         instructions: str,
         input: Any = None,  # noqa: A002 - the name the kernel sees
@@ -104,7 +104,7 @@ class Predictor:
         check = _schema(output)
         return await self._one(instructions, input, check, recursive=recursive)
 
-    async def predict_many(  # type: ignore[explicit-any]  # a wire contract, as predict's
+    async def predict_many(  # type: ignore[explicit-any]  # a wire contract (kernel code, schema)
         self,
         instructions: str,
         inputs: list[Any],

@@ -26,7 +26,7 @@ retried), cancellation (the session was closed or the run's task cancelled), or 
 exception on the host (a bug in sunroom, a hook or a custom model; logged with its
 traceback), or a branched run whose ``choose`` callable turned down every branch."""
 
-_Output: TypeAlias = Any  # type: ignore[explicit-any]  # the user's own type: object would make every reader cast
+_Output: TypeAlias = Any  # type: ignore[explicit-any]  # the user's type: object would force casts
 """What ``RunResult.output`` holds: the session's output type, or text."""
 
 

@@ -232,7 +232,7 @@ class TypeCheck:
         return self.adapter.dump_python(value, mode="json")
 
 
-def _adapter(tp: Any) -> pydantic.TypeAdapter[object]:  # type: ignore[explicit-any]  # pydantic's stub takes a TypeForm, which a type held as a value (list[int], A | B) is not to mypy
+def _adapter(tp: Any) -> pydantic.TypeAdapter[object]:  # type: ignore[explicit-any]  # pydantic wants a TypeForm: list[int] as a value is none
     """Pydantic's adapter of *tp* (its errors propagate)."""
     return pydantic.TypeAdapter(tp)
 

@@ -70,7 +70,7 @@ class Submission:
         output the docstring shows the schema itself.
         """
 
-        async def submit(value: Any) -> str:  # type: ignore[explicit-any]  # a wire contract (its annotations are set below)
+        async def submit(value: Any) -> str:  # type: ignore[explicit-any]  # a wire contract (annotations set below)
             return self.submit(value)
 
         check = self._check
