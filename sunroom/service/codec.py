@@ -13,7 +13,7 @@ from __future__ import annotations
 import base64
 import dataclasses
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, TypedDict
 
 from pydantic_core import PydanticSerializationError, to_jsonable_python
 
@@ -73,11 +73,17 @@ def event_to_json(event: ev.Event, *, session_id: str) -> tuple[str, dict[str, o
     return type(event).__name__, payload
 
 
+class _OriginJson(TypedDict):
+    provider: str
+    item_id: str | None
+    signature: str | None
+
+
 def _origin(o: Origin | None) -> dict[str, object] | None:
     return None if o is None else dataclasses.asdict(o)
 
 
-def _origin_from(data: Any) -> Origin | None:
+def _origin_from(data: _OriginJson | None) -> Origin | None:
     return None if data is None else Origin(**data)
 
 
