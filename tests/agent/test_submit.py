@@ -8,6 +8,7 @@ import pydantic
 
 from sunroom.agent import AsyncSession
 from sunroom.agent import events as ev
+from sunroom.agent.submit import Submission
 from sunroom.providers import ScriptedModel
 from tests.agent.conftest import code, collect, last_output
 
@@ -220,3 +221,14 @@ async def test_invalid_output_schema_is_refused_before_any_kernel_starts() -> No
         AsyncSession(
             model=ScriptedModel([]), backend=FAST, output={"$ref": "http://example.com/s.json"}
         )
+
+
+def _drop(cls: type[ev.Event], /, **fields: object) -> None:
+    """A publisher that keeps nothing."""
+
+
+def test_a_draft_7_schema_whose_defs_is_not_an_object_still_builds_submit() -> None:
+    """``$defs`` is no draft-07 keyword: a non-object value is not shown, and no TypeError."""
+    schema = {"$schema": "http://json-schema.org/draft-07/schema#", "type": "object", "$defs": [1]}
+    submission = Submission(output=schema, publish=_drop, redact=lambda text: text)
+    assert submission.function().name == "submit"
