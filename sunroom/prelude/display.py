@@ -26,6 +26,7 @@ import sys
 
 TYPE_CHECKING = False  # typing costs the kernel ~10 ms to import; annotations are lazy
 if TYPE_CHECKING:
+    from collections.abc import Callable, Sized
     from typing import Any, Final
 
 MAX_ITEMS: Final = 100
@@ -52,7 +53,7 @@ class Outputs:
     """The display items of the cell that is running (one per kernel)."""
 
     def __init__(self) -> None:
-        self.items: list[dict[str, Any]] = []
+        self.items: list[dict[str, object]] = []
         self.dropped = 0
         self._cap = DEFAULT_MAX_BYTES
         self._used = 0
@@ -62,7 +63,7 @@ class Outputs:
         """Start a cell whose items may hold *cap* bytes in all."""
         self.items, self.dropped, self._cap, self._used, self._values = [], 0, cap, 0, 0
 
-    def add(self, data: dict[str, Any], metadata: dict[str, Any]) -> None:
+    def add(self, data: dict[str, object], metadata: dict[str, object]) -> None:
         """Keep one item, or count it as dropped when it would pass a cap."""
         size = sum(_size(v) for v in data.values()) + _size(metadata)
         values = _count(data) + _count(metadata)
@@ -77,7 +78,7 @@ class Outputs:
         self._values += values
         self.items.append({"output_type": "display_data", "data": data, "metadata": metadata})
 
-    def end(self) -> tuple[list[dict[str, Any]], int]:
+    def end(self) -> tuple[list[dict[str, object]], int]:
         """The cell's items and how many were dropped (the runtime captured its figures)."""
         items, dropped = self.items, self.dropped
         self.items, self.dropped, self._used, self._values = [], 0, 0, 0
@@ -87,13 +88,13 @@ class Outputs:
 OUTPUTS = Outputs()
 
 
-def _size(value: Any) -> int:
+def _size(value: object) -> int:
     if isinstance(value, str | bytes):
         return len(value)
     return len(repr(value))  # application/json, metadata: close enough to the encoded size
 
 
-def _count(value: Any, depth: int = 0) -> int:
+def _count(value: object, depth: int = 0) -> int:
     """How many msgpack values *value* is (checked JSON-like data: bounded depth)."""
     if isinstance(value, dict):
         return 1 + sum(1 + _count(v, depth + 1) for v in value.values())
@@ -102,7 +103,7 @@ def _count(value: Any, depth: int = 0) -> int:
     return 1
 
 
-def display(*objs: Any, metadata: dict[str, Any] | None = None) -> None:
+def display(*objs: object, metadata: dict[str, object] | None = None) -> None:
     """Show each object as a rich output of this cell (Jupyter's display protocol)."""
     for obj in objs:
         data, meta = bundle(obj)
@@ -111,7 +112,7 @@ def display(*objs: Any, metadata: dict[str, Any] | None = None) -> None:
         OUTPUTS.add(data, meta)
 
 
-def has_rich_repr(obj: Any) -> bool:
+def has_rich_repr(obj: object) -> bool:
     """Whether *obj* has a repr method beyond ``text/plain`` (a class attribute, not a probe)."""
     cls = type(obj)
     if getattr(cls, "_repr_mimebundle_", None) is not None:
@@ -122,32 +123,52 @@ def has_rich_repr(obj: Any) -> bool:
     )
 
 
-def bundle(obj: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+def bundle(obj: object) -> tuple[dict[str, object], dict[str, object]]:
     """The mime bundle of *obj* and its metadata; never raises for what a repr does."""
-    data: dict[str, Any] = {}
-    meta: dict[str, Any] = {}
+    data: dict[str, object] = {}
+    meta: dict[str, object] = {}
     errors: dict[str, str] = {}
+    _from_mimebundle(obj, data, meta, errors)
+    _from_repr_methods(obj, data, meta, errors)
+    if "text/plain" not in data:
+        data["text/plain"] = _plain(obj)
+    if errors:
+        meta["sunroom"] = {"errors": errors}
+    return data, meta
+
+
+def _from_mimebundle(
+    obj: object, data: dict[str, object], meta: dict[str, object], errors: dict[str, str]
+) -> None:
+    """Add what ``_repr_mimebundle_`` gives to *data* and *meta*, and why not to *errors*."""
     method = _method(obj, "_repr_mimebundle_")
-    if method is not None:
-        try:
-            got = method(include=None, exclude=None)
-            extra: Any = {}
-            if isinstance(got, tuple) and len(got) == 2:
-                got, extra = got
-            if not isinstance(got, dict):
-                raise TypeError(f"it returned {type(got).__name__}, not a dict")
-            for mime, value in got.items():
-                checked = _check(str(mime), value)
-                if checked is not None:
-                    data[str(mime)] = checked
-                else:
-                    errors[str(mime)] = f"a {type(value).__name__} is not a {mime} value"
-            if isinstance(extra, dict):
-                meta.update({str(k): v for k, v in extra.items() if _jsonable(v)})
-        except BaseException as exc:  # noqa: BLE001 - a bad repr is reported, never fatal
-            if isinstance(exc, KeyboardInterrupt):
-                raise
-            errors["_repr_mimebundle_"] = _error(exc)
+    if method is None:
+        return
+    try:
+        got = method(include=None, exclude=None)
+        extra: object = {}
+        if isinstance(got, tuple) and len(got) == 2:
+            got, extra = got
+        if not isinstance(got, dict):
+            raise TypeError(f"it returned {type(got).__name__}, not a dict")
+        for mime, value in got.items():
+            checked = _check(str(mime), value)
+            if checked is not None:
+                data[str(mime)] = checked
+            else:
+                errors[str(mime)] = f"a {type(value).__name__} is not a {mime} value"
+        if isinstance(extra, dict):
+            meta.update({str(k): v for k, v in extra.items() if _jsonable(v)})
+    except BaseException as exc:  # noqa: BLE001 - a bad repr is reported, never fatal
+        if isinstance(exc, KeyboardInterrupt):
+            raise
+        errors["_repr_mimebundle_"] = _error(exc)
+
+
+def _from_repr_methods(
+    obj: object, data: dict[str, object], meta: dict[str, object], errors: dict[str, str]
+) -> None:
+    """Add what each ``_repr_*_`` method gives for a mime type *data* does not hold yet."""
     for mime, name in (*_BINARY_REPRS, *_TEXT_REPRS, ("application/json", "_repr_json_")):
         if mime in data:
             continue
@@ -171,14 +192,9 @@ def bundle(obj: Any) -> tuple[dict[str, Any], dict[str, Any]]:
             if isinstance(exc, KeyboardInterrupt):
                 raise
             errors[mime] = _error(exc)
-    if "text/plain" not in data:
-        data["text/plain"] = _plain(obj)
-    if errors:
-        meta["sunroom"] = {"errors": errors}
-    return data, meta
 
 
-def _method(obj: Any, name: str) -> Any:
+def _method(obj: object, name: str) -> Callable[..., object] | None:
     try:
         method = getattr(obj, name, None)
     except BaseException:  # noqa: BLE001 - a hostile __getattr__
@@ -186,7 +202,7 @@ def _method(obj: Any, name: str) -> Any:
     return method if callable(method) else None
 
 
-def _check(mime: str, value: Any) -> Any:
+def _check(mime: str, value: object) -> object:
     """*value* as it travels for *mime*, or None when it is not a value of that type."""
     if mime in ("image/png", "image/jpeg", "image/gif", "image/webp"):
         if isinstance(value, bytes | bytearray | memoryview):
@@ -202,7 +218,7 @@ def _check(mime: str, value: Any) -> Any:
     return value if isinstance(value, str) else None
 
 
-def _jsonable(value: Any, depth: int = 0) -> bool:
+def _jsonable(value: object, depth: int = 0) -> bool:
     if depth > 32:
         return False
     if value is None or isinstance(value, bool | int | float | str):
@@ -214,7 +230,7 @@ def _jsonable(value: Any, depth: int = 0) -> bool:
     return False
 
 
-def _plain(obj: Any) -> str:
+def _plain(obj: object) -> str:
     try:
         text = repr(obj)
     except BaseException as exc:  # noqa: BLE001 - as the REPL's repr shows it
@@ -270,9 +286,9 @@ class Renderers:
     MAX_PIXELS: Final = 4_000_000
 
     def __init__(self) -> None:
-        self._free: list[tuple[Any, Any]] = []
+        self._free: list[tuple[tuple[float, float, float], object]] = []
 
-    def take(self, key: Any) -> Any:
+    def take(self, key: tuple[float, float, float]) -> object:
         """A free renderer for *key* (width, height, dpi), or None."""
         for i, (k, renderer) in enumerate(self._free):
             if k == key:
@@ -280,7 +296,7 @@ class Renderers:
                 return renderer
         return None
 
-    def give(self, key: Any, renderer: Any) -> None:
+    def give(self, key: tuple[float, float, float], renderer: object) -> None:
         """Keep *renderer* (drawn at *key*) for a later figure, when it is small enough."""
         width, height = key[0], key[1]
         if width * height > self.MAX_PIXELS:
@@ -301,9 +317,9 @@ class _Frame:
     """Where ``savefig(format="rgba")`` writes: keeps Agg's pixel buffer without a copy."""
 
     def __init__(self) -> None:
-        self.parts: list[Any] = []
+        self.parts: list[Sized] = []
 
-    def write(self, data: Any) -> int:
+    def write(self, data: Sized) -> int:
         self.parts.append(data)
         return len(data)
 
@@ -317,7 +333,7 @@ class _Frame:
         pass
 
 
-def figure_png(figure: Any) -> bytes:
+def figure_png(figure: Any) -> bytes:  # a matplotlib Figure (matplotlib is not imported here)
     """*figure* as PNG bytes, drawn as ``savefig`` draws it (its dpi, colors, transparency).
 
     Agg draws into an RGBA buffer; an opaque figure (the usual white one) is stored as RGB and
@@ -328,7 +344,7 @@ def figure_png(figure: Any) -> bytes:
 
     frame = _Frame()
     figure.savefig(frame, format="rgba")
-    pixels: Any = frame.parts[0] if len(frame.parts) == 1 else None
+    pixels: Any = frame.parts[0] if len(frame.parts) == 1 else None  # Agg's buffer
     shape = getattr(pixels, "shape", None)
     buffer = io.BytesIO()
     try:
@@ -346,7 +362,7 @@ def figure_png(figure: Any) -> bytes:
     return buffer.getvalue()
 
 
-def show(*args: Any, **kwargs: Any) -> None:
+def show(*args: object, **kwargs: object) -> None:
     """``plt.show()`` in a kernel: emit the open figures now (the backend's ``show``)."""
     capture_figures(OUTPUTS)
 

@@ -16,7 +16,8 @@ from sunroom.prelude import display, sources
 
 TYPE_CHECKING = False  # typing costs the kernel ~10 ms to import; annotations are lazy
 if TYPE_CHECKING:
-    from typing import Any, Final
+    import asyncio
+    from typing import Final
 
 MAX_REPR: Final = 20_000
 CO_COROUTINE: Final = 0x80  # inspect.CO_COROUTINE, without importing inspect
@@ -36,10 +37,11 @@ class CellOutcome:
 class Executor:
     """Compiles and runs cells in one namespace; owns the kernel's asyncio loop."""
 
-    def __init__(self, namespace: dict[str, Any]) -> None:
+    def __init__(self, namespace: dict[str, object]) -> None:
         self.namespace = namespace
         self._count = 0
-        self._loop: Any = None  # created on the first top-level await (asyncio is slow to import)
+        # created on the first top-level await (asyncio is slow to import)
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     def run(self, code: str) -> CellOutcome:
         """Run *code*; never raises for anything the cell does (BaseException included)."""
@@ -80,7 +82,7 @@ class Executor:
         body = compile(tree, filename, "exec", flags, dont_inherit=True)
         return body, last
 
-    def _eval(self, code: types.CodeType) -> Any:
+    def _eval(self, code: types.CodeType) -> object:
         result = eval(code, self.namespace)  # noqa: S307 - running model code is the point
         if code.co_flags & CO_COROUTINE:
             if self._loop is None:
@@ -91,7 +93,7 @@ class Executor:
         return result
 
 
-def _safe_repr(value: Any) -> str:
+def _safe_repr(value: object) -> str:
     try:
         text = repr(value)
     except BaseException as exc:

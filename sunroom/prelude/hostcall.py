@@ -13,10 +13,6 @@ import builtins
 from sunroom.rpc.blocking import BlockingChannel, CallFailed
 from sunroom.rpc.wire import from_wire, to_wire
 
-TYPE_CHECKING = False  # typing costs the kernel ~10 ms to import; annotations are lazy
-if TYPE_CHECKING:
-    from typing import Any
-
 
 class HostFunctionError(Exception):
     """A host function could not be called, or failed on the host."""
@@ -98,7 +94,7 @@ def _exception_for(name: str, error_type: str, message: str) -> Exception:
     return HostFunctionError(f"{name}() raised {error_type}: {message}")
 
 
-def call(name: str, args: dict[str, Any], returns: Any = None) -> Any:
+def call(name: str, args: dict[str, object], returns: object = None) -> object:
     """Call host function *name* with keyword *args*; return the result rebuilt as *returns*.
 
     *returns* is the wrapper's return annotation; None returns the wire value as it is.

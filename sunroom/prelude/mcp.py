@@ -18,10 +18,6 @@ import types
 
 from sunroom.prelude.hostcall import HostFunctionError, register
 
-TYPE_CHECKING = False  # typing costs the kernel ~10 ms to import; annotations are lazy
-if TYPE_CHECKING:
-    from typing import Any
-
 
 class McpToolError(HostFunctionError):
     """The MCP tool ran and reported an error (``isError``); the message is the server's."""
@@ -46,8 +42,8 @@ class Image:
         return f"<Image {self.mime_type}, {len(self.data)} bytes>"
 
     def _repr_mimebundle_(
-        self, include: Any = None, exclude: Any = None
-    ) -> dict[str, Any]:  # Jupyter's protocol
+        self, include: object = None, exclude: object = None
+    ) -> dict[str, object]:  # Jupyter's protocol
         return {self.mime_type: self.data}
 
 
@@ -78,7 +74,7 @@ class Resource:
         return f"<Resource {self.uri} ({self.mime_type or 'unknown type'}, {size})>"
 
 
-def _part(item: Any) -> Any:
+def _part(item: object) -> object:
     if not isinstance(item, dict):
         return item
     kind = item.get("type")
@@ -95,14 +91,14 @@ class Content:
     """The result of a tool without an output schema (a return annotation, never built)."""
 
     @staticmethod
-    def __sunroom_from_wire__(value: Any) -> Any:
+    def __sunroom_from_wire__(value: object) -> object:
         """Text stays ``str``; a list of parts gets its images and resources as objects."""
         if isinstance(value, list):
             return [_part(v) for v in value]
         return _part(value)
 
 
-def module(name: str, doc: str, functions: dict[str, Any]) -> types.ModuleType:
+def module(name: str, doc: str, functions: dict[str, types.FunctionType]) -> types.ModuleType:
     """A module object named *name* holding *functions* (renamed to their attribute names)."""
     mod = types.ModuleType(name, doc)
     for attr, fn in functions.items():

@@ -16,14 +16,10 @@ from __future__ import annotations
 from sunroom.prelude import display
 from sunroom.prelude.display import show
 
-TYPE_CHECKING = False  # typing costs the kernel ~10 ms to import; annotations are lazy
-if TYPE_CHECKING:
-    from typing import Any
-
 __all__ = ["show"]  # and FigureCanvas, built lazily by __getattr__
 
 
-def _canvas_class() -> Any:
+def _canvas_class() -> object:
     from matplotlib.backends.backend_agg import (  # type: ignore[import-not-found, import-untyped, unused-ignore]
         FigureCanvasAgg,
         RendererAgg,
@@ -32,7 +28,7 @@ def _canvas_class() -> Any:
     class FigureCanvas(FigureCanvasAgg):  # type: ignore[misc, valid-type, unused-ignore]
         """Agg's canvas; a new renderer comes from the pool when one of its size is free."""
 
-        def get_renderer(self) -> Any:
+        def get_renderer(self) -> object:
             width, height = self.get_width_height(physical=True)
             key = (width, height, self.figure.dpi)
             if self._lastKey != key:
@@ -51,7 +47,7 @@ def _canvas_class() -> Any:
     return FigureCanvas
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> object:
     if name == "FigureCanvas":
         canvas = _canvas_class()
         # a module attribute from now on: pyplot copies the module's vars() into its backend

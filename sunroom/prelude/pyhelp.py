@@ -10,12 +10,8 @@ from __future__ import annotations
 
 import builtins
 
-TYPE_CHECKING = False  # typing costs the kernel ~10 ms to import; annotations are lazy
-if TYPE_CHECKING:
-    from typing import Any
 
-
-def help(obj: Any = None) -> None:  # noqa: A001 - it is the builtin
+def help(obj: object = None) -> None:  # noqa: A001 - it is the builtin
     """Print the documentation of *obj* (a function, module, class or value) as plain text."""
     import pydoc
 

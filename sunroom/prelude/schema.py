@@ -94,24 +94,32 @@ def schema_of(tp: typing.Any) -> _Json:
     return root
 
 
+def _simple(tp: object) -> _Json | None:
+    """The schema of None, Any, object and the scalar types; None for any other type."""
+    if tp is None or tp is type(None):
+        return {"type": "null"}
+    if tp is typing.Any or tp is object:
+        return {}
+    if isinstance(tp, type) and tp in _SCALARS:  # a type: hashable, unlike some aliases
+        return dict(_SCALARS[tp])
+    if tp is datetime.timedelta:
+        return {"type": "number"}  # seconds on the wire
+    return None
+
+
 class _Builder:
     def __init__(self) -> None:
         self.defs: _Json = {}
         self.names: dict[type, str] = {}
         self.root: type | None = None
 
-    def schema(self, tp: typing.Any, depth: int, *, root: bool = False) -> _Json:
+    def schema(self, tp: object, depth: int, *, root: bool = False) -> _Json:
         if depth > _MAX_DEPTH:
             raise TypeError("the type is nested too deeply to describe")
+        simple = _simple(tp)
+        if simple is not None:
+            return simple
         d = depth + 1
-        if tp is None or tp is type(None):
-            return {"type": "null"}
-        if tp is typing.Any or tp is object:
-            return {}
-        if isinstance(tp, type) and tp in _SCALARS:  # a type: hashable, unlike some aliases
-            return dict(_SCALARS[tp])
-        if tp is datetime.timedelta:
-            return {"type": "number"}  # seconds on the wire
         origin, args = typing.get_origin(tp), typing.get_args(tp)
         if origin is typing.Annotated:
             out = self.schema(args[0], d, root=root)
@@ -124,8 +132,17 @@ class _Builder:
         if origin is typing.Literal:
             values = list(args)
             return {"const": values[0]} if len(values) == 1 else {"enum": values}
+        container = self._container(tp, origin, args, d)
+        if container is not None:
+            return container
+        return self._class(tp, d, root=root)
+
+    def _container(
+        self, tp: object, origin: object, args: tuple[object, ...], d: int
+    ) -> _Json | None:
+        """The schema of a list, set, tuple or dict type; None for any other type."""
         if tp in (list, set, frozenset) or origin in (list, set, frozenset):
-            out = {"type": "array"}
+            out: _Json = {"type": "array"}
             if args:
                 out["items"] = self.schema(args[0], d)
             return out
@@ -142,6 +159,10 @@ class _Builder:
             if len(args) == 2:
                 out["additionalProperties"] = self.schema(args[1], d)
             return out
+        return None
+
+    def _class(self, tp: object, d: int, *, root: bool) -> _Json:
+        """The schema of an enum, a dataclass or a str-like class; TypeError for another."""
         if isinstance(tp, type) and issubclass(tp, enum.Enum):
             return {"enum": [m.value for m in tp]}
         if isinstance(tp, type) and dataclasses.is_dataclass(tp):

@@ -13,10 +13,6 @@ from __future__ import annotations
 import sys
 from array import array
 
-TYPE_CHECKING = False  # typing costs the kernel ~10 ms to import; annotations are lazy
-if TYPE_CHECKING:
-    from typing import Any
-
 
 class Vectors(list):  # type: ignore[type-arg]  # list[list[float]]; the kernel has no typing
     """Embedding vectors: a ``list`` of rows, each a ``list[float]`` of length :attr:`dim`."""
@@ -24,7 +20,7 @@ class Vectors(list):  # type: ignore[type-arg]  # list[list[float]]; the kernel 
     dim: int = 0
 
     @staticmethod
-    def __sunroom_from_wire__(value: Any) -> Any:
+    def __sunroom_from_wire__(value: object) -> object:
         """Rows from ``{"dim": d, "data": bytes}``; any other value is returned as it came."""
         if not isinstance(value, dict) or "data" not in value or "dim" not in value:
             return value
