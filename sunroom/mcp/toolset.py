@@ -6,7 +6,9 @@ lists their tools and turns each into a host function ``<server>.<tool>`` (see
 :mod:`sunroom.mcp.binding`); the kernel installs them as one module per server. A server whose
 tool list changes (``notifications/tools/list_changed``) is listed again and its module
 re-installed before the next cell. Copies of a forked kernel share the toolset: it closes with
-the last kernel that holds it.
+the last kernel that holds it. It is the sandbox's :class:`sunroom.sandbox.toolset.Toolset`:
+the kernel knows it only through that protocol (:mod:`sunroom.mcp` installs the factory that
+makes one of ``mcp=`` servers).
 """
 
 from __future__ import annotations

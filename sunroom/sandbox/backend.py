@@ -9,8 +9,9 @@ back to a weaker one.
 
 from __future__ import annotations
 
+import asyncio
 import socket
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
@@ -90,7 +91,7 @@ class LaunchSpec:
     ``mounts`` are file inputs (:mod:`sunroom.sandbox.inputs`): a backend that isolates the
     filesystem must mount each read-only at its target, or refuse to launch. ``program``, when
     set, is a foreign kernel program to run instead of sunroom's runtime; the process handle
-    then has an ``ipc_dir`` attribute (the IPC directory as the host sees it). A backend that
+    then has its ``ipc_dir`` set (the IPC directory as the host sees it). A backend that
     cannot run one raises SandboxUnavailableError.
 
     ``network``, when set, is a network policy: the backend opens the kernel's egress proxy
@@ -116,9 +117,34 @@ class LaunchSpec:
     kernel's copies from each other raises SandboxUnavailableError."""
 
 
+class ExecuteCell(Protocol):
+    """Runs a cell without the channel's ``execute`` (a Jupyter kernel's ``execute_request``).
+
+    The future gets the execute result, unchecked (the kernel checks it as the channel checks
+    its answers); it
+    fails with ConnectionError when *closed* (the kernel's channel) completes first.
+    """
+
+    def __call__(
+        self,
+        code: str,
+        *,
+        max_output_bytes: int,
+        max_display_bytes: int,
+        on_output: Callable[[str, str], None] | None,
+        closed: asyncio.Future[None],
+    ) -> asyncio.Future[object]:
+        """Send the cell; the future gets its execute result."""
+        ...
+
+
 @runtime_checkable
 class KernelProcess(Protocol):
-    """A running, supervised kernel process tree owned by the host."""
+    """A running, supervised kernel process tree owned by the host.
+
+    The last four members are optional for a backend: :class:`KernelProcessBase` gives their
+    defaults (a handle that derives it declares only what it has).
+    """
 
     @property
     def workdir(self) -> Path:
@@ -145,15 +171,60 @@ class KernelProcess(Protocol):
         """After the tree has died: how (exit status, signal, out of memory), for humans."""
         ...
 
-    # Optional: ``async def log_tail(self) -> str`` — the kernel's early stderr, shown in a
-    # KernelStartError. Backends that have no such log may leave it out.
-    # Optional: ``host_pid: int | None`` — the runtime's pid in the host's PID namespace, for
-    # taking its open files (:mod:`sunroom.sandbox.fdtake`); without it downloads use the
-    # channel. Never a pid from another namespace (docker's own ``kernel_pid`` is one).
+    async def log_tail(self) -> str:
+        """The kernel's early stderr, shown in a KernelStartError ('' when there is no log)."""
+        ...
+
+    @property
+    def host_pid(self) -> int | None:
+        """The runtime's pid in the host's PID namespace, for taking its open files.
+
+        See :mod:`sunroom.sandbox.fdtake`; None: unknown, and downloads use the channel. Never
+        a pid from another namespace (docker's own ``kernel_pid`` is one).
+        """
+        ...
+
+    @property
+    def ipc_dir(self) -> Path | None:
+        """A foreign kernel program's IPC directory as the host sees it (``ExecSpec``)."""
+        ...
+
+    @property
+    def execute_cell(self) -> ExecuteCell | None:
+        """How cells run when not as the channel's ``execute`` (a Jupyter kernel's); None."""
+        ...
+
+
+class KernelProcessBase:
+    """The defaults of :class:`KernelProcess`'s optional members, for handles to derive.
+
+    As jupyter-client's ``KernelProvisionerBase`` does for provisioners: a handle overrides
+    what it has (a log, a host pid, an IPC directory, its own way of running cells).
+    """
+
+    ipc_dir: Path | None = None
+    """No foreign kernel program: None (a backend that runs one sets it on its handle)."""
+    execute_cell: ExecuteCell | None = None
+    """Cells run as the channel's ``execute``: None."""
+
+    async def log_tail(self) -> str:
+        """No early log: ''."""
+        return ""
+
+    @property
+    def host_pid(self) -> int | None:
+        """Unknown: None."""
+        return None
 
 
 class Backend(Protocol):
-    """Launches kernels. Implementations are cheap to build and reusable."""
+    """Launches kernels. Implementations are cheap to build and reusable.
+
+    Only ``name`` and ``launch`` are required; a backend that hosts another kernel program
+    (Jupyter) says so through the members of :class:`BackendBase`, which every built-in
+    backend derives. :func:`features` reads them (the defaults for a backend that does not
+    derive it).
+    """
 
     name: str
 
@@ -164,6 +235,45 @@ class Backend(Protocol):
         when the boundary cannot be provided and KernelStartError when the launch fails.
         """
         ...
+
+
+class BackendBase:
+    """The optional members of a :class:`Backend`, with their defaults (a sunroom kernel).
+
+    ``python``: whether the kernel runs sunroom's runtime (host functions, inputs, packages);
+    ``kernel_name``: what to call the kernel in messages; ``sandbox``: the boundary underneath
+    when the backend runs inside another's (None: its own); ``inputs_backend``: the backend
+    whose way of placing File and Directory inputs applies.
+    """
+
+    name: str
+
+    @property
+    def python(self) -> bool:
+        """Whether the kernel runs sunroom's runtime: True."""
+        return True
+
+    @property
+    def kernel_name(self) -> str:
+        """The backend's name."""
+        return self.name
+
+    sandbox: str | None = None
+    """Its own boundary: None."""
+
+    @property
+    def inputs_backend(self) -> str:
+        """The backend's name."""
+        return self.name
+
+
+def features(backend: Backend) -> BackendBase:
+    """*backend*'s optional members: its own, or the defaults (it does not derive BackendBase)."""
+    if isinstance(backend, BackendBase):
+        return backend
+    plain = BackendBase()
+    plain.name = backend.name
+    return plain
 
 
 def kernel_env(workdir: Path, extra: Mapping[str, str]) -> dict[str, str]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from collections import deque
 from collections.abc import AsyncGenerator, AsyncIterable, AsyncIterator
-from typing import TYPE_CHECKING, Any, Final, cast, final
+from typing import TYPE_CHECKING, Final, TypeVar, cast, final
 
 from sunroom.errors import ClosedError, FileError, KernelError, ProtocolError, UsageError
 from sunroom.prelude.files import MAX_GLOB
@@ -35,6 +35,8 @@ if TYPE_CHECKING:
 
 __all__ = ["CHUNK_BYTES", "WINDOW", "KernelFiles", "SharedFile"]
 
+T = TypeVar("T")
+
 CHUNK_BYTES: Final = 1024 * 1024
 """Data bytes in one frame of a transfer."""
 
@@ -59,7 +61,7 @@ class SharedFile:
     was taken. The kernel is held (no cell runs) until :meth:`aclose`, which closes ``fd``.
     """
 
-    def __init__(self, fd: int, size: int, hold: AsyncGenerator[Any, None]) -> None:
+    def __init__(self, fd: int, size: int, hold: AsyncGenerator[object, None]) -> None:
         self.fd = fd
         self.size = size
         self._hold = hold
@@ -141,7 +143,7 @@ class KernelFiles:
             except (RemoteError, ClosedError, ConnectionError) as exc:
                 raise await self._failed("files.write", exc) from None
             handle = opened["handle"]
-            flight: deque[asyncio.Future[Any]] = deque()
+            flight: deque[asyncio.Future[int]] = deque()
             parts: list[memoryview] = []  # the next chunk: views of the pieces, not copies
             filled = 0
             committed = False
@@ -176,7 +178,7 @@ class KernelFiles:
     async def _send(
         self,
         channel: Channel,
-        flight: deque[asyncio.Future[Any]],
+        flight: deque[asyncio.Future[int]],
         handle: int,
         chunk: list[memoryview],
     ) -> None:
@@ -260,7 +262,7 @@ class KernelFiles:
                 raise await self._failed("files.read", exc) from None
             handle, size = opened["handle"], opened["size"]
             budget = ReadBudget(size)
-            flight: deque[tuple[int, asyncio.Future[Any]]] = deque()
+            flight: deque[tuple[int, asyncio.Future[bytes]]] = deque()
             asked = 0  # bytes asked for: received, or in requests still due
             ended = False
             try:
@@ -319,7 +321,8 @@ class KernelFiles:
         rel = check_path(path)
         async with self._core.lock:  # serialised with cells
             channel = await self._channel()
-            pid = getattr(self._core.proc, "host_pid", None)
+            proc = self._core.proc
+            pid = proc.host_pid if proc is not None else None
             if pid is None:
                 yield None
                 return
@@ -378,7 +381,7 @@ async def _once(data: bytes) -> AsyncIterator[bytes]:
     yield data
 
 
-async def _drain(flight: deque[asyncio.Future[Any]]) -> None:
+async def _drain(flight: deque[asyncio.Future[T]]) -> None:
     """Wait for the answers still due (their errors are the transfer's, raised already)."""
     while flight:
         fut = flight.popleft()
@@ -390,7 +393,7 @@ async def _drain(flight: deque[asyncio.Future[Any]]) -> None:
             continue
 
 
-async def _abort(channel: Channel, flight: deque[asyncio.Future[Any]], handle: int) -> None:
+async def _abort(channel: Channel, flight: deque[asyncio.Future[int]], handle: int) -> None:
     """Drop an unfinished write: wait for its chunks, then have the temporary file removed."""
     await _drain(flight)
     if channel.closed.done():

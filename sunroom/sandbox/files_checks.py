@@ -51,7 +51,7 @@ def check_path(path: str) -> str:
 # -- the checks of the kernel's answers ----------------------------------------------------------
 
 
-def check_opened(result: Any) -> dict[str, int]:
+def check_opened(result: object) -> dict[str, int]:
     """The answer to ``file_*_open``: its ``handle`` and ``size`` (0 when not sent)."""
     if type(result) is not dict:
         raise WireError("a file open result must be a map")
@@ -61,9 +61,10 @@ def check_opened(result: Any) -> dict[str, int]:
     return {"handle": handle, "size": size}
 
 
-def check_shared(result: Any) -> dict[str, int]:
+def check_shared(result: object) -> dict[str, int]:
     """The answer to a shared ``file_read_open``: :func:`check_opened`'s, with fd, dev, ino."""
     opened = check_opened(result)
+    assert isinstance(result, dict)  # check_opened refused anything else
     for key in ("fd", "dev", "ino"):
         value = result.get(key)
         if type(value) is not int or value < 0:
@@ -72,14 +73,14 @@ def check_shared(result: Any) -> dict[str, int]:
     return opened
 
 
-def check_written(result: Any) -> int:
+def check_written(result: object) -> int:
     """The answer to ``file_write_chunk`` or ``file_write_close``: a byte count."""
     if type(result) is not int or result < 0:
         raise WireError("a file write result must be an int >= 0")
     return result
 
 
-def check_nil(result: Any) -> None:
+def check_nil(result: object) -> None:
     """The answer to ``file_read_close`` or ``file_delete``: nil."""
     if result is not None:
         raise WireError("a file close or delete result must be nil")
@@ -104,10 +105,10 @@ class ReadBudget:
         self.size = size
         self.left = size
 
-    def check(self, asked: int) -> Callable[[Any], bytes]:
+    def check(self, asked: int) -> Callable[[object], bytes]:
         """The check of an answer to a ``file_read_chunk`` asking for *asked* bytes."""
 
-        def check(result: Any) -> bytes:
+        def check(result: object) -> bytes:
             if type(result) is not bytes:
                 raise WireError("a file read result must be bytes")
             if len(result) > asked:
@@ -122,7 +123,7 @@ class ReadBudget:
         return check
 
 
-def check_listing(result: Any) -> list[FileInfo]:
+def check_listing(result: object) -> list[FileInfo]:
     """The answer to ``file_list``: its entries, each path normalized and inside the workdir."""
     if type(result) is not list:
         raise WireError("a file listing must be a list")

@@ -29,7 +29,7 @@ from sunroom.errors import KernelStartError, UsageError
 from sunroom.prelude.supervisor import descendants
 from sunroom.rpc import schema
 from sunroom.rpc.channel import Channel
-from sunroom.sandbox.backend import KERNEL_SITE, KernelProcess, Tenancy
+from sunroom.sandbox.backend import KERNEL_SITE, KernelProcess, KernelProcessBase, Tenancy
 from sunroom.sandbox.backends.bwrap import (
     FORKS_DIR,
     MASKED_PROC_DIRS,
@@ -101,7 +101,7 @@ class Family:
 
 
 @final
-class RootMember:
+class RootMember(KernelProcessBase):
     """The forked kernel's own handle once it has copies: closing it spares the copies."""
 
     def __init__(self, family: Family) -> None:
@@ -175,12 +175,11 @@ class RootMember:
 
     async def log_tail(self) -> str:
         """The sandbox's early log."""
-        tail_of = getattr(self.root, "log_tail", None)
-        return str(await tail_of()) if tail_of is not None else ""
+        return await self.root.log_tail()
 
 
 @final
-class ForkedProcess:
+class ForkedProcess(KernelProcessBase):
     """A copy's handle: its supervisor and runtime (host pids), status pipe and cgroup."""
 
     def __init__(
@@ -357,112 +356,175 @@ async def fork(
     if parent_pid is None:
         raise KernelStartError("the kernel's runtime is gone")
     forks_dir = await asyncio.to_thread(family.forks_dir, backend)
-    nonces = [secrets.token_hex(16) for _ in range(n)]
-    pairs = [socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM) for _ in range(n)]
-    pipes = [os.pipe() for _ in range(n)]
-    gates = [os.pipe() for _ in range(n)] if tenants is not None else []
-    loop = asyncio.get_running_loop()
-    routers = [Router(loop.create_future()) for _ in range(n)]
-    channels: list[Channel] = []
-    # the copies' cgroups are made while the kernel forks (each mkdir and limit write costs)
-    making = asyncio.ensure_future(asyncio.to_thread(_cgroups_for, family, nonces, limits))
-    cgroups: list[Cgroup | None] = [None] * n
-    call: asyncio.Future[Any] | None = None
+    forking = _Forking(family, n, limits, tenants is not None)
     try:
-        for host_end, copy_router in zip((pair[0] for pair in pairs), routers, strict=True):
-            channels.append(
+        await forking.open_channels()
+        copies = forking.describe(forks_dir, tenants, share)
+        supervisors = await forking.ask(channel, router, copies)
+        forking.close_kernel_ends()
+        if tenants is not None:
+            await forking.admit_tenants(parent_pid, supervisors)
+        return await forking.ready(parent_pid, supervisors)
+    except BaseException:
+        await forking.abandon()
+        raise
+    finally:
+        router.fork_ready = None
+
+
+@final
+class _Forking:
+    """The host's side of one fork into *n* copies, step by step, and its undoing.
+
+    Holds what the copies are given (a socket pair, a status pipe and, for tenants, a gate
+    pipe each; their cgroups, made meanwhile) until :meth:`ready` hands it to the copies'
+    handles; :meth:`abandon` closes and removes whatever is still held.
+    """
+
+    def __init__(self, family: Family, n: int, limits: Limits, gated: bool) -> None:
+        self.family = family
+        self.n = n
+        self.limits = limits
+        self.nonces = [secrets.token_hex(16) for _ in range(n)]
+        self.pairs = [socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM) for _ in range(n)]
+        self.pipes = [os.pipe() for _ in range(n)]
+        self.gates = [os.pipe() for _ in range(n)] if gated else []
+        loop = asyncio.get_running_loop()
+        self.routers = [Router(loop.create_future()) for _ in range(n)]
+        self.channels: list[Channel] = []
+        # the copies' cgroups are made while the kernel forks (each mkdir and limit write costs)
+        self.making = asyncio.ensure_future(
+            asyncio.to_thread(_cgroups_for, family, self.nonces, limits)
+        )
+        self.cgroups: list[Cgroup | None] = [None] * n
+        self.call: asyncio.Future[Any] | None = None
+
+    async def open_channels(self) -> None:
+        """Open a channel on the host end of each copy's socket pair."""
+        for host_end, copy_router in zip((p[0] for p in self.pairs), self.routers, strict=True):
+            self.channels.append(
                 await Channel.open(
-                    host_end, on_notification=copy_router, max_frame=limits.max_frame_bytes
+                    host_end, on_notification=copy_router, max_frame=self.limits.max_frame_bytes
                 )
             )
+
+    def describe(
+        self, forks_dir: str, tenants: list[int | None] | None, share: int
+    ) -> list[dict[str, Any]]:
+        """What the kernel is told of each copy: its nonce, workdir and isolation."""
         copies: list[dict[str, Any]] = []
-        for i, nonce in enumerate(nonces):
+        for i, nonce in enumerate(self.nonces):
             if tenants is None:
                 copies.append({"nonce": nonce, "workdir": f"{forks_dir}/{nonce[:16]}"})
             else:
                 isolate = _isolation(tenants[i], share)
                 copies.append({"nonce": nonce, "workdir": WORKDIR, "isolate": isolate})
-        router.fork_ready = loop.create_future()
-        call = channel.request("fork", {"copies": copies}, check=schema.pids)
+        return copies
+
+    async def ask(
+        self, channel: Channel, router: Router, copies: list[dict[str, Any]]
+    ) -> list[int]:
+        """Ask the kernel to fork, send the copies' fds when it is ready; their supervisors."""
+        router.fork_ready = asyncio.get_running_loop().create_future()
+        self.call = call = channel.request("fork", {"copies": copies}, check=schema.pids)
         await asyncio.wait({router.fork_ready, call}, return_when=asyncio.FIRST_COMPLETED)
         if router.fork_ready.done():
+            gates = self.gates
             channel.send_fds(
                 [
                     fd
-                    for i in range(n)
-                    for fd in (pairs[i][1].fileno(), pipes[i][1], *(gates[i][:1] if gates else ()))
+                    for i in range(self.n)
+                    for fd in (
+                        self.pairs[i][1].fileno(),
+                        self.pipes[i][1],
+                        *(gates[i][:1] if gates else ()),
+                    )
                 ]
             )
-        supervisors = await call  # RemoteError when the kernel refused
-        for _, kernel_end in pairs:
+        supervisors: list[int] = await call  # RemoteError when the kernel refused
+        return supervisors
+
+    def close_kernel_ends(self) -> None:
+        """The copies hold their ends now: close the host's copies of them."""
+        for _, kernel_end in self.pairs:
             kernel_end.close()
-        for i, (status_r, status_w) in enumerate(pipes):
+        for i, (status_r, status_w) in enumerate(self.pipes):
             os.close(status_w)
-            pipes[i] = (status_r, -1)
-        if gates:
-            # a tenant's supervisor waits at its gate while it isolates itself: move it into
-            # its cgroup meanwhile, so its runtime is born there (the move costs no time)
-            for i, (gate_r, gate_w) in enumerate(gates):
-                os.close(gate_r)
-                gates[i] = (-1, gate_w)
-            cgroups = await making
-            hosts = await asyncio.to_thread(_supervisor_hosts, parent_pid, supervisors)
-            await asyncio.to_thread(_move_all, cgroups, hosts)
-            for i, (_, gate_w) in enumerate(gates):
-                os.write(gate_w, b"1")
-                os.close(gate_w)
-                gates[i] = (-1, -1)
-        await _hellos(routers, channels, nonces, limits.start_timeout_s)
-        cgroups = await making
-        infos = [r.hello.result() for r in routers]
+            self.pipes[i] = (status_r, -1)
+
+    async def admit_tenants(self, parent_pid: int, supervisors: list[int]) -> None:
+        """Move each tenant's supervisor into its cgroup, then open its gate.
+
+        A tenant's supervisor waits at its gate while it isolates itself: moved meanwhile,
+        its runtime is born in its cgroup (the move costs no time).
+        """
+        gates = self.gates
+        for i, (gate_r, gate_w) in enumerate(gates):
+            os.close(gate_r)
+            gates[i] = (-1, gate_w)
+        self.cgroups = await self.making
+        hosts = await asyncio.to_thread(_supervisor_hosts, parent_pid, supervisors)
+        await asyncio.to_thread(_move_all, self.cgroups, hosts)
+        for i, (_, gate_w) in enumerate(gates):
+            os.write(gate_w, b"1")
+            os.close(gate_w)
+            gates[i] = (-1, -1)
+
+    async def ready(self, parent_pid: int, supervisors: list[int]) -> list[Ready]:
+        """Wait for the copies' hellos and hand each what it holds, as a ready kernel."""
+        limits = self.limits
+        await _hellos(self.routers, self.channels, self.nonces, limits.start_timeout_s)
+        self.cgroups = await self.making
+        infos = [r.hello.result() for r in self.routers]
         found = await asyncio.to_thread(
             _find_copies, parent_pid, supervisors, [i["pid"] for i in infos]
         )
         runtimes = [runtime for _, runtime in found]
-        if not gates:
+        if not self.gates:
             # the runtimes only, back to back: a supervisor just waits, and every move is an
             # RCU-synchronised migration that the next one, close behind, may share
-            await asyncio.to_thread(_move_all, cgroups, runtimes)
+            await asyncio.to_thread(_move_all, self.cgroups, runtimes)
         ready: list[Ready] = []
-        for i in range(n):
+        for i in range(self.n):
             proc = ForkedProcess(
-                family,
+                self.family,
                 supervisor_pid=found[i][0],
                 runtime_pid=runtimes[i],
-                status_fd=pipes[i][0],
-                cgroup=cgroups[i],
+                status_fd=self.pipes[i][0],
+                cgroup=self.cgroups[i],
                 memory_mb=limits.memory_mb,
             )
-            pipes[i] = (-1, -1)
-            cgroups[i] = None
-            ready.append(Ready(proc, channels[i], routers[i], dict(infos[i])))
+            self.pipes[i] = (-1, -1)
+            self.cgroups[i] = None
+            ready.append(Ready(proc, self.channels[i], self.routers[i], dict(infos[i])))
         return ready
-    except BaseException:
+
+    async def abandon(self) -> None:
+        """Close and remove what no copy took (a closed gate turns its waiting copy away)."""
+        call = self.call
         if call is not None and not call.cancelled():  # never left unretrieved on the channel
             if call.done():
                 call.exception()
             else:
                 call.cancel()
-        for c in channels:
+        for c in self.channels:
             await c.aclose()
-        for host_end, kernel_end in pairs:
+        for host_end, kernel_end in self.pairs:
             host_end.close()
             kernel_end.close()
-        for pipe in pipes + gates:  # a closed gate turns its waiting copy away
+        for pipe in self.pipes + self.gates:
             for fd in pipe:
                 if fd >= 0:
                     with contextlib.suppress(OSError):
                         os.close(fd)
+        making = self.making
         if not making.done():
             making.cancel()
         elif not making.cancelled() and making.exception() is None:
-            cgroups = making.result()
-        for cgroup in cgroups:
+            self.cgroups = making.result()
+        for cgroup in self.cgroups:
             if cgroup is not None:
                 await asyncio.to_thread(cgroup.remove)
-        raise
-    finally:
-        router.fork_ready = None
 
 
 async def _hellos(

@@ -35,7 +35,7 @@ from sunroom.sandbox.kernel_fork import KernelFork
 from sunroom.sandbox.kernel_inputs import KernelInputs
 from sunroom.sandbox.kernel_lifecycle import BootSteps, KernelCore, OutputCallback, check_runtime
 from sunroom.sandbox.kernel_packages import KernelPackages
-from sunroom.sandbox.kernel_serving import KernelServing, toolset_for
+from sunroom.sandbox.kernel_serving import KernelServing
 from sunroom.sandbox.launch import Ready
 from sunroom.sandbox.limits import Limits
 from sunroom.sandbox.network import KernelNetwork
@@ -43,10 +43,9 @@ from sunroom.sandbox.packages import InstalledPackage, PackageListing, Packages
 from sunroom.sandbox.pool import KernelPool
 from sunroom.sandbox.result import ExecutionResult, Variable
 from sunroom.sandbox.sources import TemplateSource
+from sunroom.sandbox.toolset import Server, Toolset, toolset_for
 
 if TYPE_CHECKING:
-    from sunroom.mcp.servers import McpServer
-    from sunroom.mcp.toolset import Toolset
     from sunroom.network.policy import Network
     from sunroom.network.proxy import Connection
 
@@ -98,7 +97,7 @@ class AsyncKernel:
         on_output: OutputCallback | None = None,
         pool: KernelPool | None = None,
         template: TemplateSource | None = None,
-        mcp: Iterable[McpServer] | Toolset = (),
+        mcp: Iterable[Server] | Toolset = (),
         network: Network | None = None,
         on_connection: Callable[[Connection], None] | None = None,
         packages: Packages | None = None,
@@ -130,17 +129,18 @@ class AsyncKernel:
             steps=self._steps(),
         )
         base: tuple[HostFunction, ...] = template.functions if template is not None else ()
-        own: tuple[Callable[..., Any] | HostFunction, ...] = (*base, *functions)
-        registry = FunctionRegistry(own)
+        every: tuple[Callable[..., Any] | HostFunction, ...] = (*base, *functions)
+        registry = FunctionRegistry(every)
+        wrappers = generate(registry.functions.values())
+        toolset = toolset_for(mcp)
         serving = KernelServing(
             self._core,
-            own,
+            every,
             registry=registry,
-            wrappers=generate(registry.functions.values()),
-            toolset=toolset_for(mcp),
-            own=len(registry) > len(base),
+            wrappers=wrappers,
+            toolset=toolset,
+            own=len(registry) > len(base) or toolset is not None,
         )
-        serving.own = serving.own or serving.toolset is not None
         self._assemble(serving, KernelInputs(self._core, serving, early=pool or template))
         if inputs:
             self._inputs.take(inputs)
@@ -166,7 +166,7 @@ class AsyncKernel:
 
     # -- what the core gives every process it boots ---------------------------------------------
 
-    def _serve(self, method: str, params: Any) -> Awaitable[Any]:
+    def _serve(self, method: str, params: object) -> Awaitable[object]:
         return self._serving.serve(method, params)
 
     def _mounts(self, where: str) -> tuple[InputMount, ...]:
@@ -398,7 +398,7 @@ def _from_template(
     limits: Limits | None,
     env: Mapping[str, str] | None,
     packages: Packages | None,
-    inputs: Mapping[str, Any] | None,
+    inputs: Mapping[str, object] | None,
 ) -> tuple[str | Backend, Limits, dict[str, str], Packages]:
     """A template's kernel's backend, limits, env and packages (UsageError for others given)."""
     if limits is not None and limits != template.limits:

@@ -11,16 +11,20 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from typing import Any, final
+from typing import cast, final
 
 from sunroom.errors import ClosedError, KernelError, ProtocolError, UsageError
 from sunroom.rpc import schema
 from sunroom.rpc.channel import RemoteError, cut
 from sunroom.rpc.codec import WireError
+from sunroom.rpc.shapes import ExecuteReply
 from sunroom.sandbox.cellclock import CellClock, CellLost
 from sunroom.sandbox.kernel_lifecycle import KernelCore
 from sunroom.sandbox.kernel_serving import KernelServing
-from sunroom.sandbox.result import CellError, DisplayItem, ExecutionResult
+from sunroom.sandbox.result import CellError, DisplayItem, ExecutionResult, Status
+
+Started = asyncio.Future[ExecuteReply] | asyncio.Future[object]
+"""A cell's answer to come: the channel's (checked) or a Jupyter kernel's (checked after)."""
 
 
 @final
@@ -94,39 +98,42 @@ class KernelCells:
             finally:
                 core.running_cell = False
 
-    def _start_cell(self, code: str, params: dict[str, Any]) -> asyncio.Future[Any]:
+    def _start_cell(self, code: str, params: dict[str, object]) -> Started:
         """Send the cell: over the channel, or as a Jupyter ``execute_request`` (jupyter)."""
         core = self._core
         assert core.channel is not None
-        execute_cell = getattr(core.proc, "execute_cell", None)
+        assert core.proc is not None
+        execute_cell = core.proc.execute_cell
         if execute_cell is None:
             return core.channel.request("execute", params, check=self._check_execute)
-        call: asyncio.Future[Any] = execute_cell(
+        return execute_cell(
             code,
             max_output_bytes=core.limits.max_output_bytes,
             max_display_bytes=core.limits.display_bytes,
             on_output=core.on_output,
             closed=core.channel.closed,
         )
-        return call
 
     def _to_result(
         self,
-        call: asyncio.Future[Any],
+        call: Started,
         started: float,
         *,
         timed_out: bool = False,
         timeout: float = 0.0,
     ) -> ExecutionResult:
-        raw = call.result()  # raises if the kernel died
-        if getattr(self._core.proc, "execute_cell", None) is not None:
+        got = call.result()  # raises if the kernel died
+        proc = self._core.proc
+        if proc is not None and proc.execute_cell is not None:
             try:  # the channel checks its own answers
-                raw = self._check_execute(raw)
+                raw = self._check_execute(got)
             except WireError as exc:  # a protocol break, as on the channel: never raised
                 raise ProtocolError(f"the Jupyter cell result is malformed: {exc}") from None
+        else:
+            raw = cast(ExecuteReply, got)  # checked by the channel
         err = raw["error"]
         error = CellError(err["type"], err["message"], err["traceback"]) if err else None
-        status: Any = "ok" if error is None else "error"
+        status: Status = "ok" if error is None else "error"
         if timed_out and error is not None and error.type == "KeyboardInterrupt":
             status = "timeout"
             error = CellError(
@@ -164,7 +171,9 @@ class KernelCells:
             "died", CellError("KernelDied", reason + "; it was restarted", ""), started
         )
 
-    async def _after_loss(self, status: Any, error: CellError, started: float) -> ExecutionResult:
+    async def _after_loss(
+        self, status: Status, error: CellError, started: float
+    ) -> ExecutionResult:
         # if the restart fails, the next execute retries the start and raises then
         with contextlib.suppress(KernelError):
             await self._core.restart()

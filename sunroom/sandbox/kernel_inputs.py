@@ -44,7 +44,7 @@ class KernelInputs:
         self._core = core
         self._serving = serving
         self._early = early
-        self.values: dict[str, Any] = {}
+        self.values: dict[str, object] = {}
         self.files: dict[str, host_inputs.Resolved] = {}
 
     def copy_for(self, core: KernelCore, serving: KernelServing) -> KernelInputs:
@@ -59,7 +59,7 @@ class KernelInputs:
         self.files = self.resolve_files(values)
         self.values.update(values)
 
-    def check_names(self, values: Mapping[str, Any]) -> None:
+    def check_names(self, values: Mapping[str, object]) -> None:
         """UsageError for a name that is not a public identifier or shadows a host function."""
         for name in values:
             if not isinstance(name, str) or not name.isidentifier() or name.startswith("_"):
@@ -87,7 +87,7 @@ class KernelInputs:
         """The file inputs' mounts on a backend that places them as *where* does."""
         return host_inputs.mounts(where, self.files)
 
-    async def send_bind(self, values: Mapping[str, Any]) -> None:
+    async def send_bind(self, values: Mapping[str, object]) -> None:
         """Bind *values* in the running process (KernelError, KernelDiedError, UsageError)."""
         core = self._core
         assert core.channel is not None
@@ -118,7 +118,7 @@ class KernelInputs:
         except (ClosedError, ConnectionError) as exc:
             raise await core.died("bind", exc) from None
 
-    async def bind(self, **values: Any) -> None:
+    async def bind(self, **values: object) -> None:
         """Set variables in the namespace; see :meth:`AsyncKernel.bind`."""
         core = self._core
         self.check_names(values)

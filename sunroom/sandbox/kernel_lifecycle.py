@@ -27,7 +27,7 @@ from sunroom.errors import (
 from sunroom.rpc.channel import Channel, cut
 from sunroom.rpc.eager import in_task
 from sunroom.sandbox import backends
-from sunroom.sandbox.backend import Backend, InputMount, KernelProcess
+from sunroom.sandbox.backend import Backend, InputMount, KernelProcess, features
 from sunroom.sandbox.cellclock import CellClock
 from sunroom.sandbox.launch import Ready, Router, failure_detail, launch
 from sunroom.sandbox.limits import Limits
@@ -37,7 +37,7 @@ from sunroom.sandbox.packages import Packages
 OutputCallback = Callable[[str, str], None]
 """Called with (stream name, text) as a cell writes output."""
 
-Serve = Callable[[str, Any], Awaitable[Any]]
+Serve = Callable[[str, object], Awaitable[object]]
 """Answers a request from the kernel (method, params checked by the channel)."""
 
 
@@ -112,9 +112,7 @@ class KernelCore:
 
     def inputs_backend(self) -> str:
         """The backend whose way of placing file inputs applies (a Jupyter kernel's sandbox)."""
-        backend = self.resolve_backend()
-        name: str = getattr(backend, "inputs_backend", backend.name)
-        return name
+        return features(self.resolve_backend()).inputs_backend
 
     async def start(self) -> None:
         """Start the kernel (idempotent). Raises KernelStartError / SandboxUnavailableError."""
@@ -125,7 +123,7 @@ class KernelCore:
         if self.backend is None:
             backend = backends.resolve(self.backend_arg)
             if self.network is not None:
-                KernelNetwork.check_backend(backend.name, getattr(backend, "sandbox", None))
+                KernelNetwork.check_backend(backend.name, features(backend).sandbox)
             self.backend = backend
         binding = self.steps.prepare()  # e.g. list the MCP tools while the kernel boots
         try:
@@ -252,10 +250,13 @@ class KernelCore:
 
 def check_runtime(backend: str | Backend, what: str) -> None:
     """UsageError when *backend* runs a Jupyter kernel without sunroom's runtime."""
-    if not isinstance(backend, str) and getattr(backend, "python", True) is False:
-        name = getattr(backend, "kernel_name", backend.name)
+    if isinstance(backend, str):
+        return
+    described = features(backend)
+    if not described.python:
         raise UsageError(
-            f"the {name!r} Jupyter kernel has no sunroom runtime: {what} need a Python kernel"
+            f"the {described.kernel_name!r} Jupyter kernel has no sunroom runtime: {what} need "
+            "a Python kernel"
         )
 
 

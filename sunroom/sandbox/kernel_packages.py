@@ -6,7 +6,7 @@ pip runs inside the kernel's sandbox from the wheelhouse or index of the kernel'
 
 from __future__ import annotations
 
-from typing import Any, final
+from typing import final
 
 from sunroom.errors import ClosedError, KernelError, PackageInstallError, UsageError
 from sunroom.rpc import schema
@@ -28,7 +28,7 @@ class KernelPackages:
         """Install into the kernel's site dir; see :meth:`AsyncKernel.install`."""
         core = self._core
         core.require_runtime("packages")
-        params: dict[str, Any] = {"requirements": list(requirements)}
+        params: dict[str, object] = {"requirements": list(requirements)}
         if timeout_s is not None:
             params["timeout_s"] = check_timeout(timeout_s)
         async with core.lock:

@@ -1,6 +1,7 @@
 """Host functions served to a kernel: the kernel's calls answered, MCP tools bound.
 
-A cell's call of a host function (or of an MCP tool, bound as one module per server) arrives as
+A cell's call of a host function (or of a toolset's tool, an MCP server's, bound as one module
+per server; :mod:`sunroom.sandbox.toolset`) arrives as
 a ``call`` request on the kernel's channel; :meth:`KernelServing.serve` answers it from the
 kernel's :class:`~sunroom.sandbox.functions.FunctionRegistry`, with the running cell's clock in
 context. Lazy or changed MCP servers are bound before a cell, and the wrappers installed again.
@@ -9,21 +10,19 @@ context. Lazy or changed MCP servers are bound before a cell, and the wrappers i
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any, final
+from collections.abc import Callable
+from typing import Any, cast, final
 
-from sunroom.errors import McpServerError, UsageError
+from sunroom.errors import McpServerError
 from sunroom.rpc import schema
 from sunroom.rpc.channel import RpcFailure
 from sunroom.rpc.messages import RpcError
+from sunroom.rpc.shapes import CallParams
 from sunroom.sandbox.cellclock import CURRENT_CLOCK
 from sunroom.sandbox.codegen import WrapperSource, generate
 from sunroom.sandbox.functions import FunctionRegistry, HostFunction, rpc_error
 from sunroom.sandbox.kernel_lifecycle import KernelCore
-
-if TYPE_CHECKING:
-    from sunroom.mcp.servers import McpServer
-    from sunroom.mcp.toolset import Toolset
+from sunroom.sandbox.toolset import Toolset
 
 
 @final
@@ -65,13 +64,14 @@ class KernelServing:
             own=self.own,
         )
 
-    async def serve(self, method: str, params: Any) -> Any:
+    async def serve(self, method: str, params: object) -> object:
         """Serve a request from the kernel; its params were checked by the channel."""
         if method != "call":
             raise RpcFailure(RpcError("MethodNotFound", f"the host does not serve {method!r}"))
+        call = cast(CallParams, params)  # schema.call, checked by the channel
         CURRENT_CLOCK.set(self._core.clock)  # this request's own context (a copy): no reset
         try:
-            return await self.registry.invoke(params["name"], params["args"])
+            return await self.registry.invoke(call["name"], call["args"])
         except Exception as exc:  # the kernel gets it as an error answer, by type name
             raise RpcFailure(rpc_error(exc)) from None
 
@@ -129,22 +129,3 @@ class KernelServing:
         self.registry.close()
         toolset, self.toolset = self.toolset, None
         return toolset
-
-
-def toolset_for(mcp: Iterable[McpServer] | Toolset) -> Toolset | None:
-    """The toolset for ``mcp=`` (None when no server is given); imports the MCP SDK lazily.
-
-    Only when servers are given: a kernel without them needs no MCP SDK.
-    """
-    if isinstance(mcp, list | tuple) and not mcp:
-        return None
-    try:
-        from sunroom.mcp.toolset import Toolset  # the mcp SDK is an optional extra
-    except ModuleNotFoundError as exc:
-        raise UsageError(
-            f"mcp= needs the MCP SDK ({exc.name} is missing): pip install 'sunroom[mcp]'"
-        ) from None
-    if isinstance(mcp, Toolset):
-        return mcp
-    servers = list(mcp)
-    return Toolset(servers) if servers else None

@@ -83,11 +83,8 @@ def check_hello(info: Any, nonce: str) -> None:
 
 async def failure_detail(proc: KernelProcess) -> str:
     """The kernel's early log, formatted for a KernelStartError ('' when there is none)."""
-    tail_of = getattr(proc, "log_tail", None)
-    if tail_of is None:
-        return ""
     try:
-        tail = str(await tail_of())
+        tail = await proc.log_tail()
     except Exception as exc:  # diagnostics must never hide the real failure
         tail = f"(log unavailable: {exc!r})"
     return f"\n--- kernel log ---\n{tail.strip()}" if tail.strip() else ""

@@ -22,7 +22,7 @@ from typing import Any, Final, Protocol, final
 import psutil
 
 from sunroom.errors import KernelStartError
-from sunroom.sandbox.backend import IPC_TOKEN, PYTHON_TOKEN, ExecSpec, Tenancy
+from sunroom.sandbox.backend import IPC_TOKEN, PYTHON_TOKEN, ExecSpec, KernelProcessBase, Tenancy
 from sunroom.sandbox.cgroup import Cgroup
 from sunroom.sandbox.identity import Identity, IdentityLease
 from sunroom.sandbox.limits import Limits
@@ -34,7 +34,7 @@ _SIGNAL_NAMES = {s.value: s.name for s in signal.Signals}
 
 
 @final
-class SupervisedProcess:
+class SupervisedProcess(KernelProcessBase):
     """Handle on one supervisor process tree; implements ``KernelProcess``."""
 
     def __init__(

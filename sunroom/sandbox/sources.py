@@ -8,7 +8,8 @@ above the kernel, and nothing below imports back up.
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from collections.abc import Mapping
+from typing import Protocol
 
 from sunroom.sandbox.backend import Backend
 from sunroom.sandbox.functions import HostFunction
@@ -50,7 +51,7 @@ class TemplateSource(Protocol):
         ...
 
     @property
-    def inputs(self) -> dict[str, Any]:
+    def inputs(self) -> Mapping[str, object]:
         """The inputs bound in its kernels."""
         ...
 

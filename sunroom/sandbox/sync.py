@@ -15,10 +15,9 @@ from sunroom.sandbox.network import KernelNetwork
 from sunroom.sandbox.packages import InstalledPackage, PackageListing, Packages
 from sunroom.sandbox.portal import Portal, TwinState
 from sunroom.sandbox.result import ExecutionResult, Variable
+from sunroom.sandbox.toolset import Server, Toolset
 
 if TYPE_CHECKING:
-    from sunroom.mcp.servers import McpServer
-    from sunroom.mcp.toolset import Toolset
     from sunroom.network.policy import Network
     from sunroom.network.proxy import Connection
 
@@ -43,7 +42,7 @@ class Kernel:
         limits: Limits | None = None,
         env: Mapping[str, str] | None = None,
         on_output: OutputCallback | None = None,
-        mcp: Iterable[McpServer] | Toolset = (),
+        mcp: Iterable[Server] | Toolset = (),
         network: Network | None = None,
         on_connection: Callable[[Connection], None] | None = None,
         packages: Packages | None = None,
@@ -205,7 +204,7 @@ async def _build(
     limits: Limits | None,
     env: Mapping[str, str] | None,
     on_output: OutputCallback | None,
-    mcp: Iterable[McpServer] | Toolset,
+    mcp: Iterable[Server] | Toolset,
     network: Network | None,
     on_connection: Callable[[Connection], None] | None,
     packages: Packages | None,

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, final
 
 from sunroom.errors import KernelError
+from sunroom.sandbox.backend import KernelProcessBase
 from sunroom.sandbox.identity import Identity, IdentityLease
 from sunroom.sandbox.process import Companion, close_companions
 from sunroom.sandbox.rundirs import remove_tree
@@ -46,7 +47,7 @@ def _remove(client: docker.DockerClient, cid: str) -> None:
 
 
 @final
-class DockerKernelProcess:
+class DockerKernelProcess(KernelProcessBase):
     """Handle on one kernel container; implements ``KernelProcess``.
 
     ``kill()`` force-removes the container and closes the client when this handle owns it.

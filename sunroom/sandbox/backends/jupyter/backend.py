@@ -20,7 +20,7 @@ import zmq
 
 from sunroom.errors import KernelStartError, SandboxUnavailableError, UsageError
 from sunroom.sandbox import backends
-from sunroom.sandbox.backend import Backend, KernelProcess, LaunchSpec
+from sunroom.sandbox.backend import Backend, BackendBase, KernelProcess, LaunchSpec
 from sunroom.sandbox.backends.jupyter.messages import receive
 from sunroom.sandbox.backends.jupyter.process import JupyterProcess, close_quietly
 from sunroom.sandbox.backends.jupyter.provisioner import NAME, LaunchRequest, expect, forget
@@ -41,7 +41,7 @@ def max_message_bytes(limits: Limits) -> int:
 
 
 @final
-class JupyterBackend:
+class JupyterBackend(BackendBase):
     """Start the Jupyter kernel *kernel_name* inside *sandbox* and drive it with jupyter-client.
 
     Args:
@@ -61,10 +61,15 @@ class JupyterBackend:
         if not isinstance(sandbox, str) and sandbox.name == self.name:
             raise UsageError("a Jupyter kernel's sandbox cannot be another Jupyter backend")
         self.spec: KernelSpecInfo = find_kernelspec(kernel_name)
-        self.kernel_name = kernel_name
+        self._kernel_name = kernel_name
         self._sandbox_arg = sandbox
         self.sandbox = sandbox if isinstance(sandbox, str) else sandbox.name
         self._inner: Backend | None = None
+
+    @property
+    def kernel_name(self) -> str:
+        """The kernelspec's name."""
+        return self._kernel_name
 
     @property
     def python(self) -> bool:

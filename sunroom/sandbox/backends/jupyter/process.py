@@ -1,7 +1,7 @@
 """A running Jupyter kernel: the sunroom process handle plus its jupyter-client manager and client.
 
 :class:`JupyterProcess` implements :class:`~sunroom.sandbox.backend.KernelProcess` by
-delegating to the sandbox's handle (the supervisor's process tree), and adds
+delegating to the sandbox's handle (the supervisor's process tree), and declares
 :meth:`~JupyterProcess.execute_cell`, which :class:`~sunroom.sandbox.kernel.AsyncKernel` uses
 instead of the channel's ``execute``: the cell goes to the kernel as an ``execute_request`` and
 its messages come back as sunroom's execute result (:mod:`.results`).
@@ -19,15 +19,16 @@ from jupyter_client.asynchronous.client import AsyncKernelClient
 from jupyter_client.manager import AsyncKernelManager
 
 from sunroom.rpc.channel import cut
-from sunroom.sandbox.backend import KernelProcess
+from sunroom.sandbox.backend import KernelProcess, KernelProcessBase
 from sunroom.sandbox.backends.jupyter import messages
 from sunroom.sandbox.backends.jupyter.results import CellMessages, OutputCallback
+from sunroom.sandbox.process import SupervisedProcess
 
 log = logging.getLogger(__name__)
 
 
 @final
-class JupyterProcess:
+class JupyterProcess(KernelProcessBase):
     """One Jupyter kernel's process tree (*inner*) and the manager and client that drive it."""
 
     def __init__(
@@ -50,11 +51,15 @@ class JupyterProcess:
         """The kernel's ``kernel_info_reply`` content (language, implementation, banner)."""
         self._closed = False
 
-    def __getattr__(self, name: str) -> Any:
-        """The sandbox handle's other attributes (pid, rundir, identity, ...), for diagnostics."""
-        if name.startswith("__") or name == "inner":
-            raise AttributeError(name)
-        return getattr(self.inner, name)
+    @property
+    def pid(self) -> int | None:
+        """The sandbox's supervisor pid (host namespace) when it is a local process tree."""
+        return self.inner.pid if isinstance(self.inner, SupervisedProcess) else None
+
+    @property
+    def rundir(self) -> Path | None:
+        """The sandbox's run directory on the host when it is a local process tree."""
+        return self.inner.rundir if isinstance(self.inner, SupervisedProcess) else None
 
     # -- KernelProcess -------------------------------------------------------------------------
 
@@ -66,8 +71,7 @@ class JupyterProcess:
     @property
     def host_pid(self) -> int | None:
         """The kernel's pid in the host's PID namespace, when the sandbox knows it."""
-        pid: int | None = getattr(self.inner, "host_pid", None)
-        return pid
+        return self.inner.host_pid
 
     def adopt(self, kernel_pid: int) -> None:
         """Record the kernel's pid from its hello (the extension's, or the keeper's for it)."""
@@ -97,8 +101,7 @@ class JupyterProcess:
 
     async def log_tail(self) -> str:
         """The kernel's early stderr (its log), when the sandbox keeps one."""
-        tail_of = getattr(self.inner, "log_tail", None)
-        return "" if tail_of is None else str(await tail_of())
+        return await self.inner.log_tail()
 
     # -- cells ---------------------------------------------------------------------------------
 
@@ -109,8 +112,8 @@ class JupyterProcess:
         max_output_bytes: int,
         max_display_bytes: int,
         on_output: OutputCallback | None,
-        closed: asyncio.Future[Any],
-    ) -> asyncio.Future[dict[str, Any]]:
+        closed: asyncio.Future[None],
+    ) -> asyncio.Future[object]:
         """Send *code* as an ``execute_request``; the future gets the execute result dict.
 
         The future fails with ConnectionError when *closed* (the kernel's sunroom channel)
@@ -118,7 +121,7 @@ class JupyterProcess:
         clock giving up) stops the collection.
         """
         loop = asyncio.get_running_loop()
-        done: asyncio.Future[dict[str, Any]] = loop.create_future()
+        done: asyncio.Future[object] = loop.create_future()
         cell = CellMessages(
             max_output_bytes=max_output_bytes,
             max_display_bytes=max_display_bytes,

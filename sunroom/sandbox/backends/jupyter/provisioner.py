@@ -216,7 +216,7 @@ class SunroomProvisioner(KernelProvisionerBase):
             network=request.network,
         )
         proc, sock = await request.backend.launch(spec)
-        ipc_dir: Path | None = getattr(proc, "ipc_dir", None)
+        ipc_dir = proc.ipc_dir
         if ipc_dir is None:
             sock.close()
             await proc.kill()
