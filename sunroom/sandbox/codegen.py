@@ -202,6 +202,17 @@ class _Renderer:
     def _base(
         self, node: Mapping[str, Any], scope: tuple[Mapping[str, Any], ...], hint: str, depth: int
     ) -> str:
+        """The type of *node* before its constraints: the first of the named steps that knows."""
+        for step in (self._marked, self._referenced, self._chosen, self._typed):
+            found = step(node, scope, hint, depth)
+            if found is not None:
+                return found
+        return "_t.Any"
+
+    def _marked(
+        self, node: Mapping[str, Any], scope: tuple[Mapping[str, Any], ...], hint: str, depth: int
+    ) -> str | None:
+        """A type sunroom marked in the schema (a Decimal, MCP content, Vectors); None."""
         if node.get(_PYTHON) == "decimal":
             return "_decimal.Decimal"
         if node.get(_PYTHON) == MCP_CONTENT:
@@ -209,14 +220,26 @@ class _Renderer:
         if node.get(_PYTHON) == VECTORS:
             self.uses_vectors = True
             return "_vectors.Vectors"
+        return None
+
+    def _referenced(
+        self, node: Mapping[str, Any], scope: tuple[Mapping[str, Any], ...], hint: str, depth: int
+    ) -> str | None:
+        """The type a ``$ref`` names among the definitions in scope (``Any`` elsewhere); None."""
         ref = node.get("$ref")
-        if isinstance(ref, str):
-            name = ref.rsplit("/", 1)[-1]
-            prefix = ref[: len(ref) - len(name)]
-            for defs in reversed(scope):
-                if prefix in ("#/$defs/", "#/definitions/") and name in defs:
-                    return self.type_of(defs[name], scope, name, depth)
-            return "_t.Any"  # "#" (the root: a recursive schema) or a reference elsewhere
+        if not isinstance(ref, str):
+            return None
+        name = ref.rsplit("/", 1)[-1]
+        prefix = ref[: len(ref) - len(name)]
+        for defs in reversed(scope):
+            if prefix in ("#/$defs/", "#/definitions/") and name in defs:
+                return self.type_of(defs[name], scope, name, depth)
+        return "_t.Any"  # "#" (the root: a recursive schema) or a reference elsewhere
+
+    def _chosen(
+        self, node: Mapping[str, Any], scope: tuple[Mapping[str, Any], ...], hint: str, depth: int
+    ) -> str | None:
+        """A choice: a named enum, a union (``anyOf``/``oneOf``/one ``allOf``), literals; None."""
         if _NAMES in node and isinstance(node.get("enum"), list):
             return self._mirror_enum(node, hint)
         for key in ("anyOf", "oneOf"):
@@ -236,6 +259,12 @@ class _Renderer:
             if None in shown_all or not all(isinstance(v, str | int | bool | None) for v in values):
                 return "_t.Any"
             return "_t.Literal[" + ", ".join(s for s in shown_all if s is not None) + "]"
+        return None
+
+    def _typed(
+        self, node: Mapping[str, Any], scope: tuple[Mapping[str, Any], ...], hint: str, depth: int
+    ) -> str | None:
+        """The type its ``type`` (or its properties: a mirror class) says; None."""
         kind = node.get("type")
         if isinstance(kind, list):
             return " | ".join(
@@ -256,7 +285,7 @@ class _Renderer:
                 self.type_of(extra, scope, hint, depth) if isinstance(extra, Mapping) else "_t.Any"
             )
             return f"dict[str, {value}]"
-        return "_t.Any"
+        return None
 
     def _array(
         self, node: Mapping[str, Any], scope: tuple[Mapping[str, Any], ...], hint: str, depth: int
