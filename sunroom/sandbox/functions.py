@@ -337,7 +337,7 @@ class FunctionRegistry:
     def __len__(self) -> int:
         return len(self._functions)
 
-    async def invoke(self, name: Any, args: Any) -> Any:
+    async def invoke(self, name: object, args: object) -> object:
         """Validate and run one call from the kernel; return the result as wire data.
 
         Raises HostFunctionNotFound, HostFunctionArgumentError, HostFunctionBudgetExceeded,
@@ -385,7 +385,7 @@ class FunctionRegistry:
             if self._on_call is not None:
                 self._on_call(hf.name, time.perf_counter() - started, failure)
 
-    async def _run(self, hf: HostFunction, usage: _Usage, kwargs: dict[str, Any]) -> Any:
+    async def _run(self, hf: HostFunction, usage: _Usage, kwargs: dict[str, object]) -> object:
         """Run the function within its timeout, after a free concurrency slot (if limited).
 
         The function starts only once it holds a slot: a sync function is handed to a thread
@@ -435,7 +435,7 @@ class FunctionRegistry:
                 sem.release()
 
 
-def _run_inline(hf: HostFunction, kwargs: dict[str, Any]) -> Any:
+def _run_inline(hf: HostFunction, kwargs: dict[str, object]) -> object:
     """Call a sync function on the event loop; past its timeout the result is not returned."""
     started = time.perf_counter()
     result = hf.fn(**kwargs)
@@ -541,7 +541,7 @@ _ECHO.maxstring = _ECHO.maxother = MAX_ECHO
 _ECHO.maxlevel, _ECHO.maxlist, _ECHO.maxdict = 3, 8, 8
 
 
-def _quote(value: Any) -> str:
+def _quote(value: object) -> str:
     """A repr of *value* of at most MAX_ECHO characters, whatever its size (bounded work).
 
     Error texts never echo huge kernel-supplied data.
