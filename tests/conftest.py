@@ -1,16 +1,26 @@
-"""Shared fixtures: which backends the conformance and security suites run on.
+"""Shared fixtures: which backends the conformance and security suites run on; the test lanes.
 
 ``SUNROOM_TEST_BACKENDS`` (default: all) picks the backends to run. A backend that cannot start
 on this machine is skipped with the reason, unless it is listed in ``SUNROOM_REQUIRE_BACKENDS``
 (CI lists all three): then its tests fail instead, so a missing backend in CI is a failure.
+
+Lanes (docs/testing.md): a test that starts a kernel, a service, a backend or any other process
+is marked ``kernel``, by the fixtures it uses (:data:`KERNEL_FIXTURES`) or by where it lives
+(:data:`KERNEL_TESTS`); ``pytest -m "not kernel"`` is the fast lane. In the fast lane an audit
+hook fails any test that starts a process or reaches the Docker daemon anyway, saying to mark
+it. ``serial`` tests (:data:`SERIAL_TESTS`) run alone, after the parallel pass.
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
+import platform
+import socket
+import sys
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import psutil
 import pytest
@@ -150,3 +160,237 @@ def no_process_left() -> Iterator[None]:
     while (left := _live(_descendants() - before)) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not left, f"processes left behind: {sorted(left)}"
+
+
+# -- lanes ----------------------------------------------------------------------------------
+
+KERNEL_FIXTURES = frozenset(
+    {
+        "backend",
+        "isolated_backend",
+        "threat_backend",
+        "jail",
+        "install_backend",
+        "local_backend",
+        "fork_backend",
+        "bwrap",
+        "make_server",
+        "no_process_left",
+    }
+)
+"""Fixtures that start a kernel, a service or a backend (``no_process_left``: that check the
+processes a test left): a test using one, directly or through another fixture, is ``kernel``."""
+
+KERNEL_TESTS: tuple[str, ...] = (
+    # modules (most of their tests start one)
+    "tests/agent/test_approvals.py",
+    "tests/agent/test_images.py",
+    "tests/agent/test_predict.py",
+    "tests/agent/test_session.py",
+    "tests/agent/test_submit.py",
+    "tests/cli/test_approvals.py",
+    "tests/cli/test_cli.py",
+    "tests/cli/test_run.py",
+    "tests/embeddings/test_cli_embed.py",
+    "tests/embeddings/test_session_embeddings.py",
+    "tests/network/test_cli_network.py",
+    "tests/packages/test_docs.py",
+    "tests/packages/test_failures.py",
+    "tests/packages/test_index.py",
+    "tests/packages/test_install.py",
+    "tests/packages/test_prompt.py",
+    "tests/sandbox/backends/jupyter/test_cli_jupyter.py",
+    "tests/sandbox/backends/jupyter/test_forged_messages.py",
+    "tests/sandbox/backends/jupyter/test_jupyter_backend.py",
+    "tests/sandbox/backends/jupyter/test_kernel_side.py",
+    "tests/sandbox/test_cancelled_start.py",
+    "tests/sandbox/test_child_reaping.py",
+    "tests/sandbox/test_close_during_cell.py",
+    "tests/sandbox/test_docker.py",
+    "tests/sandbox/test_schema_constraints.py",
+    "tests/service/mcp/test_server.py",
+    "tests/service/test_crash.py",
+    "tests/service/test_reclaim.py",
+    "tests/service/test_resume_messages.py",
+    "tests/service/test_send_while_ending.py",
+    "tests/service/test_shutdown.py",
+    "tests/store/test_processes.py",
+    "tests/test_examples.py",
+    # single tests of otherwise fast modules
+    "tests/agent/test_events.py::test_a_slow_subscriber_does_not_stall_the_session",
+    "tests/agent/test_events.py::test_secrets_in_tool_output_never_reach_a_model_or_an_event",
+    "tests/agent/test_events.py::test_secrets_never_enter_the_kernel",
+    "tests/agent/test_patterns.py::test_a_kernels_catastrophic_predict_schema_does_not_stall_the_host",
+    "tests/agent/test_rlm_eval_smoke.py::test_best_of_k_votes_away_a_noisy_root",
+    "tests/agent/test_rlm_eval_smoke.py::test_fake_run_prints_a_table_with_full_accuracy",
+    "tests/agent/test_rlm_eval_smoke.py::test_rlm_run_keeps_the_context_out_of_the_prompt",
+    "tests/embeddings/test_functions.py::test_bad_input_is_a_clear_error_in_the_kernel",
+    "tests/embeddings/test_functions.py::test_before_call_counts_and_may_refuse",
+    "tests/embeddings/test_functions.py::test_embed_crosses_packed_and_arrives_as_rows",
+    "tests/embeddings/test_functions.py::test_empty_input_and_k_larger_than_texts",
+    "tests/embeddings/test_functions.py::test_real_model_search_scores_are_the_published_similarities",
+    "tests/embeddings/test_functions.py::test_real_model_vectors_from_the_kernel_match_the_numpy_reference",
+    "tests/embeddings/test_functions.py::test_search_ranks_by_cosine_and_caches_documents",
+    "tests/network/test_egress_thread.py::test_a_forked_process_gets_its_own_egress_thread",
+    "tests/network/test_handoff.py::test_a_supervisor_that_cannot_reach_the_proxy_exits_before_any_kernel",
+    "tests/network/test_relay_threads.py::test_a_fork_while_a_thread_is_inside_the_pool_leaves_the_child_a_working_pool",
+    "tests/network/test_relay_threads.py::test_a_forked_process_has_a_pool_of_its_own",
+    "tests/network/test_relay_threads.py::test_idle_threads_leave",
+    "tests/network/test_relay_threads.py::test_when_the_system_gives_no_thread_none_start_and_the_counts_stay_right",
+    "tests/prelude/test_kernel_modules.py::test_every_prelude_module_imports_only_the_stdlib_and_msgpack",
+    "tests/rpc/test_speed_paths.py::test_cancelled_execute_abandons_its_answer_and_the_kernel_goes_on",
+    "tests/sandbox/test_docker_watchdog.py::test_the_watchdog_removes_its_owners_containers_when_the_owner_goes",
+    "tests/sandbox/test_inline_functions.py::test_inline_errors_budget_and_concurrency",
+    "tests/sandbox/test_inline_functions.py::test_inline_runs_on_the_loop_thread_without_a_task",
+    "tests/sandbox/test_inline_functions.py::test_inline_timeout_discards_a_late_result",
+    "tests/sandbox/test_inline_functions.py::test_sync_twin_serves_inline_and_threaded_functions",
+    "tests/security/test_identity.py::test_a_uid_in_use_by_a_live_process_is_never_leased",
+    "tests/security/test_identity.py::test_no_free_uid_fails_closed",
+    "tests/security/test_identity.py::test_uid_map_inside_the_sandbox_and_from_the_host",
+    "tests/service/test_approvals.py::test_a_call_waiting_for_approval_when_the_service_dies_is_denied_and_told",
+    "tests/service/test_crash_suite.py::test_crash_suite_fast_tier",
+    "tests/service/test_crash_suite.py::test_crash_suite_slow_tier",
+    "tests/service/test_failures.py::test_a_failure_to_record_a_sessions_end_is_logged",
+    "tests/service/test_fairness.py::test_sunroom_serve_refuses_the_bound_out_of_range",
+    "tests/service/test_http_limits.py::test_sigterm_with_a_live_sse_client_exits_0_at_once",
+    "tests/service/test_notebook.py::test_sessions_export_writes_a_notebook",
+    "tests/service/test_resume_unknown_calls.py::test_a_call_marked_unknown_without_its_event_is_reported_by_the_next_resume",
+    "tests/service/test_resume_unknown_calls.py::test_a_note_lost_with_its_process_is_given_by_the_next_resume",
+    "tests/test_portal.py::test_a_host_call_from_a_thread_the_cell_left_running_is_served_between_calls",
+    "tests/test_public_api.py::test_kernel_side_imports_no_host_dependencies",
+    "tests/test_public_api.py::test_kernel_side_imports_only_the_stdlib_and_msgpack",
+    "tests/test_readme.py::test_a_guide_snippet_runs_as_written",
+    "tests/test_readme.py::test_a_readme_snippet_runs_as_written",
+    "tests/test_sync_twins.py::test_kernel_close_is_idempotent_and_closed_means_closed",
+    "tests/test_sync_twins.py::test_session_events_unsubscribe_when_the_consumer_stops_early",
+    "tests/test_sync_twins.py::test_session_lifecycle_and_closed_errors",
+)
+"""Tests that start a kernel, a service or another process in their bodies or in their
+module's own fixtures, by node-id prefix: a directory (``tests/cli/``), a module
+(``tests/x.py``) or a test (``tests/x.py::test_y``, with every parameter of it)."""
+
+SERIAL_TESTS: tuple[str, ...] = (
+    # timing: the longest stall of the host's event loop (under 100 ms) and a bystander's p99
+    # against its own baseline; other workers' kernels on the same 2 cores make both flake
+    "tests/security/test_host_dos.py",
+    # they count every process on the host with a fixed command line (`sleep 1000`, `1003`,
+    # `1013`, a daemon's marker): the same test for another backend, on another worker, plants
+    # the same processes meanwhile
+    "tests/conformance/test_kernel.py::test_close_leaves_zero_processes_after_fork_storm_and_daemon",
+    "tests/conformance/test_reaping.py::test_kill_9_of_the_host_leaves_no_kernel_processes",
+    "tests/conformance/test_fork.py::test_closing_a_copy_reaps_its_daemons_and_spares_the_parent",
+    "tests/security/test_threats.py::test_daemons_do_not_outlive_the_kernel",
+)
+"""Tests that must run alone (``serial``), by node-id prefix as :data:`KERNEL_TESTS`; each is
+serial for the reason docs/testing.md gives."""
+
+_MARK = "mark it: add its module to KERNEL_TESTS in tests/conftest.py (or use a fixture of KERNEL_FIXTURES, or @pytest.mark.kernel)"
+
+
+def _under(nodeid: str, prefixes: tuple[str, ...]) -> bool:
+    """Whether test *nodeid* is one of *prefixes* or lies under one."""
+    for prefix in prefixes:
+        if prefix.endswith("/"):
+            if nodeid.startswith(prefix):
+                return True
+        elif nodeid == prefix or nodeid.startswith((prefix + "::", prefix + "[")):
+            return True
+    return False
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m deselects by these marks
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark ``kernel`` and ``serial`` tests (see the module docstring)."""
+    for item in items:
+        fixtures = set(getattr(item, "fixturenames", ()))
+        if fixtures & KERNEL_FIXTURES or _under(item.nodeid, KERNEL_TESTS):
+            item.add_marker(pytest.mark.kernel)
+        if _under(item.nodeid, SERIAL_TESTS):
+            item.add_marker(pytest.mark.serial)
+
+
+class _FastLaneGuard:
+    """An audit hook failing a fast-lane test that starts a process or reaches Docker.
+
+    Installed once per process, only when the run deselects ``kernel`` tests (audit hooks
+    cannot be removed); outside a test of that run (:attr:`test` is None) it does nothing.
+    Watched: ``subprocess.Popen`` (asyncio's subprocesses too), ``os.posix_spawn``,
+    ``os.fork``, ``os.forkpty``, ``os.exec*``, ``os.system``, and ``socket.connect`` to the
+    Docker daemon. Not seen: a process started by C code without an audit event (uvloop's
+    subprocesses, ``multiprocessing``'s spawn and forkserver).
+    """
+
+    def __init__(self) -> None:
+        self.test: str | None = None
+        self.seen: list[str] = []
+
+    def __call__(self, event: str, args: tuple[Any, ...]) -> None:
+        if self.test is None:
+            return
+        what = _started(event, args)
+        if what is None:
+            return
+        self.seen.append(what)
+        raise UnmarkedKernelTest(f"{self.test} is in the fast lane but called {what}: {_MARK}")
+
+
+class UnmarkedKernelTest(RuntimeError):
+    """A fast-lane test started a process or reached a daemon: it must be marked ``kernel``."""
+
+
+def _started(event: str, args: tuple[Any, ...]) -> str | None:
+    """What audit *event* starts (a process, a daemon's connection), or None."""
+    if event == "subprocess.Popen":
+        return f"subprocess.Popen({args[1]!r})"
+    if event in ("os.posix_spawn", "os.exec"):
+        return f"{event}({args[0]!r})"
+    if event in ("os.fork", "os.forkpty"):
+        return f"{event}()"
+    if event == "os.system":
+        return f"os.system({args[0]!r})"
+    if event == "socket.connect" and _docker_address(args[0], args[1]):
+        return f"socket.connect({args[1]!r})"
+    return None
+
+
+def _docker_address(sock: object, address: object) -> bool:
+    """Whether *address* is the Docker daemon's (its Unix socket, or ``DOCKER_HOST``).
+
+    Other Unix sockets are not watched: the network proxy's tests talk to proxies of their own
+    process over them, and a kernel's socket exists only once a process was started.
+    """
+    if getattr(sock, "family", None) == socket.AF_UNIX:
+        return "docker" in str(address)
+    host = os.environ.get("DOCKER_HOST", "")
+    return bool(host) and isinstance(address, tuple) and f"{address[0]}:{address[1]}" in host
+
+
+_GUARD = _FastLaneGuard()
+
+
+def _fast_lane(config: pytest.Config) -> bool:
+    """Whether this run is the fast lane (its ``-m`` expression says ``not kernel``)."""
+    return "not kernel" in " ".join(str(config.getoption("markexpr") or "").split())
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if _fast_lane(config):
+        # a library probe, not a process a test starts: platform runs `uname -p` once per
+        # process (the OpenAI SDK's headers ask for it), then answers from its cache
+        platform.processor()
+        sys.addaudithook(_GUARD)
+
+
+@pytest.fixture(autouse=True)
+def _fast_lane_guard(request: pytest.FixtureRequest) -> Iterator[None]:
+    """In the fast lane, fail a test that starts a process (see :class:`_FastLaneGuard`)."""
+    if not _fast_lane(request.config):
+        yield
+        return
+    _GUARD.test, _GUARD.seen = request.node.nodeid, []
+    try:
+        yield
+    finally:
+        _GUARD.test = None
+    if _GUARD.seen:
+        pytest.fail(f"{request.node.nodeid} started {_GUARD.seen[0]} in the fast lane: {_MARK}")
