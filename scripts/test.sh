@@ -1,7 +1,13 @@
 #!/usr/bin/env bash
-# Set everything up, then run the whole test suite (the command CI runs).
+# Set everything up, then run the test suite (the command CI runs). docs/testing.md has the lanes.
+#   bash scripts/test.sh            every test: a parallel pass (pytest-xdist), then the serial tests
+#   bash scripts/test.sh --fast     the fast lane only: tests that start no kernel (-m "not kernel")
+#   bash scripts/test.sh ARGS...    pytest ARGS in one pass, not in parallel (e.g. a test file)
+# SUNROOM_TEST_WORKERS sets the parallel pass's workers (default 3; 0 runs it in this process).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+fast=0
+if [ "${1:-}" = --fast ]; then fast=1; shift; fi
 bash scripts/setup.sh
 bash scripts/system-setup.sh
 # the real embedding model the tests use (fetched once, cached under .venv)
@@ -13,10 +19,31 @@ echo "test.sh: ruff check, ruff format --check, mypy --strict (sunroom, tests)"
 .venv/bin/ruff check --quiet .
 .venv/bin/ruff format --check --quiet .
 .venv/bin/mypy --no-error-summary sunroom tests
-set +e
-.venv/bin/python -m pytest -q "$@"
-code=$?
-set -e
+
 # pytest exits 5 when no test was collected: that is a failure here, never a pass
+run() {
+  set +e
+  .venv/bin/python -m pytest -q "$@"
+  local code=$?
+  set -e
+  return "$code"
+}
+code=0
+if [ "$fast" = 1 ]; then
+  echo "test.sh: the fast lane (-m 'not kernel')"
+  run -m "not kernel" "$@" || code=$?
+elif [ "$#" -gt 0 ]; then
+  run "$@" || code=$?
+else
+  workers="${SUNROOM_TEST_WORKERS:-3}"
+  echo "test.sh: every test but the serial ones, in parallel ($workers workers)"
+  run -n "$workers" --dist load -m "not serial" || code=$?
+  echo "test.sh: the serial tests, one at a time"
+  serial=0
+  run -m serial || serial=$?
+  # the parallel pass's failure is reported first; a serial pass that collected nothing is no
+  # failure when the parallel one ran tests
+  if [ "$code" = 0 ] && [ "$serial" != 5 ]; then code=$serial; fi
+fi
 if [ "$code" -eq 5 ]; then echo "test.sh: no tests were collected" >&2; exit 1; fi
 exit "$code"
