@@ -23,7 +23,7 @@ import socket
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Final, final
+from typing import Final, final
 
 from sunroom.errors import KernelStartError, UsageError
 from sunroom.prelude.supervisor import descendants
@@ -397,7 +397,7 @@ class _Forking:
             asyncio.to_thread(_cgroups_for, family, self.nonces, limits)
         )
         self.cgroups: list[Cgroup | None] = [None] * n
-        self.call: asyncio.Future[Any] | None = None
+        self.call: asyncio.Future[list[int]] | None = None
 
     async def open_channels(self) -> None:
         """Open a channel on the host end of each copy's socket pair."""
@@ -410,9 +410,9 @@ class _Forking:
 
     def describe(
         self, forks_dir: str, tenants: list[int | None] | None, share: int
-    ) -> list[dict[str, Any]]:
+    ) -> list[dict[str, object]]:
         """What the kernel is told of each copy: its nonce, workdir and isolation."""
-        copies: list[dict[str, Any]] = []
+        copies: list[dict[str, object]] = []
         for i, nonce in enumerate(self.nonces):
             if tenants is None:
                 copies.append({"nonce": nonce, "workdir": f"{forks_dir}/{nonce[:16]}"})
@@ -422,7 +422,7 @@ class _Forking:
         return copies
 
     async def ask(
-        self, channel: Channel, router: Router, copies: list[dict[str, Any]]
+        self, channel: Channel, router: Router, copies: list[dict[str, object]]
     ) -> list[int]:
         """Ask the kernel to fork, send the copies' fds when it is ready; their supervisors."""
         router.fork_ready = asyncio.get_running_loop().create_future()
@@ -441,7 +441,7 @@ class _Forking:
                     )
                 ]
             )
-        supervisors: list[int] = await call  # RemoteError when the kernel refused
+        supervisors = await call  # RemoteError when the kernel refused
         return supervisors
 
     def close_kernel_ends(self) -> None:
@@ -550,7 +550,7 @@ def loop_time() -> float:
     return asyncio.get_running_loop().time()
 
 
-def _isolation(uid: int | None, share: int) -> dict[str, Any]:
+def _isolation(uid: int | None, share: int) -> dict[str, object]:
     """What an isolated copy needs to make itself a tenant (``isolation.isolate``'s spec)."""
     return {
         "uid": uid,

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from typing import Any, cast, final
+from typing import cast, final
 
 from sunroom.errors import McpServerError
 from sunroom.rpc import schema
@@ -37,7 +37,7 @@ class KernelServing:
     def __init__(
         self,
         core: KernelCore,
-        functions: tuple[Callable[..., Any] | HostFunction, ...],
+        functions: tuple[Callable[..., object] | HostFunction, ...],
         *,
         registry: FunctionRegistry,
         wrappers: WrapperSource,

@@ -40,7 +40,7 @@ class Router:
     on_output: Callable[[str, str], None] | None = None
     fork_ready: asyncio.Future[Any] | None = None
 
-    def __call__(self, method: str, params: Any) -> None:
+    def __call__(self, method: str, params: object) -> None:
         """Handle one notification (the channel calls this)."""
         if method == "stream":
             if self.on_output is not None and isinstance(params, dict):
@@ -69,7 +69,7 @@ class Ready:
         await self.proc.kill()
 
 
-def check_hello(info: Any, nonce: str) -> None:
+def check_hello(info: object, nonce: str) -> None:
     """Raise KernelStartError unless *info* is a hello with *nonce*, our protocol and a pid."""
     if not isinstance(info, dict) or not secrets.compare_digest(str(info.get("nonce", "")), nonce):
         raise KernelStartError("the kernel's hello did not carry the expected nonce")
