@@ -26,7 +26,7 @@ import json
 import keyword
 import textwrap
 from collections.abc import Iterable, Mapping
-from typing import Any, Final
+from typing import Any, Final, cast
 
 import pydantic
 from pydantic.json_schema import GenerateJsonSchema, JsonSchemaValue
@@ -150,7 +150,7 @@ def _kernel_schema(classes: dict[str, type]) -> type[GenerateJsonSchema]:
     return KernelSchema
 
 
-def _literal_source(value: Any) -> str | None:
+def _literal_source(value: object) -> str | None:
     """``repr(value)`` when it is a Python literal, else None."""
     text = repr(value)
     try:
@@ -182,7 +182,7 @@ class _Renderer:
         self.by_key: dict[str, str] = {}
         self.taken: set[str] = set()
         self.in_progress: set[str] = set()
-        self.type_names: dict[Any, str] = {}
+        self.type_names: dict[type, str] = {}
         self.enums: set[str] = set()
         self.mirrors: set[str] = set()
         self.uses_vectors = False
@@ -190,7 +190,7 @@ class _Renderer:
     # -- type expressions --------------------------------------------------------------------
 
     def type_of(
-        self, node: Any, scope: tuple[Mapping[str, Any], ...], hint: str, depth: int
+        self, node: object, scope: tuple[Mapping[str, object], ...], hint: str, depth: int
     ) -> str:
         if depth > _MAX_DEPTH or not isinstance(node, Mapping):
             return "_t.Any"
@@ -200,7 +200,11 @@ class _Renderer:
         return self._constrained(self._base(node, scope, hint, depth + 1), node)
 
     def _base(
-        self, node: Mapping[str, Any], scope: tuple[Mapping[str, Any], ...], hint: str, depth: int
+        self,
+        node: Mapping[str, object],
+        scope: tuple[Mapping[str, object], ...],
+        hint: str,
+        depth: int,
     ) -> str:
         """The type of *node* before its constraints: the first of the named steps that knows."""
         for step in (self._marked, self._referenced, self._chosen, self._typed):
@@ -210,7 +214,11 @@ class _Renderer:
         return "_t.Any"
 
     def _marked(
-        self, node: Mapping[str, Any], scope: tuple[Mapping[str, Any], ...], hint: str, depth: int
+        self,
+        node: Mapping[str, object],
+        scope: tuple[Mapping[str, object], ...],
+        hint: str,
+        depth: int,
     ) -> str | None:
         """A type sunroom marked in the schema (a Decimal, MCP content, Vectors); None."""
         if node.get(_PYTHON) == "decimal":
@@ -223,7 +231,11 @@ class _Renderer:
         return None
 
     def _referenced(
-        self, node: Mapping[str, Any], scope: tuple[Mapping[str, Any], ...], hint: str, depth: int
+        self,
+        node: Mapping[str, object],
+        scope: tuple[Mapping[str, object], ...],
+        hint: str,
+        depth: int,
     ) -> str | None:
         """The type a ``$ref`` names among the definitions in scope (``Any`` elsewhere); None."""
         ref = node.get("$ref")
@@ -237,7 +249,11 @@ class _Renderer:
         return "_t.Any"  # "#" (the root: a recursive schema) or a reference elsewhere
 
     def _chosen(
-        self, node: Mapping[str, Any], scope: tuple[Mapping[str, Any], ...], hint: str, depth: int
+        self,
+        node: Mapping[str, object],
+        scope: tuple[Mapping[str, object], ...],
+        hint: str,
+        depth: int,
     ) -> str | None:
         """A choice: a named enum, a union (``anyOf``/``oneOf``/one ``allOf``), literals; None."""
         if _NAMES in node and isinstance(node.get("enum"), list):
@@ -262,7 +278,11 @@ class _Renderer:
         return None
 
     def _typed(
-        self, node: Mapping[str, Any], scope: tuple[Mapping[str, Any], ...], hint: str, depth: int
+        self,
+        node: Mapping[str, object],
+        scope: tuple[Mapping[str, object], ...],
+        hint: str,
+        depth: int,
     ) -> str | None:
         """The type its ``type`` (or its properties: a mirror class) says; None."""
         kind = node.get("type")
@@ -288,7 +308,11 @@ class _Renderer:
         return None
 
     def _array(
-        self, node: Mapping[str, Any], scope: tuple[Mapping[str, Any], ...], hint: str, depth: int
+        self,
+        node: Mapping[str, object],
+        scope: tuple[Mapping[str, object], ...],
+        hint: str,
+        depth: int,
     ) -> str:
         python = node.get(_PYTHON)
         prefix = node.get("prefixItems")
@@ -304,7 +328,7 @@ class _Renderer:
         return f"tuple[{item}, ...]" if container == "tuple" else f"{container}[{item}]"
 
     @staticmethod
-    def _constrained(base: str, node: Mapping[str, Any]) -> str:
+    def _constrained(base: str, node: Mapping[str, object]) -> str:
         """*base* as ``_t.Annotated[base, Schema(...)]`` when *node* has constraints."""
         keywords = {k: node[k] for k in _CONSTRAINTS if k in node}
         prefix = node.get("prefixItems")
@@ -319,7 +343,7 @@ class _Renderer:
 
     # -- mirrors -----------------------------------------------------------------------------
 
-    def _key(self, node: Mapping[str, Any], name: str) -> str:
+    def _key(self, node: Mapping[str, object], name: str) -> str:
         token = node.get(_CLASS)
         if isinstance(token, str):
             return token
@@ -332,13 +356,13 @@ class _Renderer:
         self.taken.add(candidate)
         return candidate
 
-    def _register(self, node: Mapping[str, Any], key: str, name: str) -> None:
+    def _register(self, node: Mapping[str, object], key: str, name: str) -> None:
         self.by_key[key] = name
         cls = self.classes.get(str(node.get(_CLASS)))
         if cls is not None:
             self.type_names[cls] = name
 
-    def _mirror_enum(self, node: Mapping[str, Any], hint: str) -> str:
+    def _mirror_enum(self, node: Mapping[str, object], hint: str) -> str:
         title = node.get("title")
         wanted = _class_name(title if isinstance(title, str) else hint)
         key = self._key(node, wanted)
@@ -351,7 +375,8 @@ class _Renderer:
         doc = node.get("description")
         if isinstance(doc, str) and doc:
             lines.append(textwrap.indent(_docstring(doc), "    "))
-        for member, value in zip(node[_NAMES], node["enum"], strict=False):
+        names = cast("list[str]", node[_NAMES])  # pydantic's names of the enum's members
+        for member, value in zip(names, cast("list[object]", node["enum"]), strict=False):
             shown = _literal_source(value)
             if member.isidentifier() and shown is not None:
                 lines.append(f"    {member} = {shown}")
@@ -359,7 +384,11 @@ class _Renderer:
         return name
 
     def _mirror_class(
-        self, node: Mapping[str, Any], scope: tuple[Mapping[str, Any], ...], hint: str, depth: int
+        self,
+        node: Mapping[str, object],
+        scope: tuple[Mapping[str, object], ...],
+        hint: str,
+        depth: int,
     ) -> str:
         title = node.get("title")
         wanted = _class_name(title if isinstance(title, str) else hint)
@@ -370,8 +399,8 @@ class _Renderer:
             return "_t.Any"  # a recursive model: the inner reference stays untyped
         self.in_progress.add(key)
         properties = node.get("properties")
-        props: Mapping[str, Any] = properties if isinstance(properties, Mapping) else {}
-        required = set(node.get("required") or ())
+        props: Mapping[str, object] = properties if isinstance(properties, Mapping) else {}
+        required = set(cast("list[str]", node.get("required") or ()))
         fields: list[tuple[str, str, str | None]] = []
         for fname, sub in props.items():
             if not (isinstance(fname, str) and fname.isidentifier()) or keyword.iskeyword(fname):
@@ -398,7 +427,7 @@ class _Renderer:
         self.blocks.append("\n".join(lines))
         return name
 
-    def _default(self, node: Any, src: str) -> str:
+    def _default(self, node: object, src: str) -> str:
         """The source of a field's default.
 
         The JSON default where a literal shows it as the field's type, else ``None`` (the host
@@ -430,10 +459,14 @@ _NOT_JSON: Final = ("_datetime.", "_decimal.", "_uuid.", "_pathlib.", "bytes")
 
 
 def _function_source(
-    renderer: _Renderer, hf: HostFunction, params: Mapping[str, Any], returns: Mapping[str, Any]
+    renderer: _Renderer,
+    hf: HostFunction,
+    params: Mapping[str, object],
+    returns: Mapping[str, object],
 ) -> str:
-    scope = tuple(d for d in ({**(params.get("$defs") or {})},) if d)
-    props = params.get("properties") or {}
+    defs = cast("Mapping[str, object]", params.get("$defs") or {})
+    scope = tuple(d for d in ({**defs},) if d)
+    props = cast("Mapping[str, object]", params.get("properties") or {})
     items: list[str] = []
     arg_names: list[str] = []
     star_added = False
@@ -475,7 +508,7 @@ class WrapperSource:
 
     source: str
     exports: tuple[str, ...]
-    type_names: dict[Any, str]
+    type_names: dict[type, str]
 
 
 def def_name(name: str) -> str:
@@ -536,6 +569,6 @@ def generate(
     return WrapperSource(source=body, exports=tuple(exports), type_names=dict(renderer.type_names))
 
 
-def json_schema_source(schema: Mapping[str, Any], name: str = "Output") -> str:
+def json_schema_source(schema: Mapping[str, object], name: str = "Output") -> str:
     """The kernel type expression a JSON Schema renders as (for docs and tests)."""
     return _Renderer({}).type_of(schema, (), name, 0)
