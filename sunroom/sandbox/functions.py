@@ -395,7 +395,7 @@ class FunctionRegistry:
         """
         if hf.inline:
             return _run_inline(hf, kwargs)
-        started: asyncio.Future[Any] | None = None
+        started: asyncio.Future[object] | None = None
         if not hf.is_async and hf.max_concurrency is None:
             started = self._thread.start(hf.fn, kwargs)  # its thread runs it while a task is made
         try:
@@ -417,7 +417,7 @@ class FunctionRegistry:
                     f"within {hf.timeout_s} s"
                 ) from None
         try:
-            call: Awaitable[Any]
+            call: Awaitable[object]
             if hf.is_async:
                 call = hf.fn(**kwargs)
             else:  # started already, or (with a limit) now that it holds a slot
@@ -465,7 +465,7 @@ class _WarmThread:
         self._alive = False
         self._closed = False
 
-    def start(self, fn: Callable[..., Any], kwargs: dict[str, Any]) -> asyncio.Future[Any]:
+    def start(self, fn: Callable[..., object], kwargs: dict[str, object]) -> asyncio.Future[object]:
         """Start ``fn(**kwargs)`` now, on the warm thread (or the pool); the future of its result.
 
         Cancelling the future does not stop the call; its result is then dropped.
@@ -473,7 +473,7 @@ class _WarmThread:
         loop = asyncio.get_running_loop()
         with self._lock:
             if not self._busy and not self._closed:
-                fut: asyncio.Future[Any] = loop.create_future()
+                fut: asyncio.Future[object] = loop.create_future()
                 self._busy = True
                 self._jobs.put((loop, fut, fn, kwargs))
                 if not self._alive:
@@ -498,7 +498,7 @@ class _WarmThread:
                 return
             loop, fut, fn, kwargs = job
             del job
-            value: Any = None
+            value: object = None
             error: BaseException | None = None
             try:
                 value = fn(**kwargs)
@@ -517,10 +517,12 @@ class _WarmThread:
                 self._jobs.put(None)
 
 
-_Job = tuple[asyncio.AbstractEventLoop, "asyncio.Future[Any]", Callable[..., Any], dict[str, Any]]
+_Job = tuple[
+    asyncio.AbstractEventLoop, "asyncio.Future[object]", Callable[..., object], dict[str, object]
+]
 
 
-def _settle(fut: asyncio.Future[Any], value: Any, error: BaseException | None) -> None:
+def _settle(fut: asyncio.Future[object], value: object, error: BaseException | None) -> None:
     if fut.done():  # the caller gave up (timeout, cancel)
         return
     if error is None:
