@@ -14,7 +14,7 @@ exit status 2.
 from __future__ import annotations
 
 import json
-from typing import Annotated, Any, Final, Literal
+from typing import Annotated, Final, Literal
 
 import typer
 
@@ -79,7 +79,7 @@ def embed_command(
             q = embedder.embed([query], kind="query").vectors[0]
     except (SunroomError, OSError) as exc:
         raise fail(one_line(exc)) from None
-    out: dict[str, Any]
+    out: dict[str, object]
     if query is not None:
         hits = [
             {"line": lines[i][0], "score": round(score, 6), "text": texts[i]}

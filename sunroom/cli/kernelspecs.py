@@ -9,7 +9,6 @@ or with ``--json`` one JSON array of objects with those and the kernel's ``argv`
 from __future__ import annotations
 
 import json
-from typing import Any
 
 import typer
 
@@ -19,7 +18,7 @@ from sunroom.sandbox.backends.jupyter.specs import KernelSpecInfo, kernelspecs
 __all__ = ["kernelspecs_command", "spec_json"]
 
 
-def spec_json(spec: KernelSpecInfo) -> dict[str, Any]:
+def spec_json(spec: KernelSpecInfo) -> dict[str, object]:
     """*spec* as the JSON object ``sunroom kernelspecs --json`` prints."""
     return {
         "name": spec.name,

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from sunroom.cli.support import fail, read_json
 from sunroom.errors import SunroomError
@@ -35,7 +35,7 @@ def chosen_backend(backend: str, kernel_name: str | None, sandbox: str | None) -
         raise fail(str(exc)) from None
 
 
-def mcp_servers(path: Path | None) -> dict[str, Any] | None:
+def mcp_servers(path: Path | None) -> dict[str, object] | None:
     """The ``mcpServers`` entries of the JSON file *path* (None: no file)."""
     if path is None:
         return None

@@ -66,7 +66,7 @@ def one_line(exc: BaseException) -> str:
     return str(exc)
 
 
-def guarded(work: Callable[[], Coroutine[Any, Any, T]]) -> T:
+def guarded(work: Callable[[], Coroutine[object, object, T]]) -> T:
     """Run *work* on a fresh loop; sunroom, config and OS errors exit 2 with one line."""
     try:
         return asyncio.run(work())
@@ -100,7 +100,7 @@ def interrupted_exit(sid: str, db: Path | None) -> typer.Exit:
 def finish_run(
     sid: str,
     db: Path | None,
-    work: Callable[[], Coroutine[Any, Any, dict[str, Any] | None]],
+    work: Callable[[], Coroutine[object, object, dict[str, Any] | None]],
     *,
     as_json: bool,
 ) -> NoReturn:

@@ -24,7 +24,7 @@ import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 from sunroom.errors import EmbeddingModelError
 
@@ -56,7 +56,7 @@ class Profile:
     vocab_size: int | None
 
 
-def _json(path: Path) -> Any:
+def _json(path: Path) -> object:
     if not path.is_file():
         return None
     try:
@@ -69,7 +69,7 @@ def _int(value: object) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
 
 
-def _pooling_from(config: Any) -> Pooling | None:
+def _pooling_from(config: object) -> Pooling | None:
     if not isinstance(config, dict):
         return None
     modes: tuple[tuple[str, Pooling], ...] = (

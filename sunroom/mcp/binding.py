@@ -39,7 +39,7 @@ __all__ = ["python_name", "tool_function"]
 
 _log = logging.getLogger(__name__)
 
-Caller = Callable[[str, dict[str, Any]], Awaitable[mcp_types.CallToolResult]]
+Caller = Callable[[str, dict[str, object]], Awaitable[mcp_types.CallToolResult]]
 
 _MAX_DEPTH: Final = 32
 _CONTENT: Final = Annotated[Any, pydantic.WithJsonSchema({"x-sunroom-python": MCP_CONTENT})]
@@ -135,22 +135,22 @@ def tool_function(server: McpServer, tool: mcp_types.Tool, attr: str, call: Call
     """Host function ``<server>.<attr>`` calling *tool* through *call*."""
     qualname = f"{server.name}.{attr}"
     schema = tool.input_schema if isinstance(tool.input_schema, Mapping) else {}
-    props: Mapping[str, Any] = schema.get("properties") or {}
+    props: Mapping[str, object] = schema.get("properties") or {}
     required = [k for k in props if k in set(schema.get("required") or [])]
     optional = [k for k in props if k not in required]
     taken: set[str] = set()
     to_json: dict[str, str] = {}
     drop_none: set[str] = set()
     params: list[inspect.Parameter] = []
-    annotations: dict[str, Any] = {}
-    kernel_props: dict[str, Any] = {}
+    annotations: dict[str, object] = {}
+    kernel_props: dict[str, object] = {}
     for key in [*required, *optional]:
         py = python_name(key, taken)
         to_json[py] = key
         sub = _inline(props[key], schema)
         if not isinstance(sub, Mapping):
             sub = {}
-        default: Any = inspect.Parameter.empty
+        default: object = inspect.Parameter.empty
         if key not in required:
             if "default" in sub:
                 default = sub["default"]
@@ -168,10 +168,11 @@ def tool_function(server: McpServer, tool: mcp_types.Tool, attr: str, call: Call
         )
     returns, unwrap, returns_schema = _output(tool)
     annotations["return"] = returns
-    validator: list[Any] = []  # built at the first call: checking a schema costs ~1 ms
+    # built at the first call: checking a schema costs ~1 ms
+    validator: list[jsonschema.protocols.Validator | None] = []
     structured = tool.output_schema is not None
 
-    async def call_tool(**kwargs: Any) -> Any:
+    async def call_tool(**kwargs: Any) -> object:  # JSON arguments, checked by the schema
         arguments = {to_json[k]: v for k, v in kwargs.items() if not (k in drop_none and v is None)}
         if not validator:
             validator.append(_validator(tool, qualname))
@@ -210,8 +211,8 @@ def _result(
     *,
     structured: bool,
     unwrap: bool,
-) -> Any:
-    parts: list[Any] = []
+) -> object:
+    parts: list[object] = []
     size = 0
     for item in result.content:
         if isinstance(item, mcp_types.TextContent):
@@ -262,6 +263,7 @@ def _result(
         raise McpToolError(f"{qualname}() failed: {text or 'the tool reported an error'}")
     if structured and data is not None:
         return data.get("result") if unwrap and isinstance(data, Mapping) else data
-    if all(isinstance(p, str) for p in parts):
-        return "\n".join(parts)
+    texts = [p for p in parts if isinstance(p, str)]
+    if len(texts) == len(parts):
+        return "\n".join(texts)
     return parts[0] if len(parts) == 1 else parts

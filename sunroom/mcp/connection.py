@@ -218,7 +218,7 @@ class Connection:
             )
         return out
 
-    async def call(self, tool: str, arguments: dict[str, Any]) -> mcp_types.CallToolResult:
+    async def call(self, tool: str, arguments: dict[str, object]) -> mcp_types.CallToolResult:
         """Call *tool*; a server that is gone (or goes during the call) is McpServerError."""
         client = await self._connect()
         mark = self._stderr_size()

@@ -8,7 +8,7 @@ See docs/network.md. Names load lazily: the policy alone does not import h11 or 
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 __all__ = ["Connection", "EgressProxy", "Network", "Resolver", "ca_bundle", "network_schema"]
 
@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from sunroom.network.resolve import Resolver
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> object:
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module 'sunroom.network' has no attribute {name!r}")

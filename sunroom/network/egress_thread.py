@@ -19,7 +19,7 @@ import logging
 import os
 import threading
 from collections.abc import Callable, Coroutine
-from typing import Any, TypeVar
+from typing import TypeVar
 
 __all__ = ["egress_loop", "on_caller", "on_egress"]
 
@@ -62,7 +62,7 @@ def egress_loop() -> asyncio.AbstractEventLoop:
         return loop
 
 
-async def on_egress(work: Coroutine[Any, Any, T]) -> T:
+async def on_egress(work: Coroutine[object, object, T]) -> T:
     """Run *work* on the egress loop and wait for it here; cancelling this cancels it there."""
     future = asyncio.run_coroutine_threadsafe(work, egress_loop())
     return await asyncio.wrap_future(future)

@@ -163,7 +163,7 @@ class _Matcher:
         return found
 
 
-def _header(name: Any, value: Any, key: str) -> tuple[str, str]:
+def _header(name: object, value: object, key: str) -> tuple[str, str]:
     if not isinstance(name, str) or not _TOKEN.match(name):
         raise UsageError(f"inject[{key!r}] has an invalid header name {name!r}.")
     lowered = name.lower()
@@ -186,7 +186,7 @@ def _latin1(value: str) -> bool:
     return True
 
 
-def _seconds(value: Any, name: str) -> float:
+def _seconds(value: object, name: str) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise UsageError(f"{name} must be a number of seconds.")
     if not math.isfinite(value) or value <= 0:
@@ -194,7 +194,7 @@ def _seconds(value: Any, name: str) -> float:
     return float(value)
 
 
-def _strings(value: Any, name: str) -> tuple[str, ...]:
+def _strings(value: object, name: str) -> tuple[str, ...]:
     if isinstance(value, str) or not isinstance(value, Iterable):
         raise UsageError(f"{name} must be a list of strings.")
     return tuple(value)

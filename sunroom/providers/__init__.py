@@ -11,7 +11,7 @@ this package needs none of them.
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from .assembly import events_from_response
 from .config import ClientConfig, ModelOptions
@@ -60,7 +60,7 @@ _ADAPTERS = {
 }
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> object:
     module = _ADAPTERS.get(name)
     if module is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

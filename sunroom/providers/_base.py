@@ -11,7 +11,7 @@ import asyncio
 import contextlib
 from abc import abstractmethod
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from typing import Any, Generic, TypeVar
+from typing import Generic, TypeVar
 
 from sunroom.errors import (
     ClosedError,
@@ -89,15 +89,15 @@ class VendorModel(Model, Generic[ClientT]):
     @abstractmethod
     async def _open_stream(
         self, client: ClientT, request: Request, settings: Settings, limit: float | None
-    ) -> Any:
+    ) -> object:
         """Start a streamed call; return once the reply's headers arrived."""
 
     @abstractmethod
-    def _read_stream(self, opened: Any, builder: ResponseBuilder) -> AsyncIterator[StreamEvent]:
+    def _read_stream(self, opened: object, builder: ResponseBuilder) -> AsyncIterator[StreamEvent]:
         """Yield events from an opened stream, ending with ``Done`` (cost not yet set)."""
 
     @abstractmethod
-    async def _close_stream(self, opened: Any) -> None:
+    async def _close_stream(self, opened: object) -> None:
         """Release an opened stream's connection."""
 
     @abstractmethod
@@ -192,7 +192,7 @@ class VendorModel(Model, Generic[ClientT]):
         client = self._client_for_call()
         settings, timeout = self._effective(request)
 
-        async def attempt(t: float | None) -> Any:
+        async def attempt(t: float | None) -> object:
             return await self._guard(lambda: self._open_stream(client, request, settings, t), t)
 
         opened = await self._retrying(attempt, timeout, record_success=False)
@@ -242,6 +242,6 @@ class VendorModel(Model, Generic[ClientT]):
             await self._close_client(client)
 
 
-def drop_none(mapping: Mapping[str, Any]) -> dict[str, Any]:
+def drop_none(mapping: Mapping[str, object]) -> dict[str, object]:
     """Return ``mapping`` without its ``None`` values."""
     return {k: v for k, v in mapping.items() if v is not None}

@@ -100,7 +100,7 @@ def from_status(
     status: int | None,
     message: str,
     *,
-    body: Any = None,
+    body: object = None,
     kind: str | None = None,
     code: str | None = None,
     retry_after: float | None = None,
@@ -146,7 +146,7 @@ def connection(provider: str, detail: str) -> ProviderConnectionError:
     return ProviderConnectionError(f"{provider}: connection failed: {detail}", provider=provider)
 
 
-def nested(body: Any, *keys: str) -> Any:
+def nested(body: object, *keys: str) -> Any:  # a JSON value of any type; callers narrow it
     """``body[k1][k2]...`` for JSON-ish dicts, or ``None`` when any step is missing."""
     for key in keys:
         if not isinstance(body, dict):

@@ -54,7 +54,7 @@ _FINISH: dict[str, FinishReason] = {
 }
 
 
-def _user_block(part: TextPart | ImagePart) -> dict[str, Any]:
+def _user_block(part: TextPart | ImagePart) -> dict[str, object]:
     if isinstance(part, TextPart):
         return {"type": "text", "text": part.text}
     if part.url is not None:
@@ -63,7 +63,7 @@ def _user_block(part: TextPart | ImagePart) -> dict[str, Any]:
     return {"type": "image", "source": source}
 
 
-def _assistant_block(part: AssistantPart) -> dict[str, Any] | None:
+def _assistant_block(part: AssistantPart) -> dict[str, object] | None:
     if isinstance(part, TextPart):
         return {"type": "text", "text": part.text} if part.text else None
     if isinstance(part, ToolCall):
@@ -76,7 +76,7 @@ def _assistant_block(part: AssistantPart) -> dict[str, Any] | None:
     return {"type": "thinking", "thinking": part.text, "signature": origin.signature}
 
 
-def encode_messages(request: Request) -> tuple[str | None, list[dict[str, Any]]]:
+def encode_messages(request: Request) -> tuple[str | None, list[dict[str, object]]]:
     """Return ``(system, messages)`` in the Messages API shape."""
     system: list[str] = []
     out: list[dict[str, Any]] = []
@@ -108,7 +108,7 @@ def encode_messages(request: Request) -> tuple[str | None, list[dict[str, Any]]]
     return ("\n\n".join(system) if system else None), out
 
 
-def _tool_choice(choice: str) -> dict[str, Any]:
+def _tool_choice(choice: str) -> dict[str, object]:
     if choice in ("auto", "none"):
         return {"type": choice}
     if choice == "required":
@@ -119,7 +119,7 @@ def _tool_choice(choice: str) -> dict[str, Any]:
 def encode_request(name: str, request: Request, settings: Settings) -> dict[str, Any]:
     """Return the keyword arguments for ``client.messages.create``."""
     system, messages = encode_messages(request)
-    kwargs: dict[str, Any] = {
+    kwargs: dict[str, object] = {
         "model": name,
         "messages": messages,
         "max_tokens": settings.max_output_tokens or DEFAULT_MAX_TOKENS,
@@ -129,7 +129,7 @@ def encode_request(name: str, request: Request, settings: Settings) -> dict[str,
     if request.tools:
         tools = []
         for tool in request.tools:
-            spec: dict[str, Any] = {
+            spec: dict[str, object] = {
                 "name": tool.name,
                 "description": tool.description,
                 "input_schema": dict(tool.parameters),
@@ -145,7 +145,7 @@ def encode_request(name: str, request: Request, settings: Settings) -> dict[str,
         kwargs["output_config"] = {"format": {"type": "json_schema", "schema": schema}}
     if settings.stop:
         kwargs["stop_sequences"] = list(settings.stop)
-    extra: dict[str, Any] = {}
+    extra: dict[str, object] = {}
     if settings.temperature is not None:
         extra["temperature"] = settings.temperature
     if settings.extra_body:
@@ -257,7 +257,7 @@ class AnthropicModel(VendorModel["AsyncAnthropic"]):
 
     async def _open_stream(
         self, client: AsyncAnthropic, request: Request, settings: Settings, limit: float | None
-    ) -> Any:
+    ) -> object:
         kwargs = encode_request(self.name, request, settings)
         return await client.messages.create(**kwargs, stream=True, timeout=limit)
 
@@ -268,7 +268,7 @@ class AnthropicModel(VendorModel["AsyncAnthropic"]):
         self, opened: Any, builder: ResponseBuilder
     ) -> AsyncIterator[StreamEvent]:
         model, msg_id, stop = "", None, None
-        usage: Any = None
+        usage: object = None
         out: StreamEvent | None
         async for event in opened:
             kind = event.type

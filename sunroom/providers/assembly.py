@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Hashable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any, final
+from typing import final
 
 from .events import (
     Done,
@@ -22,7 +22,7 @@ from .response import FinishReason, Response, Usage
 __all__ = ["ResponseBuilder", "events_from_response", "parse_arguments"]
 
 
-def parse_arguments(raw: str) -> tuple[Mapping[str, Any], str | None]:
+def parse_arguments(raw: str) -> tuple[Mapping[str, object], str | None]:
     """Parse tool-call arguments: ``(object, None)``, or ``({}, raw)`` when not a JSON object."""
     if not raw.strip():
         return {}, None

@@ -24,7 +24,7 @@ import inspect
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Any, TypeAlias, Unpack, final
+from typing import TypeAlias, Unpack, final
 
 from sunroom.errors import ClosedError, UsageError
 
@@ -238,7 +238,7 @@ class ScriptFileModel(_FakeBase):
         self.replies: list[str | tuple[str, str]] = [
             _script_reply(item, i, path) for i, item in enumerate(items)
         ]
-        extra: dict[str, Any] = data if isinstance(data, dict) else {}
+        extra: dict[str, object] = data if isinstance(data, dict) else {}
         self.sub_reply = str(extra.get("sub_reply", "ok"))
         delay = extra.get("delay_s", 0)
         if not isinstance(delay, int | float) or isinstance(delay, bool) or delay < 0:
@@ -271,7 +271,7 @@ class ScriptFileModel(_FakeBase):
         return self._response(request, f"{text}\n\n{fenced}" if text else fenced)
 
 
-def _load_script(path: Path) -> Any:
+def _load_script(path: Path) -> object:
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
@@ -283,7 +283,7 @@ def _load_script(path: Path) -> Any:
         raise UsageError(f"the script {str(path)!r} is not JSON: {exc}") from None
 
 
-def _script_reply(item: Any, index: int, path: str | Path) -> str | tuple[str, str]:
+def _script_reply(item: object, index: int, path: str | Path) -> str | tuple[str, str]:
     if isinstance(item, str):
         return item
     if isinstance(item, dict) and isinstance(item.get("code"), str):

@@ -74,14 +74,14 @@ def _sig(origin: Origin | None) -> bytes | None:
     return base64.b64decode(origin.signature)
 
 
-def _with_sig(part: dict[str, Any], origin: Origin | None) -> dict[str, Any]:
+def _with_sig(part: dict[str, object], origin: Origin | None) -> dict[str, object]:
     signature = _sig(origin)
     if signature is not None:
         part["thought_signature"] = signature
     return part
 
 
-def _model_part(part: AssistantPart) -> dict[str, Any] | None:
+def _model_part(part: AssistantPart) -> dict[str, object] | None:
     if isinstance(part, TextPart):
         return _with_sig({"text": part.text}, part.origin) if part.text else None
     if isinstance(part, ToolCall):
@@ -105,7 +105,7 @@ def encode_contents(request: Request) -> tuple[str | None, list[Any]]:
         if isinstance(message, SystemMessage):
             system.append(message.text)
         elif isinstance(message, UserMessage):
-            parts: list[dict[str, Any]] = []
+            parts: list[dict[str, object]] = []
             for p in message.content:
                 if isinstance(p, TextPart):
                     parts.append({"text": p.text})
@@ -140,14 +140,14 @@ def encode_contents(request: Request) -> tuple[str | None, list[Any]]:
 
 def encode_config(
     request: Request, settings: Settings, limit: float | None, system: str | None
-) -> dict[str, Any] | None:
+) -> dict[str, object] | None:
     """Return the ``GenerateContentConfig`` (as a dict) for a request; ``None`` when empty.
 
     Tools are declarations, never Python callables, so google-genai's automatic function
     calling never runs and is not configured (any config costs google-genai a slow
     field-by-field conversion).
     """
-    config: dict[str, Any] = {}
+    config: dict[str, object] = {}
     if system is not None:
         config["system_instruction"] = system
     if settings.temperature is not None:
@@ -169,14 +169,14 @@ def encode_config(
     choice = settings.tool_choice
     if choice is not None:
         mode = {"auto": "AUTO", "required": "ANY", "none": "NONE"}.get(choice, "ANY")
-        calling: dict[str, Any] = {"mode": mode}
+        calling: dict[str, object] = {"mode": mode}
         if mode == "ANY" and choice != "required":
             calling["allowed_function_names"] = [choice]
         config["tool_config"] = {"function_calling_config": calling}
     if request.output_schema is not None:
         config["response_mime_type"] = "application/json"
         config["response_json_schema"] = dict(request.output_schema.schema)
-    http: dict[str, Any] = {}
+    http: dict[str, object] = {}
     if limit is not None:
         http["timeout"] = max(int(limit * 1000), 1)
     if settings.extra_body:
@@ -247,7 +247,7 @@ def decode_response(response: Any) -> Response:
 _RETRY_DELAY = re.compile(r"^([\d.]+)s$")
 
 
-def _retry_delay(details: Any) -> float | None:
+def _retry_delay(details: object) -> float | None:
     for item in _errors.nested(details, "error", "details") or ():
         if isinstance(item, dict) and str(item.get("@type", "")).endswith("RetryInfo"):
             match = _RETRY_DELAY.match(str(item.get("retryDelay", "")))
@@ -256,7 +256,7 @@ def _retry_delay(details: Any) -> float | None:
     return None
 
 
-def _bad_key(details: Any) -> bool:
+def _bad_key(details: object) -> bool:
     """Google answers a bad API key with 400 INVALID_ARGUMENT and reason API_KEY_INVALID."""
     for item in _errors.nested(details, "error", "details") or ():
         if isinstance(item, dict) and item.get("reason") == "API_KEY_INVALID":
@@ -335,7 +335,7 @@ class GeminiModel(VendorModel["Client"]):
 
     async def _open_stream(
         self, client: Client, request: Request, settings: Settings, limit: float | None
-    ) -> Any:
+    ) -> object:
         system, encoded = encode_contents(request)
         contents: Any = encoded  # the SDK's union of content types; plain dicts are one
         config: Any = encode_config(request, settings, limit, system)

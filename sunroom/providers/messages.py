@@ -15,7 +15,7 @@ from __future__ import annotations
 import base64
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, TypeAlias, final
+from typing import TypeAlias, final
 
 __all__ = [
     "AssistantMessage",
@@ -115,7 +115,7 @@ class ToolCall:
 
     id: str
     name: str
-    arguments: Mapping[str, Any] = field(default_factory=dict)
+    arguments: Mapping[str, object] = field(default_factory=dict)
     raw_arguments: str | None = None
     origin: Origin | None = None
 
@@ -225,7 +225,7 @@ class ToolSpec:
 
     name: str
     description: str = ""
-    parameters: Mapping[str, Any] = field(
+    parameters: Mapping[str, object] = field(
         default_factory=lambda: {"type": "object", "properties": {}}
     )
     strict: bool = False

@@ -54,7 +54,7 @@ _FINISH: dict[str, FinishReason] = {
 }
 
 
-def _user_content(message: UserMessage) -> str | list[dict[str, Any]]:
+def _user_content(message: UserMessage) -> str | list[dict[str, object]]:
     if len(message.content) == 1 and isinstance(message.content[0], TextPart):
         return message.content[0].text
     return [
@@ -65,16 +65,16 @@ def _user_content(message: UserMessage) -> str | list[dict[str, Any]]:
     ]
 
 
-def encode_messages(request: Request) -> list[dict[str, Any]]:
+def encode_messages(request: Request) -> list[dict[str, object]]:
     """Return the Chat Completions ``messages`` list."""
-    out: list[dict[str, Any]] = []
+    out: list[dict[str, object]] = []
     for message in request.messages:
         if isinstance(message, SystemMessage):
             out.append({"role": "system", "content": message.text})
         elif isinstance(message, UserMessage):
             out.append({"role": "user", "content": _user_content(message)})
         elif isinstance(message, AssistantMessage):
-            entry: dict[str, Any] = {"role": "assistant", "content": message.text or None}
+            entry: dict[str, object] = {"role": "assistant", "content": message.text or None}
             calls = [
                 {
                     "id": c.id,
@@ -97,17 +97,17 @@ def encode_messages(request: Request) -> list[dict[str, Any]]:
 
 def encode_request(
     name: str, request: Request, settings: Settings, *, official: bool, stream: bool
-) -> dict[str, Any]:
+) -> dict[str, object]:
     """Return the keyword arguments for ``client.chat.completions.create``.
 
     ``official`` (no ``base_url``) uses ``max_completion_tokens``; other servers get the
     more widely supported ``max_tokens``.
     """
-    kwargs: dict[str, Any] = {"model": name, "messages": encode_messages(request)}
+    kwargs: dict[str, object] = {"model": name, "messages": encode_messages(request)}
     if request.tools:
         tools = []
         for t in request.tools:
-            function: dict[str, Any] = {
+            function: dict[str, object] = {
                 "name": t.name,
                 "description": t.description,
                 "parameters": dict(t.parameters),
@@ -156,7 +156,7 @@ def decode_usage(usage: Any) -> Usage:
     )
 
 
-def _reasoning(obj: Any) -> str | None:
+def _reasoning(obj: object) -> str | None:
     extra = getattr(obj, "model_extra", None) or {}
     value = extra.get("reasoning_content") or extra.get("reasoning")
     return value if isinstance(value, str) else None
@@ -247,7 +247,7 @@ class OpenAIChatModel(VendorModel["AsyncOpenAI"]):
 
     async def _open_stream(
         self, client: AsyncOpenAI, request: Request, settings: Settings, limit: float | None
-    ) -> Any:
+    ) -> object:
         kwargs = self._kwargs(request, settings, stream=True)
         return await client.chat.completions.create(**kwargs, stream=True, timeout=limit)
 

@@ -50,7 +50,7 @@ def image_url(part: ImagePart) -> str:
     return part.url if part.url is not None else f"data:{part.media_type};base64,{part.base64()}"
 
 
-def _assistant_items(message: AssistantMessage) -> list[dict[str, Any]]:
+def _assistant_items(message: AssistantMessage) -> list[dict[str, object]]:
     items: list[dict[str, Any]] = []
     for part in message.content:
         origin = part.origin if part.origin and part.origin.provider == PROVIDER else None
@@ -58,7 +58,11 @@ def _assistant_items(message: AssistantMessage) -> list[dict[str, Any]]:
             if origin is None or origin.item_id is None:
                 continue  # reasoning from elsewhere cannot be replayed
             summary = [{"type": "summary_text", "text": part.text}] if part.text else []
-            item: dict[str, Any] = {"type": "reasoning", "id": origin.item_id, "summary": summary}
+            item: dict[str, object] = {
+                "type": "reasoning",
+                "id": origin.item_id,
+                "summary": summary,
+            }
             if origin.signature is not None:
                 item["encrypted_content"] = origin.signature
             items.append(item)
@@ -69,7 +73,7 @@ def _assistant_items(message: AssistantMessage) -> list[dict[str, Any]]:
             if item_id and last and last.get("type") == "message" and last.get("id") == item_id:
                 last["content"].append(content)
                 continue
-            message_item: dict[str, Any] = {
+            message_item: dict[str, object] = {
                 "type": "message",
                 "role": "assistant",
                 "content": [content],
@@ -79,7 +83,7 @@ def _assistant_items(message: AssistantMessage) -> list[dict[str, Any]]:
                 message_item["id"] = item_id
             items.append(message_item)
         else:
-            call: dict[str, Any] = {
+            call: dict[str, object] = {
                 "type": "function_call",
                 "call_id": part.id,
                 "name": part.name,
@@ -91,10 +95,10 @@ def _assistant_items(message: AssistantMessage) -> list[dict[str, Any]]:
     return items
 
 
-def encode_input(request: Request) -> tuple[str | None, list[dict[str, Any]]]:
+def encode_input(request: Request) -> tuple[str | None, list[dict[str, object]]]:
     """Return ``(instructions, input items)`` for the Responses API."""
     system: list[str] = []
-    items: list[dict[str, Any]] = []
+    items: list[dict[str, object]] = []
     for message in request.messages:
         if isinstance(message, SystemMessage):
             system.append(message.text)
@@ -121,7 +125,7 @@ def encode_request(name: str, request: Request, settings: Settings) -> dict[str,
     if settings.stop:
         raise UsageError("the OpenAI Responses API has no stop sequences; use openai-compatible:")
     instructions, items = encode_input(request)
-    kwargs: dict[str, Any] = {"model": name, "input": items}
+    kwargs: dict[str, object] = {"model": name, "input": items}
     if instructions is not None:
         kwargs["instructions"] = instructions
     if request.tools:
@@ -339,7 +343,7 @@ class OpenAIResponsesModel(VendorModel["AsyncOpenAI"]):
 
     async def _open_stream(
         self, client: AsyncOpenAI, request: Request, settings: Settings, limit: float | None
-    ) -> Any:
+    ) -> object:
         kwargs = encode_request(self.name, request, settings)
         return await client.responses.create(**kwargs, stream=True, timeout=limit)
 

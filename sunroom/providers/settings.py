@@ -35,7 +35,7 @@ class Settings:
     timeout: float | None = None
     stop: tuple[str, ...] = ()
     tool_choice: str | None = None
-    extra_body: Mapping[str, Any] | None = None
+    extra_body: Mapping[str, object] | None = None
 
     def __post_init__(self) -> None:
         stop: object = self.stop
