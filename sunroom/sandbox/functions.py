@@ -109,8 +109,8 @@ class HostFunction:
     budget: int | None = None
     idempotent: bool = False
     inline: bool = False
-    parameters_schema: Mapping[str, Any] | None = None
-    returns_schema: Mapping[str, Any] | None = None
+    parameters_schema: Mapping[str, object] | None = None
+    returns_schema: Mapping[str, object] | None = None
     approval: ApprovalPolicy | None = None
     gate: Gate | None = None
 
@@ -565,13 +565,13 @@ def _explain(name: str, exc: pydantic.ValidationError) -> str:
     return "\n".join(lines)
 
 
-def _pydantic_to_data(value: Any) -> Any:
+def _pydantic_to_data(value: object) -> object:
     if isinstance(value, pydantic.BaseModel):
         return value.model_dump(mode="python")
     return NotImplemented
 
 
-def to_wire(value: Any) -> Any:
+def to_wire(value: object) -> object:
     """Turn host values (pydantic models included) into msgpack-safe data.
 
     Raises TypeError for values that have no wire form.
