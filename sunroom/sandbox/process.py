@@ -317,7 +317,7 @@ def seal_ipc_dir(path: Path) -> None:
         os.chmod(path, 0o710)
 
 
-def exec_config(program: ExecSpec, *, python: str, ipc: str) -> dict[str, Any]:
+def exec_config(program: ExecSpec, *, python: str, ipc: str) -> dict[str, object]:
     """The supervisor's ``exec`` config for *program*, its tokens replaced."""
     argv = [a.replace(IPC_TOKEN, ipc) for a in program.argv]
     if argv and argv[0] == PYTHON_TOKEN:
@@ -463,14 +463,14 @@ class LocalLaunch:
         program: ExecSpec | None = None,
         python: str = "",
         ipc: str = "",
-    ) -> dict[str, Any]:
+    ) -> dict[str, object]:
         """The supervisor's config for these resources (callers add backend-specific keys).
 
         With *program*, the supervisor execs it instead of sunroom's runtime: its tokens are
         replaced here (*python*: the interpreter as the kernel sees it, *ipc*: the IPC
         directory as the kernel sees it).
         """
-        config: dict[str, Any] = {
+        config: dict[str, object] = {
             "fd": self.kernel_sock.fileno(),
             "status_fd": self.status_w,
             "nonce": nonce,
