@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Mapping
-from typing import Any, Protocol, final
+from typing import Protocol, final
 
 from sunroom.errors import ClosedError, KernelError, UsageError
 from sunroom.rpc import schema
@@ -53,7 +53,7 @@ class KernelInputs:
         copy.values, copy.files = dict(self.values), dict(self.files)
         return copy
 
-    def take(self, values: Mapping[str, Any]) -> None:
+    def take(self, values: Mapping[str, object]) -> None:
         """Check and keep the kernel's ``inputs=`` (bound at every start)."""
         self.check_names(values)
         self.files = self.resolve_files(values)
@@ -67,10 +67,12 @@ class KernelInputs:
             if name in self._serving.registry.functions:
                 raise UsageError(f"input {name!r} would shadow the host function of that name")
 
-    def resolve_files(self, values: Mapping[str, Any]) -> dict[str, host_inputs.Resolved]:
+    def resolve_files(self, values: Mapping[str, object]) -> dict[str, host_inputs.Resolved]:
         """Resolve and check the File/Directory inputs among *values* (UsageError if bad)."""
         found = {
-            n: host_inputs.resolve(n, v) for n, v in values.items() if host_inputs.is_file_input(v)
+            n: host_inputs.resolve(n, v)
+            for n, v in values.items()
+            if isinstance(v, host_inputs.File | host_inputs.Directory)
         }
         if found and self._early is not None:
             ahead = self._early.backend
