@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Final, final
+from typing import Final, TypedDict, cast, final
 
 from sunroom.errors import FileError, UsageError
 from sunroom.prelude.files import MAX_LIST, PathRefused, normalize
@@ -21,6 +21,15 @@ from sunroom.rpc.codec import WireError
 
 READ_MAX_BYTES: Final = 1024 * 1024 * 1024
 """The default cap of ``kernel.files.read`` (1 GiB): the most one call holds in memory."""
+
+
+class FileInfoData(TypedDict):
+    """A :class:`FileInfo` as JSON-ready data."""
+
+    path: str
+    size: int
+    mtime: float
+    is_dir: bool
 
 
 @final
@@ -33,7 +42,7 @@ class FileInfo:
     mtime: float
     is_dir: bool
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> FileInfoData:
         """The entry as JSON-ready data."""
         return {"path": self.path, "size": self.size, "mtime": self.mtime, "is_dir": self.is_dir}
 
@@ -134,7 +143,7 @@ def check_listing(result: object) -> list[FileInfo]:
         if type(row) is not dict:
             raise WireError("a file listing entry must be a map")
         path, size, is_dir = row.get("path"), row.get("size"), row.get("is_dir")
-        mtime: Any = row.get("mtime")
+        mtime = row.get("mtime")
         if type(path) is not str or not path or len(path) > 4096:
             raise WireError("a file listing path must be a non-empty str")
         try:
@@ -144,9 +153,9 @@ def check_listing(result: object) -> list[FileInfo]:
             raise WireError("a file listing path must stay inside the workdir") from None
         if type(size) is not int or size < 0:
             raise WireError("a file listing size must be an int >= 0")
-        if type(mtime) not in (int, float) or not math.isfinite(mtime):
+        if type(mtime) not in (int, float) or not math.isfinite(cast(float, mtime)):
             raise WireError("a file listing mtime must be a finite number")
         if type(is_dir) is not bool:
             raise WireError("a file listing is_dir must be a bool")
-        out.append(FileInfo(path, size, float(mtime), is_dir))
+        out.append(FileInfo(path, size, float(cast(float, mtime)), is_dir))
     return out
