@@ -153,7 +153,7 @@ class Renderer:
         self._shown += 1
         return None
 
-    def _host_call(self, p: dict[str, Any]) -> None:
+    def _host_call(self, p: dict[str, object]) -> None:
         style = "red" if p.get("error") else "blue"
         detail = p["error"] or f"{p['duration_s']:.2f}s"
         self._line(f"↳ {p['name']}()", style, detail)
@@ -162,7 +162,7 @@ class Renderer:
         args = ", ".join(f"{k}={v!r}" for k, v in dict(p.get("arguments") or {}).items())
         self._line(f"? approval needed {p['name']}({args})", "bold yellow", f"id {p['call_id']}")
 
-    def _answered(self, p: dict[str, Any]) -> None:
+    def _answered(self, p: dict[str, object]) -> None:
         verdict = "✓ approved" if p["allow"] else "✗ denied"
         lease = " (for the rest of the run)" if p.get("lease") else ""
         style = "green" if p["allow"] else "red"

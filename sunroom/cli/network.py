@@ -49,9 +49,9 @@ def network_from(allow_hosts: list[str], policy: Path | None) -> Network | None:
         raise fail(f"--allow-host: {exc}") from None
 
 
-def named_networks(specs: list[str]) -> dict[str, dict[str, Any]] | None:
+def named_networks(specs: list[str]) -> dict[str, dict[str, object]] | None:
     """``serve --network NAME=FILE`` (repeatable) as the service's ``networks``."""
-    named: dict[str, dict[str, Any]] = {}
+    named: dict[str, dict[str, object]] = {}
     for spec in specs:
         name, sep, file = spec.partition("=")
         if not sep or not name.isidentifier() or not file:

@@ -141,7 +141,7 @@ def run(
     inline = inline_protocol(inline_images, console)
     sid = uuid.uuid4().hex  # known before anything runs: Ctrl-C says what to resume
 
-    async def work() -> dict[str, Any] | None:
+    async def work() -> dict[str, object] | None:
         from sunroom.cli.approvals import Asker
         from sunroom.cli.console import Renderer, follow
 

@@ -131,7 +131,7 @@ def sessions_resume(
     console = Console(stderr=as_json)
     inline = inline_protocol(inline_images, console)
 
-    async def work() -> dict[str, Any] | None:
+    async def work() -> dict[str, object] | None:
         from sunroom.cli.console import Renderer, follow
 
         async with open_manager(db) as manager:
@@ -150,7 +150,7 @@ def sessions_resume(
             finally:
                 renderer.close()
             _, result = await manager.result(session_id, timeout_s=0)
-            out: dict[str, Any] | None = result
+            out: dict[str, object] | None = result
             return out
 
     finish_run(session_id, db, work, as_json=as_json)

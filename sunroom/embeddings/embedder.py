@@ -253,7 +253,7 @@ class OnnxEmbedder:
 
     def _encode(self, texts: list[str], indices: list[int]) -> list[Any]:
         try:
-            encodings: list[Any] = self._tokenizer.encode_batch(texts)
+            encodings: list[object] = self._tokenizer.encode_batch(texts)
         except TypeError as exc:  # tokenizers refuses text that is not valid Unicode
             bad = next((i for i, t in zip(indices, texts, strict=True) if not _is_utf8(t)), None)
             if bad is None:

@@ -199,7 +199,7 @@ def http(
     )
 
 
-def from_config(config: Mapping[str, Any]) -> list[McpServer]:
+def from_config(config: Mapping[str, object]) -> list[McpServer]:
     """Servers from the common ``{"mcpServers": {name: {...}}}`` client configuration.
 
     Each entry has ``command`` (+ ``args``, ``env``, ``cwd``) for a stdio server, or ``url``
