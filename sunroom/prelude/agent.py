@@ -67,11 +67,11 @@ def _wrapper(name: str) -> Any:
     return fn
 
 
-def _schema(output: Any) -> dict[str, Any] | None:
+def _schema(output: object) -> dict[str, object] | None:
     return None if output is None else schema_of(output)
 
 
-def _rebuild(output: Any, data: Any) -> Any:
+def _rebuild(output: object, data: object) -> object:
     if output is None or isinstance(output, Mapping):
         return data
     return from_wire(output, data)
@@ -79,11 +79,11 @@ def _rebuild(output: Any, data: Any) -> Any:
 
 def predict(
     instructions: str,
-    input: Any = None,  # noqa: A002 - the name the model knows
+    input: object = None,  # noqa: A002 - the name the model knows
     *,
-    output: Any = None,
+    output: object = None,
     recursive: bool = False,
-) -> Any:
+) -> object:
     """Ask a sub-model with a fresh context: instructions plus input (any data).
 
     With ``output=`` a type (a dataclass, ``int``, ``list[str]``, ``Literal[...]`` ...) or a
@@ -100,11 +100,11 @@ def predict(
 
 def predict_many(
     instructions: str,
-    inputs: list[Any],
+    inputs: list[object],
     *,
-    output: Any = None,
+    output: object = None,
     recursive: bool = False,
-) -> list[Any]:
+) -> list[object]:
     """``predict()`` over every input concurrently; results in input order.
 
     A failed item is a :class:`PredictError` instance in its slot (check with ``isinstance``);
@@ -113,7 +113,7 @@ def predict_many(
     """
     wanted = _schema(output)
     rows = _wrapper("predict_many")(instructions, list(inputs), output=wanted, recursive=recursive)
-    out: list[Any] = []
+    out: list[object] = []
     for row in rows:
         failure = row.get(ERROR_MARKER) if isinstance(row, dict) else None
         if isinstance(failure, dict):

@@ -106,7 +106,7 @@ class FileOpFailed(Exception):
     """Another operating system error."""
 
 
-def normalize(path: Any) -> str:
+def normalize(path: object) -> str:
     """*path* as ``a/b/c`` (no empty or ``.`` parts). Raises PathRefused (one sentence)."""
     if type(path) is not str:
         raise PathRefused("the path must be a string")
@@ -336,7 +336,7 @@ class FileServer:
 
     @staticmethod
     def _guarded(handler: Callable[[Any], Any]) -> Callable[[Any], Any]:
-        def run(params: Any) -> Any:
+        def run(params: object) -> object:
             if type(params) is not dict:
                 raise FileOpFailed("the request's params must be a map")
             try:
@@ -354,7 +354,7 @@ class FileServer:
 
     # -- writing -------------------------------------------------------------------------------
 
-    def write_open(self, params: dict[str, Any]) -> dict[str, int]:
+    def write_open(self, params: dict[str, object]) -> dict[str, int]:
         """Start a write to ``path``: a hidden temporary file in its (created) directory."""
         parts = normalize(params.get("path")).split("/")
         handle = self._handle()
@@ -379,7 +379,7 @@ class FileServer:
             raise FileOpFailed("no write is open with that handle")
         return upload
 
-    def write_chunk(self, params: dict[str, Any]) -> int:
+    def write_chunk(self, params: dict[str, object]) -> int:
         """Append ``data`` (bytes) to an open write; the bytes written so far."""
         upload = self._upload(params)
         data = params.get("data")
@@ -413,7 +413,7 @@ class FileServer:
 
     # -- reading -------------------------------------------------------------------------------
 
-    def read_open(self, params: dict[str, Any]) -> dict[str, int]:
+    def read_open(self, params: dict[str, object]) -> dict[str, int]:
         """Open ``path`` for reading; its handle and size.
 
         The size is the file's when it was opened, and the read never goes past it
@@ -492,7 +492,7 @@ class FileServer:
 
     # -- listing and deleting -------------------------------------------------------------------
 
-    def list(self, params: dict[str, Any]) -> list[dict[str, Any]]:
+    def list(self, params: dict[str, object]) -> list[dict[str, object]]:
         """Entries (files, directories, links) whose workdir-relative path matches ``glob``."""
         pattern = params.get("glob", "**/*")
         if type(pattern) is not str or len(pattern) > MAX_GLOB or "\x00" in pattern:
@@ -530,7 +530,7 @@ class FileServer:
         out.sort(key=lambda row: row["path"])
         return out
 
-    def delete(self, params: dict[str, Any]) -> None:
+    def delete(self, params: dict[str, object]) -> None:
         """Remove the file, link or directory tree at ``path`` (a link, never its target)."""
         parts = normalize(params.get("path")).split("/")
         root = self.jail.open_root()

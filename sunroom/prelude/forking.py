@@ -75,7 +75,7 @@ FDS_TIMEOUT_S = 10.0
 """How long the runtime waits for the host's ``SCM_RIGHTS`` message after ``fork_ready``."""
 
 
-def fork(runtime: Runtime, params: dict[str, Any]) -> list[int]:
+def fork(runtime: Runtime, params: dict[str, object]) -> list[int]:
     """Make the copies *params* asks for; return their supervisors' pids (this namespace)."""
     copies = params.get("copies")
     if not isinstance(copies, list) or not 1 <= len(copies) <= MAX_COPIES:
@@ -190,7 +190,7 @@ def _quiet(runtime: Runtime) -> Iterator[None]:
             lock.release()
 
 
-def _spawn(runtime: Runtime, spec: dict[str, Any], own: list[int], fds: list[int]) -> int:
+def _spawn(runtime: Runtime, spec: dict[str, object], own: list[int], fds: list[int]) -> int:
     """Fork one copy's supervisor; return its pid (this runtime reaps it, see :func:`reap`).
 
     An isolated copy's supervisor is PID 1 of a PID namespace of its own. Where this runtime
@@ -226,7 +226,7 @@ def reap(runtime: Runtime) -> None:
             runtime.copies.discard(pid)
 
 
-def _middle(runtime: Runtime, spec: dict[str, Any], own: list[int], fds: list[int]) -> None:
+def _middle(runtime: Runtime, spec: dict[str, object], own: list[int], fds: list[int]) -> None:
     """Make an isolated copy's PID namespace and supervisor, and wait for it; never returns.
 
     It waits at the copy's gate first (the host moves it into the copy's cgroup), so the

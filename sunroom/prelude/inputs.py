@@ -32,7 +32,7 @@ class Incoming:
         self._chunks: list[bytes] = []
         self._received = 0
 
-    def chunk(self, params: dict[str, Any]) -> int:
+    def chunk(self, params: dict[str, object]) -> int:
         """Take one chunk; returns the bytes received so far for this bind."""
         data = params["data"]
         if not isinstance(data, bytes):

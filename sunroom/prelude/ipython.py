@@ -136,7 +136,7 @@ def utf8_packer(pack: Any) -> Any:
     writes it and sunroom's channel sends it); every other message is packed by *pack* as it is.
     """
 
-    def packer(obj: Any) -> bytes:
+    def packer(obj: object) -> bytes:
         try:
             data: bytes = pack(obj)
             data.decode("utf-8")
@@ -147,7 +147,7 @@ def utf8_packer(pack: Any) -> Any:
     return packer
 
 
-def _eof_for_stdin(info: Any = None) -> None:
+def _eof_for_stdin(info: object = None) -> None:
     """Before each cell: wrap ``input`` and ``getpass`` (ipykernel has set its own by now)."""
     if not hasattr(builtins.input, "sunroom_eof"):
         builtins.input = eof_instead(builtins.input)
@@ -162,7 +162,7 @@ def eof_instead(read: Any) -> Any:
     originals after each cell, so wrappers never pile up.
     """
 
-    def no_stdin(*args: Any, **kwargs: Any) -> Any:
+    def no_stdin(*args: object, **kwargs: object) -> object:
         try:
             return read(*args, **kwargs)
         except Exception as exc:

@@ -107,7 +107,7 @@ def install(*requirements: str, timeout_s: float | None = None) -> list[tuple[st
     return [(d["name"], d["version"]) for d in install_packages(requirements, timeout_s)]
 
 
-def install_packages(requirements: Any, timeout_s: float | None = None) -> list[dict[str, str]]:
+def install_packages(requirements: object, timeout_s: float | None = None) -> list[dict[str, str]]:
     """The work of :func:`install`: ``[{"name", "version"}]`` of what was installed."""
     import shutil
     import tempfile
@@ -162,7 +162,7 @@ def install_packages(requirements: Any, timeout_s: float | None = None) -> list[
     return [{"name": d["name"], "version": d["version"]} for d in dists]
 
 
-def listing() -> dict[str, Any]:
+def listing() -> dict[str, object]:
     """The distributions importable in this kernel, and where installs may come from.
 
     ``{"packages": [{"name", "version", "site"}], "site": path or None, "sources": [...]}``;

@@ -44,7 +44,7 @@ class Runtime:
         self.registry_fd = registry_fd  # the supervisor learns our copies' pids here
         self.copies: set[int] = set()  # our copies' supervisors: our children, reaped by us
         self.channel = BlockingChannel(sock, max_frame=max_frame)
-        self.namespace: dict[str, Any] = {"__name__": "__main__", "__builtins__": builtins}
+        self.namespace: dict[str, object] = {"__name__": "__main__", "__builtins__": builtins}
         self.executor = Executor(self.namespace)
         # install, bind, variables, files; the files API's root is fixed before any cell runs
         self.services = serving.Services(self.namespace, workdir=os.getcwd())
@@ -74,7 +74,7 @@ class Runtime:
 
     # -- fork (sunroom.prelude.forking) ----------------------------------------------------
 
-    def _do_fork(self, params: dict[str, Any]) -> list[int]:
+    def _do_fork(self, params: dict[str, object]) -> list[int]:
         from sunroom.prelude import forking  # only kernels that fork pay for it
 
         return forking.fork(self, params)

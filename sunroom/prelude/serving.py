@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Container
     from typing import Any
 
-    Handler = Callable[[Any], Any]
+    Handler = Callable[[object], object]
 
 FUNCTIONS_MODULE = "sunroom_functions"
 """The module host function wrappers (and the types they use) are installed in."""
@@ -42,7 +42,7 @@ def hello(channel: BlockingChannel, nonce: str, pid: int, *, python: bool = True
 
     *python* False leaves the Python version out (a keeper speaking for a non-Python kernel).
     """
-    params: dict[str, Any] = {"protocol": PROTOCOL_VERSION, "pid": pid, "nonce": nonce}
+    params: dict[str, object] = {"protocol": PROTOCOL_VERSION, "pid": pid, "nonce": nonce}
     if python:
         params["python"] = sys.version.split()[0]
     channel.notify("hello", params)
@@ -79,7 +79,7 @@ class Services:
 
     def __init__(
         self,
-        namespace: dict[str, Any],
+        namespace: dict[str, object],
         *,
         workdir: str,
         hidden: tuple[Container[str], ...] = (),
@@ -115,7 +115,7 @@ class Services:
             except Exception as exc:  # answered as the request's error; the kernel goes on
                 failure = exc
 
-                def unavailable(params: Any) -> None:
+                def unavailable(params: object) -> None:
                     raise failure
 
                 return unavailable
@@ -138,7 +138,7 @@ class Services:
 
     def bind(self, params: dict[str, Any]) -> list[str]:
         """Bind input values (rebuilt as their declared types) and file inputs; their names."""
-        values: dict[str, Any] = params["values"]
+        values: dict[str, object] = params["values"]
         if "streamed" in params:  # the big values came first, in bind_chunk requests
             values.update(self.incoming.take(int(params["streamed"])))
         else:
@@ -149,24 +149,24 @@ class Services:
             type_name = types_by_name.get(name)
             tp = getattr(module, type_name, None) if module and type_name else None
             self.namespace[name] = from_wire(tp, value)
-        files: dict[str, dict[str, Any]] = params.get("files") or {}
+        files: dict[str, dict[str, object]] = params.get("files") or {}
         for name, spec in files.items():
             self.namespace[name] = inputs.load_file(spec)
         names = [*values, *files]
         self.bound.update(names)
         return names
 
-    def list_packages(self, params: Any) -> dict[str, Any]:
+    def list_packages(self, params: object) -> dict[str, object]:
         """The importable distributions (:func:`sunroom.prelude.packages.listing`)."""
         from sunroom.prelude import packages
 
         return packages.listing()
 
-    def bind_chunk(self, params: dict[str, Any]) -> int:
+    def bind_chunk(self, params: dict[str, object]) -> int:
         """Take one piece of a streamed bind; the bytes received so far."""
         return self.incoming.chunk(params)
 
-    def variables(self, params: Any) -> list[dict[str, str]]:
+    def variables(self, params: object) -> list[dict[str, str]]:
         """The user's names: name, type and a ``repr`` cut to ``MAX_REPR`` characters."""
         out = []
         for name, value in list(self.namespace.items()):
