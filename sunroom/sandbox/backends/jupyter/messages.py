@@ -118,7 +118,9 @@ def _json_map(part: bytes) -> dict[str, Any] | None:
         return None
     checked: dict[str, Any] = value
     if _SURROGATE_ESCAPE.search(part):
-        checked = escape_surrogates(checked)
+        escaped = escape_surrogates(checked)
+        if isinstance(escaped, dict):  # a map comes back a map
+            checked = escaped
     return checked
 
 

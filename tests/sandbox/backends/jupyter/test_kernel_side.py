@@ -211,17 +211,28 @@ async def until(check: Callable[[], bool], within_s: float = 10) -> None:
         await asyncio.sleep(0.02)
 
 
+def _map(value: object) -> dict[str, Any]:
+    assert isinstance(value, dict), value
+    return value
+
+
+def _list(value: object) -> list[Any]:
+    assert isinstance(value, list), value
+    return value
+
+
 async def write_file(channel: Channel, path: str, data: bytes) -> None:
-    opened = await channel.call("file_write_open", {"path": path})
+    opened = _map(await channel.call("file_write_open", {"path": path}))
     await channel.call("file_write_chunk", {"handle": opened["handle"], "data": data})
     await channel.call("file_write_close", {"handle": opened["handle"], "commit": True})
 
 
 async def read_file(channel: Channel, path: str) -> bytes:
-    opened = await channel.call("file_read_open", {"path": path})
+    opened = _map(await channel.call("file_read_open", {"path": path}))
     data = await channel.call("file_read_chunk", {"handle": opened["handle"], "size": 1 << 16})
     await channel.call("file_read_close", {"handle": opened["handle"]})
-    return bytes(data)
+    assert isinstance(data, bytes), data
+    return data
 
 
 def ipykernel_argv(connection: Path) -> list[str]:
@@ -243,8 +254,10 @@ async def test_ipykernel_attaches_serves_the_channel_and_dies_with_it(tmp_path: 
         assert hello["python"] == sys.version.split()[0]
         assert hello["nonce"] == host.nonce and hello["protocol"] == PROTOCOL_VERSION
         channel = host.channel
-        names = await channel.call(
-            "install", {"source": WRAPPERS.source, "exports": list(WRAPPERS.exports)}
+        names = _list(
+            await channel.call(
+                "install", {"source": WRAPPERS.source, "exports": list(WRAPPERS.exports)}
+            )
         )
         assert set(names) == {"double", "hold"}
         assert await channel.call("bind", {"values": {"n": 21, "label": "x"}}) == ["n", "label"]
@@ -270,7 +283,7 @@ async def test_ipykernel_attaches_serves_the_channel_and_dies_with_it(tmp_path: 
             out, reply = await run(kc, "import os\nopen('out.txt', 'w').write('cell'); y = [1]")
             assert reply["status"] == "ok", reply
             assert await read_file(channel, "out.txt") == b"cell"
-            listed = {v["name"]: v for v in await channel.call("variables")}
+            listed = {v["name"]: v for v in _list(await channel.call("variables"))}
             assert set(listed) == {"n", "label", "y"}, listed  # not IPython's own names
             assert listed["y"] == {"name": "y", "type": "list", "repr": "[1]"}
             assert not IPYTHON_NAMES & set(listed)

@@ -12,6 +12,7 @@ from typing import Any
 from jupyter_client.session import Session
 
 from sunroom.rpc import schema
+from sunroom.rpc.shapes import ExecuteReply
 from sunroom.sandbox.backends.jupyter.messages import Message, parse
 from sunroom.sandbox.backends.jupyter.results import CellMessages, strip_ansi
 
@@ -24,10 +25,15 @@ def cell(max_output_bytes: int = 1000, max_display_bytes: int = 10_000) -> CellM
     return CellMessages(max_output_bytes=max_output_bytes, max_display_bytes=max_display_bytes)
 
 
-def checked(c: CellMessages, cap: int = 1000, display: int = 10_000) -> dict[str, Any]:
+def checked(c: CellMessages, cap: int = 1000, display: int = 10_000) -> ExecuteReply:
     """The result, through the same checker as a sunroom kernel's answer."""
-    result: dict[str, Any] = schema.execute_result(cap, display)(c.result(0.01))
-    return result
+    return schema.execute_result(cap, display)(c.result(0.01))
+
+
+def error_type(c: CellMessages) -> str:
+    error = checked(c)["error"]
+    assert error is not None
+    return error["type"]
 
 
 def test_streams_values_and_live_output() -> None:
@@ -118,17 +124,17 @@ def test_errors_lose_their_colours_and_input_is_an_eof_error() -> None:
     stdin.add(
         msg("error", ename="StdinNotImplementedError", evalue="raw_input was called", traceback=[])
     )
-    assert checked(stdin)["error"]["type"] == "EOFError"
+    assert error_type(stdin) == "EOFError"
     assert strip_ansi("\x1b[38;5;12mblue\x1b[0m") == "blue"
 
 
 def test_a_reply_error_without_an_error_message_and_an_abort_are_errors() -> None:
     c = cell()
     c.reply({"status": "error", "ename": "KeyboardInterrupt", "evalue": "", "traceback": []})
-    assert checked(c)["error"]["type"] == "KeyboardInterrupt"
+    assert error_type(c) == "KeyboardInterrupt"
     aborted = cell()
     aborted.reply({"status": "aborted"})
-    assert checked(aborted)["error"]["type"] == "Aborted"
+    assert error_type(aborted) == "Aborted"
 
 
 def test_malformed_bundles_are_dropped_not_fatal() -> None:
