@@ -24,7 +24,6 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Self, final
 
 from sunroom.errors import UsageError
-from sunroom.rpc.channel import Channel
 from sunroom.sandbox import backends
 from sunroom.sandbox.backend import Backend, InputMount, KernelProcess
 from sunroom.sandbox.codegen import generate
@@ -258,11 +257,6 @@ class AsyncKernel:
     @registry.setter
     def registry(self, registry: FunctionRegistry) -> None:
         self._serving.registry = registry
-
-    @property
-    def _channel(self) -> Channel | None:
-        """The open channel (tests/security/test_host_dos.py reads it; to go with that read)."""
-        return self._core.channel
 
     @property
     def files(self) -> KernelFiles:

@@ -515,7 +515,7 @@ async def test_a_thousand_refused_frames_are_survived_and_spare_the_bystander(pa
         "        raw(b'\\x94\\x00', msgpack.packb(ids[i % 10]), b'\\xa4call', call)\n"
         "'sent'"
     )
-    channel = pair.attacker._channel
+    channel = pair.attacker._core.channel
     assert channel is not None
     before = channel.refused
 
@@ -523,7 +523,7 @@ async def test_a_thousand_refused_frames_are_survived_and_spare_the_bystander(pa
         assert r.ok and r.value == "'sent'", r
 
     await under_attack(pair, None, send, check)
-    assert pair.attacker._channel is channel  # never closed: no restart
+    assert pair.attacker._core.channel is channel  # never closed: no restart
     assert channel.refused - before >= 667  # the unknowns at least, in every attempt
     await still_works(pair.attacker)
 

@@ -82,12 +82,12 @@ class DockerKernelProcess(KernelProcessBase):
         self._state: dict[str, Any] | None = None
         self._interrupts: list[threading.Thread] = []
         self.ipc_dir: Path | None = None
+        """A foreign kernel program's IPC directory as the host sees it (``ExecSpec``); its
+        parent run dir is removed with the container."""
         self.net_dir: Path | None = None
         """The kernel's network directory (its egress proxy's socket), removed with it."""
         self.companions: list[Companion] = []
         """Host resources that live as long as the container (its egress proxy)."""
-        """A foreign kernel program's IPC directory as the host sees it (``ExecSpec``); its
-        parent run dir is removed with the container."""
 
     @property
     def pid(self) -> int:
