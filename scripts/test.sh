@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Set everything up, then run the test suite (the command CI runs). docs/testing.md has the lanes.
 #   bash scripts/test.sh            every test: a parallel pass (pytest-xdist), then the serial tests
-#   bash scripts/test.sh --fast     the fast lane only: tests that start no kernel (-m "not kernel")
+#   bash scripts/test.sh --fast     the fast lane only: tests that start no kernel (-m "not kernel"),
+#                                   on 2 workers (most of them want a core)
 #   bash scripts/test.sh ARGS...    pytest ARGS in one pass, not in parallel (e.g. a test file)
 # SUNROOM_TEST_WORKERS sets the parallel pass's workers (default 3; 0 runs it in this process).
 set -euo pipefail
@@ -30,8 +31,8 @@ run() {
 }
 code=0
 if [ "$fast" = 1 ]; then
-  echo "test.sh: the fast lane (-m 'not kernel')"
-  run -m "not kernel" "$@" || code=$?
+  echo "test.sh: the fast lane (-m 'not kernel'), 2 workers"
+  run -n 2 -m "not kernel" "$@" || code=$?
 elif [ "$#" -gt 0 ]; then
   run "$@" || code=$?
 else
