@@ -21,10 +21,14 @@ echo "test.sh: ruff check, ruff format --check, mypy --strict (sunroom, tests)"
 .venv/bin/ruff format --check --quiet .
 .venv/bin/mypy --no-error-summary sunroom tests
 
-# pytest exits 5 when no test was collected: that is a failure here, never a pass
+# pytest exits 5 when no test was collected: that is a failure here, never a pass.
+# A background job of a non-interactive shell ignores SIGINT, and its children inherit that;
+# the tests that send Ctrl-C need the default (otherwise one fails and one skips itself), so
+# pytest starts with it restored.
 run() {
   set +e
-  .venv/bin/python -m pytest -q "$@"
+  .venv/bin/python -c 'import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL)
+os.execv(sys.argv[1], sys.argv[1:])' .venv/bin/python -m pytest -q "$@"
   local code=$?
   set -e
   return "$code"
