@@ -138,8 +138,8 @@ class SQLiteStore:
         self._conn = conn
         try:
             conn.execute(f"PRAGMA busy_timeout = {int(self._busy_timeout_s * 1000)}")
-            (mode,) = conn.execute("PRAGMA journal_mode = WAL").fetchone()
-            if str(mode).lower() != "wal":
+            mode = _wal(conn, self._busy_timeout_s)
+            if mode.lower() != "wal":
                 raise StoreError(
                     f"the store {str(self.path)!r} cannot use WAL mode (got {mode!r});"
                     " put it on a local filesystem"
@@ -397,3 +397,22 @@ if TYPE_CHECKING:
     def _conforms(store: SQLiteStore) -> EventStore:
         """A type check (for mypy): SQLiteStore provides the whole EventStore seam."""
         return store
+
+
+def _wal(conn: sqlite3.Connection, within_s: float) -> str:
+    """Switch *conn*'s database to WAL; the journal mode it is in afterwards.
+
+    Switching needs the file to itself for a moment. When several processes open a fresh file
+    at once, SQLite answers BUSY at once, without waiting out the busy timeout, to one that
+    already reads the file while another waits to write (waiting could deadlock): that one
+    tries again, until *within_s* have passed. Raises sqlite3.Error otherwise.
+    """
+    deadline = time.monotonic() + within_s
+    while True:
+        try:
+            (mode,) = conn.execute("PRAGMA journal_mode = WAL").fetchone()
+            return str(mode)
+        except sqlite3.OperationalError as exc:
+            if exc.sqlite_errorcode != sqlite3.SQLITE_BUSY or time.monotonic() >= deadline:
+                raise
+            time.sleep(0.005)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import sqlite3
 import stat
+import threading
+import time
 from contextlib import closing
 from pathlib import Path
 
@@ -18,6 +20,7 @@ from sunroom.store import (
     StoreVersionError,
 )
 from sunroom.store.migrations import migrate, split_statements
+from sunroom.store.sqlite import _wal
 
 
 def _versions(path: Path) -> list[int]:
@@ -135,3 +138,28 @@ def test_split_statements() -> None:
         list(split_statements("CREATE TABLE t (x TEXT DEFAULT 'unterminated;"))
     for _, migration in MIGRATIONS:
         assert list(split_statements(migration))
+
+
+def test_switching_to_wal_waits_out_a_busy_answer_given_at_once(tmp_path: Path) -> None:
+    """SQLite answers BUSY without waiting to a fresh-file opener that could deadlock.
+
+    A connection with no busy timeout gets the same immediate answer while another holds the
+    file: the switch to WAL tries again until the other lets go (4 processes opening a fresh
+    file at once failed this way once in CI: "database is locked" at the journal-mode pragma).
+    """
+    path = tmp_path / "s.db"
+    holder = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    holder.execute("BEGIN EXCLUSIVE")
+    opener = sqlite3.connect(path, timeout=0, isolation_level=None, check_same_thread=False)
+    try:
+        with pytest.raises(sqlite3.OperationalError, match="locked"):
+            _wal(opener, within_s=0)  # no time to wait: the BUSY answer is the error
+        release = threading.Timer(0.2, holder.execute, ("COMMIT",))
+        release.start()
+        started = time.monotonic()
+        assert _wal(opener, within_s=5).lower() == "wal"
+        assert 0.15 < time.monotonic() - started < 5
+        release.join()
+    finally:
+        opener.close()
+        holder.close()
