@@ -172,7 +172,7 @@ class Loop:
             return _Outcome(
                 "model_error", error=f"the model stopped with {response.finish_reason!r}"
             )
-        self._images = TurnImages(c.images, getattr(c.model, "accepts_images", True))
+        self._images = TurnImages(c.images, c.model.accepts_images)
         if message.tool_calls:
             for call in message.tool_calls:
                 content, is_error = await self._tool(turn, call)
