@@ -145,7 +145,7 @@ def run(
         from sunroom.cli.approvals import Asker
         from sunroom.cli.console import Renderer, follow
 
-        async with open_manager(db) as manager:
+        async with open_manager(db, base_url=base_url) as manager:
             await manager.create(request, session_id=sid)
             renderer = Renderer(console, images=images, inline=inline)
             asker = Asker(manager, sid, console, auto_deny=auto_deny)

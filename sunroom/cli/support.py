@@ -132,17 +132,25 @@ def run_summary(sid: str, result: dict[str, Any] | None) -> dict[str, Any]:
 
 
 class open_manager:
-    """``async with open_manager(db) as m``: a store and a session manager for this command."""
+    """``async with open_manager(db) as m``: a store and a session manager for this command.
 
-    def __init__(self, db: Path | None) -> None:
+    *base_url* (``run --base-url``) is the operator's own choice, as ``SUNROOM_BASE_URL`` is:
+    the manager's default and allowed base URL, not a client's request the service's
+    allowlist must vet.
+    """
+
+    def __init__(self, db: Path | None, *, base_url: str | None = None) -> None:
         self._db = db
+        self._base_url = base_url
 
     async def __aenter__(self) -> Any:
         from sunroom.service import ServiceConfig, SessionManager, load_functions, resolve_model
         from sunroom.store import SQLiteStore
 
         # the person at this terminal is the operator: a session may name its own hosts
-        config = ServiceConfig.from_env(db_path=self._db, resume_orphans=False, client_network=True)
+        config = ServiceConfig.from_env(
+            db_path=self._db, resume_orphans=False, client_network=True, base_url=self._base_url
+        )
         self._store = await SQLiteStore.open(config.db_path)
         try:
             self._m = SessionManager(

@@ -21,6 +21,7 @@ import httpx
 import pytest
 
 from sunroom.store import SQLiteStore
+from tests.providers.replay import ReplayServer, reply_from
 from tests.service.terminal import iterm_images, kitty_images
 
 
@@ -121,6 +122,25 @@ def test_run_renders_cells_progress_and_cost(
     assert "predict_many" in out and "3/3" in out
     assert "calls ·" in out and " in / " in out and "cost unknown" in out
     assert "success" in out and "{'n': 11}" in out
+
+
+def test_run_base_url_reaches_a_local_model_server(tmp_path: Path, env: dict[str, str]) -> None:
+    """``--base-url`` is the operator's own choice, like SUNROOM_BASE_URL: the service's
+    allowlist for remote clients does not apply to it (it refused this no-key, local-model
+    user's command: "base_url is not one this server allows")."""
+    env = {k: v for k, v in env.items() if k not in ("SUNROOM_MODEL", "OPENAI_API_KEY")}
+    with ReplayServer() as server:  # a recorded OpenAI chat reply (tests/providers/data)
+        server.add("/v1/chat/completions", reply_from("openai/chat_text"), times=None)
+        proc = cli(
+            "run", "What is the weather in SF?", "--model", "openai-compatible:gpt-4o-2024-08-06",
+            "--base-url", f"{server.url}/v1", "--backend", "subprocess", "--json", env=env,
+        )  # fmt: skip
+        paths = [r.path for r in server.requests]
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    out = json.loads(proc.stdout)
+    assert out["status"] == "success", out
+    assert "weather" in out["output"]
+    assert paths and set(paths) == {"/v1/chat/completions"}
 
 
 def test_run_failures_exit_1_and_usage_errors_exit_2(tmp_path: Path, env: dict[str, str]) -> None:
