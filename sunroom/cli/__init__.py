@@ -32,6 +32,8 @@ the commands into :data:`app`. Every error sunroom reports is one line on stderr
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import typer
 
 from sunroom.cli.embed import embed_command
@@ -50,6 +52,7 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_show_locals=False,  # a traceback of a bug must not print keys in locals
+    context_settings={"help_option_names": ["-h", "--help"]},
 )
 app.add_typer(sessions_app, name="sessions")
 app.command("kernelspecs")(kernelspecs_command)
@@ -60,8 +63,23 @@ app.command()(run)
 app.command()(mcp)
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        from importlib.metadata import version  # the installed one (pyproject.toml's)
+
+        typer.echo(f"sunroom {version('sunroom')}")
+        raise typer.Exit()
+
+
 @app.callback()
-def _root() -> None:
+def _root(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version", callback=_print_version, is_eager=True, help="Print the version and exit."
+        ),
+    ] = False,
+) -> None:
     """A fast, typed, isolated runtime for agents that act by writing Python."""
 
 

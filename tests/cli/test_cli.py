@@ -209,3 +209,18 @@ def test_exec_output_has_a_total_cap(tmp_path: Path) -> None:
     assert proc.returncode == 2 and "--output-max-mb must be a positive" in proc.stderr
     help_text = run("exec", "--help").stdout
     assert "--output-max-mb" in help_text and "1024" in help_text
+
+
+def test_version_and_short_help() -> None:
+    from importlib.metadata import version
+
+    from sunroom import __version__
+
+    shown = run("--version")
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stdout == f"sunroom {__version__}\n"
+    assert __version__ == version("sunroom")  # the one in pyproject.toml
+    for args in (("-h",), ("run", "-h"), ("sessions", "-h")):
+        helped = run(*args)
+        assert helped.returncode == 0, (args, helped.stderr)
+        assert "Usage:" in helped.stdout and "--help" in helped.stdout, args
