@@ -43,6 +43,8 @@ from sunroom.cli.mcp import mcp
 from sunroom.cli.run import run
 from sunroom.cli.serve import serve
 from sunroom.cli.sessions import sessions_app
+from sunroom.cli.support import one_line
+from sunroom.errors import SunroomError, UsageError
 
 __all__ = ["EXIT_CODES", "app", "exec_", "main", "mcp", "run", "serve"]
 
@@ -84,5 +86,14 @@ def _root(
 
 
 def main() -> None:
-    """Entry point of the ``sunroom`` console script."""
-    app()
+    """Entry point of the ``sunroom`` console script.
+
+    Commands turn the errors a user can act on into ``sunroom: <one line>`` themselves; any
+    sunroom error that still reaches here is printed the same way (exit 2 for a usage error, 1
+    otherwise) rather than as a traceback.
+    """
+    try:
+        app()
+    except SunroomError as exc:
+        typer.echo(f"sunroom: {one_line(exc)}", err=True)
+        raise SystemExit(2 if isinstance(exc, UsageError) else 1) from None

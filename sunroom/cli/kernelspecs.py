@@ -12,7 +12,8 @@ import json
 
 import typer
 
-from sunroom.cli.support import JsonOption
+from sunroom.cli.support import JsonOption, fail
+from sunroom.errors import UsageError
 from sunroom.sandbox.backends.jupyter.specs import KernelSpecInfo, kernelspecs
 
 __all__ = ["kernelspecs_command", "spec_json"]
@@ -32,7 +33,10 @@ def spec_json(spec: KernelSpecInfo) -> dict[str, object]:
 
 def kernelspecs_command(as_json: JsonOption = False) -> None:
     """List the installed Jupyter kernelspecs (for --backend jupyter --kernel-name NAME)."""
-    specs = kernelspecs()
+    try:
+        specs = kernelspecs()
+    except UsageError as exc:
+        raise fail(str(exc)) from None
     if as_json:
         typer.echo(json.dumps([spec_json(s) for s in specs]))
         return

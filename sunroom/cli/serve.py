@@ -28,6 +28,7 @@ from sunroom.cli.support import (
     one_line,
 )
 from sunroom.errors import SunroomError
+from sunroom.extras import require
 from sunroom.sandbox.backends.choice import OPTION_NAMES, choose_backend
 
 if TYPE_CHECKING:
@@ -106,6 +107,10 @@ def serve(
     With ``--backend jupyter``, ``--kernel-name`` and ``--sandbox`` are the defaults of jupyter
     kernels and sessions whose request names none.
     """
+    try:
+        require("service", "sunroom serve")
+    except SunroomError as exc:
+        raise fail(str(exc)) from None
     from sunroom.service import ServiceConfig, bind
     from sunroom.service import serve as run_server
 

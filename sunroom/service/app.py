@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import importlib
 import json
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
@@ -57,6 +56,7 @@ from sunroom.sandbox.functions import HostFunction, as_host_function
 from sunroom.service.auth import BearerAuth, HostCheck
 from sunroom.service.config import MAX_HEADER_BYTES, ServiceConfig
 from sunroom.service.files import file_routes
+from sunroom.service.functions import load_functions
 from sunroom.service.kernels import KernelManager
 from sunroom.service.limits import BodyLimit, BodyTooLarge, HeaderLimit
 from sunroom.service.models import resolve_model
@@ -81,7 +81,7 @@ from sunroom.service.sse import EventStream
 from sunroom.service.templates import Templates
 from sunroom.store import SessionRecord, SQLiteStore
 
-__all__ = ["create_app", "load_functions"]
+__all__ = ["create_app"]
 
 log = logging.getLogger("sunroom.service")
 
@@ -89,19 +89,6 @@ M = TypeVar("M", bound=pydantic.BaseModel)
 MAX_SEQ = 2**63 - 1
 """The largest event seq (SQLite's integer range)."""
 Endpoint = Callable[[Request], Awaitable[Response]]
-
-
-def load_functions(paths: Sequence[str]) -> list[HostFunction]:
-    """Import ``module:attribute`` host functions. Raises UsageError."""
-    out = []
-    for path in paths:
-        module, _, attr = path.partition(":")
-        try:
-            obj = getattr(importlib.import_module(module), attr)
-        except (ImportError, AttributeError, ValueError) as exc:
-            raise UsageError(f"cannot load host function {path!r}: {exc}") from exc
-        out.append(as_host_function(obj))
-    return out
 
 
 def _record_json(record: SessionRecord) -> dict[str, Any]:

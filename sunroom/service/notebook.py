@@ -17,7 +17,7 @@ from typing import Any
 
 from sunroom.agent.images import IMAGES_INTRO
 from sunroom.agent.presets import EXECUTE_TOOL, extract_code
-from sunroom.errors import UsageError
+from sunroom.extras import require
 from sunroom.providers import (
     AssistantMessage,
     ImagePart,
@@ -45,12 +45,9 @@ def transcript_from_events(events: Iterable[Any]) -> list[Message]:
 
 
 def _nbformat() -> Any:
-    try:
-        import nbformat
-    except ImportError:
-        raise UsageError(
-            "exporting a notebook needs nbformat; install it with: pip install nbformat"
-        ) from None
+    require("notebook", "exporting a notebook")
+    import nbformat
+
     return nbformat
 
 

@@ -9,6 +9,7 @@ default for untrusted code on Linux; ``docker`` runs one container per kernel.
 from __future__ import annotations
 
 from sunroom.errors import SandboxUnavailableError, UsageError
+from sunroom.extras import require
 from sunroom.sandbox.backend import Backend
 
 DEFAULT_BACKEND = "bwrap"
@@ -32,12 +33,9 @@ def resolve(backend: str | Backend) -> Backend:
 
         return BwrapBackend()
     if backend == "docker":
-        try:
-            from sunroom.sandbox.backends.docker import DockerBackend
-        except ImportError as exc:
-            raise SandboxUnavailableError(
-                f"the docker backend needs the Docker SDK: pip install docker ({exc})"
-            ) from None
+        require("docker", "the docker backend", SandboxUnavailableError)
+        from sunroom.sandbox.backends.docker import DockerBackend
+
         return DockerBackend()
     if backend == "jupyter":
         from sunroom.sandbox.backends.jupyter import JupyterBackend

@@ -47,7 +47,12 @@ from sunroom.sandbox.backend import (
     Tenancy,
     kernel_env,
 )
-from sunroom.sandbox.backends.subprocess import BOOT, kernel_sys_path, package_root
+from sunroom.sandbox.backends.subprocess import (
+    BOOT,
+    installed_in_site,
+    kernel_sys_path,
+    package_root,
+)
 from sunroom.sandbox.fontcache import KERNEL_DIR, font_cache, font_dirs
 from sunroom.sandbox.identity import (
     BlockLease,
@@ -438,11 +443,21 @@ class BwrapBackend:
         return font_cache(sandbox, python_inside, sys_path, sources)
 
     def _code_binds(self) -> tuple[list[str], list[str]]:
+        """The read-only binds of the kernel's code and the sys.path that finds it inside.
+
+        From a checkout only the ``sunroom`` directory is bound (not the whole project); from
+        an installed wheel the package's root is site-packages, bound whole like every other
+        entry of :func:`kernel_sys_path` so that msgpack and the rest are found beside it.
+        """
         root = package_root()
-        binds = ["--ro-bind", str(Path(root) / "sunroom"), f"{LIB_DIR}/sunroom"]
-        path = [LIB_DIR]
+        binds: list[str] = []
+        path: list[str] = []
+        checkout = not installed_in_site()
+        if checkout:
+            binds += ["--ro-bind", str(Path(root) / "sunroom"), f"{LIB_DIR}/sunroom"]
+            path.append(LIB_DIR)
         for i, entry in enumerate(kernel_sys_path()):
-            if entry == root:
+            if checkout and entry == root:
                 continue
             target = f"/opt/sunroom/site/{i}"
             binds += ["--ro-bind", entry, target]

@@ -68,9 +68,12 @@ def describe_backend(backend: str | Backend) -> dict[str, str | None]:
 
     ``kernel_name`` and ``sandbox`` are None but for the jupyter backend.
     """
+    name = backend if isinstance(backend, str) else backend.name
+    if name != JUPYTER or isinstance(backend, str):
+        return {"backend": name, "kernel_name": None, "sandbox": None}
+    # only a JupyterBackend is named jupyter: it needs sunroom[jupyter], which other kernels don't
     from sunroom.sandbox.backends.jupyter import JupyterBackend
 
     if isinstance(backend, JupyterBackend):
         return {"backend": JUPYTER, "kernel_name": backend.kernel_name, "sandbox": backend.sandbox}
-    name = backend if isinstance(backend, str) else backend.name
     return {"backend": name, "kernel_name": None, "sandbox": None}

@@ -62,6 +62,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any, Final, final
 
 from sunroom.errors import KernelStartError, SandboxUnavailableError, UsageError
+from sunroom.extras import require
 from sunroom.rpc.settle import settle
 from sunroom.sandbox.backend import KERNEL_SITE, SITE_ENV, KernelProcess, LaunchSpec, kernel_env
 from sunroom.sandbox.backends.docker_janitor import (
@@ -108,13 +109,9 @@ _api_version: str | None = None
 
 def _docker() -> ModuleType:
     """Import the Docker SDK lazily; fail closed with how to install it."""
-    try:
-        import docker  # type: ignore[import-untyped, unused-ignore]
-    except ImportError:
-        raise SandboxUnavailableError(
-            "the docker backend needs the Docker SDK for Python: pip install 'docker>=7' "
-            "(in this checkout: .venv/bin/pip install docker)"
-        ) from None
+    require("docker", "the docker backend", SandboxUnavailableError)
+    import docker  # type: ignore[import-untyped, unused-ignore]
+
     module: ModuleType = docker
     return module
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import functools
 import os
-import site
 import sys
 import sysconfig
 from collections.abc import Callable
@@ -18,7 +17,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from sunroom.errors import SandboxUnavailableError
-from sunroom.sandbox.backends.subprocess import kernel_sys_path, package_root
+from sunroom.sandbox.backends.subprocess import installed_in_site, kernel_sys_path, package_root
 from sunroom.sandbox.fontcache import FONT_DIRS
 
 PYTHON_DIR: Final = "/opt/sunroom/python"
@@ -96,15 +95,15 @@ def _code_paths(inside: Callable[[str], str | None], mounts: list[tuple[str, str
     to *mounts*.
     """
     root = os.path.realpath(package_root())
-    site_dirs = {os.path.realpath(d) for d in site.getsitepackages()}
+    checkout = not installed_in_site()
     sys_path: list[str] = []
-    if root not in site_dirs:
+    if checkout:
         # a source checkout: mount the package alone, not the whole project
         mounts.append((os.path.join(root, "sunroom"), f"{LIB_DIR}/sunroom"))
         sys_path.append(LIB_DIR)
     for i, entry in enumerate(kernel_sys_path()):
         real = os.path.realpath(entry)
-        if real == root and root not in site_dirs:
+        if checkout and real == root:
             continue
         target = inside(real)
         if target is None:

@@ -36,6 +36,17 @@ def package_root() -> str:
     return str(Path(__file__).resolve().parents[3])  # .../<root>/sunroom/sandbox/backends/
 
 
+def installed_in_site() -> bool:
+    """Whether sunroom is installed in a site-packages directory (a wheel), not a checkout.
+
+    An installed package's root is site-packages itself, which every kernel needs whole (its
+    dependencies sit beside it); a checkout's root is the project, of which a kernel needs
+    only the ``sunroom`` directory.
+    """
+    root = os.path.realpath(package_root())
+    return any(os.path.realpath(d) == root for d in site.getsitepackages())
+
+
 @functools.cache
 def kernel_sys_path() -> list[str]:
     """sys.path entries for a kernel started with ``-I -S``: sunroom, then site-packages.

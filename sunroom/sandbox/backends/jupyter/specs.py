@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from sunroom.errors import UsageError
+from sunroom.extras import require
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,7 +31,8 @@ class KernelSpecInfo:
 
 
 def kernelspecs() -> list[KernelSpecInfo]:
-    """Every installed kernelspec, sorted by name."""
+    """Every installed kernelspec, sorted by name (UsageError without ``sunroom[jupyter]``)."""
+    require("jupyter", "listing Jupyter kernelspecs")
     from jupyter_client.kernelspec import KernelSpecManager
 
     manager = KernelSpecManager()
