@@ -54,51 +54,8 @@ fi
 say "daemon: $(docker info --format '{{.ServerVersion}} storage={{.Driver}} cgroup={{.CgroupVersion}}')"
 
 # -- 3. the offline kernel image ----------------------------------------------------------------
-work="$(mktemp -d)"
-trap 'rm -rf "$work"' EXIT
-umask 022
-root="$work/rootfs"
-mkdir -p "$root"
-(
-  cd "$root"
-  mkdir -p etc usr proc dev sys run/sunroom home opt/sunroom/python opt/sunroom/lib opt/sunroom/site
-  # the runtime chmods a tmpfs mount point to the image directory's mode: keep /work private
-  mkdir -m 0700 work
-  mkdir -m 1777 tmp
-  # mirror the host's top-level layout: merged-/usr symlinks stay symlinks, real directories
-  # become empty mount points the backend binds read-only
-  for top in bin sbin lib lib32 lib64 libx32; do
-    if [ -L "/$top" ]; then
-      ln -s "$(readlink "/$top")" "$top"
-    elif [ -d "/$top" ]; then
-      mkdir "$top"
-    fi
-  done
-  cat >etc/passwd <<'EOF'
-sunroom:x:1000:1000:sunroom kernel:/work:/usr/sbin/nologin
-nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin
-EOF
-  cat >etc/group <<'EOF'
-sunroom:x:1000:
-nogroup:x:65534:
-EOF
-  printf 'passwd: files\ngroup: files\nhosts: files\n' >etc/nsswitch.conf
-  chmod 0644 etc/passwd etc/group etc/nsswitch.conf
-)
-tar --sort=name --mtime=@0 --owner=0 --group=0 --numeric-owner -C "$root" -cf "$work/rootfs.tar" .
-sum="$(sha256sum "$work/rootfs.tar" | cut -c1-64)"
-have="$(docker image inspect --format '{{ index .Config.Labels "sunroom.rootfs" }}' "$TAG" 2>/dev/null || true)"
-if [ "$have" = "$sum" ]; then
-  say "image $TAG is up to date"
-else
-  say "building $TAG (docker import, no registry)"
-  docker import \
-    --change "LABEL sunroom.rootfs=$sum" \
-    --change "LABEL sunroom.kernel.image=offline" \
-    --change "USER 1000:1000" \
-    --change "WORKDIR /work" \
-    --change 'CMD ["/usr/bin/false"]' \
-    "$work/rootfs.tar" "$TAG" >/dev/null
-fi
+# the offline kernel image: one implementation, the package's (sunroom docker-image)
+[ -x .venv/bin/sunroom ] || bash scripts/setup.sh
+say "$(.venv/bin/sunroom docker-image --tag "$TAG")"
 docker image inspect "$TAG" >/dev/null || die "image $TAG was not built"
 say "ready: image $TAG"

@@ -36,6 +36,7 @@ from typing import Annotated
 
 import typer
 
+from sunroom.cli.docker_image import docker_image_command
 from sunroom.cli.embed import embed_command
 from sunroom.cli.exec import EXIT_CODES, exec_
 from sunroom.cli.kernelspecs import kernelspecs_command
@@ -59,6 +60,7 @@ app = typer.Typer(
 app.add_typer(sessions_app, name="sessions")
 app.command("kernelspecs")(kernelspecs_command)
 app.command("embed")(embed_command)
+app.command("docker-image")(docker_image_command)
 app.command("exec")(exec_)
 app.command()(serve)
 app.command()(run)

@@ -145,6 +145,8 @@ def test_exec_on_docker_with_the_docker_extra(extras: Venv, workdir: Path) -> No
     if reason is not None:
         pytest.skip(f"docker unavailable here: {reason}")
     (workdir / "hello.py").write_text(HELLO)
+    image = extras.run(extras.sunroom, "docker-image", cwd=workdir)  # up to date: a no-op
+    assert image.returncode == 0 and "sunroom-kernel:offline" in image.stdout, image.stderr
     proc = extras.run(extras.sunroom, "exec", "--backend", "docker", "hello.py", cwd=workdir)
     assert proc.returncode == 0, proc.stderr
     assert "hello from" in proc.stdout

@@ -22,7 +22,7 @@ directory is owned by the kernel uid with mode 0700 and the socket is 0600.
 Two images:
 
 * ``host_mounts=True`` (default, the *offline* image ``sunroom-kernel:offline`` built by
-  ``bash scripts/docker-setup.sh`` with ``docker import``, no registry): the image holds only
+  ``sunroom docker-image`` with ``docker import``, no registry: docker_image.py): it holds only
   ``/etc/passwd``, ``/etc/group`` and empty mount points. The host's ``/usr`` (and any top-level
   ``/bin``, ``/lib``... that is a real directory rather than a merged-/usr symlink),
   ``/etc/ld.so.cache``, ``/etc/alternatives``, the interpreter's prefix (at
@@ -99,15 +99,15 @@ TMP_MB: Final = 64
 SHM_MB: Final = 64
 
 SETUP_HINT: Final = (
-    "run `bash scripts/docker-setup.sh` (installs docker.io, starts dockerd, builds the offline "
-    "kernel image)"
+    "run `sunroom docker-image` (builds the offline kernel image from this host, no registry; "
+    "from a checkout, `bash scripts/docker-setup.sh` also installs docker.io and starts dockerd)"
 )
 _POLL_S: Final = 0.25
 
 _api_version: str | None = None
 
 
-def _docker() -> ModuleType:
+def docker_sdk() -> ModuleType:
     """Import the Docker SDK lazily; fail closed with how to install it."""
     require("docker", "the docker backend", SandboxUnavailableError)
     import docker  # type: ignore[import-untyped, unused-ignore]
@@ -205,7 +205,7 @@ class DockerBackend:
         socket when it builds a client against a daemon that does not answer.
         """
         global _api_version
-        sdk = _docker()
+        sdk = docker_sdk()
         owned = self._client is None
         if owned:
             _probe_daemon()
@@ -307,7 +307,7 @@ class DockerBackend:
         net: Path | None = None,
     ) -> tuple[str, str]:
         """Create and start the container (blocking); return its id and name."""
-        sdk = _docker()
+        sdk = docker_sdk()
         import requests  # type: ignore[import-untyped, unused-ignore]  # the SDK's dependency
 
         limits = spec.limits
