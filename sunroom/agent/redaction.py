@@ -235,6 +235,8 @@ class _Matcher:
     version: int
     pattern: re.Pattern[str] | None
     candidates: Mapping[str, tuple[_Form, ...]]
+    prefixes: frozenset[str] = frozenset()  # every proper prefix of every form
+    longest: int = 0  # of the forms
 
     @classmethod
     def build(cls, version: int, entries: Iterable[tuple[str, str | None]]) -> _Matcher:
@@ -253,7 +255,17 @@ class _Matcher:
             window = form[offset : offset + _WINDOW]
             candidates.setdefault(window, []).append(_Form(offset, form, label))
         pattern = re.compile(_trie_pattern(candidates)) if candidates else None
-        return cls(version, pattern, {w: tuple(f) for w, f in candidates.items()})
+        prefixes = frozenset(form[:i] for form in by_form for i in range(1, len(form)))
+        longest = max(map(len, by_form), default=0)
+        found = {w: tuple(f) for w, f in candidates.items()}
+        return cls(version, pattern, found, prefixes, longest)
+
+    def unfinished(self, text: str, start: int) -> int:
+        """The first offset ``>= start`` from which *text* could begin a form it does not finish."""
+        for at in range(max(start, len(text) - self.longest + 1), len(text)):
+            if text[at:] in self.prefixes:
+                return at
+        return len(text)
 
     def spans(self, text: str) -> list[tuple[int, int, str]]:
         """Merged ``(start, end, label)`` spans of every occurrence, in order."""
@@ -332,6 +344,24 @@ class Redactor:
             position = end
         parts.append(text[position:])
         return "".join(parts)
+
+    def ready(self, text: str) -> int:
+        """How much of *text*, a stream's output so far, can be redacted and shown now.
+
+        For text that arrives in pieces (a running cell's output): the rest may be the start
+        of a secret whose end has not arrived yet, so it waits for more text (or for the
+        stream's end, when all of it is redacted). The prefix up to the returned offset holds
+        no part of an unfinished secret, and never ends inside a secret it contains: so
+        ``redact(text[:n])`` shows no fragment of a secret. Without secrets, ``len(text)``.
+        """
+        matcher = self._current()
+        if matcher.pattern is None:
+            return len(text)
+        cut = matcher.unfinished(text, 0)
+        for start, end, _ in matcher.spans(text):
+            if start < cut < end:  # a whole secret across the cut: show it (redacted) whole
+                cut = matcher.unfinished(text, end)
+        return cut
 
     def contains(self, text: str) -> bool:
         """True when ``text`` holds a registered secret in any known form."""
