@@ -21,6 +21,7 @@ overlapping secret survives; a merged span is labelled with the name of its long
 from __future__ import annotations
 
 import base64
+import bisect
 import copy
 import dataclasses
 import json
@@ -235,7 +236,8 @@ class _Matcher:
     version: int
     pattern: re.Pattern[str] | None
     candidates: Mapping[str, tuple[_Form, ...]]
-    prefixes: frozenset[str] = frozenset()  # every proper prefix of every form
+    forms: tuple[str, ...] = ()  # every form, sorted
+    starts: frozenset[str] = frozenset()  # their first characters
     longest: int = 0  # of the forms
 
     @classmethod
@@ -255,15 +257,25 @@ class _Matcher:
             window = form[offset : offset + _WINDOW]
             candidates.setdefault(window, []).append(_Form(offset, form, label))
         pattern = re.compile(_trie_pattern(candidates)) if candidates else None
-        prefixes = frozenset(form[:i] for form in by_form for i in range(1, len(form)))
-        longest = max(map(len, by_form), default=0)
+        forms = tuple(sorted(by_form))
+        starts = frozenset(form[0] for form in forms)
+        longest = max(map(len, forms), default=0)
         found = {w: tuple(f) for w, f in candidates.items()}
-        return cls(version, pattern, found, prefixes, longest)
+        return cls(version, pattern, found, forms, starts, longest)
 
     def unfinished(self, text: str, start: int) -> int:
-        """The first offset ``>= start`` from which *text* could begin a form it does not finish."""
+        """The first offset ``>= start`` from which the rest of *text* begins a form (or is one).
+
+        The forms beginning with a text are contiguous in sorted order, starting at the first
+        form not below it: one bisection per candidate offset.
+        """
+        forms = self.forms
         for at in range(max(start, len(text) - self.longest + 1), len(text)):
-            if text[at:] in self.prefixes:
+            if text[at] not in self.starts:
+                continue
+            rest = text[at:]
+            i = bisect.bisect_left(forms, rest)
+            if i < len(forms) and forms[i].startswith(rest):
                 return at
         return len(text)
 
