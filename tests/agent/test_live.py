@@ -29,10 +29,10 @@ class _Clock:
 
 
 def _live(
-    *, secrets: tuple[str, ...] = (), max_bytes: int = LIVE_OUTPUT_BYTES
+    *, secret: str | None = None, max_bytes: int = LIVE_OUTPUT_BYTES
 ) -> tuple[LiveOutput, Subscription, _Clock]:
     bus = EventBus()
-    guard: Guard = context_guard(dict.fromkeys(("api_key",), secrets[0]) if secrets else {}, None)
+    guard: Guard = context_guard({"api_key": secret} if secret else {}, None)
 
     def publish(cls: type[ev.Event], /, **fields: object) -> ev.Event:
         return bus.publish(cls, **{k: guard.redact_value(v) for k, v in fields.items()})
@@ -111,7 +111,7 @@ async def test_streamed_bytes_are_capped_per_cell_with_one_marker_saying_how_man
 
 
 async def test_a_secret_split_across_writes_never_shows_a_fragment() -> None:
-    live, sub, clock = _live(secrets=(SECRET,))
+    live, sub, clock = _live(secret=SECRET)
     live.begin(1, "print(key)")
     text = f"key: {SECRET} and again {SECRET}\ndone\n"
     for i in range(len(text)):  # one character a write, each past the window: a flush each
