@@ -31,6 +31,7 @@ __all__ = [
     "BranchEnded",
     "BranchesStarted",
     "BudgetWarning",
+    "CellStarted",
     "CodeSubmitted",
     "ContextCompacted",
     "ContextWarning",
@@ -39,6 +40,7 @@ __all__ = [
     "HostCallFinished",
     "HostCallStarted",
     "NetworkConnection",
+    "OutputChunk",
     "PredictProgress",
     "SessionEnded",
     "SessionError",
@@ -84,6 +86,39 @@ class CodeSubmitted(_Base):
     turn: int
     code: str
     via: Literal["tool", "fenced"]
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CellStarted(_Base):
+    """A cell began running in the kernel (after its hooks let it through).
+
+    ``cell`` counts the session's cells from 1; ``lines`` is the code's line count. Its
+    :class:`OutputChunk` events and then its :class:`ExecutionFinished` follow.
+    """
+
+    turn: int
+    cell: int
+    lines: int
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class OutputChunk(_Base):
+    """Output the running cell wrote, as it came (``stream``: ``"stdout"`` or ``"stderr"``).
+
+    Live and bounded (:mod:`sunroom.agent.live`): writes within a short window are coalesced
+    into one chunk (the first of a cell is published at once), and at most a per-cell number
+    of bytes is streamed. Past it, the cell's last chunk is a marker whose ``dropped_bytes``
+    says how many bytes were not streamed (0 on every other chunk). The text is redacted;
+    the cell's :class:`ExecutionFinished` still carries its output as the model saw it.
+    """
+
+    turn: int
+    cell: int
+    stream: str
+    text: str
+    dropped_bytes: int = 0
 
 
 @final
@@ -326,6 +361,8 @@ Event: TypeAlias = (
     AssistantText
     | Thinking
     | CodeSubmitted
+    | CellStarted
+    | OutputChunk
     | ExecutionFinished
     | HostCallStarted
     | HostCallFinished

@@ -33,6 +33,10 @@ class Guard:
         """*text* with every registered secret replaced."""
         return self._redactor.redact(text)
 
+    def ready(self, text: str) -> int:
+        """How much of streamed *text* can be redacted and shown now (:meth:`Redactor.ready`)."""
+        return self._redactor.ready(text)
+
     def redact_value(self, value: T) -> T:
         """*value* with secrets replaced in its strings (containers and dataclasses walked)."""
         return self._redactor.redact_value(value)

@@ -24,6 +24,7 @@ from sunroom.agent.calls import ModelGate, Publish
 from sunroom.agent.guard import Guard
 from sunroom.agent.hooks import Hooks, ask
 from sunroom.agent.images import IMAGES_INTRO, ImageBudget, TurnImages
+from sunroom.agent.live import LiveOutput
 from sunroom.agent.presets import EXECUTE_TOOL, extract_code, render_result, truncate
 from sunroom.agent.result import RunResult, Status
 from sunroom.agent.submit import Submission
@@ -69,6 +70,7 @@ class LoopConfig:
     needs_submit: bool
     sub_session: bool
     reinstall: Callable[[], Awaitable[None]]
+    live: LiveOutput
     images: ImageBudget = ImageBudget()
     end_event: type[ev.SessionEnded | ev.BranchEnded] = ev.SessionEnded
 
@@ -236,7 +238,11 @@ class Loop:
         if remaining is not None:
             c.gate.tracker.check()
             timeout = max(0.01, min(timeout, remaining))
-        result = await c.kernel.execute(code, timeout_s=timeout)
+        c.live.begin(turn, code)
+        try:
+            result = await c.kernel.execute(code, timeout_s=timeout)
+        finally:
+            c.live.end()  # its last chunks go before ExecutionFinished
         if result.state_lost:
             await c.reinstall()
         rendered = render_result(result)

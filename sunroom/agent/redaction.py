@@ -21,6 +21,7 @@ overlapping secret survives; a merged span is labelled with the name of its long
 from __future__ import annotations
 
 import base64
+import bisect
 import copy
 import dataclasses
 import json
@@ -235,6 +236,9 @@ class _Matcher:
     version: int
     pattern: re.Pattern[str] | None
     candidates: Mapping[str, tuple[_Form, ...]]
+    forms: tuple[str, ...] = ()  # every form, sorted
+    starts: frozenset[str] = frozenset()  # their first characters
+    longest: int = 0  # of the forms
 
     @classmethod
     def build(cls, version: int, entries: Iterable[tuple[str, str | None]]) -> _Matcher:
@@ -253,7 +257,27 @@ class _Matcher:
             window = form[offset : offset + _WINDOW]
             candidates.setdefault(window, []).append(_Form(offset, form, label))
         pattern = re.compile(_trie_pattern(candidates)) if candidates else None
-        return cls(version, pattern, {w: tuple(f) for w, f in candidates.items()})
+        forms = tuple(sorted(by_form))
+        starts = frozenset(form[0] for form in forms)
+        longest = max(map(len, forms), default=0)
+        found = {w: tuple(f) for w, f in candidates.items()}
+        return cls(version, pattern, found, forms, starts, longest)
+
+    def unfinished(self, text: str, start: int) -> int:
+        """The first offset ``>= start`` from which the rest of *text* begins a form (or is one).
+
+        The forms beginning with a text are contiguous in sorted order, starting at the first
+        form not below it: one bisection per candidate offset.
+        """
+        forms = self.forms
+        for at in range(max(start, len(text) - self.longest + 1), len(text)):
+            if text[at] not in self.starts:
+                continue
+            rest = text[at:]
+            i = bisect.bisect_left(forms, rest)
+            if i < len(forms) and forms[i].startswith(rest):
+                return at
+        return len(text)
 
     def spans(self, text: str) -> list[tuple[int, int, str]]:
         """Merged ``(start, end, label)`` spans of every occurrence, in order."""
@@ -332,6 +356,24 @@ class Redactor:
             position = end
         parts.append(text[position:])
         return "".join(parts)
+
+    def ready(self, text: str) -> int:
+        """How much of *text*, a stream's output so far, can be redacted and shown now.
+
+        For text that arrives in pieces (a running cell's output): the rest may be the start
+        of a secret whose end has not arrived yet, so it waits for more text (or for the
+        stream's end, when all of it is redacted). The prefix up to the returned offset holds
+        no part of an unfinished secret, and never ends inside a secret it contains: so
+        ``redact(text[:n])`` shows no fragment of a secret. Without secrets, ``len(text)``.
+        """
+        matcher = self._current()
+        if matcher.pattern is None:
+            return len(text)
+        cut = matcher.unfinished(text, 0)
+        for start, end, _ in matcher.spans(text):
+            if start < cut < end:  # a whole secret across the cut: show it (redacted) whole
+                cut = matcher.unfinished(text, end)
+        return cut
 
     def contains(self, text: str) -> bool:
         """True when ``text`` holds a registered secret in any known form."""

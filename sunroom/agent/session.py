@@ -35,6 +35,7 @@ from sunroom.agent.calls import ModelGate, Publish, instrument
 from sunroom.agent.context import ContextPolicy
 from sunroom.agent.guard import Guard, context_guard
 from sunroom.agent.hooks import Hooks
+from sunroom.agent.live import LiveOutput
 from sunroom.agent.loop import Loop, LoopConfig
 from sunroom.agent.options import Functions, Inputs, OutputSpec, SessionOptions
 from sunroom.agent.predict import Predictor
@@ -107,6 +108,8 @@ class _Parts:
     gate: ModelGate
     submission: Submission
     predictor: Predictor
+    live: LiveOutput
+    """The running cell's output as events (the kernel's ``on_output``)."""
     toolset: Toolset | None
     depth: int
 
@@ -314,6 +317,7 @@ class AsyncSession:
                 needs_submit=o.output is not None or o.preset != "codeact",
                 sub_session=links.depth > 0,
                 reinstall=self._install_shim,
+                live=parts.live,
                 end_event=ev.SessionEnded if links.branch is None else ev.BranchEnded,
             ),
             system=prompt,
@@ -371,6 +375,7 @@ class AsyncSession:
             gate=gate,
             submission=Submission(output=o.output, publish=wiring.publish, redact=wiring.redact),
             predictor=predictor,
+            live=LiveOutput(publish=wiring.publish, guard=guard),
             toolset=None,
             depth=links.depth,
         )
@@ -425,6 +430,7 @@ class AsyncSession:
                 network=o.network,
                 on_connection=parts.wiring.connection if o.network is not None else None,
                 packages=o.packages,
+                on_output=parts.live.feed,
             )
             if kernel.network is not None:
                 parts.wiring.meter_on(asyncio.get_running_loop())
@@ -434,6 +440,7 @@ class AsyncSession:
         # this session's own functions (the same names and signatures) take their place.
         # MCP tools stay the parent's (their events carry no branch id).
         kernel = links.kernel
+        kernel.on_output = parts.live.feed
         tools = [hf for hf in kernel.registry.functions.values() if "." in hf.name]
         copied, kernel.registry = kernel.registry, FunctionRegistry([*instrumented, *tools])
         copied.close()
@@ -746,6 +753,7 @@ class AsyncSession:
         """
         mine, theirs = self._kernel, winner._kernel
         mine.registry, theirs.registry = theirs.registry, mine.registry
+        mine.on_output, theirs.on_output = theirs.on_output, mine.on_output
         self._kernel, winner._kernel = theirs, mine
         self._loop.c = dataclasses.replace(self._loop.c, kernel=theirs)
         winner._loop.c = dataclasses.replace(winner._loop.c, kernel=mine)

@@ -1,8 +1,12 @@
 """Rendering a session's log in a terminal (``sunroom run``, ``sunroom sessions show``).
 
 :class:`Renderer` turns stored events into rich output: user messages, the model's text,
-code cells with syntax highlighting, their output, host calls, a progress bar for
-``predict_many`` fan-out, and a running line of tokens and cost. :func:`follow` reads a
+code cells with syntax highlighting, their output as the cell writes it (``OutputChunk``
+events, line by line, stdout dim and stderr red), the cell's result, host calls, and a
+running line of tokens and cost; the running cell's elapsed time and ``predict_many``
+progress are the footer of :mod:`sunroom.cli.live_view` (redrawn only with ``live=True`` on a
+terminal). A cell's output printed as it came is not printed again at its end, unless what
+the model saw differs from it (stderr, an error, a value, truncation). :func:`follow` reads a
 session's log as it grows (the same way the SSE stream does) until no run is in progress.
 """
 
@@ -17,10 +21,10 @@ from typing import Any, final
 
 from rich.console import Console
 from rich.panel import Panel
-from rich.progress import BarColumn, Progress, TaskID, TextColumn
 from rich.syntax import Syntax
 from rich.text import Text
 
+from sunroom.cli.live_view import LiveFooter, money
 from sunroom.cli.terminal_images import Protocol, escape, refusal
 from sunroom.service.journal import TRANSCRIPT
 from sunroom.service.signals import Signals
@@ -36,19 +40,22 @@ _IMAGE_SUFFIX = {
 }
 
 
-def money(micro_usd: int | None) -> str:
-    """``$0.0123``, or ``cost unknown``."""
-    return "cost unknown" if micro_usd is None else f"${micro_usd / 1_000_000:.4f}"
-
-
 @final
 class Renderer:
     """Prints stored events on *console* (see the module docstring)."""
 
     def __init__(
-        self, console: Console, *, images: Path | None = None, inline: Protocol | None = None
+        self,
+        console: Console,
+        *,
+        images: Path | None = None,
+        inline: Protocol | None = None,
+        live: bool = False,
     ) -> None:
         """Print on *console*; save displayed images in the folder *images*, if given.
+
+        *live*: redraw a footer with the running cell's elapsed time and ``predict_many``
+        progress (``sunroom run`` on a terminal; :class:`~sunroom.cli.live_view.LiveFooter`).
 
         With *inline*, images are also shown in the terminal with that graphics protocol
         (:mod:`sunroom.cli.terminal_images`), written raw to the console's file; one it
@@ -60,16 +67,20 @@ class Renderer:
         self._inline = inline
         self._saved = 0
         self._shown = 0
-        self._progress: Progress | None = None
-        self._bars: dict[int, TaskID] = {}
+        self._footer = LiveFooter(console, live=live)
+        self._streamed: dict[str, list[str]] = {}  # the running cell's output as it came
+        self._partial = ("stdout", "")  # a line not ended yet: (stream, text)
         self._handlers: dict[str, Callable[[dict[str, Any]], None]] = {
             "MessageReceived": self._message,
             "AssistantText": lambda p: self.console.print(Text(p["text"])),
             "Thinking": lambda p: self.console.print(Text(p["text"], style="dim italic")),
             "CodeSubmitted": self._code,
+            "CellStarted": self._cell_started,
+            "OutputChunk": self._chunk,
             "ExecutionFinished": self._output,
+            "HostCallStarted": self._footer.host_call_started,
             "HostCallFinished": self._host_call,
-            "PredictProgress": self._predict,
+            "PredictProgress": self._footer.predict,
             "UsageUpdated": self._usage,
             "SubmitAccepted": lambda p: self._line("✓ submitted", "green", p.get("output")),
             "SubmitRejected": lambda p: self._line("✗ submit rejected", "yellow", p["reason"]),
@@ -107,16 +118,69 @@ class Renderer:
         syntax = Syntax(p["code"], "python", theme="ansi_dark", line_numbers=False)
         self.console.print(Panel(syntax, title=f"cell · turn {p['turn']}", title_align="left"))
 
+    def _cell_started(self, p: dict[str, Any]) -> None:
+        self._streamed = {}
+        self._partial = ("stdout", "")
+        self._footer.cell_started(p)
+
+    def _chunk(self, p: dict[str, Any]) -> None:
+        stream, text = str(p["stream"]), str(p["text"])
+        if p.get("dropped_bytes"):
+            self._end_line()
+            self._streamed.setdefault("dropped", []).append(text)
+            self.console.print(Text(text.rstrip("\n"), style="yellow"))
+            return
+        if stream != self._partial[0]:
+            self._end_line()
+        self._streamed.setdefault(stream, []).append(text)
+        *lines, rest = (self._partial[1] + text).split("\n")
+        self._partial = (stream, rest)
+        for line in lines:
+            self._stream_line(stream, line)
+
+    def _end_line(self) -> None:
+        stream, rest = self._partial
+        if rest:
+            self._stream_line(stream, rest)
+        self._partial = (stream, "")
+
+    def _stream_line(self, stream: str, line: str) -> None:
+        self.console.print(Text(line, style="red" if stream == "stderr" else "dim"))
+
     def _output(self, p: dict[str, Any]) -> None:
+        self._end_line()
+        self._footer.cell_finished()
         style = "green" if p["status"] == "ok" else "red"
         head = Text(f"{p['status']} · {p['duration_s']:.2f}s", style=style)
         if p.get("state_lost"):
             head.append(" · kernel restarted", style="yellow")
         self.console.print(head)
-        if p["output"]:
-            self.console.print(Text(p["output"], style="dim"))
+        rest = self._unseen(str(p["output"]))
+        if rest:
+            self.console.print(Text(rest, style="dim"))
         for item in p.get("outputs") or ():
             self._display(item)
+
+    def _unseen(self, output: str) -> str:
+        """What of *output* (the model's view of the cell) its streamed chunks did not show.
+
+        The model's view is the cell's stdout, its stderr after ``[stderr]``, then its value
+        or error (:func:`~sunroom.agent.presets.render_result`); when it begins with what was
+        streamed, only the rest is new. Otherwise (nothing streamed, truncation) all of it.
+        """
+        streamed, self._streamed = self._streamed, {}
+        parts = [
+            label + "".join(streamed[name]).rstrip("\n")
+            for name, label in (("stdout", ""), ("stderr", "[stderr]\n"))
+            if name in streamed
+        ]
+        shown = "\n".join(parts)
+        if not shown or "dropped" in streamed:
+            return output
+        body = output
+        if body.startswith("[status: "):  # the result's line says the status
+            body = body.partition("\n")[2]
+        return body[len(shown) :].lstrip("\n") if body.startswith(shown) else output
 
     def _display(self, item: dict[str, Any]) -> None:
         data = item.get("data") or {}
@@ -147,7 +211,6 @@ class Renderer:
         why_not = refusal(self._inline, mime, image, shown=self._shown)
         if why_not is not None:
             return why_not
-        self._stop_progress()  # a live bar redraws over raw output
         self.console.file.write(escape(self._inline, image))
         self.console.file.flush()
         self._shown += 1
@@ -159,38 +222,21 @@ class Renderer:
         self._line(f"↳ {p['name']}()", style, detail)
 
     def _asked(self, p: dict[str, Any]) -> None:
+        self._footer.asking(str(p["call_id"]), waiting=True)  # never drawn over the prompt
         args = ", ".join(f"{k}={v!r}" for k, v in dict(p.get("arguments") or {}).items())
         self._line(f"? approval needed {p['name']}({args})", "bold yellow", f"id {p['call_id']}")
 
     def _answered(self, p: dict[str, object]) -> None:
+        self._footer.asking(str(p["call_id"]), waiting=False)
         verdict = "✓ approved" if p["allow"] else "✗ denied"
         lease = " (for the rest of the run)" if p.get("lease") else ""
         style = "green" if p["allow"] else "red"
         self._line(f"{verdict} {p['name']}(){lease}", style, f"{p['reason']} · by {p.get('by')}")
 
-    def _predict(self, p: dict[str, Any]) -> None:
-        if self._progress is None:
-            self._progress = Progress(
-                TextColumn("predict_many"),
-                BarColumn(),
-                TextColumn("{task.completed}/{task.total}"),
-                TextColumn("{task.fields[failed]} failed"),
-                console=self.console,
-            )
-            self._progress.start()
-        call = int(p["call_id"])
-        if call not in self._bars:
-            self._bars[call] = self._progress.add_task("", total=p["total"], failed=0)
-        self._progress.update(self._bars[call], completed=p["done"], failed=p["failed"])
-        if p["done"] >= p["total"]:
-            self._stop_progress()
-
-    def _stop_progress(self) -> None:
-        if self._progress is not None:
-            self._progress.stop()
-            self._progress, self._bars = None, {}
-
     def _usage(self, p: dict[str, Any]) -> None:
+        self._footer.usage(p)
+        if p.get("sub_call") and self._footer.fanning_out:
+            return  # the fan-out's line sums them up
         u = p["usage"]
         self._line(
             f"· {p['model_calls']} calls · {u['input_tokens']} in / {u['output_tokens']} out "
@@ -199,7 +245,7 @@ class Renderer:
         )
 
     def _ended(self, p: dict[str, Any]) -> None:
-        self._stop_progress()
+        self._footer.close()
         r = p["result"]
         style = "bold green" if r["status"] == "success" else "bold red"
         self._line(f"■ {r['status']}", style, r.get("error") or "")
@@ -207,8 +253,8 @@ class Renderer:
             self.console.print(r["output"])
 
     def close(self) -> None:
-        """Stop a progress bar left running."""
-        self._stop_progress()
+        """Take down a footer left running."""
+        self._footer.close()
 
 
 async def follow(

@@ -147,7 +147,7 @@ def run(
 
         async with open_manager(db, base_url=base_url) as manager:
             await manager.create(request, session_id=sid)
-            renderer = Renderer(console, images=images, inline=inline)
+            renderer = Renderer(console, images=images, inline=inline, live=True)
             asker = Asker(manager, sid, console, auto_deny=auto_deny)
 
             def show(event: Any) -> None:

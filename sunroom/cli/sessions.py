@@ -143,7 +143,7 @@ def sessions_resume(
             await manager.resume(session_id)
             if message is not None:
                 await manager.send(session_id, message)
-            renderer = Renderer(console, inline=inline)
+            renderer = Renderer(console, inline=inline, live=True)
             try:
                 show = (lambda e: None) if as_json else renderer.show
                 await follow(manager.store, manager.signals, session_id, show, after=before)

@@ -259,6 +259,20 @@ class AsyncKernel:
         self._serving.registry = registry
 
     @property
+    def on_output(self) -> OutputCallback | None:
+        """Where cells' output goes as they write it, ``(stream, text)``, on the kernel's loop.
+
+        Settable: a session sets it on a forked copy it takes over.
+        """
+        return self._core.on_output
+
+    @on_output.setter
+    def on_output(self, on_output: OutputCallback | None) -> None:
+        self._core.on_output = on_output
+        if self._core.router is not None:
+            self._core.router.on_output = on_output
+
+    @property
     def files(self) -> KernelFiles:
         """The workdir's files: ``write``, ``read``, ``read_stream``, ``list``, ``delete``.
 

@@ -121,6 +121,11 @@ class Kernel:
         return self._core.registry
 
     @property
+    def on_output(self) -> OutputCallback | None:
+        """Where cells' output goes as they write it; see ``AsyncKernel.on_output``."""
+        return self._core.on_output
+
+    @property
     def files(self) -> Files:
         """The workdir's files, blocking; see ``AsyncKernel.files``."""
         return self._files

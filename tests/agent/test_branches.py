@@ -387,3 +387,22 @@ def test_the_service_codec_writes_branch_only_when_set() -> None:
     theirs = ev.TurnEnded(seq=2, ts=2.0, turn=1, branch="1.0")
     assert event_to_json(own, session_id="s") == ("TurnEnded", {"turn": 1})
     assert event_to_json(theirs, session_id="s") == ("TurnEnded", {"turn": 1, "branch": "1.0"})
+
+
+async def test_branches_stream_their_output_and_the_winners_kernel_streams_to_the_session() -> None:
+    model = branch_model(
+        [["print('out', 0)\nsubmit(1)"], ["print('out', 1)\nsubmit(1)"], ["print('after')"]]
+    )
+    async with AsyncSession(model=model, backend=FAST, output=int) as s:
+        sub = s.events()
+        first = await s.run("answer", branches=2, choose="vote")
+        assert first.ok
+        await s.run("again")  # on the winner's kernel, now the session's own
+        events = drain(sub)
+    streamed: dict[str | None, str] = {}
+    for e in events:
+        if isinstance(e, ev.OutputChunk):
+            streamed[e.branch] = streamed.get(e.branch, "") + e.text
+    assert streamed == {"1.0": "out 0\n", "1.1": "out 1\n", None: "after\n"}
+    started = [e.branch for e in events if isinstance(e, ev.CellStarted)]
+    assert sorted(started[:2], key=str) == ["1.0", "1.1"] and started[2:] == [None]

@@ -350,3 +350,54 @@ def test_five_megabytes_with_one_hundred_secrets_is_fast() -> None:
     assert not any(v in redacted for v in values)
     # About 3 ms per MB on a quiet core; the bound leaves room for a busy CI machine.
     assert best / megabytes < 0.025, f"{best / megabytes * 1000:.1f} ms per MB"
+
+
+def _streamed(r: Redactor, pieces: list[str]) -> list[str]:
+    """What a stream of *pieces* shows: at each piece what ``ready`` allows, the rest at the end."""
+    shown: list[str] = []
+    held = ""
+    for piece in pieces:
+        held += piece
+        n = r.ready(held)
+        shown.append(r.redact(held[:n]))
+        held = held[n:]
+    shown.append(r.redact(held))
+    return shown
+
+
+_FORMS = [
+    KEY,
+    PASSWORD,
+    base64.b64encode(KEY.encode()).decode(),
+    urllib.parse.quote(PASSWORD, safe=""),
+    json.dumps(PASSWORD)[1:-1],
+]
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    parts=st.lists(st.sampled_from(_FORMS) | st.text(alphabet="ab =\n%", max_size=6), max_size=6),
+    cuts=st.lists(st.integers(min_value=0, max_value=200), max_size=12),
+)
+def test_text_streamed_in_pieces_shows_no_fragment_of_a_secret(
+    parts: list[str], cuts: list[int]
+) -> None:
+    r = redactor()
+    text = "".join(parts)
+    bounds = sorted({min(c, len(text)) for c in cuts} | {0, len(text)})
+    pieces = [text[a:b] for a, b in zip(bounds, bounds[1:], strict=False)]
+    shown = _streamed(r, pieces)
+    assert "".join(shown) == r.redact(text)
+    for piece in shown:
+        for form in _FORMS:
+            assert form[:6] not in piece.replace("[REDACTED:api_key]", "").replace(
+                "[REDACTED:db_password]", ""
+            )
+
+
+def test_ready_holds_only_what_may_begin_a_secret() -> None:
+    r = redactor()
+    assert r.ready("plain output\n") == len("plain output\n")
+    assert r.ready(f"key {KEY[:5]}") == len("key ")
+    assert r.ready(f"key {KEY} done\n") == len(f"key {KEY} done\n")
+    assert Redactor(Secrets()).ready("anything sk-") == len("anything sk-")

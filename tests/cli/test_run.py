@@ -441,3 +441,55 @@ def test_run_input_binds_the_file_and_a_resume_binds_it_again_or_refuses(
     data.unlink()
     err = one_line_error(cli("sessions", "resume", sid, "--message", "x", env=files_env))
     assert "'doc'" in err and "is gone" in err, err
+
+
+def test_run_shows_a_cells_output_as_it_comes_then_its_result_and_the_answer(
+    tmp_path: Path, env: dict[str, str], readable_dir: Path
+) -> None:
+    flag = readable_dir / "go-on"  # the kernel runs as another uid
+    cell = (
+        "import pathlib, sys, time\n"
+        "print('line 1', flush=True)\n"
+        "print('warning 1', file=sys.stderr, flush=True)\n"
+        f"flag = pathlib.Path({str(flag)!r})\n"
+        "for _ in range(12_000):  # the test creates it once it saw line 1\n"
+        "    if flag.exists():\n"
+        "        break\n"
+        "    time.sleep(0.01)\n"
+        "print('line 2:', 'released' if flag.exists() else 'never released')\n"
+        "1 / 0\n"
+    )
+    script = {"replies": [{"code": cell, "text": ""}, "The answer is 42."]}
+    (tmp_path / "live.json").write_text(json.dumps(script))
+    env = {**env, "SUNROOM_MODEL": f"scripted:{tmp_path / 'live.json'}"}
+    seen: list[str] = []
+    with subprocess.Popen(
+        [sys.executable, "-m", "sunroom.cli", "run", "go", "--backend", "subprocess"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    ) as proc:
+        assert proc.stdout is not None and proc.stderr is not None
+        try:
+            for line in proc.stdout:  # stdout is a pipe: plain lines, no redraws
+                seen.append(line.rstrip("\n"))
+                if line.strip() == "line 1":
+                    assert not any(s.startswith("error ·") for s in seen)  # the cell still runs
+                    flag.touch()
+            proc.wait(60)
+        finally:
+            proc.kill()
+        assert proc.returncode == 0, proc.stderr.read()
+    assert flag.exists()
+
+    def at(text: str) -> int:
+        return next(i for i, s in enumerate(seen) if s.strip() == text)
+
+    ended = next((i for i, s in enumerate(seen) if s.startswith("error ·")), None)
+    assert ended is not None, "\n".join(seen)
+    assert at("line 1") < at("warning 1") < at("line 2: released") < ended
+    assert at("ZeroDivisionError: division by zero") > ended  # the rest of what the model saw
+    assert at("The answer is 42.") > ended
+    assert sum(s.strip() == "line 1" for s in seen) == 1  # not printed again at the end
+    assert not any("\x1b[" in s for s in seen)  # no live redraws on a pipe
