@@ -28,8 +28,10 @@ from sunroom.embeddings import convert, fetch
 ROOT = Path(__file__).resolve().parents[2]
 MODEL = fetch.KNOWN_MODELS["all-MiniLM-L6-v2"]
 SOURCE_NAME = "all-MiniLM-L6-v2"
-ONNX_DIR = "models/all-MiniLM-L6-v2"
-"""The built directory, under the cache root (laid out like ``~/.cache/sunroom``'s)."""
+ONNX_DIR = "sunroom/models/all-MiniLM-L6-v2"
+"""The built directory under the cache root, laid out as ``$XDG_CACHE_HOME`` is: with
+``XDG_CACHE_HOME`` set to :func:`cache_root`, ``sunroom embed --fetch all-MiniLM-L6-v2`` (and
+``fetch_model``) find it complete and need no network, as a docs runner may want."""
 CHECKPOINT_DONE = ".complete"
 
 Weights = convert.Weights
