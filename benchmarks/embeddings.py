@@ -1,7 +1,7 @@
 """Embeddings as host functions: what calling ``embed`` from a kernel costs, load time, memory.
 
-Three figures, one run, one embedder (the test model, all-MiniLM-L6-v2 built as ONNX by
-``tests/embeddings/testmodel.py``, or ``--model``):
+Three figures, one run, one embedder (the test model, all-MiniLM-L6-v2 as
+``sunroom embed --fetch`` builds it, from ``tests/embeddings/testmodel.py``; or ``--model``):
 
 * **throughput**: ``--n`` (10,000) short generated sentences embedded in batches of
   ``--batch`` (2,000) texts, (a) by the embedder called directly on the host, in this process,

@@ -34,7 +34,7 @@ micro-USD ("unknown" when a price is unknown), mean sub-calls and mean latency.
         --lengths 8k,32k,128k --tasks niah,oolong-count --samples 3
     SUNROOM_MODEL=gemini:gemini-2.5-flash python benchmarks/rlm_eval.py --sub-model gemini:gemini-2.5-flash-lite
     python benchmarks/rlm_eval.py --fake --backend subprocess      # offline, deterministic
-    python benchmarks/rlm_eval.py --fake --tasks niah-semantic --embeddings PATH/all-MiniLM-L6-v2-onnx
+    python benchmarks/rlm_eval.py --fake --tasks niah-semantic --embeddings "$(sunroom embed --fetch all-MiniLM-L6-v2)"
 
 ``--fake`` runs the methods against deterministic ``FunctionModel``s that really solve the
 tasks: the root writes Python that reads ``context``, calls ``predict``/``predict_many`` and

@@ -22,7 +22,7 @@ EXTRAS: Final[Mapping[str, tuple[str, ...]]] = {
     "jupyter": ("jupyter_client",),
     "notebook": ("nbformat",),
     "mcp": ("mcp",),
-    "embeddings": ("onnxruntime", "tokenizers", "numpy"),
+    "embeddings": ("numpy", "onnxruntime", "tokenizers", "onnx", "safetensors"),
     "providers": ("httpx", "anthropic", "openai", "google.genai"),
 }
 
@@ -47,6 +47,5 @@ def require(extra: str, what: str, error: type[SunroomError] = UsageError) -> No
     """
     module = missing(extra)
     if module is not None:
-        raise error(
-            f"{what} needs {module}, which is not installed: pip install 'sunroom[{extra}]'"
-        )
+        hint = f"pip install 'sunroom[{extra}]'"
+        raise error(f"{what} needs the {extra} extra ({module} is missing): {hint}")

