@@ -32,6 +32,8 @@ MODULE_OF = {
     "onnxruntime": "onnxruntime",
     "tokenizers": "tokenizers",
     "numpy": "numpy",
+    "onnx": "onnx",
+    "safetensors": "safetensors",
     "httpx": "httpx",
     "anthropic": "anthropic",
     "openai": "openai",
