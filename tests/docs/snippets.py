@@ -189,6 +189,14 @@ def chain(block: Block, blocks: list[Block]) -> list[Block]:
     return [*chain(previous, blocks), block]
 
 
+def backends(block: Block) -> tuple[str, ...]:
+    """The kernel backends *block* needs: ``bwrap`` (the default) always, ``docker`` and
+    ``jupyter`` when its code names them."""
+    code = block.code
+    named = [("docker", ('backend="docker"', "DockerBackend")), ("jupyter", ("JupyterBackend",))]
+    return ("bwrap", *(name for name, marks in named if any(m in code for m in marks)))
+
+
 # -- fixtures --------------------------------------------------------------------------------
 
 
@@ -335,32 +343,36 @@ def run(block: Block, blocks: list[Block]) -> Outcome:
         else:
             prepared = FIXTURES[block.setup](block) if block.setup else Prepared(block.code)
             argv = ["bash", "-euo", "pipefail", "-c", prepared.code]
-        return _run(argv, environment(home))
+        return _run(argv, environment(home), home)
 
 
-def _run(argv: list[str], env: dict[str, str]) -> Outcome:
+def _run(argv: list[str], env: dict[str, str], scratch: Path) -> Outcome:
     """Run *argv* from the repository root in a session of its own; whatever it leaves in that
-    session (a server started with ``&``) is killed when it ends or times out."""
-    process = subprocess.Popen(
-        argv,
-        cwd=ROOT,
-        env=env,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
-    try:
-        stdout, stderr = process.communicate(timeout=TIMEOUT_S)
-        code: int | None = process.returncode
-    except subprocess.TimeoutExpired:
-        _kill_session(process.pid)
-        stdout, stderr = process.communicate()
-        code = None
-    finally:
-        _kill_session(process.pid)
-    return Outcome(code, stdout, stderr)
+    session (a server started with ``&``) is killed when it ends or times out. Its output goes
+    to files in *scratch*, so a process left holding it cannot keep the run waiting."""
+    with (
+        (scratch / ".stdout").open("w+", errors="replace") as out,
+        (scratch / ".stderr").open("w+", errors="replace") as err,
+    ):
+        process = subprocess.Popen(
+            argv,
+            cwd=ROOT,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=err,
+            start_new_session=True,
+        )
+        try:
+            code: int | None = process.wait(timeout=TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            code = None
+        finally:
+            _kill_session(process.pid)
+            process.wait()
+        out.seek(0)
+        err.seek(0)
+        return Outcome(code, out.read(), err.read())
 
 
 def _kill_session(pid: int) -> None:
@@ -377,6 +389,7 @@ __all__ = [
     "TIMEOUT_S",
     "Block",
     "Outcome",
+    "backends",
     "blocks_of",
     "chain",
     "documented_blocks",

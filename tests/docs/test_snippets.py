@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import _require
 from tests.docs import snippets
 from tests.docs.snippets import Block, blocks_of, chain
 
@@ -28,9 +29,11 @@ def test_a_doc_snippet_runs_as_written(block: Block) -> None:
     if os.environ.get(snippets.INSIDE):
         pytest.skip("this run is inside a doc snippet (one that runs the tests): no recursion")
     try:
-        chain(block, BLOCKS)
+        blocks = chain(block, BLOCKS)
     except ValueError as exc:
         pytest.fail(str(exc), pytrace=False)
+    for backend in dict.fromkeys(name for b in blocks for name in snippets.backends(b)):
+        _require(backend)  # skipped, saying why, where it cannot start and is not required
     failure = snippets.run(block, BLOCKS).failure(block)
     if failure is not None:
         pytest.fail(failure, pytrace=False)
@@ -175,3 +178,51 @@ def test_every_marker_in_readme_and_docs_is_well_formed() -> None:
         except ValueError as exc:
             wrong.append(str(exc))
     assert not wrong, "\n".join(wrong)
+
+
+def test_a_block_needs_bwrap_and_the_backends_its_code_names() -> None:
+    def needs(code: str) -> tuple[str, ...]:
+        return snippets.backends(Block(path="g.md", line=1, language="python", code=code))
+
+    assert needs("Kernel()") == ("bwrap",)
+    assert needs('AsyncKernel(backend="docker")') == ("bwrap", "docker")
+    assert needs('JupyterBackend("python3")') == ("bwrap", "jupyter")
+
+
+# -- the runner (processes, no kernel) ---------------------------------------------------------
+
+
+@pytest.mark.usefixtures("no_process_left")
+def test_a_failing_block_names_its_file_and_line_and_its_traceback_points_there() -> None:
+    blocks = blocks_of(
+        "docs/guide.md", "# Guide\n\n```python\nx = 1\nraise ValueError('rotted')\n```\n"
+    )
+    outcome = snippets.run(blocks[0], blocks)
+    failure = str(outcome.failure(blocks[0]))
+    assert failure.startswith("docs/guide.md:3 (python) exited 1")
+    assert 'File "docs/guide.md", line 5' in failure and "ValueError: rotted" in failure
+
+
+@pytest.mark.usefixtures("no_process_left")
+def test_continued_blocks_share_a_namespace_and_top_level_await_runs() -> None:
+    doc = "```python\nimport asyncio\nx = 20\n```\n<!-- snippet: continues -->\n"
+    doc += "```python\nawait asyncio.sleep(0)\nprint(x + 1)\n```\n"
+    blocks = blocks_of("g.md", doc)
+    outcome = snippets.run(blocks[1], blocks)
+    assert outcome.failure(blocks[1]) is None and outcome.stdout == "21\n"
+
+
+@pytest.mark.usefixtures("no_process_left")
+def test_what_a_bash_block_leaves_running_is_killed() -> None:
+    blocks = blocks_of("g.md", "```bash\nsleep 1000 &\necho started\n```\n")
+    outcome = snippets.run(blocks[0], blocks)
+    assert outcome.returncode == 0 and outcome.stdout == "started\n"
+
+
+@pytest.mark.usefixtures("no_process_left")
+def test_a_block_that_does_not_end_is_killed_at_the_bound(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(snippets, "TIMEOUT_S", 1.0)
+    blocks = blocks_of("g.md", "```sh\nsleep 1000 &\nsleep 1000\n```\n")
+    outcome = snippets.run(blocks[0], blocks)
+    assert outcome.returncode is None
+    assert "did not end within 1 s and was killed" in str(outcome.failure(blocks[0]))
