@@ -230,6 +230,14 @@ def _test_model(block: Block) -> Prepared:
     return Prepared(block.code.replace(TEST_MODEL_PATH, str(testmodel.model_dir())))
 
 
+def _test_wheels(block: Block) -> Prepared:
+    """The test wheels' default directory becomes their actual one ($SUNROOM_TEST_WHEELS may
+    move it; scripts/test-wheels.sh fetches them)."""
+    from tests.packages.wheels import real_wheelhouse
+
+    return Prepared(block.code.replace(".venv/sunroom-test-wheels", str(real_wheelhouse())))
+
+
 PLACEHOLDERS: Final = """\
 import io, os, pathlib
 os.chdir(os.path.expanduser("~"))
@@ -259,6 +267,7 @@ def _placeholders(block: Block) -> Prepared:
 FIXTURES: Final[dict[str, Callable[[Block], Prepared]]] = {
     "free-port": _free_port,
     "test-model": _test_model,
+    "test-wheels": _test_wheels,
     "placeholders": _placeholders,
 }
 """``setup NAME`` fixtures: each turns a block into what runs (docs/testing.md lists them)."""
