@@ -191,6 +191,7 @@ KERNEL_TESTS: tuple[str, ...] = (
     "tests/cli/test_approvals.py",
     "tests/cli/test_cli.py",
     "tests/cli/test_run.py",
+    "tests/docs/test_snippets.py::test_a_doc_snippet_runs_as_written",
     "tests/embeddings/test_cli_embed.py",
     "tests/embeddings/test_session_embeddings.py",
     "tests/network/test_cli_network.py",
