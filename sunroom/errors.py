@@ -265,7 +265,23 @@ class ProviderError(SunroomError):
 
 
 class AuthenticationError(ProviderError):
-    """The API key is missing, invalid or lacks permission (401/403)."""
+    """The API key is missing, invalid or lacks permission (401/403).
+
+    ``key_env`` names the environment variable the key is read from when the error is that no
+    key was found (None otherwise): a command line can say how to set it in its own terms.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        provider: str = "",
+        status_code: int | None = None,
+        body: Any = None,
+        key_env: str | None = None,
+    ) -> None:
+        super().__init__(message, provider=provider, status_code=status_code, body=body)
+        self.key_env = key_env
 
 
 class RateLimitedError(ProviderError):

@@ -54,12 +54,14 @@ def model_spec(spec: str | None) -> str | None:
 
 
 def file_inputs(pairs: list[str]) -> dict[str, File]:
-    """``--input NAME=FILE`` pairs as File inputs; exits 2 on a malformed pair or missing file."""
+    """``--input NAME=FILE`` pairs as File inputs; exits 2 on a bad pair, a NAME twice, no file."""
     out: dict[str, File] = {}
     for pair in pairs:
         name, sep, file = pair.partition("=")
         if not sep or not name.isidentifier() or not file:
             raise fail(f"--input takes NAME=FILE, got {pair!r}")
+        if name in out:
+            raise fail(f"--input {name} is given twice; each NAME binds one file")
         if not os.path.isfile(file):
             raise fail(f"--input {name}: {file} is not a readable file")
         out[name] = File(file)

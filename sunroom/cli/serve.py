@@ -128,7 +128,7 @@ def serve(
         )  # fmt: skip
         _check_service(base)
     except SunroomError as exc:
-        raise fail(str(exc)) from None
+        raise fail(one_line(exc)) from None
     try:
         sock = bind(base)
     except OSError as exc:

@@ -16,7 +16,7 @@ from typing import Annotated, Any, NoReturn, TypeVar
 import pydantic
 import typer
 
-from sunroom.errors import SunroomError
+from sunroom.errors import AuthenticationError, SunroomError
 
 T = TypeVar("T")
 
@@ -55,7 +55,17 @@ def fail(message: str) -> typer.Exit:
 
 
 def one_line(exc: BaseException) -> str:
-    """One line for an error the user must act on: no traceback, no class name, no input value."""
+    """One line for an error the user must act on: no traceback, no class name, no input value.
+
+    A missing API key says how to give one here (the variable; ``--model`` for a model that
+    needs none), not the Python API's ``api_key=``.
+    """
+    if isinstance(exc, AuthenticationError) and exc.key_env:
+        return (
+            f"no API key for {exc.provider}: set {exc.key_env} in the environment, or choose "
+            "another model with --model or SUNROOM_MODEL (openai-compatible: and scripted: "
+            "models need no key)"
+        )
     if isinstance(exc, pydantic.ValidationError):
         from sunroom.service.problems import validation_message
 

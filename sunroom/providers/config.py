@@ -74,7 +74,7 @@ def sdk_and_key(
 def missing_key(env: str, *, provider: str) -> AuthenticationError:
     """The error for an adapter built without a key: raised at build time, not first call."""
     return AuthenticationError(
-        f"no API key for {provider}: set {env} (or pass api_key=)", provider=provider
+        f"no API key for {provider}: set {env} (or pass api_key=)", provider=provider, key_env=env
     )
 
 

@@ -21,6 +21,14 @@ PROVIDERS: dict[str, tuple[str, str]] = {
     "scripted": ("sunroom.providers.fakes", "ScriptFileModel"),
 }
 
+#: Local model servers people name as a prefix → their OpenAI-compatible endpoint by default.
+_LOCAL_SERVERS: dict[str, str] = {
+    "ollama": "http://127.0.0.1:11434/v1",
+    "lmstudio": "http://127.0.0.1:1234/v1",
+    "vllm": "http://127.0.0.1:8000/v1",
+    "llamacpp": "http://127.0.0.1:8080/v1",
+}
+
 
 def model(
     spec: str,
@@ -41,7 +49,9 @@ def model(
     usual environment variable. The caller owns the model and must ``aclose()`` it.
 
     Raises:
-        UsageError: the spec has no known prefix, or a scripted model's file is not a script.
+        UsageError: the spec has no known prefix (for a local server's name, such as
+            ``ollama:``, the message says to use ``openai-compatible:`` and its URL), or a
+            scripted model's file is not a script.
         AuthenticationError: no API key was given or found (where one is required).
     """
     prefix, sep, name = spec.partition(":")
@@ -50,7 +60,13 @@ def model(
         raise UsageError(f"model spec {spec!r} must look like '<provider>:<model>'; known: {known}")
     target = PROVIDERS.get(prefix)
     if target is None:
-        raise UsageError(f"unknown provider {prefix!r} in {spec!r}; known: {known}")
+        hint = ""
+        if prefix.lower() in _LOCAL_SERVERS:
+            hint = (
+                f"; {prefix} serves the OpenAI API: use 'openai-compatible:{name}' with the base "
+                f"URL {_LOCAL_SERVERS[prefix.lower()]}"
+            )
+        raise UsageError(f"unknown provider {prefix!r} in {spec!r}; known: {known}{hint}")
     module, cls_name = target
     cls: Any = getattr(importlib.import_module(module), cls_name)
     built: Model = cls(name, api_key=api_key, base_url=base_url, **options)
