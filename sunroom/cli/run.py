@@ -22,12 +22,14 @@ from sunroom.cli.network import AllowHostOption, network_from
 from sunroom.cli.options import chosen_backend, file_inputs, inline_protocol, model_spec
 from sunroom.cli.support import (
     DbOption,
+    FunctionsOption,
     InlineImagesOption,
     JsonOption,
     KernelNameOption,
     SandboxOption,
     fail,
     finish_run,
+    function_specs,
     open_manager,
     read_json,
 )
@@ -86,6 +88,7 @@ def run(
         typer.Option(help="Deny approval requests at once when stdin is not a terminal."),
     ] = False,
     allow_host: Annotated[list[str] | None, AllowHostOption] = None,
+    functions: FunctionsOption = None,
     db: DbOption = None,
     as_json: JsonOption = False,
 ) -> None:
@@ -145,7 +148,8 @@ def run(
         from sunroom.cli.approvals import Asker
         from sunroom.cli.console import Renderer, follow
 
-        async with open_manager(db, base_url=base_url) as manager:
+        specs = function_specs(functions)
+        async with open_manager(db, base_url=base_url, functions=specs) as manager:
             await manager.create(request, session_id=sid)
             renderer = Renderer(console, images=images, inline=inline, live=True)
             asker = Asker(manager, sid, console, auto_deny=auto_deny)

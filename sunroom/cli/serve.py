@@ -21,10 +21,13 @@ from sunroom.cli.network import named_networks
 from sunroom.cli.options import mcp_servers, model_spec
 from sunroom.cli.support import (
     DbOption,
+    FunctionsOption,
     KernelNameOption,
     SandboxOption,
     fail,
+    function_specs,
     guarded,
+    importable_here,
     one_line,
 )
 from sunroom.errors import SunroomError
@@ -49,9 +52,7 @@ def serve(
     sandbox: SandboxOption = None,
     model: Annotated[str | None, typer.Option(help="Default model of sessions.")] = None,
     base_url: Annotated[str | None, typer.Option(help="Base URL of that model.")] = None,
-    functions: Annotated[
-        str | None, typer.Option(help="Host functions, comma-separated module:attribute.")
-    ] = None,
+    functions: FunctionsOption = None,
     lease_s: Annotated[float | None, typer.Option(help="Session lease in seconds.")] = None,
     max_sessions: Annotated[
         int | None,
@@ -114,7 +115,7 @@ def serve(
     from sunroom.service import ServiceConfig, bind
     from sunroom.service import serve as run_server
 
-    fns = tuple(f.strip() for f in functions.split(",") if f.strip()) if functions else None
+    fns = function_specs(functions)
     templates = _templates(template or [])
     try:
         base = ServiceConfig.from_env(
@@ -174,6 +175,7 @@ def _check_service(config: ServiceConfig) -> None:
     choose_backend(
         config.backend, kernel_name=config.kernel_name, sandbox=config.sandbox, names=OPTION_NAMES
     )
+    importable_here()  # the app imports them again (cached) in the same process
     load_functions(config.functions)
     if config.model is not None:
         asyncio.run(resolve_model(config.model, config.base_url).aclose())

@@ -13,10 +13,12 @@ from rich.table import Column, Table
 from sunroom.cli.options import inline_protocol
 from sunroom.cli.support import (
     DbOption,
+    FunctionsOption,
     InlineImagesOption,
     JsonOption,
     fail,
     finish_run,
+    function_specs,
     guarded,
     open_manager,
     with_store,
@@ -124,17 +126,21 @@ def sessions_resume(
     session_id: Annotated[str, typer.Argument(help="The session id.")],
     message: Annotated[str | None, typer.Option(help="A message to send once resumed.")] = None,
     inline_images: InlineImagesOption = "auto",
+    functions: FunctionsOption = None,
     db: DbOption = None,
     as_json: JsonOption = False,
 ) -> None:
-    """Take over a session (e.g. one a crashed service left running) and run it here."""
+    """Take over a session (e.g. one a crashed service left running) and run it here.
+
+    Host functions are not stored with a session: pass the --functions the run had.
+    """
     console = Console(stderr=as_json)
     inline = inline_protocol(inline_images, console)
 
     async def work() -> dict[str, object] | None:
         from sunroom.cli.console import Renderer, follow
 
-        async with open_manager(db) as manager:
+        async with open_manager(db, functions=function_specs(functions)) as manager:
             before = (
                 await manager.store.last_seq(session_id)
                 if await manager.store.get_session(session_id)

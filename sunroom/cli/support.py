@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import shlex
 import sys
 from collections.abc import Awaitable, Callable, Coroutine
@@ -46,6 +47,34 @@ SandboxOption = Annotated[
         "[default: bwrap]"
     ),
 ]
+FunctionsOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--functions",
+        metavar="MODULE:ATTR",
+        help="Host functions the code may call: ATTR of MODULE is a host_function, a callable "
+        "or a list of them (repeatable or comma-separated; modules in the current directory "
+        "are found; default: SUNROOM_FUNCTIONS).",
+    ),
+]
+
+
+def function_specs(values: list[str] | None) -> tuple[str, ...] | None:
+    """The ``MODULE:ATTR`` specs of ``--functions`` (None when none is given)."""
+    specs = tuple(s.strip() for v in values or () for s in v.split(",") if s.strip())
+    return specs or None
+
+
+def importable_here() -> None:
+    """Put the current directory first on ``sys.path``, as ``python -m`` does.
+
+    Called before host functions are imported (``--functions``, ``SUNROOM_FUNCTIONS``), so that
+    a module of the user's project is found without ``PYTHONPATH=.``; a console script's
+    ``sys.path`` starts with its own bin directory instead.
+    """
+    here = os.getcwd()
+    if here not in sys.path:
+        sys.path.insert(0, here)
 
 
 def fail(message: str) -> typer.Exit:
@@ -146,12 +175,21 @@ class open_manager:
 
     *base_url* (``run --base-url``) is the operator's own choice, as ``SUNROOM_BASE_URL`` is:
     the manager's default and allowed base URL, not a client's request the service's
-    allowlist must vet.
+    allowlist must vet. *functions* (``--functions``) replace ``SUNROOM_FUNCTIONS``; either
+    is imported with the current directory importable (:func:`importable_here`). Entering
+    raises UsageError for host functions that cannot be loaded.
     """
 
-    def __init__(self, db: Path | None, *, base_url: str | None = None) -> None:
+    def __init__(
+        self,
+        db: Path | None,
+        *,
+        base_url: str | None = None,
+        functions: tuple[str, ...] | None = None,
+    ) -> None:
         self._db = db
         self._base_url = base_url
+        self._functions = functions
 
     async def __aenter__(self) -> Any:
         from sunroom.service import ServiceConfig, SessionManager, load_functions, resolve_model
@@ -159,14 +197,16 @@ class open_manager:
 
         # the person at this terminal is the operator: a session may name its own hosts
         config = ServiceConfig.from_env(
-            db_path=self._db, resume_orphans=False, client_network=True, base_url=self._base_url
-        )
+            db_path=self._db, resume_orphans=False, client_network=True, base_url=self._base_url,
+            functions=self._functions,
+        )  # fmt: skip
+        importable_here()
+        functions = load_functions(config.functions)  # before the store: nothing to undo
         self._store = await SQLiteStore.open(config.db_path)
         try:
             self._m = SessionManager(
-                self._store, config=config, resolve_model=resolve_model,
-                functions=load_functions(config.functions),
-            )  # fmt: skip
+                self._store, config=config, resolve_model=resolve_model, functions=functions
+            )
             await self._m.start()
         except BaseException:
             await self._store.aclose()
