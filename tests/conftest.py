@@ -190,6 +190,7 @@ KERNEL_TESTS: tuple[str, ...] = (
     "tests/agent/test_submit.py",
     "tests/cli/test_approvals.py",
     "tests/cli/test_cli.py",
+    "tests/cli/test_exec_errors.py",
     "tests/cli/test_functions_option.py",
     "tests/cli/test_run.py",
     "tests/docs/test_snippets.py::test_a_doc_snippet_runs_as_written",

@@ -86,6 +86,20 @@ async def _run_cell(kernel: AsyncKernel, code: str, limits: Limits) -> Execution
     # the kernel's own timeout is out of the way; the waits below enforce the limit
     slack = limits.timeout_s + limits.interrupt_grace_s + 3600.0
     cell = asyncio.ensure_future(kernel.execute(code, timeout_s=slack))
+    try:
+        return await _deadline(kernel, cell, limits, started)
+    finally:  # Ctrl-C: the cell ends with the kernel's close, its error was never retrieved
+        if not cell.done():
+            cell.cancel()
+
+
+async def _deadline(
+    kernel: AsyncKernel,
+    cell: asyncio.Future[ExecutionResult],
+    limits: Limits,
+    started: float,
+) -> ExecutionResult:
+    """*cell*'s result, interrupted at the limit and given up after the grace (_execute_once)."""
     done, _ = await asyncio.wait({cell}, timeout=limits.timeout_s)
     if done:
         return cell.result()
@@ -189,6 +203,10 @@ def exec_(
     if output_max_mb <= 0:
         raise fail(f"--output-max-mb must be a positive number of MiB, got {output_max_mb}")
     limits = Limits(timeout_s=timeout, memory_mb=memory_mb)
+    try:  # the whole file is one cell, sent in one protocol frame: refused before any kernel
+        limits.check_code(code, what="stdin" if path == "-" else path)
+    except SunroomError as exc:
+        raise fail(str(exc)) from None
     chosen = chosen_backend(backend, kernel_name, sandbox)
     files = file_inputs(inputs or [])
     policy = network_from(allow_host or [], network)
@@ -225,6 +243,8 @@ def exec_(
         if result.status == "timeout":
             killed = "" if not result.state_lost else "; it ignored the interrupt and was killed"
             sys.stderr.write(f"sunroom: timed out after {timeout:g} s{killed}\n")
+        elif result.status == "died" and result.error is not None:
+            sys.stderr.write(f"sunroom: {result.error.message}\n")  # exec has ended: no restart
         elif result.error is not None:
             err = result.error
             text = err.traceback or f"{err.type}: {err.message}"

@@ -287,8 +287,9 @@ class AsyncKernel:
 
         A kernel that breaks the protocol (an answer that is not an execute result, a frame
         over the caps, ...) or fails outside the cell comes back the same way, as a
-        ``status="died"`` result saying so, and is restarted. Raises ClosedError after close,
-        KernelStartError if a (re)start fails, UsageError for a non-str *code*.
+        ``status="died"`` result giving the reason, and is restarted (``state_lost``). Raises
+        ClosedError after close, KernelStartError if a (re)start fails, UsageError for a non-str
+        *code* or one over ``Limits.max_code_bytes`` (checked before anything is sent).
         """
         return await self._cells.execute(code, timeout_s=timeout_s)
 

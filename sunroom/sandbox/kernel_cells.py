@@ -43,12 +43,14 @@ class KernelCells:
 
         A kernel that breaks the protocol (an answer that is not an execute result, a frame
         over the caps, ...) or fails outside the cell comes back the same way, as a
-        ``status="died"`` result saying so, and is restarted. Raises ClosedError after close,
-        KernelStartError if a (re)start fails, UsageError for a non-str *code*.
+        ``status="died"`` result giving the reason, and is restarted (``state_lost``). Raises
+        ClosedError after close, KernelStartError if a (re)start fails, UsageError for a non-str
+        *code* or one over ``Limits.max_code_bytes`` (checked before anything is sent).
         """
         if not isinstance(code, str):
             raise UsageError("code must be a str")
         core = self._core
+        core.limits.check_code(code)
         timeout = core.limits.timeout_s if timeout_s is None else timeout_s
         if timeout <= 0:
             raise UsageError("timeout_s must be positive")
@@ -167,9 +169,8 @@ class KernelCells:
             await proc.kill()
         else:
             reason = await proc.exit_reason()
-        return await self._after_loss(
-            "died", CellError("KernelDied", reason + "; it was restarted", ""), started
-        )
+        # the restart is the result's state_lost, not the reason: whoever reads it says so
+        return await self._after_loss("died", CellError("KernelDied", reason, ""), started)
 
     async def _after_loss(
         self, status: Status, error: CellError, started: float

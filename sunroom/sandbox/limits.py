@@ -9,6 +9,9 @@ from typing import final
 from sunroom.errors import UsageError
 from sunroom.rpc.codec import DEFAULT_MAX_FRAME
 
+CELL_REQUEST_ROOM = 512
+"""Bytes of an ``execute`` request frame besides the cell's source (its id, method, caps)."""
+
 
 @final
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -104,6 +107,25 @@ class Limits:
         if self.max_display_bytes is not None:
             return self.max_display_bytes
         return min(8 << 20, self.max_frame_bytes // 2)
+
+    @property
+    def max_code_bytes(self) -> int:
+        """The longest cell source ``execute`` sends, in UTF-8 bytes: the request is one frame."""
+        return self.max_frame_bytes - CELL_REQUEST_ROOM
+
+    def check_code(self, code: str, *, what: str = "the code") -> None:
+        """Raise UsageError (naming *what* and the limit) when *code* is over max_code_bytes.
+
+        A cell over it could not be sent: the channel refuses a frame over ``max_frame_bytes``.
+        """
+        limit = self.max_code_bytes
+        if len(code) * 4 <= limit:  # 4 bytes per character at most in UTF-8: no need to encode
+            return
+        if len(code) > limit or len(code.encode("utf-8", "surrogatepass")) > limit:
+            raise UsageError(
+                f"{what} is over {limit:,} bytes, the most one cell's source may be (a cell "
+                f"is sent in one protocol frame of at most {self.max_frame_bytes:,} bytes)"
+            )
 
     def rlimits(self) -> dict[str, int]:
         """The rlimits the kernel process sets on itself, in bytes/seconds/count."""

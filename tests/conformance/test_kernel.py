@@ -204,6 +204,20 @@ async def test_death_is_classified_and_recovered(backend: str, code: str, reason
         assert r2.ok and r2.value == "2"
 
 
+async def test_a_cell_over_the_frame_is_refused_before_it_is_sent(backend: str) -> None:
+    """UsageError naming the limit; the kernel is not killed and keeps its state (before: a
+    "died" result, "the kernel broke the protocol (cannot send 'execute' ...)", a restart)."""
+    limits = Limits(max_frame_bytes=64 * 1024)
+    async with AsyncKernel(backend=backend, limits=limits) as k:
+        assert (await k.execute("kept = 1")).ok
+        with pytest.raises(sunroom.UsageError, match=f"over {limits.max_code_bytes:,} bytes"):
+            await k.execute("#" + "a" * limits.max_code_bytes)
+        with pytest.raises(sunroom.UsageError):  # 2-byte characters: counted in UTF-8 bytes
+            await k.execute("#" + "é" * (limits.max_code_bytes // 2))
+        r = await k.execute("#" + "a" * (limits.max_code_bytes - 100) + "\nkept")
+        assert r.ok and r.value == "1" and not r.state_lost, r
+
+
 async def test_memory_limit_holds(backend: str) -> None:
     async with AsyncKernel(
         backend=backend, limits=Limits(memory_mb=256, address_space_slack_mb=256)
