@@ -41,6 +41,7 @@ import typer
 from sunroom.cli.docker_image import docker_image_command
 from sunroom.cli.embed import embed_command
 from sunroom.cli.exec import EXIT_CODES, exec_
+from sunroom.cli.helptext import Command, Group
 from sunroom.cli.kernelspecs import kernelspecs_command
 from sunroom.cli.mcp import mcp
 from sunroom.cli.run import run
@@ -58,15 +59,16 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_show_locals=False,  # a traceback of a bug must not print keys in locals
     context_settings={"help_option_names": ["-h", "--help"]},
+    cls=Group,
 )
 app.add_typer(sessions_app, name="sessions")
-app.command("kernelspecs")(kernelspecs_command)
-app.command("embed")(embed_command)
-app.command("docker-image")(docker_image_command)
-app.command("exec")(exec_)
-app.command()(serve)
-app.command()(run)
-app.command()(mcp)
+app.command("kernelspecs", cls=Command)(kernelspecs_command)
+app.command("embed", cls=Command)(embed_command)
+app.command("docker-image", cls=Command)(docker_image_command)
+app.command("exec", cls=Command)(exec_)
+app.command(cls=Command)(serve)
+app.command(cls=Command)(run)
+app.command(cls=Command)(mcp)
 
 
 def _print_version(value: bool) -> None:

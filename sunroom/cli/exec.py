@@ -139,7 +139,11 @@ def exec_(
     as_json: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
     inputs: Annotated[
         list[str] | None,
-        typer.Option("--input", help="NAME=FILE: the file, read-only, as a pathlib.Path NAME."),
+        typer.Option(
+            "--input",
+            metavar="NAME=FILE",
+            help="The file, read-only, as a pathlib.Path NAME (repeatable).",
+        ),
     ] = None,
     output: Annotated[
         Path | None,
@@ -180,15 +184,17 @@ def exec_(
 ) -> None:
     """Run a file in a fresh kernel and print its output.
 
-    Each ``--input NAME=FILE`` binds the host file read-only (mounted at /inputs/NAME on bwrap
-    and docker) as the variable NAME, a ``pathlib.Path``; nothing is copied.
+    Each --input NAME=FILE binds the host file read-only (mounted at /inputs/NAME on bwrap and
+    docker) as the variable NAME, a pathlib.Path; nothing is copied.
 
-    ``--backend jupyter`` runs the file as one cell of an installed Jupyter kernel
-    (``--kernel-name``, default python3: IPython's magics and ``!`` lines work) inside
-    ``--sandbox`` (default bwrap); ``sunroom kernelspecs`` lists the kernels.
+    --backend jupyter runs the file as one cell of an installed Jupyter kernel (--kernel-name,
+    default python3: IPython's magics and ! lines work) inside --sandbox (default bwrap);
+    sunroom kernelspecs lists the kernels.
 
-    ``--allow-host`` / ``--network FILE`` give the kernel a network policy: the hosts it
-    allows are reachable through sunroom's egress proxy, nothing else is.
+    --allow-host / --network FILE give the kernel a network policy: the hosts it allows are
+    reachable through sunroom's egress proxy, nothing else is.
+
+    The whole file is one cell, sent in one protocol frame: at most 16,776,704 bytes.
 
     Exit status: 0 ok, 1 the code raised, 124 timeout, 125 the kernel died, 2 usage or setup
     error (one line on stderr).

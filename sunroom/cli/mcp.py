@@ -3,7 +3,8 @@
 Over stdio by default (nothing but protocol frames on stdout), or streamable HTTP at ``/mcp``
 with a bearer token (``--http``). The server itself is :mod:`sunroom.service.mcp.server`; this
 is its command line, which fails with one line on stderr (exit 2) for a bad option or a missing MCP
-SDK. See docs/mcp.md.
+SDK. Started in a terminal (stdin a tty) it says on stderr that it waits for an MCP client; with
+stdin a pipe, as a client starts it, stderr stays silent. See docs/mcp.md.
 """
 
 from __future__ import annotations
@@ -60,8 +61,9 @@ def mcp(
 ) -> None:
     """Serve kernels to MCP clients: one persistent kernel per MCP session (docs/mcp.md).
 
-    stdio by default (nothing but protocol frames on stdout); ``--http`` serves streamable
-    HTTP at ``/mcp`` with a bearer token (SUNROOM_TOKEN, or generated and printed).
+    stdio by default (nothing but protocol frames on stdout): an MCP client starts this command
+    and talks to it on stdin/stdout (docs/mcp.md says how to configure one). --http serves
+    streamable HTTP at /mcp with a bearer token (SUNROOM_TOKEN, or generated and printed).
     """
     try:
         from sunroom.service.mcp import server as mcp_server
@@ -90,6 +92,12 @@ def mcp(
     guarded(lambda: mcp_server.check(settings))
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
     if config is None:
+        if sys.stdin.isatty():  # a person, not a client: say what this is, on stderr
+            sys.stderr.write(
+                "sunroom mcp: waiting for an MCP client on stdin (an MCP client starts this "
+                'command itself: see "Client configuration" in docs/mcp.md, or use --http); '
+                "Ctrl-C stops\n"
+            )
         guarded(lambda: mcp_server.serve_stdio(settings))
         return
     from sunroom.service import bind

@@ -64,6 +64,7 @@ def named_networks(specs: list[str]) -> dict[str, dict[str, object]] | None:
 
 AllowHostOption = typer.Option(
     "--allow-host",
+    metavar="HOST",
     help="A host the kernel may reach through sunroom's egress proxy (repeatable; "
     "*.example.com and host:port work; bwrap and docker only; docs/network.md).",
 )

@@ -45,13 +45,19 @@ def _flag(field: str) -> str:
 
 def run(
     task: Annotated[str, typer.Argument(help="What the agent should do.")],
-    model: Annotated[str | None, typer.Option(help="provider:name (or SUNROOM_MODEL).")] = None,
+    model: Annotated[
+        str | None, typer.Option(metavar="PROVIDER:NAME", help="The model (or SUNROOM_MODEL).")
+    ] = None,
     base_url: Annotated[
-        str | None, typer.Option(help="Model endpoint (or SUNROOM_BASE_URL).")
+        str | None, typer.Option(metavar="URL", help="Model endpoint (or SUNROOM_BASE_URL).")
     ] = None,
     inputs: Annotated[
         list[str] | None,
-        typer.Option("--input", help="NAME=FILE: the file, read-only, as a pathlib.Path NAME."),
+        typer.Option(
+            "--input",
+            metavar="NAME=FILE",
+            help="The file, read-only, as a pathlib.Path NAME (repeatable).",
+        ),
     ] = None,
     output_schema: Annotated[
         Path | None, typer.Option(help="A JSON schema file the answer must satisfy.")
@@ -79,6 +85,7 @@ def run(
         list[str] | None,
         typer.Option(
             "--approval",
+            metavar="NAME=POLICY",
             help="NAME=allow|deny|ask: the approval policy of host functions (NAME may be a "
             "glob, e.g. 'github.*=ask'); ask is answered y/n on the terminal.",
         ),
@@ -94,17 +101,17 @@ def run(
 ) -> None:
     """Run an agent session here and show it live (it is stored like a service session).
 
-    ``--approval NAME=ask`` makes each call of a matching host function wait for an answer:
-    the live view asks ``[y]es / [n]o / [a]lways this run`` on the terminal; without one, the
-    call waits for its deadline, or is denied at once with ``--auto-deny`` (docs/approvals.md).
+    --approval NAME=ask makes each call of a matching host function wait for an answer: the
+    live view asks "[y]es / [n]o / [a]lways this run" on the terminal; without one, the call
+    waits for its deadline, or is denied at once with --auto-deny (docs/approvals.md).
 
-    Each ``--input NAME=FILE`` binds the host file read-only as a ``pathlib.Path`` (as in
-    ``exec``); the stored session records its path, size and modification time, never its
+    Each --input NAME=FILE binds the host file read-only as a pathlib.Path NAME (as in
+    sunroom exec); the stored session records its path, size and modification time, never its
     content, and a resumed session refuses a file that is gone or changed.
 
     Images the code displays are lines saying their type and size, or their path with
-    ``--images DIR``; ``--inline-images`` also shows them in terminals that speak the kitty or
-    iTerm2 graphics protocol (docs/cli.md).
+    --images DIR; --inline-images also shows them in terminals that speak the kitty or iTerm2
+    graphics protocol (docs/cli.md).
 
     Everything the options can get wrong is checked before the session is recorded. Ctrl-C
     stops the run and prints the command that resumes it (exit 130).

@@ -105,8 +105,8 @@ def serve(
 ) -> None:
     """Run the HTTP/SSE service (token from SUNROOM_TOKEN, or generated and printed).
 
-    With ``--backend jupyter``, ``--kernel-name`` and ``--sandbox`` are the defaults of jupyter
-    kernels and sessions whose request names none.
+    With --backend jupyter, --kernel-name and --sandbox are the defaults of jupyter kernels and
+    sessions whose request names none.
     """
     try:
         require("service", "sunroom serve")

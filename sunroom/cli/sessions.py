@@ -10,6 +10,7 @@ import typer
 from rich.console import Console
 from rich.table import Column, Table
 
+from sunroom.cli.helptext import Command, Group
 from sunroom.cli.options import inline_protocol
 from sunroom.cli.support import (
     DbOption,
@@ -26,11 +27,11 @@ from sunroom.cli.support import (
 from sunroom.errors import UsageError
 
 sessions_app = typer.Typer(
-    help="List, show, export, resume and purge stored sessions.", no_args_is_help=True
+    help="List, show, export, resume and purge stored sessions.", no_args_is_help=True, cls=Group
 )
 
 
-@sessions_app.command("list")
+@sessions_app.command("list", cls=Command)
 def sessions_list(
     status: Annotated[str | None, typer.Option(help="Only sessions with this status.")] = None,
     limit: Annotated[int, typer.Option(help="At most this many.")] = 50,
@@ -74,14 +75,14 @@ def _session_and_events(db: Path | None, session_id: str) -> tuple[Any, list[Any
     return record, events
 
 
-@sessions_app.command("show")
+@sessions_app.command("show", cls=Command)
 def sessions_show(
     session_id: Annotated[str, typer.Argument(help="The session id.")],
     inline_images: InlineImagesOption = "auto",
     db: DbOption = None,
     as_json: JsonOption = False,
 ) -> None:
-    """Show a session's record and its events (images inline, as ``sunroom run`` does)."""
+    """Show a session's record and its events (images inline, as sunroom run does)."""
     from sunroom.cli.console import Renderer
     from sunroom.service.journal import TRANSCRIPT
 
@@ -103,7 +104,7 @@ def sessions_show(
     renderer.close()
 
 
-@sessions_app.command("export")
+@sessions_app.command("export", cls=Command)
 def sessions_export(
     session_id: Annotated[str, typer.Argument(help="The session id.")],
     ipynb: Annotated[Path, typer.Option("--ipynb", help="Write the session as this notebook.")],
@@ -121,7 +122,7 @@ def sessions_export(
     typer.echo(f"wrote {ipynb} ({cells} cells)")
 
 
-@sessions_app.command("resume")
+@sessions_app.command("resume", cls=Command)
 def sessions_resume(
     session_id: Annotated[str, typer.Argument(help="The session id.")],
     message: Annotated[str | None, typer.Option(help="A message to send once resumed.")] = None,
@@ -172,7 +173,7 @@ def _age(text: str) -> float:
         raise fail(f"--older-than takes seconds or a number with s/m/h/d, got {text!r}") from None
 
 
-@sessions_app.command("purge")
+@sessions_app.command("purge", cls=Command)
 def sessions_purge(
     older_than: Annotated[str, typer.Option(help="Age: seconds, or 30d, 12h, 15m.")] = "30d",
     db: DbOption = None,
