@@ -21,6 +21,8 @@ Routes (all but ``/healthz`` need ``Authorization: Bearer <token>``):
   see docs/fork.md)
 - ``GET /kernels/{id}``: ``{"kernel_id", "backend", "kernel_name", "sandbox", "template",
   "created_at"}`` (``kernel_name`` and ``sandbox`` are null but for the jupyter backend)
+- ``GET /kernels``: ``{"kernels": [...]}``, each as ``GET /kernels/{id}`` answers, oldest
+  first: the raw kernels of this server, which has one token (one tenant)
 - ``DELETE /kernels/{id}``: kill it → 200
 - ``PUT|GET|DELETE /kernels/{id}/files/{path}``, ``GET /kernels/{id}/files?glob=``, and the same
   under ``/sessions/{id}``: the kernel's workdir (:mod:`sunroom.service.files`)
@@ -229,6 +231,7 @@ class _Service:
             ("/sessions/{sid}/approvals", "GET", self.list_approvals),
             ("/sessions/{sid}/approvals/{call_id}", "POST", self.answer_approval),
             ("/kernels", "POST", self.create_kernel),
+            ("/kernels", "GET", self.list_kernels),
             ("/kernels/{kid}/execute", "POST", self.execute),
             ("/kernels/{kid}/fork", "POST", self.fork_kernel),
             ("/kernels/{kid}", "GET", self.get_kernel),
@@ -401,6 +404,9 @@ class _Service:
         # the copies share the kernel's sandbox: one trust domain, never separate tenants
         answer = {"kernel_ids": ids, "shares_trust_domain_with": request.path_params["kid"]}
         return JSONResponse(answer, status_code=201)
+
+    async def list_kernels(self, request: Request) -> Response:
+        return JSONResponse({"kernels": self.kernels().listing()})
 
     async def get_kernel(self, request: Request) -> Response:
         return JSONResponse(self.kernels().describe(request.path_params["kid"]))

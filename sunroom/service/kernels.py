@@ -205,6 +205,14 @@ class KernelManager:
         used = kernel.network.bytes_total if kernel.network is not None else None
         return {"kernel_id": kid, **self._about[kid], "network_bytes": used}
 
+    def listing(self) -> list[dict[str, object]]:
+        """What ``GET /kernels`` reports: :meth:`describe` of every live kernel, oldest first.
+
+        The kernels of this manager only, which are those of this server's token: a kernel
+        still starting is not listed yet.
+        """
+        return [self.describe(kid) for kid in self._kernels]  # in the order they were added
+
     def kernel(self, kid: str) -> AsyncKernel:
         """The raw kernel *kid* (for its files). Raises NotFoundError."""
         return self._get(kid)

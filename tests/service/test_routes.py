@@ -25,6 +25,7 @@ ROUTES = [
     ("GET", "/sessions/x/approvals"),
     ("POST", "/sessions/x/approvals/y"),
     ("POST", "/kernels"),
+    ("GET", "/kernels"),
     ("POST", "/kernels/x/execute"),
     ("POST", "/kernels/x/fork"),
     ("DELETE", "/kernels/x"),
