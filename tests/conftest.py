@@ -193,6 +193,7 @@ KERNEL_TESTS: tuple[str, ...] = (
     "tests/cli/test_exec_errors.py",
     "tests/cli/test_functions_option.py",
     "tests/cli/test_run.py",
+    "tests/cli/test_run_fenced.py",
     "tests/docs/test_snippets.py::test_a_doc_snippet_runs_as_written",
     "tests/embeddings/test_cli_embed.py",
     "tests/embeddings/test_session_embeddings.py",

@@ -53,6 +53,11 @@ def extract_code(text: str) -> str | None:
     return "\n\n".join(blocks) if blocks else None
 
 
+def without_code(text: str) -> str:
+    """*text* with its ```python fenced blocks (what :func:`extract_code` runs) taken out."""
+    return re.sub(r"\n{3,}", "\n\n", _FENCE.sub("", text)).strip()
+
+
 def truncate(text: str, limit: int) -> tuple[str, int]:
     """*text* cut to about *limit* characters, head and tail kept; and how many were cut."""
     if len(text) <= limit:

@@ -24,6 +24,7 @@ from rich.panel import Panel
 from rich.syntax import Syntax
 from rich.text import Text
 
+from sunroom.agent.presets import extract_code, without_code
 from sunroom.cli.live_view import LiveFooter, money
 from sunroom.cli.terminal_images import Protocol, escape, refusal
 from sunroom.service.journal import TRANSCRIPT
@@ -70,9 +71,10 @@ class Renderer:
         self._footer = LiveFooter(console, live=live)
         self._streamed: dict[str, list[str]] = {}  # the running cell's output as it came
         self._partial = ("stdout", "")  # a line not ended yet: (stream, text)
+        self._held: str | None = None  # a reply whose fenced code may be the next cell
         self._handlers: dict[str, Callable[[dict[str, Any]], None]] = {
             "MessageReceived": self._message,
-            "AssistantText": lambda p: self.console.print(Text(p["text"])),
+            "AssistantText": self._text,
             "Thinking": lambda p: self.console.print(Text(p["text"], style="dim italic")),
             "CodeSubmitted": self._code,
             "CellStarted": self._cell_started,
@@ -101,6 +103,9 @@ class Renderer:
         """Print one event (internal and unknown kinds print nothing)."""
         if event.kind == TRANSCRIPT:
             return
+        fenced_cell = event.kind == "CodeSubmitted" and event.payload.get("via") == "fenced"
+        if self._held is not None and not fenced_cell:
+            self._show_held()  # its fenced code did not run (it made tool calls): as written
         handler = self._handlers.get(event.kind)
         if handler is not None:
             handler(event.payload)
@@ -114,7 +119,23 @@ class Renderer:
     def _message(self, p: dict[str, Any]) -> None:
         self.console.print(Text("› ", style="bold cyan") + Text(p["text"]))
 
+    def _text(self, p: dict[str, Any]) -> None:
+        """The model's text; held when it has fenced code, which the next cell may show."""
+        if extract_code(p["text"]) is None:
+            self.console.print(Text(p["text"]))
+        else:
+            self._held = p["text"]
+
+    def _show_held(self, *, ran: bool = False) -> None:
+        """Print the held reply: without its fenced code when that code runs as the next cell."""
+        held, self._held = self._held, None
+        text = without_code(held or "") if ran else held
+        if text:
+            self.console.print(Text(text))
+
     def _code(self, p: dict[str, Any]) -> None:
+        if self._held is not None:  # a fenced cell: its code is shown once, in the panel
+            self._show_held(ran=True)
         syntax = Syntax(p["code"], "python", theme="ansi_dark", line_numbers=False)
         self.console.print(Panel(syntax, title=f"cell · turn {p['turn']}", title_align="left"))
 
@@ -253,7 +274,9 @@ class Renderer:
             self.console.print(r["output"])
 
     def close(self) -> None:
-        """Take down a footer left running."""
+        """Print a reply still held; take down a footer left running."""
+        if self._held is not None:
+            self._show_held()
         self._footer.close()
 
 
