@@ -52,8 +52,11 @@ async def _execute_once(
     output_max_bytes: int = COPY_MAX_BYTES,
     mcp: Sequence[McpServer] = (),
     network: Network | None = None,
+    filename: str | None = None,
 ) -> ExecutionResult:
     """Run *code* in a fresh kernel that is closed afterwards: the one cell of ``exec``.
+
+    *filename* names the code in its tracebacks and SyntaxErrors (the file given to exec).
 
     The deadline is kept here, not by the kernel: at ``limits.timeout_s`` the cell gets SIGINT
     (it raises KeyboardInterrupt; the result is ``timeout``); if it is still running after
@@ -66,7 +69,7 @@ async def _execute_once(
     async with AsyncKernel(
         backend=backend, limits=limits, inputs=inputs, mcp=mcp, network=network
     ) as kernel:
-        result = await _run_cell(kernel, code, limits)
+        result = await _run_cell(kernel, code, limits, filename)
         if output is not None and not result.state_lost:
             await _copy_output(kernel, output, output_globs, output_max_bytes)
         return result
@@ -80,12 +83,14 @@ async def _copy_output(
         sys.stderr.write(f"sunroom: skipped {rel!r}: a link that leads out of the workdir\n")
 
 
-async def _run_cell(kernel: AsyncKernel, code: str, limits: Limits) -> ExecutionResult:
+async def _run_cell(
+    kernel: AsyncKernel, code: str, limits: Limits, filename: str | None = None
+) -> ExecutionResult:
     """Run *code* as the one cell, keeping the deadline here (see _execute_once)."""
     started = time.perf_counter()
     # the kernel's own timeout is out of the way; the waits below enforce the limit
     slack = limits.timeout_s + limits.interrupt_grace_s + 3600.0
-    cell = asyncio.ensure_future(kernel.execute(code, timeout_s=slack))
+    cell = asyncio.ensure_future(kernel.execute(code, timeout_s=slack, filename=filename))
     try:
         return await _deadline(kernel, cell, limits, started)
     finally:  # Ctrl-C: the cell ends with the kernel's close, its error was never retrieved
@@ -237,6 +242,7 @@ def exec_(
             output_max_bytes=output_max_mb << 20,
             mcp=bound,
             network=policy,
+            filename="<stdin>" if path == "-" else path,
         )
     )
     if as_json:

@@ -22,6 +22,8 @@ if TYPE_CHECKING:
 MAX_REPR: Final = 20_000
 CO_COROUTINE: Final = 0x80  # inspect.CO_COROUTINE, without importing inspect
 _PRELUDE_DIR: Final = os.path.dirname(os.path.abspath(__file__))
+_CELL_FILES: set[str] = set()
+"""The names cells were run under that are not ``<cell-N>`` (a traceback starts at one)."""
 
 
 class CellOutcome:
@@ -43,10 +45,17 @@ class Executor:
         # created on the first top-level await (asyncio is slow to import)
         self._loop: asyncio.AbstractEventLoop | None = None
 
-    def run(self, code: str) -> CellOutcome:
-        """Run *code*; never raises for anything the cell does (BaseException included)."""
+    def run(self, code: str, filename: str | None = None) -> CellOutcome:
+        """Run *code*; never raises for anything the cell does (BaseException included).
+
+        *filename* is the name tracebacks and SyntaxErrors give the code (``sunroom exec`` passes
+        the file it runs); by default ``<cell-N>``, N counting this kernel's cells from 1.
+        """
         self._count += 1
-        filename = f"<cell-{self._count}>"
+        if filename is None:
+            filename = f"<cell-{self._count}>"
+        else:
+            _CELL_FILES.add(filename)
         sources.remember(filename, code)
         try:
             body, last = self._compile(code, filename)
@@ -108,10 +117,14 @@ def _is_internal(filename: str) -> bool:
     return filename.startswith((_PRELUDE_DIR, "<frozen ", "<sunroom-functions>"))
 
 
+def _is_cell(filename: str) -> bool:
+    return filename.startswith("<cell-") or filename in _CELL_FILES
+
+
 def _trim(tb: types.TracebackType | None) -> types.TracebackType | None:
     """Drop the runtime's own frames before the first cell frame and after the last user one."""
     first = tb
-    while first is not None and not first.tb_frame.f_code.co_filename.startswith("<cell-"):
+    while first is not None and not _is_cell(first.tb_frame.f_code.co_filename):
         first = first.tb_next
     if first is None:
         return tb

@@ -177,7 +177,8 @@ class Runtime:
         started = time.perf_counter()
         self.executing = True
         try:
-            outcome = self.executor.run(code)
+            filename = params.get("filename")
+            outcome = self.executor.run(code, filename if isinstance(filename, str) else None)
             try:
                 display.capture_figures(display.OUTPUTS)  # open figures: PNG items, closed
             except KeyboardInterrupt as exc:  # rendering ran past the cell's timeout

@@ -282,8 +282,13 @@ class AsyncKernel:
 
     # -- cells ----------------------------------------------------------------------------------
 
-    async def execute(self, code: str, *, timeout_s: float | None = None) -> ExecutionResult:
+    async def execute(
+        self, code: str, *, timeout_s: float | None = None, filename: str | None = None
+    ) -> ExecutionResult:
         """Run *code* as one cell and return its result; user errors are data, never raised.
+
+        *filename* names the code in tracebacks and SyntaxErrors (default ``<cell-N>``, N the
+        kernel's count of cells; Jupyter kernels name cells themselves and ignore it).
 
         A kernel that breaks the protocol (an answer that is not an execute result, a frame
         over the caps, ...) or fails outside the cell comes back the same way, as a
@@ -291,7 +296,7 @@ class AsyncKernel:
         ClosedError after close, KernelStartError if a (re)start fails, UsageError for a non-str
         *code* or one over ``Limits.max_code_bytes`` (checked before anything is sent).
         """
-        return await self._cells.execute(code, timeout_s=timeout_s)
+        return await self._cells.execute(code, timeout_s=timeout_s, filename=filename)
 
     def interrupt(self) -> None:
         """Send SIGINT to the running cell (it raises KeyboardInterrupt; state is kept)."""

@@ -38,8 +38,13 @@ class KernelCells:
             core.limits.max_output_bytes, core.limits.display_bytes
         )
 
-    async def execute(self, code: str, *, timeout_s: float | None = None) -> ExecutionResult:
+    async def execute(
+        self, code: str, *, timeout_s: float | None = None, filename: str | None = None
+    ) -> ExecutionResult:
         """Run *code* as one cell and return its result; user errors are data, never raised.
+
+        *filename* names the code in tracebacks and SyntaxErrors (default ``<cell-N>``; not
+        used by Jupyter kernels, which name cells themselves).
 
         A kernel that breaks the protocol (an answer that is not an execute result, a frame
         over the caps, ...) or fails outside the cell comes back the same way, as a
@@ -49,6 +54,8 @@ class KernelCells:
         """
         if not isinstance(code, str):
             raise UsageError("code must be a str")
+        if filename is not None and (not isinstance(filename, str) or not filename):
+            raise UsageError("filename must be a non-empty str")
         core = self._core
         core.limits.check_code(code)
         timeout = core.limits.timeout_s if timeout_s is None else timeout_s
@@ -68,11 +75,13 @@ class KernelCells:
                     return ExecutionResult(
                         status="error", error=error, duration_s=time.perf_counter() - started
                     )
-            params = {
+            params: dict[str, object] = {
                 "code": code,
                 "max_output_bytes": core.limits.max_output_bytes,
                 "max_display_bytes": core.limits.display_bytes,
             }
+            if filename is not None:
+                params["filename"] = filename
             core.running_cell = True
             try:
                 call = self._start_cell(code, params)

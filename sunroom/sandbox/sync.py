@@ -147,10 +147,14 @@ class Kernel:
         self._portal.call(self._core.start())
         self._state = TwinState.OPENED
 
-    def execute(self, code: str, *, timeout_s: float | None = None) -> ExecutionResult:
+    def execute(
+        self, code: str, *, timeout_s: float | None = None, filename: str | None = None
+    ) -> ExecutionResult:
         """Run one cell; see ``AsyncKernel.execute``."""
         # eager: the request is sent as soon as the loop thread takes the call
-        return self._portal.call(self._core.execute(code, timeout_s=timeout_s), eager=True)
+        return self._portal.call(
+            self._core.execute(code, timeout_s=timeout_s, filename=filename), eager=True
+        )
 
     def bind(self, **values: Any) -> None:
         """Set variables; see ``AsyncKernel.bind``."""

@@ -99,3 +99,25 @@ def _interrupt_mid_cell(script: Path, started: Path) -> None:
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err
     assert "Traceback" not in err and "never retrieved" not in err, err
+
+
+def test_syntax_errors_and_tracebacks_name_the_file_given(tmp_path: Path) -> None:
+    """Before, they said ``File "<cell-1>"`` whatever file exec ran (issue 28, item 9)."""
+    broken = tmp_path / "broken.py"
+    broken.write_text("x = 1\ny = (\n")
+    proc = _exec("--backend", "subprocess", str(broken))
+    assert proc.returncode == 1
+    assert proc.stderr.startswith(f'  File "{broken}", line 2\n'), proc.stderr
+    assert proc.stderr.endswith("SyntaxError: '(' was never closed\n"), proc.stderr
+    failing = tmp_path / "failing.py"
+    failing.write_text("def f():\n    return 1 / 0\n\nf()\n")
+    proc = _exec("--backend", "subprocess", str(failing))
+    assert proc.returncode == 1
+    assert f'File "{failing}", line 4, in <module>' in proc.stderr, proc.stderr
+    assert f'File "{failing}", line 2, in f\n    return 1 / 0' in proc.stderr, proc.stderr
+    assert proc.stderr.startswith("Traceback (most recent call last):\n  File"), proc.stderr
+    piped = subprocess.run(
+        [sys.executable, "-m", "sunroom.cli", "exec", "--backend", "subprocess", "-"],
+        input="1 +\n", capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert piped.stderr.startswith('  File "<stdin>", line 1\n'), piped.stderr

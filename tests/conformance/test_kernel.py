@@ -49,6 +49,23 @@ async def test_exception_is_data_with_user_frames_only(kernel: AsyncKernel) -> N
     assert "sunroom" not in tb and "executor" not in tb
 
 
+async def test_a_cell_named_by_filename_is_named_so_in_its_tracebacks(backend: str) -> None:
+    if backend == "jupyter":
+        pytest.skip("Jupyter kernels name their cells themselves (filename is not used)")
+    async with AsyncKernel(backend=backend) as k:
+        r = await k.execute("def g():\n    return 1 / 0\n\ng()", filename="job.py")
+        assert r.error is not None and r.error.type == "ZeroDivisionError"
+        tb = r.error.traceback
+        assert 'File "job.py", line 4, in <module>' in tb and 'File "job.py", line 2, in g' in tb
+        assert "sunroom" not in tb and "executor" not in tb
+        again = await k.execute("g()")  # a later cell: <cell-2>, and g's frame still job.py's
+        assert again.error is not None
+        assert '"<cell-2>", line 1' in again.error.traceback
+        assert 'File "job.py", line 2, in g\n    return 1 / 0' in again.error.traceback
+        bad = await k.execute("x = (", filename="bad.py")
+        assert bad.error is not None and 'File "bad.py", line 1' in bad.error.traceback
+
+
 async def test_syntax_error_has_caret(kernel: AsyncKernel) -> None:
     r = await kernel.execute("x = (1 +\nprint('never')")
     assert r.status == "error" and r.error is not None
