@@ -42,10 +42,27 @@ class _Argument(TyperArgument):
         return None
 
 
+def reflow(text: str) -> str:
+    """*text* with each paragraph on one line, for the terminal to wrap at its own width.
+
+    Docstrings are wrapped at 100 columns in the source; printed as they are, each source
+    line break lands mid-sentence in an 80-column terminal. A paragraph whose lines are indented
+    or are list items (``- ``) keeps its line breaks.
+    """
+    paragraphs = []
+    for paragraph in text.strip().split("\n\n"):
+        lines = paragraph.splitlines()
+        if any(line.startswith((" ", "\t", "- ", "* ")) for line in lines):
+            paragraphs.append(paragraph)
+        else:
+            paragraphs.append(" ".join(line.strip() for line in lines))
+    return "\n\n".join(paragraphs)
+
+
 def _readable(command: TyperCommand | TyperGroup) -> None:
-    """Escape *command*'s help texts and give its options readable labels (in place)."""
+    """Reflow and escape *command*'s help texts and give its options readable labels."""
     if command.help:
-        command.help = escape(command.help)
+        command.help = escape(reflow(command.help))
     if command.short_help:
         command.short_help = escape(command.short_help)
     for param in command.params:

@@ -70,3 +70,14 @@ def test_mcp_in_a_terminal_says_it_waits_for_a_client_and_is_silent_on_a_pipe() 
     piped = subprocess.run(argv, input=b"", capture_output=True, timeout=60)
     assert piped.returncode == 0, piped.stderr
     assert piped.stderr == b"" and piped.stdout == b""
+
+
+def test_help_paragraphs_are_reflowed_for_the_terminal() -> None:
+    """A docstring's source line breaks (at 100 columns) do not land mid-sentence in a
+    terminal's help; list items and indented lines keep theirs."""
+    from sunroom.cli.helptext import reflow
+
+    text = "One sentence\nthat goes on.\n\n- a list item\n- another\n\n    indented\n    code"
+    assert reflow(text) == (
+        "One sentence that goes on.\n\n- a list item\n- another\n\n    indented\n    code"
+    )
