@@ -72,6 +72,7 @@ class Renderer:
         self._streamed: dict[str, list[str]] = {}  # the running cell's output as it came
         self._partial = ("stdout", "")  # a line not ended yet: (stream, text)
         self._held: str | None = None  # a reply whose fenced code may be the next cell
+        self._last_text: str | None = None  # the last reply printed (a final answer repeats it)
         self._handlers: dict[str, Callable[[dict[str, Any]], None]] = {
             "MessageReceived": self._message,
             "AssistantText": self._text,
@@ -123,6 +124,7 @@ class Renderer:
         """The model's text; held when it has fenced code, which the next cell may show."""
         if extract_code(p["text"]) is None:
             self.console.print(Text(p["text"]))
+            self._last_text = p["text"]
         else:
             self._held = p["text"]
 
@@ -270,8 +272,10 @@ class Renderer:
         r = p["result"]
         style = "bold green" if r["status"] == "success" else "bold red"
         self._line(f"■ {r['status']}", style, r.get("error") or "")
-        if r.get("output") is not None:
-            self.console.print(r["output"])
+        output = r.get("output")
+        # a plain-text answer is the model's last reply, already printed just above
+        if output is not None and not (isinstance(output, str) and output == self._last_text):
+            self.console.print(output)
 
     def close(self) -> None:
         """Print a reply still held; take down a footer left running."""

@@ -493,3 +493,14 @@ def test_run_shows_a_cells_output_as_it_comes_then_its_result_and_the_answer(
     assert at("The answer is 42.") > ended
     assert sum(s.strip() == "line 1" for s in seen) == 1  # not printed again at the end
     assert not any("\x1b[" in s for s in seen)  # no live redraws on a pipe
+
+
+def test_a_plain_text_answer_is_printed_once(tmp_path: Path, env: dict[str, str]) -> None:
+    """The codeact preset's answer is the model's last reply, already shown as it came: the
+    end of the run says success without printing it a second time."""
+    replies = Path(__file__).resolve().parents[2] / "examples" / "replies.json"
+    env = {**env, "SUNROOM_MODEL": f"scripted:{replies}"}
+    proc = cli("run", "What is the 20th Fibonacci number?", "--backend", "subprocess", env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.count("The 20th Fibonacci number is 6765.") == 1, proc.stdout
+    assert "success" in proc.stdout.rsplit("6765.", 1)[1]
