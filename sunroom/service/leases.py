@@ -88,6 +88,12 @@ async def resume_orphans(manager: LeaseHolder) -> list[str]:
     for record in await manager.store.orphaned_sessions(limit=limit):
         if manager.closed or manager.live >= limit:
             break
+        # read again: the list is a moment old, and a session this process stopped meanwhile
+        # (a write failed) may have had its end recorded and its stall cleared since; the
+        # stall check comes after the read, with no await before the resume's claim
+        current = await manager.store.get_session(record.session_id)
+        if current is None or current.status != "running":
+            continue
         if record.session_id in manager.stalls:  # stopped here: its end is being recorded
             continue
         try:

@@ -189,19 +189,23 @@ def test_file_settings_come_from_the_environment(monkeypatch: pytest.MonkeyPatch
 CHANGE_SOON = """
 import os, threading, time
 def change():
-    time.sleep(0.5)
+    time.sleep(1.5)
     {action}
 threading.Thread(target=change, daemon=True).start()
 """
 
 
 def _slow_get(server: Server, url: str) -> tuple[dict[str, str], bytes]:
-    """GET *url*, taking 64 KiB, then the rest after a second (the kernel acts meanwhile)."""
+    """GET *url*, taking 64 KiB, then the rest after 3 s (the kernel acts meanwhile).
+
+    CHANGE_SOON acts 1.5 s after its cell: the GET may start up to 1.5 s late (a loaded
+    machine) and the change still falls inside the pause (0.5 s and 1 s lost that race).
+    """
     with server.client.stream("GET", url) as resp:
         assert resp.status_code == 200
         chunks = resp.iter_raw(65536)
         got = next(chunks)
-        time.sleep(1.0)
+        time.sleep(3.0)
         return dict(resp.headers), got + b"".join(chunks)
 
 
