@@ -27,6 +27,7 @@ LAYER = {
     "agent": 5,
     "service": 6,
     "cli": 7,
+    "integrations": 7,  # adapters for other frameworks: they may use anything below
     "": 8,  # the package root: the lazy re-exports of the public API
 }
 """Each top-level package's floor: a module may import only from floors below its own."""
