@@ -29,7 +29,7 @@ import io
 import logging
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, TypeGuard
 
 from sunroom.extras import require
 
@@ -46,6 +46,8 @@ from sunroom.sandbox.functions import HostFunction, host_function  # noqa: E402
 from sunroom.sandbox.sync import Kernel  # noqa: E402
 
 if TYPE_CHECKING:
+    import PIL.Image
+
     from sunroom.network.policy import Network
     from sunroom.sandbox.backend import Backend
     from sunroom.sandbox.limits import Limits
@@ -113,6 +115,10 @@ def _sm_decode(value):
     if isinstance(value, list):
         return [_sm_decode(item) for item in value]
     return value
+
+
+def _sm_decode_global(name):
+    globals()[name] = _sm_decode(globals()[name])
 
 
 def _sm_tool(name, final):
@@ -202,12 +208,19 @@ class SunroomExecutor(RemotePythonExecutor):  # type: ignore[misc]  # smolagents
     def send_variables(self, variables: dict[str, Any]) -> None:
         """Bind *variables* in the kernel, sending only values not bound before (by identity).
 
-        Raises UsageError for a value sunroom cannot send (see :meth:`~sunroom.Kernel.bind`).
+        A value already sent (the same object under the same name) is not sent again, even if
+        the code changed the kernel's copy since. PIL images (alone or in lists and dicts,
+        as smolagents' ``images``) arrive as PIL images. Raises UsageError for a value sunroom
+        cannot send (see :meth:`~sunroom.Kernel.bind`).
         """
         fresh = {k: v for k, v in variables.items() if self._bound.get(k, _UNSET) is not v}
-        if fresh:
-            self.kernel.bind(**fresh)
-            self._bound.update(fresh)
+        if not fresh:
+            return
+        pictured = sorted(k for k, v in fresh.items() if _has_image(v))
+        self.kernel.bind(**{k: _encode(v) if k in pictured else v for k, v in fresh.items()})
+        if pictured:  # rebuilt as PIL images by the kernel's helper (its own PIL, if any)
+            self._run_internal(f"for _sm_name in {pictured!r}:\n    _sm_decode_global(_sm_name)")
+        self._bound.update(fresh)
 
     def run_code_raise_errors(self, code: str) -> CodeOutput:
         """Run *code* as one cell and return smolagents' ``CodeOutput``.
@@ -308,7 +321,7 @@ def _encode(value: Any) -> Any:
         return [_encode(v) for v in value]
     try:
         return wire.to_wire(value)
-    except TypeError:
+    except TypeError:  # on purpose: the kernel gets what the tool's text would be
         return str(value)
 
 
@@ -325,12 +338,24 @@ def _decode(value: Any) -> Any:
     return value
 
 
-def _png(value: object) -> bytes | None:
+def _has_image(value: object) -> bool:
+    if isinstance(value, dict):
+        return any(_has_image(v) for v in value.values())
+    if isinstance(value, list | tuple):
+        return any(_has_image(v) for v in value)
+    return _is_image(value)
+
+
+def _is_image(value: object) -> TypeGuard[PIL.Image.Image]:
     try:
         import PIL.Image
     except ImportError:
-        return None
-    if not isinstance(value, PIL.Image.Image):
+        return False
+    return isinstance(value, PIL.Image.Image)
+
+
+def _png(value: object) -> bytes | None:
+    if not _is_image(value):
         return None
     buffer = io.BytesIO()
     value.save(buffer, format="PNG")

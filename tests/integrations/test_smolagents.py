@@ -170,3 +170,10 @@ def test_the_entry_point_names_the_executor() -> None:
     target = pyproject["project"]["entry-points"]["smolagents.executors"]["sunroom"]
     module, _, name = target.partition(":")
     assert getattr(importlib.import_module(module), name) is SunroomExecutor
+
+
+def test_images_among_the_variables_arrive_as_images(executor: SunroomExecutor) -> None:
+    square = PIL.Image.new("RGB", (3, 3), (0, 0, 255))
+    executor.send_variables({"images": [square], "task": "look"})
+    out = executor("(type(images[0]).__module__, images[0].size, images[0].getpixel((1, 1)), task)")
+    assert out.output == "('PIL.PngImagePlugin', (3, 3), (0, 0, 255), 'look')"
