@@ -171,6 +171,7 @@ class SunroomExecutor(RemotePythonExecutor):  # type: ignore[misc]  # smolagents
         self.timeout_s = timeout_s
         self._tools: dict[str, Any] = {}
         self._bound: dict[str, object] = {}
+        self._pictured: set[str] = set()  # bound variables holding PIL images
         self._answer_lock = threading.Lock()
         self._answer: list[Any] = []  # the final answer of the running cell, when it gave one
         dispatch = host_function(
@@ -218,8 +219,9 @@ class SunroomExecutor(RemotePythonExecutor):  # type: ignore[misc]  # smolagents
             return
         pictured = sorted(k for k, v in fresh.items() if _has_image(v))
         self.kernel.bind(**{k: _encode(v) if k in pictured else v for k, v in fresh.items()})
-        if pictured:  # rebuilt as PIL images by the kernel's helper (its own PIL, if any)
-            self._run_internal(f"for _sm_name in {pictured!r}:\n    _sm_decode_global(_sm_name)")
+        self._pictured.difference_update(fresh)
+        self._pictured.update(pictured)
+        self._decode_images(pictured)
         self._bound.update(fresh)
 
     def run_code_raise_errors(self, code: str) -> CodeOutput:
@@ -233,9 +235,10 @@ class SunroomExecutor(RemotePythonExecutor):  # type: ignore[misc]  # smolagents
         with self._answer_lock:
             self._answer.clear()
         result = self.kernel.execute(code, timeout_s=self.timeout_s)
-        if result.state_lost:
+        if result.state_lost:  # a fresh process: sunroom bound the variables again
             self._install_helpers()
             self._define_stubs(self._tools)
+            self._decode_images(sorted(self._pictured))
         logs = result.stdout + result.stderr
         if result.error is not None:
             if result.error.type == FINAL_ANSWER_EXCEPTION:
@@ -283,6 +286,11 @@ class SunroomExecutor(RemotePythonExecutor):  # type: ignore[misc]  # smolagents
         lines = [f"{name} = _sm_tool({name!r}, {name == 'final_answer'})" for name in tools]
         if lines:
             self._run_internal("\n".join(lines))
+
+    def _decode_images(self, names: list[str]) -> None:
+        """Rebuild the bound variables *names* as PIL images in the kernel (its own PIL)."""
+        if names:
+            self._run_internal(f"for _sm_name in {names!r}:\n    _sm_decode_global(_sm_name)")
 
     def _run_internal(self, code: str) -> None:
         result = self.kernel.execute(code, filename="<sunroom-smolagents>")

@@ -133,7 +133,9 @@ def test_a_variable_is_sent_once_and_a_new_value_is_sent_again(
     assert executor("data").output == "{'rows': [9]}"
 
 
-def test_tools_work_again_after_the_kernel_died_and_restarted(executor: SunroomExecutor) -> None:
+def test_tools_and_image_variables_work_again_after_the_kernel_died_and_restarted(
+    executor: SunroomExecutor,
+) -> None:
     def double(x: int) -> int:
         """Double it.
 
@@ -143,9 +145,11 @@ def test_tools_work_again_after_the_kernel_died_and_restarted(executor: SunroomE
         return 2 * x
 
     executor.send_tools({"double": tool(double)})
+    executor.send_variables({"images": [PIL.Image.new("RGB", (2, 2))]})
     with pytest.raises(AgentError):
         executor("import os\nos._exit(3)")
     assert executor("double(x=21)").output == "42"
+    assert executor("images[0].size").output == "(2, 2)"
 
 
 def test_an_image_returned_by_a_host_tool_is_an_image_in_the_kernel(
