@@ -26,11 +26,13 @@ name and message (builtin types are raised as themselves).
 from __future__ import annotations
 
 import io
+import keyword
 import logging
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final, TypeGuard
 
+from sunroom.errors import UsageError
 from sunroom.extras import require
 
 require("smolagents", "sunroom.integrations.smolagents")
@@ -201,8 +203,12 @@ class SunroomExecutor(RemotePythonExecutor):  # type: ignore[misc]  # smolagents
         """Make *tools* (tools and managed agents, by name) callable from the kernel.
 
         The tools stay on the host; the kernel gets one stub per name that calls
-        :data:`DISPATCH`. Tools sent before keep working unless replaced by name.
+        :data:`DISPATCH`. Tools sent before keep working unless replaced by name. Raises
+        UsageError for a name that is not a Python identifier (smolagents checks them too).
         """
+        for name in tools:
+            if not name.isidentifier() or keyword.iskeyword(name):
+                raise UsageError(f"a smolagents tool name must be a Python identifier: {name!r}")
         self._tools.update(tools)
         self._define_stubs(tools)
 

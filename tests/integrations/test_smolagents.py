@@ -20,6 +20,7 @@ from smolagents import CodeAgent, OpenAIServerModel, tool
 from smolagents.default_tools import FinalAnswerTool
 from smolagents.utils import AgentError
 
+from sunroom.errors import UsageError
 from sunroom.integrations.smolagents import SunroomExecutor
 from tests.providers.replay import ReplayServer, reply_from
 
@@ -181,3 +182,8 @@ def test_images_among_the_variables_arrive_as_images(executor: SunroomExecutor) 
     executor.send_variables({"images": [square], "task": "look"})
     out = executor("(type(images[0]).__module__, images[0].size, images[0].getpixel((1, 1)), task)")
     assert out.output == "('PIL.PngImagePlugin', (3, 3), (0, 0, 255), 'look')"
+
+
+def test_a_tool_name_that_is_not_an_identifier_is_refused(executor: SunroomExecutor) -> None:
+    with pytest.raises(UsageError, match="identifier"):
+        executor.send_tools({"x = 1; import os": FinalAnswerTool()})
