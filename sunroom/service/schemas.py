@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping
-from typing import Annotated, Final, Literal
+from typing import Annotated, Any, Final, Literal
 
 import pydantic
 
@@ -23,15 +23,40 @@ from sunroom.service.config import NetworkSpec
 __all__ = [
     "MAX_APPROVAL_RULES",
     "RANGES",
+    "Accepted",
+    "ApprovalAnswered",
     "ApprovalIn",
+    "ApprovalOut",
+    "ApprovalsOut",
     "BudgetIn",
+    "CellErrorOut",
     "CreateKernel",
     "CreateSession",
-    "FileInputIn",
+    "DisplayOut",
     "Execute",
+    "ExecutionOut",
+    "FileDeleted",
+    "FileInputIn",
+    "FileOut",
+    "FileWritten",
+    "FilesOut",
+    "Fork",
+    "Forked",
+    "HealthOut",
+    "KernelCreated",
+    "KernelDeleted",
+    "KernelOut",
+    "KernelsOut",
     "LimitsIn",
     "MessageIn",
     "NetworkIn",
+    "Problem",
+    "ProblemOut",
+    "ResultOut",
+    "SessionCreated",
+    "SessionDeleted",
+    "SessionOut",
+    "SessionsOut",
     "output_type",
 ]
 
@@ -287,3 +312,252 @@ def output_type(schema: Mapping[str, object] | None) -> JsonSchema | None:
     if schema is None:
         return None
     return JsonSchema.parse(schema, what="output_schema")
+
+
+# -- response bodies: what the routes answer (the OpenAPI document and sunroom.client read them)
+
+_Out = pydantic.ConfigDict(extra="allow")
+"""Response bodies admit fields they do not name: a newer server may add some."""
+
+
+class Problem(pydantic.BaseModel):
+    """The inside of every error answer: the error's class name and one sentence."""
+
+    model_config = _Out
+
+    type: str
+    message: str
+
+
+class ProblemOut(pydantic.BaseModel):
+    """Every error answer (4xx and 5xx): ``{"error": {"type", "message"}}``."""
+
+    model_config = _Out
+
+    error: Problem
+
+
+class HealthOut(pydantic.BaseModel):
+    """``GET /healthz`` (no token needed)."""
+
+    model_config = _Out
+
+    ok: bool
+    sessions: int
+    sessions_idle: int
+    sessions_released: int
+    kernels: int
+
+
+class SessionCreated(pydantic.BaseModel):
+    """``POST /sessions`` → 201."""
+
+    model_config = _Out
+
+    session_id: str
+
+
+class SessionOut(pydantic.BaseModel):
+    """A session's record (``GET /sessions/{id}``, and each of ``GET /sessions``)."""
+
+    model_config = _Out
+
+    session_id: str
+    status: Literal["running", "finished", "failed", "cancelled", "interrupted"]
+    created_at: float
+    updated_at: float
+    finished_at: float | None
+    config: dict[str, Any]
+    result: dict[str, Any] | None
+    owner: str | None
+
+
+class SessionsOut(pydantic.BaseModel):
+    """``GET /sessions``: the newest session records."""
+
+    model_config = _Out
+
+    sessions: list[SessionOut]
+
+
+class Accepted(pydantic.BaseModel):
+    """``POST /sessions/{id}/messages`` → 202: the message is recorded."""
+
+    model_config = _Out
+
+    accepted: bool
+
+
+class ResultOut(pydantic.BaseModel):
+    """``GET /sessions/{id}/result``: 200 once the run ended, 202 (``running``) before."""
+
+    model_config = _Out
+
+    session_id: str
+    status: Literal["running", "finished", "failed", "cancelled", "interrupted"]
+    result: dict[str, Any] | None
+
+
+class ApprovalOut(pydantic.BaseModel):
+    """One approval request waiting for an answer (docs/approvals.md)."""
+
+    model_config = _Out
+
+    call_id: str
+    name: str
+    arguments: dict[str, Any]
+    depth: int
+    requested_at: float
+    expires_at: float
+
+
+class ApprovalsOut(pydantic.BaseModel):
+    """``GET /sessions/{id}/approvals``: the waiting requests, oldest first."""
+
+    model_config = _Out
+
+    session_id: str
+    approvals: list[ApprovalOut]
+
+
+class ApprovalAnswered(pydantic.BaseModel):
+    """``POST /sessions/{id}/approvals/{call_id}`` → 200: the answer is durable."""
+
+    model_config = _Out
+
+    session_id: str
+    call_id: str
+    allow: bool
+
+
+class SessionDeleted(pydantic.BaseModel):
+    """``DELETE /sessions/{id}`` → 200: cancelled and closed."""
+
+    model_config = _Out
+
+    session_id: str
+    deleted: bool
+
+
+class KernelCreated(pydantic.BaseModel):
+    """``POST /kernels`` → 201."""
+
+    model_config = _Out
+
+    kernel_id: str
+
+
+class CellErrorOut(pydantic.BaseModel):
+    """The exception a cell raised, as data (:class:`sunroom.CellError`)."""
+
+    model_config = _Out
+
+    type: str
+    message: str
+    traceback: str
+
+
+class DisplayOut(pydantic.BaseModel):
+    """One rich output, Jupyter's ``display_data`` shape (images as base64)."""
+
+    model_config = _Out
+
+    output_type: Literal["display_data"]
+    data: dict[str, Any]
+    metadata: dict[str, Any]
+
+
+class ExecutionOut(pydantic.BaseModel):
+    """``POST /kernels/{id}/execute``: :meth:`sunroom.ExecutionResult.to_dict`."""
+
+    model_config = _Out
+
+    status: Literal["ok", "error", "timeout", "died"]
+    ok: bool
+    stdout: str
+    stderr: str
+    value: str | None
+    error: CellErrorOut | None
+    duration_s: float
+    truncated_bytes: int
+    state_lost: bool
+    outputs: list[DisplayOut]
+    dropped_outputs: int
+
+
+class Forked(pydantic.BaseModel):
+    """``POST /kernels/{id}/fork`` → 201: the copies, which share the kernel's sandbox."""
+
+    model_config = _Out
+
+    kernel_ids: list[str]
+    shares_trust_domain_with: str
+
+
+class KernelOut(pydantic.BaseModel):
+    """``GET /kernels/{id}``, and each of ``GET /kernels``."""
+
+    model_config = _Out
+
+    kernel_id: str
+    backend: str
+    kernel_name: str | None
+    sandbox: str | None
+    template: str | None
+    network: str | None
+    network_bytes: int | None
+    created_at: float
+
+
+class KernelsOut(pydantic.BaseModel):
+    """``GET /kernels``: this server's raw kernels, oldest first."""
+
+    model_config = _Out
+
+    kernels: list[KernelOut]
+
+
+class KernelDeleted(pydantic.BaseModel):
+    """``DELETE /kernels/{id}`` → 200: killed."""
+
+    model_config = _Out
+
+    kernel_id: str
+    deleted: bool
+
+
+class FileWritten(pydantic.BaseModel):
+    """``PUT .../files/{path}`` → 200."""
+
+    model_config = _Out
+
+    path: str
+    size: int
+
+
+class FileOut(pydantic.BaseModel):
+    """One entry of a workdir listing (mtime in Unix seconds)."""
+
+    model_config = _Out
+
+    path: str
+    size: int
+    mtime: float
+    is_dir: bool
+
+
+class FilesOut(pydantic.BaseModel):
+    """``GET .../files?glob=``: at most 10,000 entries."""
+
+    model_config = _Out
+
+    files: list[FileOut]
+
+
+class FileDeleted(pydantic.BaseModel):
+    """``DELETE .../files/{path}`` → 200."""
+
+    model_config = _Out
+
+    path: str
+    deleted: bool
