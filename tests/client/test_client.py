@@ -1,0 +1,101 @@
+"""sunroom.client against a real ``sunroom serve`` on 127.0.0.1 with real kernels."""
+
+from __future__ import annotations
+
+import inspect
+import socket
+from collections.abc import Callable
+
+import pytest
+
+from sunroom.client import AsyncClient, Client
+from sunroom.errors import FileError, ServiceError, SunroomError, UsageError
+from sunroom.providers import ScriptedModel
+from sunroom.service.problems import NotFoundError
+from sunroom.service.schemas import CreateSession
+from tests.service.conftest import TOKEN, Server, code
+from tests.service.conftest import make_server as make_server  # the fixture, re-exported
+
+
+def test_the_twins_have_the_same_explicit_signatures() -> None:
+    core = {n: getattr(AsyncClient, n) for n in dir(AsyncClient) if not n.startswith("_")}
+    twin = {n: getattr(Client, n) for n in dir(Client) if not n.startswith("_")}
+    assert set(core) - {"aclose"} == set(twin) - {"close"}
+    for name in set(core) - {"aclose"}:
+        assert list(inspect.signature(core[name]).parameters.values()) == list(
+            inspect.signature(twin[name]).parameters.values()
+        ), name
+    assert inspect.signature(AsyncClient) == inspect.signature(Client)
+
+
+def test_a_raw_kernel_executes_forks_and_moves_files(make_server: Callable[..., Server]) -> None:
+    server = make_server()
+    with Client(server.url, token=TOKEN) as client:
+        kid = client.create_kernel(inputs={"base": 40})
+        assert [k.kernel_id for k in client.kernels()] == [kid]
+        assert client.kernel(kid).backend == "subprocess"
+        out = client.execute(kid, "x = base + 1\nprint('hi')\nx + 1")
+        assert (out.status, out.value, out.stdout) == ("ok", "42", "hi\n")
+        failed = client.execute(kid, "1 / 0")
+        assert failed.status == "error" and failed.error is not None
+        assert failed.error.type == "ZeroDivisionError"
+        assert client.write_file(kid, "data/a.bin", b"\x00\x01") == 2
+        assert client.read_file(kid, "data/a.bin") == b"\x00\x01"
+        assert [f.path for f in client.list_files(kid, "data/*")] == ["data/a.bin"]
+        client.delete_file(kid, "data/a.bin")
+        with pytest.raises(FileError) as missing:
+            client.read_file(kid, "data/a.bin")
+        assert missing.value.reason == "not_found"
+        (copy,) = client.fork(kid)
+        assert client.execute(copy, "x").value == "41"
+        client.close_kernel(kid)
+        with pytest.raises(NotFoundError, match="no kernel"):
+            client.execute(kid, "x")
+        assert [k.kernel_id for k in client.kernels()] == [copy]
+
+
+def test_errors_are_the_error_tree(make_server: Callable[..., Server]) -> None:
+    server = make_server()
+    with Client(server.url, token="not-the-token") as wrong:
+        with pytest.raises(UsageError, match="Bearer"):
+            wrong.kernels()
+        assert wrong.health().ok  # /healthz needs no token
+    with Client(server.url, token=TOKEN) as client:
+        with pytest.raises(UsageError, match="n: "):
+            client.fork("nope", 0)  # 422 before the kernel is looked up
+        with pytest.raises(NotFoundError):
+            client.session("nope")
+    with socket.socket() as sock:  # a port nobody listens on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    with Client(f"http://127.0.0.1:{port}", token=TOKEN) as gone:
+        with pytest.raises(ServiceError, match="could not be reached") as unreachable:
+            gone.kernels()
+        assert unreachable.value.status is None
+    assert issubclass(ServiceError, SunroomError)
+
+
+async def test_a_session_streams_resumes_and_ends(make_server: Callable[..., Server]) -> None:
+    model = ScriptedModel([code("print(6 * 7)"), "forty-two"])
+    server = make_server(model)
+    async with AsyncClient(server.url, token=TOKEN) as client:
+        sid = await client.create_session("compute", options=CreateSession(max_turns=5))
+        events = [e async for e in client.events(sid)]
+        kinds = [e.type for e in events]
+        assert "MessageReceived" in kinds and kinds[-1] != "end"
+        seqs = [e.seq for e in events]
+        assert seqs == sorted(set(seqs))
+        result = await client.result(sid, timeout_s=30)
+        assert result.status == "finished", result
+        middle = seqs[len(seqs) // 2]
+        again = [e.seq async for e in client.events(sid, after=middle)]
+        assert again == [s for s in seqs if s > middle]  # resumed: nothing lost, nothing twice
+        assert (await client.session(sid)).status == "finished"
+        assert await client.approvals(sid) == []
+        with pytest.raises(NotFoundError, match="no approval request"):
+            await client.approve(sid, "call_nope", allow=True)
+        await client.send(sid, "again")
+        assert sid in [r.session_id for r in await client.sessions()]
+        await client.delete_session(sid)
+        document = await client.openapi()
+        assert document["openapi"] == "3.1.0"
