@@ -316,31 +316,28 @@ def output_type(schema: Mapping[str, object] | None) -> JsonSchema | None:
 
 # -- response bodies: what the routes answer (the OpenAPI document and sunroom.client read them)
 
-_Out = pydantic.ConfigDict(extra="allow")
-"""Response bodies admit fields they do not name: a newer server may add some."""
+
+class _Answer(pydantic.BaseModel):
+    """A response body: it admits fields it does not name (a newer server may add some)."""
+
+    model_config = pydantic.ConfigDict(extra="allow")
 
 
-class Problem(pydantic.BaseModel):
+class Problem(_Answer):
     """The inside of every error answer: the error's class name and one sentence."""
-
-    model_config = _Out
 
     type: str
     message: str
 
 
-class ProblemOut(pydantic.BaseModel):
+class ProblemOut(_Answer):
     """Every error answer (4xx and 5xx): ``{"error": {"type", "message"}}``."""
-
-    model_config = _Out
 
     error: Problem
 
 
-class HealthOut(pydantic.BaseModel):
+class HealthOut(_Answer):
     """``GET /healthz`` (no token needed)."""
-
-    model_config = _Out
 
     ok: bool
     sessions: int
@@ -349,18 +346,14 @@ class HealthOut(pydantic.BaseModel):
     kernels: int
 
 
-class SessionCreated(pydantic.BaseModel):
+class SessionCreated(_Answer):
     """``POST /sessions`` → 201."""
-
-    model_config = _Out
 
     session_id: str
 
 
-class SessionOut(pydantic.BaseModel):
+class SessionOut(_Answer):
     """A session's record (``GET /sessions/{id}``, and each of ``GET /sessions``)."""
-
-    model_config = _Out
 
     session_id: str
     status: Literal["running", "finished", "failed", "cancelled", "interrupted"]
@@ -372,36 +365,28 @@ class SessionOut(pydantic.BaseModel):
     owner: str | None
 
 
-class SessionsOut(pydantic.BaseModel):
+class SessionsOut(_Answer):
     """``GET /sessions``: the newest session records."""
-
-    model_config = _Out
 
     sessions: list[SessionOut]
 
 
-class Accepted(pydantic.BaseModel):
+class Accepted(_Answer):
     """``POST /sessions/{id}/messages`` → 202: the message is recorded."""
-
-    model_config = _Out
 
     accepted: bool
 
 
-class ResultOut(pydantic.BaseModel):
+class ResultOut(_Answer):
     """``GET /sessions/{id}/result``: 200 once the run ended, 202 (``running``) before."""
-
-    model_config = _Out
 
     session_id: str
     status: Literal["running", "finished", "failed", "cancelled", "interrupted"]
     result: dict[str, Any] | None
 
 
-class ApprovalOut(pydantic.BaseModel):
+class ApprovalOut(_Answer):
     """One approval request waiting for an answer (docs/approvals.md)."""
-
-    model_config = _Out
 
     call_id: str
     name: str
@@ -411,66 +396,52 @@ class ApprovalOut(pydantic.BaseModel):
     expires_at: float
 
 
-class ApprovalsOut(pydantic.BaseModel):
+class ApprovalsOut(_Answer):
     """``GET /sessions/{id}/approvals``: the waiting requests, oldest first."""
-
-    model_config = _Out
 
     session_id: str
     approvals: list[ApprovalOut]
 
 
-class ApprovalAnswered(pydantic.BaseModel):
+class ApprovalAnswered(_Answer):
     """``POST /sessions/{id}/approvals/{call_id}`` → 200: the answer is durable."""
-
-    model_config = _Out
 
     session_id: str
     call_id: str
     allow: bool
 
 
-class SessionDeleted(pydantic.BaseModel):
+class SessionDeleted(_Answer):
     """``DELETE /sessions/{id}`` → 200: cancelled and closed."""
-
-    model_config = _Out
 
     session_id: str
     deleted: bool
 
 
-class KernelCreated(pydantic.BaseModel):
+class KernelCreated(_Answer):
     """``POST /kernels`` → 201."""
-
-    model_config = _Out
 
     kernel_id: str
 
 
-class CellErrorOut(pydantic.BaseModel):
+class CellErrorOut(_Answer):
     """The exception a cell raised, as data (:class:`sunroom.CellError`)."""
-
-    model_config = _Out
 
     type: str
     message: str
     traceback: str
 
 
-class DisplayOut(pydantic.BaseModel):
+class DisplayOut(_Answer):
     """One rich output, Jupyter's ``display_data`` shape (images as base64)."""
-
-    model_config = _Out
 
     output_type: Literal["display_data"]
     data: dict[str, Any]
     metadata: dict[str, Any]
 
 
-class ExecutionOut(pydantic.BaseModel):
+class ExecutionOut(_Answer):
     """``POST /kernels/{id}/execute``: :meth:`sunroom.ExecutionResult.to_dict`."""
-
-    model_config = _Out
 
     status: Literal["ok", "error", "timeout", "died"]
     ok: bool
@@ -485,19 +456,15 @@ class ExecutionOut(pydantic.BaseModel):
     dropped_outputs: int
 
 
-class Forked(pydantic.BaseModel):
+class Forked(_Answer):
     """``POST /kernels/{id}/fork`` → 201: the copies, which share the kernel's sandbox."""
-
-    model_config = _Out
 
     kernel_ids: list[str]
     shares_trust_domain_with: str
 
 
-class KernelOut(pydantic.BaseModel):
+class KernelOut(_Answer):
     """``GET /kernels/{id}``, and each of ``GET /kernels``."""
-
-    model_config = _Out
 
     kernel_id: str
     backend: str
@@ -509,36 +476,28 @@ class KernelOut(pydantic.BaseModel):
     created_at: float
 
 
-class KernelsOut(pydantic.BaseModel):
+class KernelsOut(_Answer):
     """``GET /kernels``: this server's raw kernels, oldest first."""
-
-    model_config = _Out
 
     kernels: list[KernelOut]
 
 
-class KernelDeleted(pydantic.BaseModel):
+class KernelDeleted(_Answer):
     """``DELETE /kernels/{id}`` → 200: killed."""
-
-    model_config = _Out
 
     kernel_id: str
     deleted: bool
 
 
-class FileWritten(pydantic.BaseModel):
+class FileWritten(_Answer):
     """``PUT .../files/{path}`` → 200."""
-
-    model_config = _Out
 
     path: str
     size: int
 
 
-class FileOut(pydantic.BaseModel):
+class FileOut(_Answer):
     """One entry of a workdir listing (mtime in Unix seconds)."""
-
-    model_config = _Out
 
     path: str
     size: int
@@ -546,18 +505,14 @@ class FileOut(pydantic.BaseModel):
     is_dir: bool
 
 
-class FilesOut(pydantic.BaseModel):
+class FilesOut(_Answer):
     """``GET .../files?glob=``: at most 10,000 entries."""
-
-    model_config = _Out
 
     files: list[FileOut]
 
 
-class FileDeleted(pydantic.BaseModel):
+class FileDeleted(_Answer):
     """``DELETE .../files/{path}`` → 200."""
-
-    model_config = _Out
 
     path: str
     deleted: bool
