@@ -6,13 +6,17 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import httpx
+import pydantic
 import pytest
 from openapi_spec_validator import validate
 from starlette.routing import Route
 
+from sunroom.providers import ScriptedModel
 from sunroom.service import ServiceConfig, create_app
-from sunroom.service.openapi import openapi_document, openapi_path
-from tests.service.conftest import TOKEN, Server
+from sunroom.service.openapi import OPERATIONS, openapi_document, openapi_path
+from sunroom.service.schemas import ProblemOut
+from tests.service.conftest import TOKEN, Server, code
 
 
 def _served_routes(tmp_path: Path) -> set[tuple[str, str]]:
@@ -86,3 +90,70 @@ def test_streams_errors_and_bodies_are_described() -> None:
     schemas = document["components"]["schemas"]
     assert schemas["ProblemOut"]["required"] == ["error"]
     assert set(schemas["ExecutionOut"]["required"]) >= {"status", "stdout", "error", "outputs"}
+
+
+def _undescribed(value: object, where: str = "") -> list[str]:
+    """Fields of *value* (a parsed response model) that its model does not name."""
+    if isinstance(value, pydantic.BaseModel):
+        out = [f"{where}.{k}" for k in value.model_extra or {}]
+        for name in type(value).model_fields:
+            out += _undescribed(getattr(value, name), f"{where}.{name}")
+        return out
+    if isinstance(value, list):
+        return [x for i, item in enumerate(value) for x in _undescribed(item, f"{where}[{i}]")]
+    return []
+
+
+def test_every_json_answer_is_the_described_model_and_nothing_more(
+    make_server: Callable[..., Server],
+) -> None:
+    """Each route's real answer parses as the model the document names, with no extra field."""
+    server = make_server(ScriptedModel([code("print(6 * 7)"), "forty-two"]))
+    http = server.client
+    checked: list[str] = []
+
+    def check(method: str, path: str, answer: httpx.Response) -> Any:
+        op = OPERATIONS[(method, path)]
+        model = op.answers.get(answer.status_code, ProblemOut)
+        assert model is not None, (method, path, answer.status_code)
+        parsed = model.model_validate_json(answer.content)
+        assert _undescribed(parsed) == [], (method, path)
+        checked.append(f"{method} {path} {answer.status_code}")
+        return answer.json()
+
+    check("GET", "/healthz", http.get("/healthz"))
+    sid = check("POST", "/sessions", http.post("/sessions", json={"task": "go"}))["session_id"]
+    result = http.get(f"/sessions/{sid}/result", params={"timeout": 30})
+    assert check("GET", "/sessions/{sid}/result", result)["status"] == "finished"
+    check("GET", "/sessions", http.get("/sessions"))
+    check("GET", "/sessions/{sid}", http.get(f"/sessions/{sid}"))
+    check("GET", "/sessions/{sid}/approvals", http.get(f"/sessions/{sid}/approvals"))
+    no_call = http.post(f"/sessions/{sid}/approvals/nope", json={"allow": True})
+    assert no_call.status_code == 404
+    check("POST", "/sessions/{sid}/approvals/{call_id}", no_call)
+    check("GET", "/sessions/{sid}/files", http.get(f"/sessions/{sid}/files"))
+    kid = check("POST", "/kernels", http.post("/kernels", json={}))["kernel_id"]
+    cell = "display({'a': 1})\nprint('x')\n1 / 0"  # an output, stdout and an error
+    check(
+        "POST", "/kernels/{kid}/execute", http.post(f"/kernels/{kid}/execute", json={"code": cell})
+    )
+    check(
+        "POST", "/kernels/{kid}/execute", http.post(f"/kernels/{kid}/execute", json={"code": "1"})
+    )
+    written = http.put(f"/kernels/{kid}/files/a/b.txt", content=b"hi")
+    check("PUT", "/kernels/{kid}/files/{path}", written)
+    check("GET", "/kernels/{kid}/files", http.get(f"/kernels/{kid}/files"))
+    check("DELETE", "/kernels/{kid}/files/{path}", http.delete(f"/kernels/{kid}/files/a/b.txt"))
+    copies = check("POST", "/kernels/{kid}/fork", http.post(f"/kernels/{kid}/fork", json={"n": 1}))
+    check("GET", "/kernels", http.get("/kernels"))
+    check("GET", "/kernels/{kid}", http.get(f"/kernels/{kid}"))
+    for each in [kid, *copies["kernel_ids"]]:
+        check("DELETE", "/kernels/{kid}", http.delete(f"/kernels/{each}"))
+    check("GET", "/kernels/{kid}", http.get(f"/kernels/{kid}"))  # 404 now: the error body
+    check(
+        "POST",
+        "/sessions/{sid}/messages",
+        http.post(f"/sessions/{sid}/messages", json={"text": "more"}),
+    )
+    check("DELETE", "/sessions/{sid}", http.delete(f"/sessions/{sid}"))
+    assert len(checked) == 22
