@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import inspect
+import json
 import socket
+import subprocess
+import sys
 from collections.abc import Callable
 
 import pytest
@@ -13,6 +16,7 @@ from sunroom.errors import FileError, ServiceError, SunroomError, UsageError
 from sunroom.providers import ScriptedModel
 from sunroom.service.problems import NotFoundError
 from sunroom.service.schemas import CreateSession
+from tests.client.cutting_proxy import CuttingProxy
 from tests.service.conftest import TOKEN, Server, code
 from tests.service.conftest import make_server as make_server  # the fixture, re-exported
 
@@ -99,3 +103,66 @@ async def test_a_session_streams_resumes_and_ends(make_server: Callable[..., Ser
         await client.delete_session(sid)
         document = await client.openapi()
         assert document["openapi"] == "3.1.0"
+
+
+async def test_a_cut_event_stream_is_resumed_from_the_last_event(
+    make_server: Callable[..., Server],
+) -> None:
+    """The stream breaks mid-way (a proxy cuts it): the client reconnects with Last-Event-ID
+    and yields every event exactly once."""
+    server = make_server(ScriptedModel([code("print(6 * 7)"), "forty-two"]))
+    async with AsyncClient(server.url, token=TOKEN) as direct:
+        sid = await direct.create_session("compute")
+        assert (await direct.result(sid, timeout_s=30)).status == "finished"
+        whole = [e.seq async for e in direct.events(sid)]
+    # the first stream is cut a little way into its body, mid-event
+    proxy = CuttingProxy(server.port, lambda n: 700 if n == 0 else None)
+    url = await proxy.start()
+    try:
+        async with AsyncClient(url, token=TOKEN) as client:
+            got = [e.seq async for e in client.events(sid)]
+    finally:
+        await proxy.aclose()
+    assert got == whole
+    streams = [h for h in proxy.heads if b"/events" in h]
+    assert len(streams) == 2, streams
+    resumed = [
+        line for line in streams[1].split(b"\r\n") if line.lower().startswith(b"last-event-id")
+    ]
+    assert resumed and resumed[0].split(b":")[1].strip() != b"0"
+    assert int(resumed[0].split(b":")[1]) in whole[:-1]  # cut mid-way: events came after
+
+
+async def test_a_stream_that_keeps_breaking_without_an_event_raises(
+    make_server: Callable[..., Server],
+) -> None:
+    server = make_server(ScriptedModel([code("print(1)"), "one"]))
+    async with AsyncClient(server.url, token=TOKEN) as direct:
+        sid = await direct.create_session("go")
+        assert (await direct.result(sid, timeout_s=30)).status == "finished"
+    proxy = CuttingProxy(server.port, lambda n: 0)  # every connection ends before its answer
+    url = await proxy.start()
+    try:
+        async with AsyncClient(url, token=TOKEN) as client:
+            with pytest.raises(ServiceError, match="3 times in a row"):
+                [e async for e in client.events(sid)]
+    finally:
+        await proxy.aclose()
+
+
+@pytest.mark.kernel  # a fresh interpreter: a process
+def test_the_client_loads_no_web_framework_and_no_provider_sdk() -> None:
+    """The client works where only ``sunroom[client]`` is installed: importing it loads none
+    of the service's or the providers' packages."""
+    code = (
+        "import json, sys\n"
+        "from sunroom.client import AsyncClient, Client\n"
+        "print(json.dumps(sorted({m.split('.')[0] for m in sys.modules})))\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
+    )
+    loaded = set(json.loads(proc.stdout))
+    assert "httpx" in loaded
+    heavy = {"starlette", "uvicorn", "httptools", "anthropic", "openai", "docker", "mcp"}
+    assert not loaded & heavy, sorted(loaded & heavy)
