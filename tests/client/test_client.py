@@ -14,7 +14,7 @@ import pytest
 from sunroom.client import AsyncClient, Client
 from sunroom.errors import FileError, ServiceError, SunroomError, UsageError
 from sunroom.providers import ScriptedModel
-from sunroom.service.problems import NotFoundError
+from sunroom.service.problems import ConflictError, NotFoundError
 from sunroom.service.schemas import CreateSession
 from tests.client.cutting_proxy import CuttingProxy
 from tests.service.conftest import TOKEN, Server, code
@@ -166,3 +166,35 @@ def test_the_client_loads_no_web_framework_and_no_provider_sdk() -> None:
     assert "httpx" in loaded
     heavy = {"starlette", "uvicorn", "httptools", "anthropic", "openai", "docker", "mcp"}
     assert not loaded & heavy, sorted(loaded & heavy)
+
+
+RAN: list[str] = []
+
+
+def delete_repo(name: str) -> str:
+    """Delete a repository (a stand-in with a side effect)."""
+    RAN.append(name)
+    return f"deleted {name}"
+
+
+def test_an_approval_is_seen_in_the_events_and_answered(
+    make_server: Callable[..., Server],
+) -> None:
+    RAN.clear()
+    model = ScriptedModel([code("print(delete_repo(name='x'))"), "done"])
+    server = make_server(model, functions=[delete_repo])
+    options = CreateSession(approvals={"delete_*": "ask"}, approval_timeout_s=60)
+    with Client(server.url, token=TOKEN) as client:
+        sid = client.create_session("go", options=options)
+        stream = client.events(sid)
+        asked = next(e for e in stream if e.type == "ApprovalRequested")
+        (waiting,) = client.approvals(sid)
+        assert waiting.call_id == asked.data["call_id"] and waiting.name == "delete_repo"
+        assert RAN == []
+        client.approve(sid, waiting.call_id, allow=True, reason="fine")
+        with pytest.raises(ConflictError, match="already answered"):
+            client.approve(sid, waiting.call_id, allow=False)
+        rest = [e.type for e in stream]  # the same stream goes on to the run's end
+        assert "ApprovalAnswered" in rest and "SessionEnded" in rest
+        assert client.result(sid, timeout_s=30).status == "finished"
+        assert RAN == ["x"]
