@@ -41,8 +41,10 @@ class Client:
     def close(self) -> None:
         """Close the connections and the private loop. Idempotent."""
         if not self._portal.closed:
-            self._portal.call(self._core.aclose())
-            self._portal.close()
+            try:
+                self._portal.call(self._core.aclose())
+            finally:
+                self._portal.close()
 
     def health(self) -> s.HealthOut:
         """See :meth:`AsyncClient.health`."""
