@@ -39,6 +39,7 @@ caller can catch by *who must act*::
     │   ├── StoreConflictError      a write lost a race or broke an invariant; nothing written
     │   ├── StoreNotFoundError      no session (or call) with that id
     │   └── StoreVersionError       the database file was written by a newer sunroom
+    ├── ServiceError                a sunroom service could not be reached or failed unexplained
     └── EmbeddingModelError         an embedding model could not be fetched or loaded, or its parts
                                     disagree (corrupt file, missing tokenizer, vocab/size mismatch)
 
@@ -88,6 +89,7 @@ __all__ = [
     "ProviderTimeoutError",
     "RateLimitedError",
     "SandboxUnavailableError",
+    "ServiceError",
     "StoreConflictError",
     "StoreError",
     "StoreNotFoundError",
@@ -390,6 +392,21 @@ class StoreNotFoundError(StoreError):
 @final
 class StoreVersionError(StoreError):
     """The database's schema is newer than this sunroom knows; upgrade sunroom to open it."""
+
+
+# --- a sunroom service, seen by its client --------------------------------------------------
+
+
+class ServiceError(SunroomError):
+    """A sunroom service could not be reached, or failed without saying how (``sunroom.client``).
+
+    ``status`` is the HTTP status of its answer, None when it could not be reached at all. An
+    error the service did explain comes back as the class it named (its ``type``).
+    """
+
+    def __init__(self, message: str, *, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 # --- local embedding models ---------------------------------------------------------------

@@ -25,6 +25,7 @@ EXTRAS: Final[Mapping[str, tuple[str, ...]]] = {
     "embeddings": ("numpy", "onnxruntime", "tokenizers", "onnx", "safetensors"),
     "providers": ("httpx", "anthropic", "openai", "google.genai"),
     "smolagents": ("smolagents",),
+    "client": ("httpx",),
 }
 
 

@@ -28,6 +28,7 @@ LAYER = {
     "service": 6,
     "cli": 7,
     "integrations": 7,  # adapters for other frameworks: they may use anything below
+    "client": 7,  # the HTTP client of the service: its request/response models, no web app
     "": 8,  # the package root: the lazy re-exports of the public API
 }
 """Each top-level package's floor: a module may import only from floors below its own."""
@@ -35,6 +36,7 @@ LAYER = {
 ALLOWED_UP = {
     # the root defines __version__ as well as re-exporting; importing it runs nothing else
     ("sunroom.service.mcp.server", "sunroom"),
+    ("sunroom.service.app", "sunroom"),  # the version in /openapi.json
 }
 """Arrows against the layering kept on purpose (docs/design.md gives the reason)."""
 

@@ -3,6 +3,7 @@
 Routes (all but ``/healthz`` need ``Authorization: Bearer <token>``):
 
 - ``GET /healthz``: ``{"ok": true, "sessions": n, "kernels": n}``
+- ``GET /openapi.json``: this API described, OpenAPI 3.1 (:mod:`sunroom.service.openapi`)
 - ``POST /sessions``: :class:`~.schemas.CreateSession` → 201 ``{"session_id"}``
 - ``GET /sessions``: the newest session records; ``GET /sessions/{id}``: one record
 - ``POST /sessions/{id}/messages``: :class:`~.schemas.MessageIn` → 202
@@ -53,6 +54,7 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from sunroom import __version__
 from sunroom.errors import SunroomError, UsageError
 from sunroom.sandbox.functions import HostFunction, as_host_function
 from sunroom.service.auth import BearerAuth, HostCheck
@@ -62,6 +64,7 @@ from sunroom.service.functions import load_functions
 from sunroom.service.kernels import KernelManager
 from sunroom.service.limits import BodyLimit, BodyTooLarge, HeaderLimit
 from sunroom.service.models import resolve_model
+from sunroom.service.openapi import openapi_document
 from sunroom.service.problems import (
     ShuttingDown,
     error_body,
@@ -216,11 +219,13 @@ class _Service:
         self._store: SQLiteStore | None = None
         self._sessions: SessionManager | None = None
         self._kernels: KernelManager | None = None
+        self._openapi: bytes | None = None
 
     def routes(self) -> list[tuple[str, str, Endpoint]]:
         """Every route: (path, method, endpoint)."""
         return [
             ("/healthz", "GET", self.healthz),
+            ("/openapi.json", "GET", self.openapi),
             ("/sessions", "POST", self.create_session),
             ("/sessions", "GET", self.list_sessions),
             ("/sessions/{sid}", "GET", self.get_session),
@@ -309,6 +314,13 @@ class _Service:
 
     async def healthz(self, request: Request) -> Response:
         return JSONResponse(self.health())
+
+    async def openapi(self, request: Request) -> Response:
+        if self._openapi is None:  # built once, from the routes this app serves
+            routes = [(path, method) for path, method, _ in self.routes()]
+            document = openapi_document(routes, version=__version__)
+            self._openapi = json.dumps(document, separators=(",", ":")).encode()
+        return Response(self._openapi, media_type="application/json")
 
     async def create_session(self, request: Request) -> Response:
         body = await _body(request, CreateSession)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping
-from typing import Annotated, Final, Literal
+from typing import Annotated, Any, Final, Literal
 
 import pydantic
 
@@ -23,15 +23,40 @@ from sunroom.service.config import NetworkSpec
 __all__ = [
     "MAX_APPROVAL_RULES",
     "RANGES",
+    "Accepted",
+    "ApprovalAnswered",
     "ApprovalIn",
+    "ApprovalOut",
+    "ApprovalsOut",
     "BudgetIn",
+    "CellErrorOut",
     "CreateKernel",
     "CreateSession",
-    "FileInputIn",
+    "DisplayOut",
     "Execute",
+    "ExecutionOut",
+    "FileDeleted",
+    "FileInputIn",
+    "FileOut",
+    "FileWritten",
+    "FilesOut",
+    "Fork",
+    "Forked",
+    "HealthOut",
+    "KernelCreated",
+    "KernelDeleted",
+    "KernelOut",
+    "KernelsOut",
     "LimitsIn",
     "MessageIn",
     "NetworkIn",
+    "Problem",
+    "ProblemOut",
+    "ResultOut",
+    "SessionCreated",
+    "SessionDeleted",
+    "SessionOut",
+    "SessionsOut",
     "output_type",
 ]
 
@@ -287,3 +312,207 @@ def output_type(schema: Mapping[str, object] | None) -> JsonSchema | None:
     if schema is None:
         return None
     return JsonSchema.parse(schema, what="output_schema")
+
+
+# -- response bodies: what the routes answer (the OpenAPI document and sunroom.client read them)
+
+
+class _Answer(pydantic.BaseModel):
+    """A response body: it admits fields it does not name (a newer server may add some)."""
+
+    model_config = pydantic.ConfigDict(extra="allow")
+
+
+class Problem(_Answer):
+    """The inside of every error answer: the error's class name and one sentence."""
+
+    type: str
+    message: str
+
+
+class ProblemOut(_Answer):
+    """Every error answer (4xx and 5xx): ``{"error": {"type", "message"}}``."""
+
+    error: Problem
+
+
+class HealthOut(_Answer):
+    """``GET /healthz`` (no token needed)."""
+
+    ok: bool
+    sessions: int
+    sessions_idle: int
+    sessions_released: int
+    kernels: int
+
+
+class SessionCreated(_Answer):
+    """``POST /sessions`` → 201."""
+
+    session_id: str
+
+
+class SessionOut(_Answer):
+    """A session's record (``GET /sessions/{id}``, and each of ``GET /sessions``)."""
+
+    session_id: str
+    status: Literal["running", "finished", "failed", "cancelled", "interrupted"]
+    created_at: float
+    updated_at: float
+    finished_at: float | None
+    config: dict[str, Any]
+    result: dict[str, Any] | None
+    owner: str | None
+
+
+class SessionsOut(_Answer):
+    """``GET /sessions``: the newest session records."""
+
+    sessions: list[SessionOut]
+
+
+class Accepted(_Answer):
+    """``POST /sessions/{id}/messages`` → 202: the message is recorded."""
+
+    accepted: bool
+
+
+class ResultOut(_Answer):
+    """``GET /sessions/{id}/result``: 200 once the run ended, 202 (``running``) before."""
+
+    session_id: str
+    status: Literal["running", "finished", "failed", "cancelled", "interrupted"]
+    result: dict[str, Any] | None
+
+
+class ApprovalOut(_Answer):
+    """One approval request waiting for an answer (docs/approvals.md)."""
+
+    call_id: str
+    name: str
+    arguments: dict[str, Any]
+    depth: int
+    requested_at: float
+    expires_at: float
+
+
+class ApprovalsOut(_Answer):
+    """``GET /sessions/{id}/approvals``: the waiting requests, oldest first."""
+
+    session_id: str
+    approvals: list[ApprovalOut]
+
+
+class ApprovalAnswered(_Answer):
+    """``POST /sessions/{id}/approvals/{call_id}`` → 200: the answer is durable."""
+
+    session_id: str
+    call_id: str
+    allow: bool
+
+
+class SessionDeleted(_Answer):
+    """``DELETE /sessions/{id}`` → 200: cancelled and closed."""
+
+    session_id: str
+    deleted: bool
+
+
+class KernelCreated(_Answer):
+    """``POST /kernels`` → 201."""
+
+    kernel_id: str
+
+
+class CellErrorOut(_Answer):
+    """The exception a cell raised, as data (:class:`sunroom.CellError`)."""
+
+    type: str
+    message: str
+    traceback: str
+
+
+class DisplayOut(_Answer):
+    """One rich output, Jupyter's ``display_data`` shape (images as base64)."""
+
+    output_type: Literal["display_data"]
+    data: dict[str, Any]
+    metadata: dict[str, Any]
+
+
+class ExecutionOut(_Answer):
+    """``POST /kernels/{id}/execute``: :meth:`sunroom.ExecutionResult.to_dict`."""
+
+    status: Literal["ok", "error", "timeout", "died"]
+    ok: bool
+    stdout: str
+    stderr: str
+    value: str | None
+    error: CellErrorOut | None
+    duration_s: float
+    truncated_bytes: int
+    state_lost: bool
+    outputs: list[DisplayOut]
+    dropped_outputs: int
+
+
+class Forked(_Answer):
+    """``POST /kernels/{id}/fork`` → 201: the copies, which share the kernel's sandbox."""
+
+    kernel_ids: list[str]
+    shares_trust_domain_with: str
+
+
+class KernelOut(_Answer):
+    """``GET /kernels/{id}``, and each of ``GET /kernels``."""
+
+    kernel_id: str
+    backend: str
+    kernel_name: str | None
+    sandbox: str | None
+    template: str | None
+    network: str | None
+    network_bytes: int | None
+    created_at: float
+
+
+class KernelsOut(_Answer):
+    """``GET /kernels``: this server's raw kernels, oldest first."""
+
+    kernels: list[KernelOut]
+
+
+class KernelDeleted(_Answer):
+    """``DELETE /kernels/{id}`` → 200: killed."""
+
+    kernel_id: str
+    deleted: bool
+
+
+class FileWritten(_Answer):
+    """``PUT .../files/{path}`` → 200."""
+
+    path: str
+    size: int
+
+
+class FileOut(_Answer):
+    """One entry of a workdir listing (mtime in Unix seconds)."""
+
+    path: str
+    size: int
+    mtime: float
+    is_dir: bool
+
+
+class FilesOut(_Answer):
+    """``GET .../files?glob=``: at most 10,000 entries."""
+
+    files: list[FileOut]
+
+
+class FileDeleted(_Answer):
+    """``DELETE .../files/{path}`` → 200."""
+
+    path: str
+    deleted: bool
