@@ -159,6 +159,7 @@ class SunroomEnv(NonIsolatedEnv):  # type: ignore[misc]  # rlm ships no type inf
             "packages": packages,
         }
         self._kernel: Kernel | None = None
+        self._code_tools: list[str] = []  # custom tools given as source, run at every start
         self._calls: list[RLMChatCompletion] = []
         self._calls_lock = threading.Lock()
         self._bound: list[str] = []  # names bound by the host, in order (contexts, histories)
@@ -180,7 +181,12 @@ class SunroomEnv(NonIsolatedEnv):  # type: ignore[misc]  # rlm ships no type inf
     # -- the BaseEnv contract ---------------------------------------------------------------
 
     def setup(self) -> None:
-        """Start the kernel with the helpers as host functions, then install the scaffold."""
+        """Start the kernel with the helpers as host functions, then install the scaffold.
+
+        The constructor calls it; calling it again while the kernel lives does nothing.
+        """
+        if self._kernel is not None:
+            return
         functions: list[HostFunction] = [
             host_function(self._llm_query, name="llm_query"),
             host_function(self._llm_query_batched, name="llm_query_batched"),
@@ -188,7 +194,7 @@ class SunroomEnv(NonIsolatedEnv):  # type: ignore[misc]  # rlm ships no type inf
             host_function(self._rlm_query_batched, name="rlm_query_batched"),
         ]
         data: dict[str, Any] = {}
-        self._code_tools: list[str] = []
+        self._code_tools.clear()
         for tool in parse_custom_tools(self.custom_tools):
             if tool.is_callable:
                 try:

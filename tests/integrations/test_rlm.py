@@ -194,6 +194,10 @@ def test_state_persists_across_cells_and_errors_are_stderr(env: SunroomEnv) -> N
     assert "SyntaxError" in syntax.stderr
     assert syntax.stderr.count("SyntaxError") == 1
     assert env.execute_code("print(x)").stdout == "40\n"  # an error loses nothing
+    kernel = env.kernel
+    env.setup()  # rlm's contract calls it once; again is a no-op, not a second kernel
+    assert env.kernel is kernel
+    assert env.execute_code("print(x)").stdout == "40\n"
 
 
 def test_llm_queries_run_on_the_host_and_are_tracked_per_cell(env: SunroomEnv) -> None:
