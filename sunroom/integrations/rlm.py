@@ -159,6 +159,7 @@ class SunroomEnv(NonIsolatedEnv):  # type: ignore[misc]  # rlm ships no type inf
             "packages": packages,
         }
         self._kernel: Kernel | None = None
+        self._cleaned_up = False
         self._code_tools: list[str] = []  # custom tools given as source, run at every start
         self._calls: list[RLMChatCompletion] = []
         self._calls_lock = threading.Lock()
@@ -183,10 +184,13 @@ class SunroomEnv(NonIsolatedEnv):  # type: ignore[misc]  # rlm ships no type inf
     def setup(self) -> None:
         """Start the kernel with the helpers as host functions, then install the scaffold.
 
-        The constructor calls it; calling it again while the kernel lives does nothing.
+        The constructor calls it; calling it again while the kernel lives does nothing, and
+        after :meth:`cleanup` raises KernelError.
         """
         if self._kernel is not None:
             return
+        if self._cleaned_up:
+            raise KernelError("this SunroomEnv was cleaned up; build a new one")
         functions: list[HostFunction] = [
             host_function(self._llm_query, name="llm_query"),
             host_function(self._llm_query_batched, name="llm_query_batched"),
@@ -234,7 +238,7 @@ class SunroomEnv(NonIsolatedEnv):  # type: ignore[misc]  # rlm ships no type inf
         if result.state_lost:
             stderr += "\n(the kernel was restarted: variables defined by earlier cells are gone)"
             self._install()
-        final_answer, shown = self._after_cell(kernel)
+        final_answer, shown = self._after_cell()
         with self._calls_lock:
             calls = list(self._calls)
             self._calls.clear()
@@ -250,6 +254,7 @@ class SunroomEnv(NonIsolatedEnv):  # type: ignore[misc]  # rlm ships no type inf
     def cleanup(self) -> None:
         """Kill the kernel's process tree and wait for it (idempotent)."""
         kernel, self._kernel = self._kernel, None
+        self._cleaned_up = True
         if kernel is not None:
             kernel.close()
 
@@ -413,7 +418,7 @@ class SunroomEnv(NonIsolatedEnv):  # type: ignore[misc]  # rlm ships no type inf
         self._live().bind(history=self._compaction_history)
         self._run(_REMEMBER_HISTORY, "binding history")
 
-    def _after_cell(self, kernel: Kernel) -> tuple[str | None, dict[str, str]]:
+    def _after_cell(self) -> tuple[str | None, dict[str, str]]:
         result = self._run(_AFTER_CELL, "reading the cell's answer")
         lines = result.stdout.strip().splitlines()
         report = json.loads(lines[-1]) if lines else {}

@@ -339,3 +339,5 @@ def test_cleanup_leaves_no_process_and_is_idempotent(
     e.cleanup()
     with pytest.raises(KernelError, match="cleaned up"):
         e.execute_code("1")
+    with pytest.raises(KernelError, match="cleaned up"):
+        e.setup()
