@@ -26,6 +26,7 @@ EXTRAS: Final[Mapping[str, tuple[str, ...]]] = {
     "providers": ("httpx", "anthropic", "openai", "google.genai"),
     "smolagents": ("smolagents",),
     "client": ("httpx",),
+    "rlm": ("rlm",),
 }
 
 

@@ -39,6 +39,7 @@ MODULE_OF = {
     "openai": "openai",
     "google-genai": "google.genai",
     "smolagents": "smolagents",
+    "rlms": "rlm",
 }
 
 HEAVY = ("zmq", "tornado", "docker", "mcp", "onnxruntime", "starlette", "uvicorn")
