@@ -50,7 +50,7 @@ elif [ "$#" -gt 0 ]; then
 else
   workers="${SUNROOM_TEST_WORKERS:-3}"
   echo "test.sh: every test but the serial ones, in parallel ($workers workers)"
-  run -n "$workers" --dist loadgroup -m "not serial" || code=$?
+  run -n "$workers" --dist load -m "not serial" || code=$?
   echo "test.sh: the serial tests, one at a time"
   serial=0
   run -m serial || serial=$?

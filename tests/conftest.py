@@ -292,6 +292,9 @@ SERIAL_TESTS: tuple[str, ...] = (
     # ipykernel forwards what a cell writes to fd 1 from a thread: on a starved CPU it came
     # after the cell's reply and was missing from stdout (once, with 2 workers)
     "tests/conformance/test_kernel.py::test_forged_frames_on_stdout_are_just_text[jupyter]",
+    # the smoke suite builds the wheel and two venvs once per process (session fixtures): in
+    # the parallel pass each worker built them again (xdist_group did not keep them together)
+    "tests/smoke/",
 )
 """Tests that must run alone (``serial``), by node-id prefix as :data:`KERNEL_TESTS`; each is
 serial for the reason docs/testing.md gives."""

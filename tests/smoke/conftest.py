@@ -79,9 +79,18 @@ def _clean_env(root: Path) -> dict[str, str]:
 def dist() -> Iterator[Path]:
     """The sdist and the wheel, built by ``python -m build`` from the checkout."""
     out = _world_readable_dir("sunroom-dist-")
+    # build from a private copy of what the sdist holds: setuptools writes its release tree,
+    # build/ and the egg-info into the source directory, which other processes share
+    source = out / "source"
+    source.mkdir()
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy2(CHECKOUT / name, source / name)
+    shutil.copytree(
+        CHECKOUT / "sunroom", source / "sunroom", ignore=shutil.ignore_patterns("__pycache__")
+    )
     started = time.monotonic()
     proc = subprocess.run(
-        [sys.executable, "-m", "build", "--sdist", "--wheel", "--outdir", str(out), str(CHECKOUT)],
+        [sys.executable, "-m", "build", "--sdist", "--wheel", "--outdir", str(out), str(source)],
         capture_output=True, text=True, timeout=600, check=False,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]

@@ -24,7 +24,7 @@ from tests.conftest import _unavailable_reason
 from tests.providers.replay import ReplayServer, reply_from
 from tests.smoke.conftest import CHECKOUT, TIMINGS, Venv
 
-pytestmark = [pytest.mark.smoke, pytest.mark.kernel, pytest.mark.xdist_group("smoke")]
+pytestmark = [pytest.mark.smoke, pytest.mark.kernel]
 
 HELLO = 'import sys\nprint("hello from", sys.prefix)\n'
 NOT_IN_A_KERNEL = ("zmq", "tornado", "docker", "mcp", "onnxruntime", "starlette", "uvicorn")
