@@ -47,9 +47,9 @@ def _free(path: Path) -> int:
     return st.f_bavail * st.f_frsize
 
 
-def _fill(path: Path, leave: int) -> Path:
+def _fill(path: Path, leave: int, name: str = "filler") -> Path:
     """Write a filler file on *path*'s filesystem until only about *leave* bytes are free."""
-    filler = path / "filler"
+    filler = path / name
     with open(filler, "wb") as f:
         while (room := _free(path) - leave) > 0:
             try:
@@ -92,12 +92,16 @@ def test_a_session_whose_events_cannot_be_stored_ends_failed_and_never_refills_t
         body = r.json()
         assert body["status"] == "failed", body
         assert "could not be stored" in body["result"]["error"], body
+        # the disk full to the last byte now: the few pages left above may have taken the
+        # session's small end record already (then the message below would fit as well)
+        _fill(small_disk, leave=0, name="rest")
         # a message meanwhile is refused (503), never accepted without being recorded
         r = server.client.post(f"/sessions/{sid}/messages", json={"text": "big again"})
         assert r.status_code == 503, r.text
         time.sleep(3)  # several leases (1 s): nothing resumes it while the disk is full
     finally:
         filler.unlink()
+        (small_disk / "rest").unlink(missing_ok=True)
     freed = _free(small_disk)
     # once space is back, the end is recorded; the session is not run again
     _wait(
