@@ -24,6 +24,7 @@ EXTRAS: Final[Mapping[str, tuple[str, ...]]] = {
     "mcp": ("mcp",),
     "embeddings": ("numpy", "onnxruntime", "tokenizers", "onnx", "safetensors"),
     "providers": ("httpx", "anthropic", "openai", "google.genai"),
+    "dspy": ("dspy",),
 }
 
 

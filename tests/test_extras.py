@@ -38,6 +38,7 @@ MODULE_OF = {
     "anthropic": "anthropic",
     "openai": "openai",
     "google-genai": "google.genai",
+    "dspy": "dspy",
 }
 
 HEAVY = ("zmq", "tornado", "docker", "mcp", "onnxruntime", "starlette", "uvicorn")
