@@ -26,6 +26,7 @@ from dspy.utils.dummies import DummyLM
 
 from sunroom.integrations.dspy import SunroomInterpreter
 from sunroom.sandbox.sync import Kernel
+from tests.integrations.wire import WireCounter
 
 pytestmark = pytest.mark.kernel
 
@@ -39,27 +40,6 @@ def interp() -> Iterator[SunroomInterpreter]:
         yield interpreter
     finally:
         interpreter.shutdown()
-
-
-class WireCounter:
-    """Counts the bytes the host writes to the kernel's RPC channel (every frame)."""
-
-    def __init__(self, interpreter: SunroomInterpreter) -> None:
-        interpreter.start()
-        kernel = interpreter.kernel
-        assert kernel is not None
-        channel = kernel.core._core.channel
-        assert channel is not None
-        transport = channel._transport
-        assert transport is not None
-        self.sent = 0
-        write = transport.write
-
-        def counting(data: Any) -> None:
-            self.sent += memoryview(data).nbytes
-            write(data)
-
-        transport.write = counting  # type: ignore[method-assign]
 
 
 # -- what execute returns ------------------------------------------------------------------
