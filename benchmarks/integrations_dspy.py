@@ -151,7 +151,7 @@ def report(name: str, times: list[float], sent: list[int], size: int) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--runs", type=int, default=5)
-    parser.add_argument("--deno-runs", type=int, default=3)
+    parser.add_argument("--deno-runs", type=int, default=1)  # ~15 min a run at 100 MB
     parser.add_argument("--mb", type=int, default=100)
     parser.add_argument("--backend", default="bwrap")
     parser.add_argument("--deno", default=shutil.which("deno"))
@@ -176,6 +176,7 @@ def main() -> None:
         assert answer == expected, answer
         times.append(elapsed)
     ours = report(f"SunroomInterpreter ({args.backend})", times, sent, size)
+    sys.stdout.flush()
 
     version = deno_version(args.deno) if args.deno else None
     if version is None:
@@ -188,11 +189,12 @@ def main() -> None:
     run_once(factory, context_of(2000))  # Pyodide's first load (cache), not timed
     factory.total()  # type: ignore[attr-defined]
     sent.clear()
-    for _ in range(args.deno_runs):
+    for i in range(args.deno_runs):
         elapsed, answer = run_once(factory, context)
         factory.total()  # type: ignore[attr-defined]
         assert answer == expected, answer
         times.append(elapsed)
+        print(f"  Deno run {i + 1}: {elapsed:.1f} s, {sent[-1] / 1e6:.1f} MB sent", flush=True)
     theirs = report("PythonInterpreter (Deno)", times, sent, size)
     print(f"wall time: SunroomInterpreter is {theirs / ours:.1f}x faster (medians)")
 

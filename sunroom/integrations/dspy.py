@@ -304,8 +304,12 @@ class SunroomInterpreter:
             kernel = Kernel(
                 backend=self._backend, functions=self._bridge(), limits=self._limits, env=self._env
             )
+        except SunroomError as exc:
+            raise CodeInterpreterError(f"The sunroom kernel could not be set up: {exc}") from exc
+        try:
             kernel.start()
         except SunroomError as exc:
+            kernel.close()
             raise CodeInterpreterError(f"The sunroom kernel did not start: {exc}") from exc
         self._kernel = kernel
         self._restarts = kernel.restarts

@@ -157,6 +157,12 @@ def test_a_dead_kernel_ends_the_session_and_is_never_restarted(interp: SunroomIn
             call()
 
 
+def test_a_kernel_that_cannot_start_is_an_interpreter_error() -> None:
+    interpreter = SunroomInterpreter(backend="no-such-backend")
+    with pytest.raises(CodeInterpreterError, match="did not start: unknown backend"):
+        interpreter.start()
+
+
 def test_shutdown_is_idempotent_and_final() -> None:
     interpreter = SunroomInterpreter()
     interpreter.execute("1")
