@@ -27,6 +27,7 @@ EXTRAS: Final[Mapping[str, tuple[str, ...]]] = {
     "smolagents": ("smolagents",),
     "client": ("httpx",),
     "rlm": ("rlm",),
+    "dspy": ("dspy",),
 }
 
 

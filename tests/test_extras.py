@@ -40,6 +40,7 @@ MODULE_OF = {
     "google-genai": "google.genai",
     "smolagents": "smolagents",
     "rlms": "rlm",
+    "dspy": "dspy",
 }
 
 HEAVY = ("zmq", "tornado", "docker", "mcp", "onnxruntime", "starlette", "uvicorn")
