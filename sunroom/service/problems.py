@@ -35,6 +35,8 @@ __all__ = [
     "NotFoundError",
     "OwnedElsewhereError",
     "ShuttingDown",
+    "Unauthorized",
+    "Unsupported",
     "error_body",
     "public_message",
     "retry_after",
@@ -46,6 +48,16 @@ __all__ = [
 @final
 class NotFoundError(UsageError):
     """No such session or kernel (404)."""
+
+
+@final
+class Unsupported(UsageError):
+    """A route of a foreign API (the E2B facade) that sunroom does not cover (501)."""
+
+
+@final
+class Unauthorized(UsageError):
+    """A request without the credential its route needs (401); the message never echoes it."""
 
 
 @final
@@ -81,6 +93,8 @@ class ShuttingDown(SunroomError):
 
 _STATUS: Final[tuple[tuple[type[BaseException], int], ...]] = (
     (NotFoundError, 404),
+    (Unsupported, 501),
+    (Unauthorized, 401),
     (StoreNotFoundError, 404),
     (ConflictError, 409),
     (ClosedError, 409),
