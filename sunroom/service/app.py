@@ -58,7 +58,9 @@ from sunroom import __version__
 from sunroom.errors import SunroomError, UsageError
 from sunroom.sandbox.functions import HostFunction, as_host_function
 from sunroom.service.auth import BearerAuth, HostCheck
+from sunroom.service.bodies import parse_json
 from sunroom.service.config import MAX_HEADER_BYTES, ServiceConfig
+from sunroom.service.e2b import E2BFacade, E2BRoutes, Sandboxes
 from sunroom.service.files import file_routes
 from sunroom.service.functions import load_functions
 from sunroom.service.kernels import KernelManager
@@ -107,37 +109,6 @@ def _record_json(record: SessionRecord) -> dict[str, Any]:
         "result": record.result,
         "owner": record.owner,
     }
-
-
-MAX_JSON_DEPTH = 64
-"""Deepest nesting of arrays and objects a request body may have (422 beyond)."""
-
-
-def _too_deep(value: Any, limit: int) -> bool:
-    """Whether *value* nests arrays/objects more than *limit* deep (iterative: no recursion)."""
-    stack: list[tuple[Any, int]] = [(value, 1)]
-    while stack:
-        item, depth = stack.pop()
-        if isinstance(item, dict | list):
-            if depth > limit:
-                return True
-            children = item.values() if isinstance(item, dict) else item
-            stack.extend((child, depth + 1) for child in children)
-    return False
-
-
-def parse_json(raw: bytes) -> Any:
-    """*raw* as JSON (``{}`` when empty), at most MAX_JSON_DEPTH deep. Raises UsageError."""
-    deep = UsageError(f"the body is nested too deep (at most {MAX_JSON_DEPTH} levels)")
-    try:
-        data = json.loads(raw or b"{}")
-    except RecursionError:
-        raise deep from None
-    except ValueError as exc:
-        raise UsageError(f"the body is not JSON: {exc}") from None
-    if _too_deep(data, MAX_JSON_DEPTH):
-        raise deep
-    return data
 
 
 async def _body(request: Request, model: type[M]) -> M:
@@ -190,6 +161,7 @@ def create_app(
         middleware=[
             Middleware(HeaderLimit, max_bytes=MAX_HEADER_BYTES),
             Middleware(HostCheck, allowed=config.host_allowed),
+            Middleware(E2BRoutes, facade=E2BFacade(config, service.sandboxes)),
             Middleware(BearerAuth, token=config.token),
             Middleware(
                 BodyLimit, max_bytes=config.max_body_bytes, file_max_bytes=config.max_file_bytes
@@ -220,6 +192,7 @@ class _Service:
         self._sessions: SessionManager | None = None
         self._kernels: KernelManager | None = None
         self._openapi: bytes | None = None
+        self.sandboxes = Sandboxes(config=config, functions=functions)
 
     def routes(self) -> list[tuple[str, str, Endpoint]]:
         """Every route: (path, method, endpoint)."""
@@ -280,6 +253,7 @@ class _Service:
                 config=config, functions=self._functions, templates=templates
             )
             await self.sessions().start()
+            await self.sandboxes.start(templates)
             stopping = asyncio.get_running_loop().create_task(
                 _shut_down_on(self.closing, self.kernels()), name="sunroom-kernels-shutdown"
             )
@@ -292,6 +266,7 @@ class _Service:
                 if not stopping.cancelled() and stopping.exception() is not None:
                     log.error("closing the raw kernels failed", exc_info=stopping.exception())
                 await self.kernels().aclose()
+                await self.sandboxes.aclose()
                 await self.sessions().aclose()
                 await templates.aclose()
 
@@ -310,6 +285,7 @@ class _Service:
             "sessions_idle": self.sessions().idle_count if ok else 0,
             "sessions_released": self.sessions().released if ok else 0,
             "kernels": self.kernels().live if ok else 0,
+            "e2b_sandboxes": self.sandboxes.live,
         }
 
     async def healthz(self, request: Request) -> Response:

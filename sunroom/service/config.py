@@ -119,6 +119,11 @@ class ServiceConfig(pydantic.BaseModel):
             ``SUNROOM_MAX_CONNECTIONS``, ``SUNROOM_MAX_CONNECTIONS_PER_CLIENT``). The address
             is the TCP peer's: ``X-Forwarded-For`` does not change it (there is no trusted-proxy
             setting for it), so behind a reverse proxy every client shares the proxy's cap.
+        e2b_pool: warm kernels the E2B-compatible API (docs/integrations.md) keeps started for
+            its next sandboxes (``sunroom serve --e2b-pool``, ``SUNROOM_E2B_POOL``; 0, the
+            default, starts each sandbox's kernel on demand). Each warm kernel is handed out once.
+        e2b_max_timeout_s: the longest lifetime an E2B sandbox may ask for (seconds; its
+            ``timeout``, 300 when it names none).
     """
 
     model_config = pydantic.ConfigDict(frozen=True, extra="forbid")
@@ -154,6 +159,8 @@ class ServiceConfig(pydantic.BaseModel):
     read_timeout_s: float = pydantic.Field(default=10.0, gt=0, le=3600)
     max_connections: int = pydantic.Field(default=1024, gt=0)
     max_connections_per_client: int = pydantic.Field(default=256, gt=0)
+    e2b_pool: int = pydantic.Field(default=0, ge=0, le=64)
+    e2b_max_timeout_s: int = pydantic.Field(default=3600, gt=0, le=86400)
 
     @pydantic.model_validator(mode="after")
     def _check(self) -> ServiceConfig:
@@ -278,7 +285,7 @@ class ServiceConfig(pydantic.BaseModel):
         Reads ``SUNROOM_TOKEN``, ``SUNROOM_MODEL``, ``SUNROOM_BASE_URL``, ``SUNROOM_DB``,
         ``SUNROOM_BACKEND``, ``SUNROOM_KERNEL_NAME``, ``SUNROOM_MAX_FILE_BYTES``,
         ``SUNROOM_READ_TIMEOUT_S``, ``SUNROOM_SESSION_IDLE_S``, ``SUNROOM_MAX_CONNECTIONS``,
-        ``SUNROOM_MAX_CONNECTIONS_PER_CLIENT``,
+        ``SUNROOM_MAX_CONNECTIONS_PER_CLIENT``, ``SUNROOM_E2B_POOL``,
         ``SUNROOM_ALLOWED_BASE_URLS``, ``SUNROOM_ALLOWED_HOSTS`` and ``SUNROOM_FUNCTIONS`` (the
         last three comma-separated).
         Raises UsageError with one line naming each bad setting (never its value: the token is
@@ -298,6 +305,7 @@ class ServiceConfig(pydantic.BaseModel):
             ("session_idle_s", "SUNROOM_SESSION_IDLE_S"),
             ("max_connections", "SUNROOM_MAX_CONNECTIONS"),
             ("max_connections_per_client", "SUNROOM_MAX_CONNECTIONS_PER_CLIENT"),
+            ("e2b_pool", "SUNROOM_E2B_POOL"),
         ):
             if env.get(var):
                 values[field] = env[var]
