@@ -168,9 +168,9 @@ async def _send(scope: Scope, receive: Receive, send: Send, response: Response) 
     await response(scope, receive, send)
 
 
-def _status_and_message(request: Request, exc: Exception) -> tuple[int, str]:
-    if isinstance(exc, NotFoundError) and str(exc).startswith("The sandbox "):
-        return 502, str(exc)  # E2B's proxy: the sandbox is gone
+def _status_and_message(request: Request, exc: Exception, *, proxy: bool) -> tuple[int, str]:
+    if proxy and isinstance(exc, NotFoundError) and str(exc).startswith("The sandbox "):
+        return 502, str(exc)  # E2B's proxy in front of a sandbox: it is gone
     if isinstance(exc, pydantic.ValidationError):
         return 400, validation_message(exc)
     if isinstance(exc, HTTPException):
@@ -189,11 +189,11 @@ def _json_error_response(status: int, message: str) -> Response:
 
 
 async def _json_error(request: Request, exc: Exception) -> Response:
-    return _json_error_response(*_status_and_message(request, exc))
+    return _json_error_response(*_status_and_message(request, exc, proxy=False))
 
 
 async def _text_error(request: Request, exc: Exception) -> Response:
-    status, message = _status_and_message(request, exc)
+    status, message = _status_and_message(request, exc, proxy=True)
     return PlainTextResponse(message, status_code=status)
 
 

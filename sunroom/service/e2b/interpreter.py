@@ -30,6 +30,7 @@ import asyncio
 import base64
 import json
 import logging
+import textwrap
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any, Final
@@ -159,8 +160,13 @@ class _Interpreter:
                 status_code=400,
             )
         ctx = sandbox.context(body.context_id)
-        cell = _Cell(sandbox, ctx, body.code, envs)
+        cell = _Cell(sandbox, ctx, _dedented(body.code), envs)
         return StreamingResponse(cell.lines(), media_type="application/x-ndjson")
+
+
+def _dedented(code: str) -> str:
+    """*code* without the indentation all its lines share, as IPython (E2B's kernel) runs it."""
+    return textwrap.dedent(code) if code[:1].isspace() else code
 
 
 async def _json(request: Request) -> Any:
