@@ -23,3 +23,22 @@ def pop_env():
             os.environ.pop(k, None)
         else:
             os.environ[k] = v
+
+
+def pip_install(requirements):
+    import importlib.metadata as md
+    import re
+
+    missing = []
+    for req in requirements:
+        name = re.split(r"[<>=!~\[; ]", req, maxsplit=1)[0]
+        try:
+            version = md.version(name)
+        except md.PackageNotFoundError:
+            missing.append(req)
+        else:
+            print(f"Requirement already satisfied: {name} ({version})")
+    if missing:
+        import builtins
+
+        builtins.install(*missing)

@@ -26,6 +26,7 @@ Errors are plain text, as E2B's server answers them: 404 for an unknown context,
 
 from __future__ import annotations
 
+import ast
 import asyncio
 import base64
 import json
@@ -59,6 +60,7 @@ MAX_ENV_VARS: Final = 256
 """Environment variables one execution may set."""
 
 _PRELUDE: Final = "__import__('sunroom.prelude.e2b', fromlist=['push_env'])"
+_PIP: Final = "__import__('sunroom.prelude.e2b', fromlist=['pip_install'])"
 
 _FIELDS: Final = {
     "text/plain": "text",
@@ -160,13 +162,36 @@ class _Interpreter:
                 status_code=400,
             )
         ctx = sandbox.context(body.context_id)
-        cell = _Cell(sandbox, ctx, _dedented(body.code), envs)
+        cell = _Cell(sandbox, ctx, _as_ipython(body.code), envs)
         return StreamingResponse(cell.lines(), media_type="application/x-ndjson")
 
 
-def _dedented(code: str) -> str:
-    """*code* without the indentation all its lines share, as IPython (E2B's kernel) runs it."""
-    return textwrap.dedent(code) if code[:1].isspace() else code
+def _as_ipython(code: str) -> str:
+    """*code* as E2B's IPython kernel reads it, in the two ways its users rely on.
+
+    The indentation all lines share is dropped; and when the cell is not valid Python, each
+    ``!pip install ...`` / ``%pip install ...`` line becomes a call of the kernel's
+    ``pip_install`` (:mod:`sunroom.prelude.e2b`: what is installed already is reported as
+    such, the rest goes through the kernel's ``install()``). Other shell escapes and magics
+    are left as they are (a SyntaxError: commands are not covered).
+    """
+    if code[:1].isspace():
+        code = textwrap.dedent(code)
+    try:
+        ast.parse(code)
+    except (SyntaxError, ValueError):
+        pass
+    else:
+        return code
+    lines = code.split("\n")
+    for i, line in enumerate(lines):
+        body = line.lstrip()
+        words = body[1:].split()
+        if body[:1] in "!%" and words[:2] == ["pip", "install"]:
+            wanted = [w for w in words[2:] if not w.startswith("-")]
+            indent = line[: len(line) - len(body)]
+            lines[i] = f"{indent}{_PIP}.pip_install({wanted!r})"
+    return "\n".join(lines)
 
 
 async def _json(request: Request) -> Any:
