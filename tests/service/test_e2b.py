@@ -30,13 +30,13 @@ pytestmark = pytest.mark.kernel
 
 
 @pytest.fixture
-def server(make_server: Callable[..., Server], monkeypatch: pytest.MonkeyPatch) -> Iterator[Server]:
+def server(make_server: Callable[..., Server], monkeypatch: pytest.MonkeyPatch) -> Server:
     srv = make_server(backend="bwrap")
     monkeypatch.setenv("E2B_API_URL", srv.url)
     monkeypatch.setenv("E2B_SANDBOX_URL", srv.url)
     monkeypatch.setenv("E2B_API_KEY", TOKEN)
     monkeypatch.delenv("E2B_DEBUG", raising=False)
-    yield srv
+    return srv
 
 
 @pytest.fixture
