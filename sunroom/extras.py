@@ -28,6 +28,7 @@ EXTRAS: Final[Mapping[str, tuple[str, ...]]] = {
     "client": ("httpx",),
     "rlm": ("rlm",),
     "dspy": ("dspy",),
+    "e2b": ("e2b_code_interpreter",),
 }
 
 

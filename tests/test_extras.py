@@ -41,6 +41,7 @@ MODULE_OF = {
     "smolagents": "smolagents",
     "rlms": "rlm",
     "dspy": "dspy",
+    "e2b-code-interpreter": "e2b_code_interpreter",
 }
 
 HEAVY = ("zmq", "tornado", "docker", "mcp", "onnxruntime", "starlette", "uvicorn")

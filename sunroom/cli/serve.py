@@ -102,6 +102,13 @@ def serve(
             "only, no injected headers, no private addresses)."
         ),
     ] = False,
+    e2b_pool: Annotated[
+        int | None,
+        typer.Option(
+            help="Warm kernels kept started for the E2B-compatible API's next sandboxes "
+            "(0 to 64; docs/integrations.md). [default: 0]"
+        ),
+    ] = None,
 ) -> None:
     """Run the HTTP/SSE service (token from SUNROOM_TOKEN, or generated and printed).
 
@@ -126,6 +133,7 @@ def serve(
             max_sessions=max_sessions, session_idle_s=session_idle_s,
             templates=templates or None, mcp_servers=mcp_servers(mcp),
             networks=named_networks(network or []), client_network=client_network or None,
+            e2b_pool=e2b_pool,
         )  # fmt: skip
         _check_service(base)
     except SunroomError as exc:
