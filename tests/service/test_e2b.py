@@ -124,6 +124,23 @@ def test_a_sandbox_killed_under_a_running_cell_is_reported_as_killed(server: Ser
     assert Sandbox.kill(sb.sandbox_id) is False  # already gone: 404, not an error
 
 
+def test_a_kernel_that_dies_is_reported_and_the_sandbox_comes_back_as_it_was(
+    server: Server,
+) -> None:
+    sb = Sandbox.create(envs={"KEEP": "kept"})
+    try:
+        sb.run_code("lost = 1")
+        died = sb.run_code("import os\nos._exit(3)")
+        assert died.error is not None
+        after = sb.run_code("import os\nos.environ['KEEP'], 'lost' in globals()")
+        assert after.text == "('kept', False)"  # a new kernel, set up as the sandbox asked
+        too_big = "x = 1\n" * 200_000  # over the server's 1 MiB body limit
+        with pytest.raises(SandboxException, match="413 .*over the limit of 1048576 bytes"):
+            sb.run_code(too_big)
+    finally:
+        sb.kill()
+
+
 def test_a_sandbox_ends_at_its_timeout_and_set_timeout_moves_the_end(server: Server) -> None:
     short = Sandbox.create(timeout=1)
     kept = Sandbox.create(timeout=1)
@@ -177,6 +194,14 @@ def test_credentials_are_checked_on_every_route(server: Server, sandbox: Sandbox
         assert http.post("/execute", json=body, headers=headers).status_code == 401
         wrong = {**headers, "X-Access-Token": "not-the-token"}
         assert http.post("/execute", json=body, headers=wrong).status_code == 401
+        other = Sandbox.create()
+        try:  # another sandbox's tokens open nothing here
+            theirs = {**headers, "X-Access-Token": other._envd_access_token}
+            assert http.post("/execute", json=body, headers=theirs).status_code == 401
+            traffic = {**headers, "E2B-Traffic-Access-Token": other.traffic_access_token}
+            assert http.get("/contexts", headers=traffic).status_code == 401
+        finally:
+            other.kill()
         gone = {**headers, "E2b-Sandbox-Id": "sr-nope", "X-Access-Token": "x"}
         answer = http.post("/execute", json=body, headers=gone)
         assert answer.status_code == 502 and "was not found" in answer.text

@@ -41,10 +41,11 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from sunroom.errors import SunroomError
 from sunroom.sandbox.result import DisplayItem, ExecutionResult
 from sunroom.service.bodies import parse_json
-from sunroom.service.e2b.sandboxes import Context, Sandbox, Sandboxes, language_of
-from sunroom.service.problems import Unsupported
+from sunroom.service.e2b.sandboxes import Context, Sandbox, Sandboxes, check_envs, language_of
+from sunroom.service.problems import public_message
 
 __all__ = ["KEEPALIVE_S", "PARTIAL_LINE_S", "interpreter_routes"]
 
@@ -55,9 +56,6 @@ KEEPALIVE_S: Final = 5.0
 
 PARTIAL_LINE_S: Final = 0.1
 """Output without a newline yet is sent after this long."""
-
-MAX_ENV_VARS: Final = 256
-"""Environment variables one execution may set."""
 
 _PRELUDE: Final = "__import__('sunroom.prelude.e2b', fromlist=['push_env'])"
 _PIP: Final = "__import__('sunroom.prelude.e2b', fromlist=['pip_install'])"
@@ -156,13 +154,11 @@ class _Interpreter:
         if body.context_id is None:
             language_of(body.language)  # Unsupported (501) for anything but Python
         envs = body.env_vars or {}
-        if len(envs) > MAX_ENV_VARS:
-            return PlainTextResponse(
-                f"an execution sets at most {MAX_ENV_VARS} environment variables",
-                status_code=400,
-            )
+        check_envs(envs)
         ctx = sandbox.context(body.context_id)
-        cell = _Cell(sandbox, ctx, _as_ipython(body.code), envs)
+        code = _as_ipython(body.code)
+        ctx.kernel.limits.check_code(code)  # refused before the stream starts (400)
+        cell = _Cell(self._sandboxes, sandbox, ctx, code, envs)
         return StreamingResponse(cell.lines(), media_type="application/x-ndjson")
 
 
@@ -205,7 +201,15 @@ class SandboxKilled(Exception):  # noqa: N818 - not an error of the facade's: a 
 class _Cell:
     """One execution: runs the cell in a task and turns its output into E2B's lines."""
 
-    def __init__(self, sandbox: Sandbox, ctx: Context, code: str, envs: Mapping[str, str]) -> None:
+    def __init__(
+        self,
+        sandboxes: Sandboxes,
+        sandbox: Sandbox,
+        ctx: Context,
+        code: str,
+        envs: Mapping[str, str],
+    ) -> None:
+        self.sandboxes = sandboxes
         self.sandbox = sandbox
         self.ctx = ctx
         self.code = code
@@ -257,14 +261,14 @@ class _Cell:
             for stream in pending:
                 if pending[stream]:
                     yield _output(stream, pending[stream])
-            if isinstance(item, BaseException):
-                if not self.sandbox.alive:
-                    raise SandboxKilled(f"the sandbox {self.sandbox.sandbox_id} was killed")
-                raise item
-            if not self.sandbox.alive:
+            if not self.sandbox.alive:  # cut the response off: the SDK reports a killed sandbox
                 raise SandboxKilled(f"the sandbox {self.sandbox.sandbox_id} was killed")
-            for line in _result_lines(item, self.ctx.executions):
-                yield line
+            if isinstance(item, BaseException):
+                for line in _failure_lines(item, self.ctx.executions):
+                    yield line
+            else:
+                for line in _result_lines(item, self.ctx.executions):
+                    yield line
             return
 
     async def _run(self) -> None:
@@ -282,7 +286,9 @@ class _Cell:
                         out = await ctx.kernel.execute(self.code, timeout_s=remaining)
                     finally:
                         self.running = False
-                    if self.envs:
+                    if out.state_lost:  # a new kernel: E2B's behaviour and the sandbox's env
+                        await self.sandboxes.prepare_again(self.sandbox, ctx)
+                    elif self.envs:
                         await self._setup(f"{_PRELUDE}.pop_env()")
                 finally:
                     ctx.sink = None
@@ -296,7 +302,7 @@ class _Cell:
         out = await self.ctx.kernel.execute(code, timeout_s=30.0)
         if not out.ok:
             detail = out.error.message if out.error is not None else out.status
-            raise Unsupported(f"the execution's environment variables could not be set: {detail}")
+            raise SunroomError(f"the execution's environment could not be set: {detail}")
 
     def _sink(self, stream: str, text: str) -> None:
         if stream in ("stdout", "stderr"):
@@ -331,6 +337,20 @@ def _result_lines(out: ExecutionResult, count: int) -> list[bytes]:
     lines.append(_line({"type": "number_of_executions", "execution_count": count}))
     lines.append(_line({"type": "end_of_execution"}))
     return lines
+
+
+def _failure_lines(exc: BaseException, count: int) -> list[bytes]:
+    """A failure around the cell (not in it) as an E2B ``error``, then the end."""
+    if isinstance(exc, SunroomError):
+        message = public_message(exc)
+    else:
+        log.error("an E2B execution failed", exc_info=exc)
+        message = "the server failed; its log has the details"
+    return [
+        _line({"type": "error", "name": type(exc).__name__, "value": message, "traceback": ""}),
+        _line({"type": "number_of_executions", "execution_count": count}),
+        _line({"type": "end_of_execution"}),
+    ]
 
 
 def _is_main(item: DisplayItem) -> bool:

@@ -74,6 +74,22 @@ MAX_METADATA: Final = 64
 _PRELUDE: Final = "__import__('sunroom.prelude.e2b', fromlist=['install'])"
 
 
+MAX_ENV_VARS: Final = 256
+"""Environment variables a sandbox or one execution may set."""
+
+
+def check_envs(envs: Mapping[str, str]) -> None:
+    """Raise UsageError unless *envs* can be environment variables (at most MAX_ENV_VARS)."""
+    if len(envs) > MAX_ENV_VARS:
+        raise UsageError(f"at most {MAX_ENV_VARS} environment variables may be set at once")
+    for key, value in envs.items():
+        if not key or "=" in key or "\x00" in key or "\x00" in value:
+            raise UsageError(
+                f"environment variable {key[:40]!r} is not valid: a name must be non-empty "
+                "without '=' or NUL, and a value without NUL"
+            )
+
+
 def language_of(language: str | None) -> str:
     """E2B's language name normalised (None: Python); raises Unsupported for another language."""
     if language is None or not language.strip():
@@ -202,6 +218,7 @@ class Sandboxes:
         CapacityError, KernelStartError, SandboxUnavailableError.
         """
         lifetime = self._lifetime(timeout_s)
+        check_envs(envs)
         if len(metadata) > MAX_METADATA or any(
             len(k) > 256 or len(v) > 256 for k, v in metadata.items()
         ):
@@ -289,8 +306,15 @@ class Sandboxes:
         ctx = sandbox.context(context_id)
         async with ctx.lock:
             await ctx.kernel.restart()
-            await self._prepare(ctx.kernel, sandbox.envs, ctx.cwd)
+            await self.prepare_again(sandbox, ctx)
             ctx.executions = 0
+
+    async def prepare_again(self, sandbox: Sandbox, ctx: Context) -> None:
+        """Set a restarted kernel of *ctx* up again (a restart, or a cell that lost the state).
+
+        The caller holds ``ctx.lock``.
+        """
+        await self._prepare(ctx.kernel, sandbox.envs, ctx.cwd)
 
     # -- parts ------------------------------------------------------------------------------
 
