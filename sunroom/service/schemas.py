@@ -344,6 +344,7 @@ class HealthOut(_Answer):
     sessions_idle: int
     sessions_released: int
     kernels: int
+    e2b_sandboxes: int
 
 
 class SessionCreated(_Answer):
