@@ -27,6 +27,9 @@ workdir of the sandbox's default-context kernel (``kernel.files``):
   ``Stat`` as a directory without size or time.
 - ``GET /health`` → 204 while the sandbox lives (the SDK's ``is_running``).
 
+A file operation waits for a cell that runs in the kernel to end (``kernel.files`` is
+serialised with cells), where E2B's envd works beside running code.
+
 Paths: E2B's are absolute. One under the sandbox's *workdir* (``EnvdTarget.workdir``, e.g.
 ``/work`` on bwrap) is taken relative to it; a relative path (and ``~``) relative to it; any
 other is a 400 (``invalid_argument``) naming the workdir. E2B's home, ``/home/user``, does
@@ -51,9 +54,10 @@ A missing file is 404 (``not_found``), a refused path 400 (``invalid_argument``)
 workdir 507; another SunroomError is a 500 (``internal``) with its public message, logged
 with its traceback.
 
-Limits: an upload holds at most *max_file_bytes* (the body as sent, and each file's bytes
-after gzip): reading stops at the cap, the file is not written and the answer is 413. An
-RPC body holds at most :data:`MAX_RPC_BYTES`.
+Limits: an upload holds at most *max_file_bytes*, the body as sent and again once
+gunzipped: reading stops at the cap, the file being written is dropped and the answer is 413.
+An RPC body holds at most :data:`MAX_RPC_BYTES`. Multipart bodies are parsed as they stream by
+python-multipart's parser (without that package they answer 501).
 """
 
 from __future__ import annotations
@@ -65,7 +69,7 @@ import posixpath
 import zlib
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Final, final
+from typing import TYPE_CHECKING, Final, final
 
 import pydantic
 from starlette.requests import ClientDisconnect, Request
@@ -258,7 +262,9 @@ def _not_covered(what: str) -> str:
 # -- errors ---------------------------------------------------------------------------------
 
 
-def _guarded(resolve: Resolve, handler: Handler, *, rpc: bool) -> Callable[[Request], Any]:
+def _guarded(
+    resolve: Resolve, handler: Handler, *, rpc: bool
+) -> Callable[[Request], Awaitable[Response]]:
     """*handler* behind *resolve*, its errors answered as envd's (*rpc*: as Connect's)."""
 
     async def endpoint(request: Request) -> Response:
