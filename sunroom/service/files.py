@@ -40,7 +40,7 @@ from sunroom.service.kernels import KernelManager
 from sunroom.service.problems import error_body
 from sunroom.service.sessions import SessionManager
 
-__all__ = ["ZEROCOPY", "file_routes"]
+__all__ = ["ZEROCOPY", "file_response", "file_routes"]
 
 ZEROCOPY: Final = "http.response.zerocopysend"
 """The ASGI extension a server may offer: a response body sent from a file with ``sendfile``
@@ -133,38 +133,43 @@ class _Sendfile(Response):
 def _downloader(find: Finder) -> Endpoint:
     async def get(request: Request) -> Response:
         kernel = await find(request)
-        path = request.path_params["path"]
-        # opened before the head: a missing file is a 404, not a broken stream
-        if ZEROCOPY in request.scope.get("extensions", {}):
-            try:
-                shared = await kernel.files.open_shared(path)
-            except FileError as exc:
-                return _problem(exc)
-            if shared is not None:
-                return _Sendfile(shared)
         try:
-            size, stream = await kernel.files.read_sized(path)
+            return await file_response(request, kernel, request.path_params["path"])
         except FileError as exc:
             return _problem(exc)
 
-        async def body() -> AsyncIterator[bytes]:
-            left = size  # the Content-Length sent: a file that grew is cut there
-            try:
-                async for chunk in stream:
-                    if len(chunk) >= left:
-                        yield chunk[:left]
-                        return
-                    left -= len(chunk)
-                    yield chunk
-            finally:
-                await stream.aclose()
-            if left:  # the file shrank meanwhile: end the connection, the body is short
-                raise FileError("the file shrank while it was sent", reason="failed")
-
-        headers = {"content-length": str(size)}
-        return StreamingResponse(body(), media_type="application/octet-stream", headers=headers)
-
     return get
+
+
+async def file_response(request: Request, kernel: AsyncKernel, path: str) -> Response:
+    """The workdir file *path* of *kernel* as a 200 response, streamed as the module says.
+
+    The file is opened before the response is made: a missing file, a directory or a refused
+    path raises FileError here (a 404 or 4xx, not a broken stream). The E2B facade's
+    ``GET /files`` (:mod:`sunroom.service.e2b.envd`) sends files with it too.
+    """
+    if ZEROCOPY in request.scope.get("extensions", {}):
+        shared = await kernel.files.open_shared(path)
+        if shared is not None:
+            return _Sendfile(shared)
+    size, stream = await kernel.files.read_sized(path)
+
+    async def body() -> AsyncIterator[bytes]:
+        left = size  # the Content-Length sent: a file that grew is cut there
+        try:
+            async for chunk in stream:
+                if len(chunk) >= left:
+                    yield chunk[:left]
+                    return
+                left -= len(chunk)
+                yield chunk
+        finally:
+            await stream.aclose()
+        if left:  # the file shrank meanwhile: end the connection, the body is short
+            raise FileError("the file shrank while it was sent", reason="failed")
+
+    headers = {"content-length": str(size)}
+    return StreamingResponse(body(), media_type="application/octet-stream", headers=headers)
 
 
 def glob_problem(glob: str) -> str | None:
