@@ -26,6 +26,7 @@ MODULE_OF = {
     "starlette": "starlette",
     "uvicorn": "uvicorn",
     "httptools": "httptools",
+    "python-multipart": "python_multipart",
     "jupyter-client": "jupyter_client",
     "nbformat": "nbformat",
     "mcp": "mcp",
