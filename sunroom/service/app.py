@@ -3,7 +3,8 @@
 Routes (all but ``/healthz`` need ``Authorization: Bearer <token>``):
 
 - ``GET /healthz``: ``{"ok": true, "sessions": n, "kernels": n}``
-- ``GET /openapi.json``: this API described, OpenAPI 3.1 (:mod:`sunroom.service.openapi`)
+- ``GET /openapi.json``: this API described, OpenAPI 3.1 (:mod:`sunroom.service.openapi`),
+  the E2B facade's routes included
 - ``POST /sessions``: :class:`~.schemas.CreateSession` → 201 ``{"session_id"}``
 - ``GET /sessions``: the newest session records; ``GET /sessions/{id}``: one record
 - ``POST /sessions/{id}/messages``: :class:`~.schemas.MessageIn` → 202
@@ -61,6 +62,7 @@ from sunroom.service.auth import BearerAuth, HostCheck
 from sunroom.service.bodies import parse_json
 from sunroom.service.config import MAX_HEADER_BYTES, ServiceConfig
 from sunroom.service.e2b import E2BFacade, E2BRoutes, Sandboxes
+from sunroom.service.e2b.catalog import FACADE_ROUTES
 from sunroom.service.files import file_routes
 from sunroom.service.functions import load_functions
 from sunroom.service.kernels import KernelManager
@@ -294,7 +296,7 @@ class _Service:
     async def openapi(self, request: Request) -> Response:
         if self._openapi is None:  # built once, from the routes this app serves
             routes = [(path, method) for path, method, _ in self.routes()]
-            document = openapi_document(routes, version=__version__)
+            document = openapi_document(routes, version=__version__, facade_routes=FACADE_ROUTES)
             self._openapi = json.dumps(document, separators=(",", ":")).encode()
         return Response(self._openapi, media_type="application/json")
 

@@ -4,16 +4,21 @@ Every route the app serves is described in :data:`OPERATIONS` by its request and
 models (:mod:`sunroom.service.schemas`, pydantic), its query parameters, its statuses and the
 error body of :mod:`sunroom.service.problems`; the document is built from the app's own route
 table, so a route missing here is a :class:`LookupError` (``tests/service/test_openapi.py``
-fails on it). Bodies that are not JSON are described by their media type: the SSE stream of a
-session's events (``text/event-stream``) and a workdir file's bytes
-(``application/octet-stream``). Every route but ``/healthz`` needs the bearer token,
+fails on it). The E2B facade's routes, which the app hands over before its route table, are
+described in :data:`FACADE_OPERATIONS` from their list
+(:data:`~sunroom.service.e2b.catalog.FACADE_ROUTES`), tagged ``e2b``, with E2B's own bodies
+(:mod:`sunroom.service.e2b.schemas`), errors and credentials. Bodies that are not JSON are
+described by their media type: the SSE stream of a session's events (``text/event-stream``),
+a workdir file's bytes (``application/octet-stream``) and the lines of the facade's
+``/execute`` (``application/x-ndjson``, each line's schema in ``x-line-schema``). Every route
+but ``/healthz`` needs the bearer token (or, for the facade's, E2B's credentials),
 ``/openapi.json`` included.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal, final
 
@@ -21,8 +26,21 @@ import pydantic
 from pydantic.json_schema import models_json_schema
 
 from sunroom.service import schemas as s
+from sunroom.service.e2b import schemas as e
+from sunroom.service.e2b.catalog import UNCOVERED_METHODS, UNCOVERED_PATHS
+from sunroom.service.e2b.control import MAX_PAGE, CreateRequest, RefreshRequest, TimeoutRequest
+from sunroom.service.e2b.facade import INTERPRETER_PORT
+from sunroom.service.e2b.interpreter import CreateContextRequest, ExecuteRequest
 
-__all__ = ["OPERATIONS", "Operation", "Query", "openapi_document"]
+__all__ = [
+    "FACADE_OPERATIONS",
+    "OPERATIONS",
+    "Operation",
+    "Query",
+    "facade_path",
+    "openapi_document",
+    "openapi_path",
+]
 
 JSON = dict[str, Any]
 Model = type[pydantic.BaseModel]
@@ -31,12 +49,16 @@ Model = type[pydantic.BaseModel]
 @final
 @dataclass(frozen=True, slots=True)
 class Query:
-    """A query parameter (or, with ``header=True``, a request header)."""
+    """A query parameter (or, with ``header=True``, a request header).
+
+    *required*: a request must carry it.
+    """
 
     name: str
     schema: Mapping[str, Any]
     description: str
     header: bool = False
+    required: bool = False
 
 
 @final
@@ -44,19 +66,31 @@ class Query:
 class Operation:
     """One route's description.
 
-    *answers* maps each success status to its body model (None: a body of *stream* type);
-    *errors* lists the error statuses it may answer besides 401 (every protected route) and
-    400 for a Host header the server does not serve (every route).
+    *answers* maps each success status to its body model (None: a body of *stream* type, or
+    no body for 204; with *stream* ``"ndjson"`` the model is each line's); *errors* lists the
+    error statuses it may answer besides 401 (every protected route) and 400 for a Host header
+    the server does not serve (every route). *body* ``"upload"`` is a file upload
+    (``multipart/form-data`` or ``application/octet-stream``).
+
+    The E2B facade's routes differ from sunroom's own: *problem* is their error body (a model,
+    or ``"text"`` for plain text), *security* names the schemes any one of which admits a
+    request (None: the document's bearer token), *reasons* and *names* describe their error
+    statuses and path parameters where sunroom's words do not fit.
     """
 
     summary: str
     answers: Mapping[int, Model | None]
     errors: tuple[int, ...] = ()
-    body: Model | Literal["bytes"] | None = None
+    body: Model | Literal["bytes", "upload"] | None = None
     params: tuple[Query, ...] = ()
-    stream: Literal["sse", "bytes", "json"] | None = None
+    stream: Literal["sse", "bytes", "json", "ndjson"] | None = None
     public: bool = False
     description: str = field(default="")
+    tags: tuple[str, ...] = ()
+    problem: Model | Literal["text"] = s.ProblemOut
+    security: tuple[str, ...] | None = None
+    reasons: Mapping[int, str] = field(default_factory=dict)
+    names: Mapping[str, str] = field(default_factory=dict)
 
 
 _LIMIT = Query("limit", {"type": "integer", "minimum": 1, "maximum": 1000, "default": 100},
@@ -158,6 +192,211 @@ OPERATIONS: Final[Mapping[tuple[str, str], Operation]] = {
 }  # fmt: skip
 """Every route's description, by (method, OpenAPI path)."""
 
+
+def openapi_path(route: str) -> str:
+    """*route* (Starlette's template, ``{path:path}``) as an OpenAPI path (``{path}``)."""
+    return re.sub(r"\{(\w+):\w+\}", r"{\1}", route)
+
+
+_MOVED: Final = {"/sandboxes/{rest:path}": "/sandboxes/{sid}/{rest}"}
+"""Facade routes described under another path: E2B's catch-all below ``/sandboxes/`` as
+``/sandboxes/{rest}`` would be ``/sandboxes/{sid}`` again, which OpenAPI forbids."""
+
+
+def facade_path(route: str) -> str:
+    """The OpenAPI path that describes the facade's route *route* (a Starlette template)."""
+    return _MOVED.get(route) or openapi_path(route)
+
+
+# -- the E2B facade (sunroom.service.e2b): E2B's API, at the server's root and under /e2b
+
+_CONTROL: Final = ("e2bApiKey", "bearer")
+_SANDBOX: Final = ("e2bAccessToken", "e2bTrafficToken", "e2bApiKey", "bearer")
+
+_E2B_NAMES: Final = {
+    "sid": "A sandbox id (`sandboxID`)",
+    "cid": "A code context id",
+    "rest": "The rest of the path (it may hold `/`; after `/templates` and the like, also empty)",
+    "method": "The RPC's method",
+}
+
+_E2B_REASONS: Final = {
+    400: "A malformed request or a bad value (the message names it)",
+    401: "No valid credentials: X-API-KEY or the bearer token (a sandbox route also takes its "
+    "X-Access-Token or E2B-Traffic-Access-Token)",
+    404: "No such sandbox, template, context or file",
+    413: "The body is over the server's limit",
+    429: "The server runs its limit of E2B sandbox kernels",
+    500: "The sandbox's kernel failed",
+    501: "Not covered by sunroom's E2B API (the message says what)",
+    502: 'The sandbox is unknown or was killed ("The sandbox ... was not found", as E2B\'s '
+    "proxy answers; the SDK reads it as not running)",
+    503: "Unavailable now (the server is stopping, no kernel could start); for an RPC, also "
+    "an unknown or killed sandbox (Connect code `unavailable`)",
+}
+
+_SANDBOX_ID = Query("E2b-Sandbox-Id", {"type": "string"},
+                    "The sandbox the request is for (what routes it to the facade)",
+                    header=True, required=True)  # fmt: skip
+_INTERPRETER = Query("E2b-Sandbox-Port", {"type": "string", "enum": [INTERPRETER_PORT]},
+                     "The code interpreter's port", header=True, required=True)  # fmt: skip
+_ENVD = Query("E2b-Sandbox-Port", {"type": "string"},
+              f"envd's port (the SDK sends 49983): any but {INTERPRETER_PORT}",
+              header=True)  # fmt: skip
+_ANY_PORT = Query("E2b-Sandbox-Port", {"type": "string"},
+                  f"{INTERPRETER_PORT}: the code interpreter answers 200 \"OK\"; any other "
+                  "(or none): envd answers 204", header=True)  # fmt: skip
+_E2B_PATH = Query("path", {"type": "string"},
+                  "The file's path: beneath the sandbox's workdir, or relative to it")  # fmt: skip
+_USERNAME = Query("username", {"type": "string"}, "E2B's user (ignored: one user here)")
+_LISTING = (
+    Query("metadata", {"type": "string"},
+          "Only sandboxes with this metadata, as `k=v&k2=v2` (URL-encoded)"),
+    Query("state", {"type": "string", "default": "running"},
+          "Comma-separated states (`running`, `paused`); sandboxes here are running"),
+    Query("template", {"type": "string"}, "Only sandboxes of this template"),
+    Query("order", {"type": "string", "enum": ["asc", "desc"], "default": "asc"},
+          "`desc`: newest first"),
+    Query("limit", {"type": "integer", "minimum": 1, "maximum": MAX_PAGE, "default": MAX_PAGE},
+          "At most this many sandboxes"),
+    Query("nextToken", {"type": "string"}, "The previous page's `x-next-token` header"),
+)  # fmt: skip
+
+_EXECUTE_TEXT = (
+    "Newline-delimited JSON, one object per line, told apart by `type` (each line is an "
+    "`ExecuteLine`, which this media type's `x-line-schema` names): `stdout` and `stderr` "
+    "(`text`, `timestamp` in Unix nanoseconds) as the cell writes; then each `result` (the "
+    "display items, then the main result with `is_main_result`; E2B's MIME fields `text`, "
+    "`html`, `markdown`, `svg`, `png`, `jpeg`, `pdf`, `latex`, `json`, `javascript`, `data`, "
+    "`chart`, other MIME types in `extra`); an `error` (`name`, `value`, `traceback`) when the "
+    "cell raised; `number_of_executions` (`execution_count`); last `end_of_execution`. A "
+    "`keepalive` line comes after a few seconds of silence. A stream cut off before "
+    "`end_of_execution` means the sandbox was killed under the cell; a client that goes away "
+    "interrupts the cell (its context keeps its state). `env_vars` hold for this execution only."
+)
+_RPC_TEXT = (
+    "A Connect unary RPC with the JSON codec (`Content-Type: application/json`); its errors "
+    'are Connect\'s `{"code", "message"}` with the HTTP status of the Connect code.'
+)
+_UNCOVERED_TEXT = (
+    "E2B's pause, resume, snapshots, fork, network, metrics, logs, templates, volumes and "
+    "secrets: every method and path below this one that this document does not list."
+)
+
+
+def _control(
+    summary: str,
+    answers: Mapping[int, Model | None],
+    errors: tuple[int, ...] = (404,),
+    **more: Any,
+) -> Operation:
+    return Operation(summary, answers, errors, tags=("e2b",), problem=e.E2BError,
+                     security=_CONTROL, reasons=_E2B_REASONS, names=_E2B_NAMES, **more)  # fmt: skip
+
+
+def _in_sandbox(
+    summary: str,
+    answers: Mapping[int, Model | None],
+    errors: tuple[int, ...],
+    *,
+    port: Query,
+    problem: Model | Literal["text"],
+    params: tuple[Query, ...] = (),
+    **more: Any,
+) -> Operation:
+    return Operation(summary, answers, errors, params=(_SANDBOX_ID, port, *params),
+                     tags=("e2b",), problem=problem, security=_SANDBOX, reasons=_E2B_REASONS,
+                     names=_E2B_NAMES, **more)  # fmt: skip
+
+
+def _interpreter(summary: str, answers: Mapping[int, Model | None], errors: tuple[int, ...],
+                 **more: Any) -> Operation:  # fmt: skip
+    return _in_sandbox(summary, answers, (*errors, 502), port=_INTERPRETER, problem="text", **more)
+
+
+def _rpc(summary: str, body: Model, answer: Model, errors: tuple[int, ...] = ()) -> Operation:
+    return _in_sandbox(summary, {200: answer}, (400, 404, *errors, 503), port=_ENVD,
+                       problem=e.ConnectError, body=body, description=_RPC_TEXT)  # fmt: skip
+
+
+_UNCOVERED = _control("Not covered by sunroom's E2B API (501)", {}, (501,),
+                      description=_UNCOVERED_TEXT)  # fmt: skip
+_CREATE = _control("Create a sandbox (a sunroom kernel) from a template", {201: e.CreatedSandbox},
+                   (404, 429, 500, 501, 503), body=CreateRequest)  # fmt: skip
+_LIST = _control("The running sandboxes, oldest first (the next page's token in x-next-token)",
+                 {200: e.ListedSandboxes}, (), params=_LISTING)  # fmt: skip
+_CONNECT = _control("Connect to a running sandbox (its timeout extended to the one given)",
+                    {200: e.CreatedSandbox}, body=TimeoutRequest)  # fmt: skip
+
+FACADE_OPERATIONS: Final[Mapping[tuple[str, str], Operation]] = {
+    ("POST", "/sandboxes"): _CREATE,
+    ("POST", "/v2/sandboxes"): _CREATE,
+    ("GET", "/sandboxes"): _LIST,
+    ("GET", "/v2/sandboxes"): _LIST,
+    ("GET", "/sandboxes/{sid}"): _control("A running sandbox", {200: e.SandboxDetail}),
+    ("DELETE", "/sandboxes/{sid}"): _control("Kill a sandbox", {204: None}),
+    ("POST", "/sandboxes/{sid}/timeout"): _control(
+        "Set the sandbox's timeout, from now", {204: None}, body=TimeoutRequest
+    ),
+    ("POST", "/sandboxes/{sid}/refreshes"): _control(
+        "Keep the sandbox alive longer (at least `duration` seconds from now)", {204: None},
+        body=RefreshRequest,
+    ),
+    ("POST", "/sandboxes/{sid}/connect"): _CONNECT,
+    ("POST", "/v2/sandboxes/{sid}/connect"): _CONNECT,
+    **{
+        (method, facade_path(path)): _UNCOVERED
+        for path in UNCOVERED_PATHS for method in UNCOVERED_METHODS
+    },
+    ("POST", "/execute"): _interpreter(
+        "Run a cell in a code context, streaming its output", {200: e.ExecuteLine},
+        (400, 404, 501), body=ExecuteRequest, stream="ndjson", description=_EXECUTE_TEXT,
+    ),
+    ("POST", "/contexts"): _interpreter(
+        "Create a code context (a namespace of its own; Python only)", {200: e.CodeContext},
+        (400, 501), body=CreateContextRequest,
+    ),
+    ("GET", "/contexts"): _interpreter("The sandbox's code contexts", {200: e.CodeContexts}, ()),
+    ("POST", "/contexts/{cid}/restart"): _interpreter(
+        "Restart a code context (its namespace emptied)", {200: e.Null}, (404,)
+    ),
+    ("DELETE", "/contexts/{cid}"): _interpreter("Remove a code context", {200: e.Null}, (404,)),
+    ("GET", "/health"): _in_sandbox(
+        "Whether the sandbox runs (the code interpreter's or envd's health)",
+        {200: e.HealthOK, 204: None}, (502,), port=_ANY_PORT, problem=e.E2BError,
+        description="envd's errors are JSON as described; the code interpreter's plain text.",
+    ),
+    ("GET", "/files"): _in_sandbox(
+        "Read a file of the sandbox (streamed)", {200: None}, (400, 404, 502), port=_ENVD,
+        problem=e.E2BError, params=(_E2B_PATH, _USERNAME), stream="bytes",
+    ),
+    ("POST", "/files"): _in_sandbox(
+        "Write files into the sandbox (multipart: each part's filename is its path when "
+        "several; octet-stream: one file at `path`, optionally gzip-encoded)",
+        {200: e.WrittenFiles}, (400, 413, 502), port=_ENVD, problem=e.E2BError,
+        params=(_E2B_PATH, _USERNAME), body="upload",
+    ),
+    ("POST", "/filesystem.Filesystem/ListDir"): _rpc(
+        "List a directory (to `depth` levels)", e.ListDirRequest, e.ListDirOut
+    ),
+    ("POST", "/filesystem.Filesystem/Stat"): _rpc("A file's entry", e.PathRequest, e.EntryOut),
+    ("POST", "/filesystem.Filesystem/Remove"): _rpc(
+        "Remove a file or a directory tree", e.PathRequest, e.Nothing
+    ),
+    ("POST", "/filesystem.Filesystem/MakeDir"): _rpc(
+        "Make a directory (501 where not covered)", e.PathRequest, e.EntryOut, (501,)
+    ),
+    ("POST", "/filesystem.Filesystem/Move"): _rpc(
+        "Move a file or directory (501 where not covered)", e.MoveRequest, e.EntryOut, (501,)
+    ),
+    ("POST", "/process.Process/{method}"): _in_sandbox(
+        "Commands: not covered by sunroom's E2B API (501)", {}, (501,), port=_ENVD,
+        problem=e.ConnectError,
+    ),
+}  # fmt: skip
+"""The E2B facade's routes (:data:`~sunroom.service.e2b.catalog.FACADE_ROUTES`) described, by
+(method, OpenAPI path of :func:`facade_path`)."""
+
 _REASONS: Final = {
     400: "A malformed request, or a Host header this server does not serve",
     401: "No valid bearer token",
@@ -184,24 +423,49 @@ _BYTES: Final = {"contentMediaType": "application/octet-stream"}
 """A body of raw bytes (OpenAPI 3.1 describes binary content by its media type)."""
 
 
-def openapi_path(route: str) -> str:
-    """*route* (Starlette's template, ``{path:path}``) as an OpenAPI path (``{path}``)."""
-    return re.sub(r"\{(\w+):\w+\}", r"{\1}", route)
+_SCHEMES: Final = {
+    "bearer": {"type": "http", "scheme": "bearer"},
+    "e2bApiKey": {"type": "apiKey", "in": "header", "name": "X-API-KEY",
+                  "description": "The server's token, as E2B's SDK sends its API key"},
+    "e2bAccessToken": {"type": "apiKey", "in": "header", "name": "X-Access-Token",
+                       "description": "A sandbox's own token (`envdAccessToken`): its routes"},
+    "e2bTrafficToken": {"type": "apiKey", "in": "header", "name": "E2B-Traffic-Access-Token",
+                        "description": "A sandbox's traffic token (`trafficAccessToken`)"},
+}  # fmt: skip
+
+_E2B_TAG: Final = {
+    "name": "e2b",
+    "description": 'E2B\'s API, for its unmodified SDK (docs/integrations.md, "E2B"): set '
+    "E2B_API_URL and E2B_SANDBOX_URL to this server's URL and E2B_API_KEY to its token. Every "
+    "route of this tag also answers under `/e2b` (`/e2b/v2/sandboxes` ...). The routes a "
+    "sandbox serves (`/execute`, `/contexts`, `/files`, the RPCs, `/health`) are the facade's "
+    "only with the `E2b-Sandbox-Id` header. A Host header this server does not serve is "
+    "refused 400 with sunroom's own error body, as on every route.",
+}
+
+
+def _models(op: Operation) -> Iterator[Model]:
+    yield from (m for m in op.answers.values() if m is not None)
+    for model in (op.body, op.problem):
+        if isinstance(model, type):
+            yield model
 
 
 def _components() -> JSON:
+    """The schemas of every model the operations name. Raises ValueError on a name used twice."""
     models: set[Model] = {s.ProblemOut}
-    for op in OPERATIONS.values():
-        models.update(m for m in op.answers.values() if m is not None)
-        if isinstance(op.body, type):
-            models.add(op.body)
+    for op in (*OPERATIONS.values(), *FACADE_OPERATIONS.values()):
+        models.update(_models(op))
     ordered = sorted(models, key=lambda m: m.__name__)
+    for one, other in zip(ordered, ordered[1:], strict=False):
+        if one.__name__ == other.__name__:
+            raise ValueError(f"two models of the API are named {one.__name__}")
     _, top = models_json_schema(
         [(m, "validation") for m in ordered], ref_template="#/components/schemas/{model}"
     )
     return {
         "schemas": top["$defs"],
-        "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
+        "securitySchemes": _SCHEMES,
         "responses": {
             "Problem": {
                 "description": "An error: its class name and one sentence",
@@ -216,6 +480,9 @@ def _ref(model: Model) -> JSON:
 
 
 def _content(op: Operation, model: Model | None) -> JSON:
+    if op.stream == "ndjson" and model is not None:
+        lines = {"schema": {"type": "string"}, "x-line-schema": _ref(model)}
+        return {"application/x-ndjson": lines}
     if model is not None:
         return {"application/json": {"schema": _ref(model)}}
     if op.stream == "sse":
@@ -225,66 +492,108 @@ def _content(op: Operation, model: Model | None) -> JSON:
     return {"application/json": {"schema": {"type": "object"}}}
 
 
+def _body(op: Operation) -> JSON | None:
+    if op.body == "bytes":
+        return {"application/octet-stream": {"schema": _BYTES}}
+    if op.body == "upload":
+        parts = {
+            "type": "object",
+            "additionalProperties": _BYTES,
+            "description": "One part per file (its filename is its path when several)",
+        }
+        return {"multipart/form-data": {"schema": parts},
+                "application/octet-stream": {"schema": _BYTES}}  # fmt: skip
+    if op.body is not None:
+        return {"application/json": {"schema": _ref(op.body)}}
+    return None
+
+
+def _problem(op: Operation) -> JSON:
+    if op.problem == "text":
+        return {"text/plain": {"schema": {"type": "string"}}}
+    return {"application/json": {"schema": _ref(op.problem)}}
+
+
 def _operation(method: str, path: str, op: Operation) -> JSON:
     out: JSON = {
         "operationId": f"{method.lower()}_{re.sub(r'[^A-Za-z0-9]+', '_', path).strip('_')}",
         "summary": op.summary,
     }
+    if op.tags:
+        out["tags"] = list(op.tags)
     if op.description:
         out["description"] = op.description
+    names = {**_PATH_PARAMS, **op.names}
     params = [
         {"name": n, "in": "path", "required": True, "schema": {"type": "string"},
-         "description": _PATH_PARAMS[n]}
+         "description": names[n]}
         for n in re.findall(r"\{(\w+)\}", path)
     ]  # fmt: skip
     params += [
-        {"name": q.name, "in": "header" if q.header else "query", "required": False,
+        {"name": q.name, "in": "header" if q.header else "query", "required": q.required,
          "schema": dict(q.schema), "description": q.description}
         for q in op.params
     ]  # fmt: skip
     if params:
         out["parameters"] = params
-    if op.body == "bytes":
-        media = {"application/octet-stream": {"schema": _BYTES}}
-        out["requestBody"] = {"required": True, "content": media}
-    elif op.body is not None:
-        content = {"application/json": {"schema": _ref(op.body)}}
-        out["requestBody"] = {"required": True, "content": content}
+    body = _body(op)
+    if body is not None:
+        out["requestBody"] = {"required": True, "content": body}
     responses: JSON = {
-        str(status): {"description": op.summary, "content": _content(op, model)}
+        str(status): {"description": op.summary}
+        | ({} if status == 204 else {"content": _content(op, model)})
         for status, model in op.answers.items()
     }
+    reasons = {**_REASONS, **op.reasons}
     errors = {400, *op.errors} | (set() if op.public else {401})
     for status in sorted(errors):
-        responses[str(status)] = {
-            "description": _REASONS[status],
-            "content": {"application/json": {"schema": _ref(s.ProblemOut)}},
-        }
+        responses[str(status)] = {"description": reasons[status], "content": _problem(op)}
     out["responses"] = responses
     if op.public:
         out["security"] = []
+    elif op.security is not None:
+        out["security"] = [{name: []} for name in op.security]
     return out
 
 
-def openapi_document(routes: Iterable[tuple[str, str]], *, version: str) -> JSON:
+def _add(paths: dict[str, JSON], method: str, path: str, op: Operation | None) -> None:
+    if op is None:
+        raise LookupError(f"the route {method} {path} has no description")
+    item = paths.setdefault(path, {})
+    if method.lower() in item:
+        raise LookupError(f"the route {method} {path} is described twice")
+    item[method.lower()] = _operation(method, path, op)
+
+
+def openapi_document(
+    routes: Iterable[tuple[str, str]],
+    *,
+    version: str,
+    facade_routes: Iterable[tuple[str, str]] = (),
+) -> JSON:
     """The OpenAPI 3.1 document of *routes* ((Starlette path, method) pairs), as JSON data.
 
-    Raises LookupError naming a route that :data:`OPERATIONS` does not describe.
+    *facade_routes* are the E2B facade's (:data:`~sunroom.service.e2b.catalog.FACADE_ROUTES`),
+    described by :data:`FACADE_OPERATIONS` under the tag ``e2b``. Raises LookupError naming a
+    route that :data:`OPERATIONS` (or :data:`FACADE_OPERATIONS`) does not describe, or one
+    that both describe.
     """
     paths: dict[str, JSON] = {}
     for route, method in routes:
         path = openapi_path(route)
-        op = OPERATIONS.get((method, path))
-        if op is None:
-            raise LookupError(f"the route {method} {path} has no description in OPERATIONS")
-        paths.setdefault(path, {})[method.lower()] = _operation(method, path, op)
+        _add(paths, method, path, OPERATIONS.get((method, path)))
+    for route, method in facade_routes:
+        path = facade_path(route)
+        _add(paths, method, path, FACADE_OPERATIONS.get((method, path)))
     return {
         "openapi": "3.1.0",
         "info": {
             "title": "sunroom",
             "version": version,
-            "description": "Agent sessions and raw kernels over HTTP (docs/service.md).",
+            "description": "Agent sessions and raw kernels over HTTP (docs/service.md), and an "
+            "E2B-compatible API (the tag `e2b`; each of its routes also answers under `/e2b`).",
         },
+        "tags": [_E2B_TAG],
         "security": [{"bearer": []}],
         "paths": paths,
         "components": _components(),

@@ -1,12 +1,15 @@
-"""``/openapi.json``: a valid OpenAPI 3.1 document of every route, behind the token."""
+"""``/openapi.json``: a valid OpenAPI 3.1 document of every route (the E2B facade's too), behind
+the token."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import httpx
+import jsonschema
 import pydantic
 import pytest
 from openapi_spec_validator import validate
@@ -14,7 +17,9 @@ from starlette.routing import Route
 
 from sunroom.providers import ScriptedModel
 from sunroom.service import ServiceConfig, create_app
-from sunroom.service.openapi import OPERATIONS, openapi_document, openapi_path
+from sunroom.service.e2b import schemas as e
+from sunroom.service.e2b.catalog import FACADE_ROUTES
+from sunroom.service.openapi import OPERATIONS, facade_path, openapi_document, openapi_path
 from sunroom.service.schemas import ProblemOut
 from tests.service.conftest import TOKEN, Server, code
 
@@ -35,6 +40,10 @@ def _described(document: dict[str, Any]) -> set[tuple[str, str]]:
     return {(m.upper(), p) for p, ops in document["paths"].items() for m in ops}
 
 
+FACADE = {(method, facade_path(path)) for path, method in FACADE_ROUTES}
+"""(METHOD, OpenAPI path) of every route of the E2B facade."""
+
+
 def test_the_served_document_is_valid_openapi_31_and_describes_every_route(
     make_server: Callable[..., Server], tmp_path: Path
 ) -> None:
@@ -47,7 +56,7 @@ def test_the_served_document_is_valid_openapi_31_and_describes_every_route(
     assert document["openapi"] == "3.1.0"
     served = _served_routes(tmp_path)
     assert ("GET", "/openapi.json") in served
-    assert _described(document) == served
+    assert _described(document) == served | FACADE
 
 
 def test_the_document_needs_the_token_as_every_route_but_healthz(
@@ -62,7 +71,11 @@ def test_the_document_needs_the_token_as_every_route_but_healthz(
     assert document["security"] == [{"bearer": []}]
     assert document["components"]["securitySchemes"]["bearer"]["scheme"] == "bearer"
     protected = [
-        op for p, ops in document["paths"].items() if p != "/healthz" for op in ops.values()
+        op
+        for p, ops in document["paths"].items()
+        if p != "/healthz"
+        for op in ops.values()
+        if op.get("tags") != ["e2b"]
     ]
     assert all("security" not in op and "401" in op["responses"] for op in protected)
 
@@ -157,3 +170,121 @@ def test_every_json_answer_is_the_described_model_and_nothing_more(
     )
     check("DELETE", "/sessions/{sid}", http.delete(f"/sessions/{sid}"))
     assert len(checked) == 22
+
+
+# -- the E2B facade
+
+
+def test_every_facade_route_is_described_with_e2b_credentials() -> None:
+    document = openapi_document([], version="0", facade_routes=FACADE_ROUTES)
+    validate(document)
+    assert _described(document) == FACADE
+    assert "/e2b" in document["tags"][0]["description"]  # every facade route answers there too
+    schemes = document["components"]["securitySchemes"]
+    assert schemes["e2bApiKey"] == {
+        "type": "apiKey",
+        "in": "header",
+        "name": "X-API-KEY",
+        "description": schemes["e2bApiKey"]["description"],
+    }
+    assert schemes["e2bAccessToken"]["name"] == "X-Access-Token"
+    assert schemes["e2bTrafficToken"]["name"] == "E2B-Traffic-Access-Token"
+    for method, path in FACADE:
+        op = document["paths"][path][method.lower()]
+        assert op["tags"] == ["e2b"], (method, path)
+        assert "401" in op["responses"], (method, path)
+        headers = {p["name"]: p for p in op.get("parameters", ()) if p["in"] == "header"}
+        if path.startswith(("/sandboxes", "/v2/", "/v3/", "/templates", "/snapshots", "/vol",
+                            "/secrets")):  # fmt: skip
+            assert op["security"] == [{"e2bApiKey": []}, {"bearer": []}], (method, path)
+            assert "E2b-Sandbox-Id" not in headers
+        else:  # a sandbox's own route
+            assert {"e2bAccessToken": []} in op["security"], (method, path)
+            assert headers["E2b-Sandbox-Id"]["required"] is True, (method, path)
+    uncovered = document["paths"]["/sandboxes/{sid}/{rest}"]
+    assert set(uncovered) == {"get", "post", "put", "patch", "delete"}
+    assert all(set(op["responses"]) == {"400", "401", "501"} for op in uncovered.values())
+    execute = document["paths"]["/execute"]["post"]["responses"]["200"]["content"]
+    assert execute["application/x-ndjson"]["x-line-schema"] == {
+        "$ref": "#/components/schemas/ExecuteLine"
+    }
+
+
+class _Facade:
+    """Checks real answers of the facade against the schemas the served document names."""
+
+    def __init__(self, document: dict[str, Any]) -> None:
+        self.document = document
+        self.checked: list[str] = []
+
+    def schema(self, method: str, path: str, status: int) -> dict[str, Any]:
+        response = self.document["paths"][path][method.lower()]["responses"][str(status)]
+        media = response["content"]
+        json_like = media.get("application/json") or media["application/x-ndjson"]
+        ref = json_like.get("x-line-schema") or json_like["schema"]
+        # resolve "#/components/..." against the document
+        return {**ref, "components": self.document["components"]}
+
+    def check(self, method: str, path: str, answer: httpx.Response, status: int) -> Any:
+        assert answer.status_code == status, answer.text
+        schema = self.schema(method, path, status)
+        if "x-ndjson" in answer.headers["content-type"]:
+            lines = [json.loads(line) for line in answer.text.splitlines()]
+            for line in lines:
+                jsonschema.validate(line, schema, cls=jsonschema.Draft202012Validator)
+            body: Any = lines
+        else:
+            body = answer.json()
+            jsonschema.validate(body, schema, cls=jsonschema.Draft202012Validator)
+        self.checked.append(f"{method} {path} {status}")
+        return body
+
+
+def test_real_facade_answers_match_the_served_document(
+    make_server: Callable[..., Server],
+) -> None:
+    server = make_server(backend="bwrap")
+    facade = _Facade(server.client.get("/openapi.json").json())
+    api = httpx.Client(base_url=server.url, headers={"X-API-KEY": TOKEN}, timeout=60)
+    with api:
+        created = facade.check(
+            "POST", "/v2/sandboxes",
+            api.post("/v2/sandboxes", json={"templateID": "base", "metadata": {"k": "v"}}), 201,
+        )  # fmt: skip
+        assert e.CreatedSandbox.model_validate(created).envdAccessToken
+        sid = created["sandboxID"]
+        listed = facade.check("GET", "/v2/sandboxes", api.get("/v2/sandboxes"), 200)
+        assert [s["sandboxID"] for s in listed] == [sid]
+        assert e.ListedSandboxes.model_validate(listed).root[0].metadata == {"k": "v"}
+        under = api.get("/e2b/v2/sandboxes")  # the same route under /e2b
+        assert facade.check("GET", "/v2/sandboxes", under, 200) == listed
+        detail = facade.check("GET", "/sandboxes/{sid}", api.get(f"/sandboxes/{sid}"), 200)
+        assert _undescribed(e.SandboxDetail.model_validate(detail)) == []
+        facade.check("GET", "/sandboxes/{sid}", api.get("/sandboxes/nope"), 404)
+        pause = api.post(f"/sandboxes/{sid}/pause")
+        facade.check("POST", "/sandboxes/{sid}/{rest}", pause, 501)
+
+        sandbox = {
+            "E2b-Sandbox-Id": sid,
+            "E2b-Sandbox-Port": "49999",
+            "X-Access-Token": created["envdAccessToken"],
+        }
+        ctx = facade.check(
+            "POST", "/contexts", api.post("/contexts", headers=sandbox, json={}), 200
+        )  # fmt: skip
+        assert _undescribed(e.CodeContext.model_validate(ctx)) == []
+        cell = "print('a')\ndisplay({'k': 1})\n{'v': 2}\n"
+        run = api.post("/execute", headers=sandbox, json={"code": cell, "context_id": ctx["id"]})
+        lines = facade.check("POST", "/execute", run, 200)
+        types = [line["type"] for line in lines]
+        assert types[0] == "stdout" and types[-2:] == ["number_of_executions", "end_of_execution"]
+        assert "result" in types
+        failed = api.post("/execute", headers=sandbox, json={"code": "1 / 0"})
+        error = facade.check("POST", "/execute", failed, 200)
+        assert [x for x in error if x["type"] == "error"][0]["name"] == "ZeroDivisionError"
+        for line in [*lines, *error]:
+            assert _undescribed(e.ExecuteLine.model_validate(line).root) == []
+        contexts = facade.check("GET", "/contexts", api.get("/contexts", headers=sandbox), 200)
+        assert ctx["id"] in [c["id"] for c in contexts]
+        assert api.delete(f"/sandboxes/{sid}").status_code == 204
+    assert len(facade.checked) == 10

@@ -31,6 +31,7 @@ from starlette.routing import Route
 
 from sunroom.errors import UsageError
 from sunroom.service.bodies import parse_json
+from sunroom.service.e2b.catalog import UNCOVERED_METHODS, UNCOVERED_PATHS
 from sunroom.service.e2b.sandboxes import ENVD_VERSION, Sandbox, Sandboxes
 from sunroom.service.problems import Unsupported
 
@@ -100,18 +101,8 @@ def control_routes(sandboxes: Sandboxes) -> list[Route]:
         Route("/sandboxes/{sid}/connect", api.connect, methods=["POST"]),
         Route("/v2/sandboxes/{sid}/connect", api.connect, methods=["POST"]),
     ]
-    uncovered = [
-        "/sandboxes/{rest:path}",
-        "/v2/sandboxes/{rest:path}",
-        "/templates{rest:path}",
-        "/v2/templates{rest:path}",
-        "/v3/templates{rest:path}",
-        "/snapshots{rest:path}",
-        "/volumes{rest:path}",
-        "/secrets{rest:path}",
-    ]
-    methods = ["GET", "POST", "PUT", "PATCH", "DELETE"]
-    routes += [Route(path, api.uncovered, methods=methods) for path in uncovered]
+    methods = list(UNCOVERED_METHODS)
+    routes += [Route(path, api.uncovered, methods=methods) for path in UNCOVERED_PATHS]
     return routes
 
 
