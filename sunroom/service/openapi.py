@@ -37,7 +37,7 @@ __all__ = [
     "OPERATIONS",
     "Operation",
     "Query",
-    "facade_path",
+    "facade_paths",
     "openapi_document",
     "openapi_path",
 ]
@@ -198,14 +198,21 @@ def openapi_path(route: str) -> str:
     return re.sub(r"\{(\w+):\w+\}", r"{\1}", route)
 
 
-_MOVED: Final = {"/sandboxes/{rest:path}": "/sandboxes/{sid}/{rest}"}
-"""Facade routes described under another path: E2B's catch-all below ``/sandboxes/`` as
-``/sandboxes/{rest}`` would be ``/sandboxes/{sid}`` again, which OpenAPI forbids."""
+_RPC: Final = "/filesystem.Filesystem/"
+_RPCS: Final = ("ListDir", "Stat", "Remove")
+"""envd's filesystem RPCs the facade serves (one route; the others answer 501)."""
+
+_DESCRIBED_AS: Final = {
+    # as /sandboxes/{rest} it would be /sandboxes/{sid} again, which OpenAPI forbids
+    "/sandboxes/{rest:path}": ("/sandboxes/{sid}/{rest}",),
+    # one route, each RPC with its own bodies; the templated path is the rest (501)
+    _RPC + "{method}": (*(_RPC + name for name in _RPCS), _RPC + "{method}"),
+}
 
 
-def facade_path(route: str) -> str:
-    """The OpenAPI path that describes the facade's route *route* (a Starlette template)."""
-    return _MOVED.get(route) or openapi_path(route)
+def facade_paths(route: str) -> tuple[str, ...]:
+    """The OpenAPI paths that describe the facade's route *route* (a Starlette template)."""
+    return _DESCRIBED_AS.get(route) or (openapi_path(route),)
 
 
 # -- the E2B facade (sunroom.service.e2b): E2B's API, at the server's root and under /e2b
@@ -217,7 +224,7 @@ _E2B_NAMES: Final = {
     "sid": "A sandbox id (`sandboxID`)",
     "cid": "A code context id",
     "rest": "The rest of the path (it may hold `/`; after `/templates` and the like, also empty)",
-    "method": "The RPC's method",
+    "method": "The RPC's method (one not listed here)",
 }
 
 _E2B_REASONS: Final = {
@@ -226,6 +233,7 @@ _E2B_REASONS: Final = {
     "X-Access-Token or E2B-Traffic-Access-Token)",
     404: "No such sandbox, template, context or file",
     413: "The body is over the server's limit",
+    415: "An RPC in a codec other than JSON (Connect's `unimplemented`)",
     429: "The server runs its limit of E2B sandbox kernels",
     500: "The sandbox's kernel failed",
     501: "Not covered by sunroom's E2B API (the message says what)",
@@ -233,6 +241,7 @@ _E2B_REASONS: Final = {
     "proxy answers; the SDK reads it as not running)",
     503: "Unavailable now (the server is stopping, no kernel could start); for an RPC, also "
     "an unknown or killed sandbox (Connect code `unavailable`)",
+    507: "The sandbox's workdir is full",
 }
 
 _SANDBOX_ID = Query("E2b-Sandbox-Id", {"type": "string"},
@@ -314,8 +323,8 @@ def _interpreter(summary: str, answers: Mapping[int, Model | None], errors: tupl
     return _in_sandbox(summary, answers, (*errors, 502), port=_INTERPRETER, problem="text", **more)
 
 
-def _rpc(summary: str, body: Model, answer: Model, errors: tuple[int, ...] = ()) -> Operation:
-    return _in_sandbox(summary, {200: answer}, (400, 404, *errors, 503), port=_ENVD,
+def _rpc(summary: str, body: Model, answer: Model) -> Operation:
+    return _in_sandbox(summary, {200: answer}, (400, 404, 415, 500, 503), port=_ENVD,
                        problem=e.ConnectError, body=body, description=_RPC_TEXT)  # fmt: skip
 
 
@@ -345,8 +354,9 @@ FACADE_OPERATIONS: Final[Mapping[tuple[str, str], Operation]] = {
     ("POST", "/sandboxes/{sid}/connect"): _CONNECT,
     ("POST", "/v2/sandboxes/{sid}/connect"): _CONNECT,
     **{
-        (method, facade_path(path)): _UNCOVERED
-        for path in UNCOVERED_PATHS for method in UNCOVERED_METHODS
+        (method, described): _UNCOVERED
+        for path in UNCOVERED_PATHS for described in facade_paths(path)
+        for method in UNCOVERED_METHODS
     },
     ("POST", "/execute"): _interpreter(
         "Run a cell in a code context, streaming its output", {200: e.ExecuteLine},
@@ -367,27 +377,26 @@ FACADE_OPERATIONS: Final[Mapping[tuple[str, str], Operation]] = {
         description="envd's errors are JSON as described; the code interpreter's plain text.",
     ),
     ("GET", "/files"): _in_sandbox(
-        "Read a file of the sandbox (streamed)", {200: None}, (400, 404, 502), port=_ENVD,
+        "Read a file of the sandbox (streamed)", {200: None}, (400, 404, 500, 502), port=_ENVD,
         problem=e.E2BError, params=(_E2B_PATH, _USERNAME), stream="bytes",
     ),
     ("POST", "/files"): _in_sandbox(
         "Write files into the sandbox (multipart: each part's filename is its path when "
         "several; octet-stream: one file at `path`, optionally gzip-encoded)",
-        {200: e.WrittenFiles}, (400, 413, 502), port=_ENVD, problem=e.E2BError,
+        {200: e.WrittenFiles}, (400, 413, 500, 501, 502, 507), port=_ENVD, problem=e.E2BError,
         params=(_E2B_PATH, _USERNAME), body="upload",
     ),
-    ("POST", "/filesystem.Filesystem/ListDir"): _rpc(
+    ("POST", _RPC + "ListDir"): _rpc(
         "List a directory (to `depth` levels)", e.ListDirRequest, e.ListDirOut
     ),
-    ("POST", "/filesystem.Filesystem/Stat"): _rpc("A file's entry", e.PathRequest, e.EntryOut),
-    ("POST", "/filesystem.Filesystem/Remove"): _rpc(
-        "Remove a file or a directory tree", e.PathRequest, e.Nothing
+    ("POST", _RPC + "Stat"): _rpc("A file's or directory's entry", e.PathRequest, e.EntryOut),
+    ("POST", _RPC + "Remove"): _rpc(
+        "Remove a file or a directory tree (nothing there: removed already)", e.PathRequest,
+        e.Nothing,
     ),
-    ("POST", "/filesystem.Filesystem/MakeDir"): _rpc(
-        "Make a directory (501 where not covered)", e.PathRequest, e.EntryOut, (501,)
-    ),
-    ("POST", "/filesystem.Filesystem/Move"): _rpc(
-        "Move a file or directory (501 where not covered)", e.MoveRequest, e.EntryOut, (501,)
+    ("POST", _RPC + "{method}"): _in_sandbox(
+        "envd's other filesystem RPCs (MakeDir, Move, WatchDir, the watchers): not covered (501)",
+        {}, (501,), port=_ENVD, problem=e.ConnectError,
     ),
     ("POST", "/process.Process/{method}"): _in_sandbox(
         "Commands: not covered by sunroom's E2B API (501)", {}, (501,), port=_ENVD,
@@ -395,7 +404,7 @@ FACADE_OPERATIONS: Final[Mapping[tuple[str, str], Operation]] = {
     ),
 }  # fmt: skip
 """The E2B facade's routes (:data:`~sunroom.service.e2b.catalog.FACADE_ROUTES`) described, by
-(method, OpenAPI path of :func:`facade_path`)."""
+(method, OpenAPI path of :func:`facade_paths`)."""
 
 _REASONS: Final = {
     400: "A malformed request, or a Host header this server does not serve",
@@ -583,8 +592,8 @@ def openapi_document(
         path = openapi_path(route)
         _add(paths, method, path, OPERATIONS.get((method, path)))
     for route, method in facade_routes:
-        path = facade_path(route)
-        _add(paths, method, path, FACADE_OPERATIONS.get((method, path)))
+        for path in facade_paths(route):
+            _add(paths, method, path, FACADE_OPERATIONS.get((method, path)))
     return {
         "openapi": "3.1.0",
         "info": {

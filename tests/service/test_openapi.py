@@ -19,7 +19,7 @@ from sunroom.providers import ScriptedModel
 from sunroom.service import ServiceConfig, create_app
 from sunroom.service.e2b import schemas as e
 from sunroom.service.e2b.catalog import FACADE_ROUTES
-from sunroom.service.openapi import OPERATIONS, facade_path, openapi_document, openapi_path
+from sunroom.service.openapi import OPERATIONS, facade_paths, openapi_document, openapi_path
 from sunroom.service.schemas import ProblemOut
 from tests.service.conftest import TOKEN, Server, code
 
@@ -40,7 +40,7 @@ def _described(document: dict[str, Any]) -> set[tuple[str, str]]:
     return {(m.upper(), p) for p, ops in document["paths"].items() for m in ops}
 
 
-FACADE = {(method, facade_path(path)) for path, method in FACADE_ROUTES}
+FACADE = {(method, p) for path, method in FACADE_ROUTES for p in facade_paths(path)}
 """(METHOD, OpenAPI path) of every route of the E2B facade."""
 
 

@@ -53,12 +53,8 @@ FACADE_ROUTES: Final[tuple[tuple[str, str], ...]] = (
     # envd (a sandbox's files)
     ("/files", "GET"),
     ("/files", "POST"),
-    ("/filesystem.Filesystem/ListDir", "POST"),
-    ("/filesystem.Filesystem/Stat", "POST"),
-    ("/filesystem.Filesystem/Remove", "POST"),
-    ("/filesystem.Filesystem/MakeDir", "POST"),
-    ("/filesystem.Filesystem/Move", "POST"),
-    ("/process.Process/{method}", "POST"),
+    ("/filesystem.Filesystem/{method}", "POST"),  # ListDir, Stat, Remove; the rest 501
+    ("/process.Process/{method}", "POST"),  # commands: 501
 )
 """(Starlette path, method) of every facade route at the server's root; each also answers
 under ``/e2b``. ``GET /health`` is the code interpreter's and envd's (one entry)."""

@@ -38,7 +38,6 @@ __all__ = [
     "ListDirRequest",
     "ListedSandbox",
     "ListedSandboxes",
-    "MoveRequest",
     "Nothing",
     "Null",
     "OutputLine",
@@ -225,7 +224,7 @@ class WrittenFiles(pydantic.RootModel[list[WrittenFile]]):
 
 
 class PathRequest(pydantic.BaseModel):
-    """The body of ``Stat``, ``Remove`` and ``MakeDir``."""
+    """The body of ``Stat`` and ``Remove``."""
 
     path: str
 
@@ -234,14 +233,9 @@ class ListDirRequest(pydantic.BaseModel):
     """The body of ``ListDir``."""
 
     path: str
-    depth: int = pydantic.Field(default=1, ge=0, description="1: the directory's own entries")
-
-
-class MoveRequest(pydantic.BaseModel):
-    """The body of ``Move``."""
-
-    source: str
-    destination: str
+    depth: int = pydantic.Field(
+        default=0, ge=0, description="Levels to list (0 and 1: its own entries)"
+    )
 
 
 class EntryInfo(_Answer):
@@ -275,7 +269,7 @@ class ListDirOut(_Answer):
 
 
 class EntryOut(_Answer):
-    """``Stat``'s, ``MakeDir``'s and ``Move``'s answer."""
+    """``Stat``'s answer."""
 
     entry: EntryInfo | None = None
 
