@@ -331,4 +331,4 @@ def test_real_envd_answers_match_the_served_document(make_server: Callable[..., 
             run = files.post("/process.Process/Start", json={})
             facade.check("POST", "/process.Process/{method}", run, 501)
         api.delete(f"/sandboxes/{created['sandboxID']}")
-    assert len(facade.checked) == 9
+    assert len(facade.checked) == 8
