@@ -10,7 +10,6 @@ from starlette.requests import Request
 from starlette.routing import BaseRoute, Route
 
 from sunroom.service import ServiceConfig
-from sunroom.service.e2b import envd
 from sunroom.service.e2b.catalog import FACADE_ROUTES
 from sunroom.service.e2b.control import control_routes
 from sunroom.service.e2b.envd import EnvdTarget, envd_routes
@@ -64,7 +63,4 @@ def test_the_catalog_is_what_envd_serves() -> None:
         for r in FACADE_ROUTES
         if r[0] in ("/files", "/health") or r[0].startswith(("/filesystem.", "/process."))
     }
-    if (envd.__doc__ or "").startswith("TEMPORARY"):  # the placeholder: only /health so far
-        assert served < listed
-        pytest.xfail("sunroom.service.e2b.envd is still the placeholder")
     assert served == listed

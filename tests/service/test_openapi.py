@@ -17,7 +17,6 @@ from starlette.routing import Route
 
 from sunroom.providers import ScriptedModel
 from sunroom.service import ServiceConfig, create_app
-from sunroom.service.e2b import envd
 from sunroom.service.e2b import schemas as e
 from sunroom.service.e2b.catalog import FACADE_ROUTES
 from sunroom.service.openapi import OPERATIONS, facade_paths, openapi_document, openapi_path
@@ -292,8 +291,6 @@ def test_real_facade_answers_match_the_served_document(
 
 
 def test_real_envd_answers_match_the_served_document(make_server: Callable[..., Server]) -> None:
-    if (envd.__doc__ or "").startswith("TEMPORARY"):
-        pytest.xfail("sunroom.service.e2b.envd is still the placeholder")
     server = make_server(backend="bwrap")
     facade = _Facade(server.client.get("/openapi.json").json())
     with httpx.Client(base_url=server.url, headers={"X-API-KEY": TOKEN}, timeout=60) as api:
