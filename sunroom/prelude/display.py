@@ -3,10 +3,17 @@
 ``display(obj, ...)`` (a builtin in every kernel) turns each object into a mime bundle the way
 Jupyter does: ``_repr_mimebundle_(include, exclude)`` first, then ``_repr_png_``,
 ``_repr_jpeg_``, ``_repr_svg_``, ``_repr_html_``, ``_repr_markdown_``, ``_repr_json_`` and
-``_repr_latex_``, and always ``text/plain`` (the repr). A repr method that raises or returns the
-wrong type is left out of the bundle, and the item's metadata says why
-(``metadata["sunroom"]["errors"]``): a bad repr never fails the cell. Binary images are bytes
-(a base64 ``str`` from a repr method is decoded, as IPython does).
+``_repr_latex_``, then the formatters added with :func:`add_formatter` (each for a mime type
+the repr methods did not give), and always ``text/plain`` (the repr). A repr method or
+formatter that raises or returns the wrong type is left out of the bundle, and the item's
+metadata says why (``metadata["sunroom"]["errors"]``): a bad repr never fails the cell. Binary
+images are bytes (a base64 ``str`` from a repr method is decoded, as IPython does).
+``display(bundle, raw=True)`` shows a mime dict as it is (IPython's ``raw=True``).
+
+A cell's trailing value is shown by :func:`show_result` when it has a repr method beyond
+``text/plain`` or a formatter gives it a mime type; its item is marked
+``metadata["sunroom"]["execute_result"] = True`` (Jupyter's ``execute_result``, as against
+``display_data``), next to any ``errors``.
 
 The items of one cell are kept in order within two caps: ``MAX_ITEMS`` items, and the cell's
 byte cap (the ``max_display_bytes`` of the execute request) over all items, an item counting
@@ -47,6 +54,9 @@ _TEXT_REPRS: Final = (
 )
 _BINARY_REPRS: Final = (("image/png", "_repr_png_"), ("image/jpeg", "_repr_jpeg_"))
 _MAX_REPR: Final = 20_000
+
+_FORMATTERS: dict[str, Callable[[object], object]] = {}
+"""Extra mime types for displayed objects, by mime type (:func:`add_formatter`)."""
 
 
 class Outputs:
@@ -103,13 +113,56 @@ def _count(value: object, depth: int = 0) -> int:
     return 1
 
 
-def display(*objs: object, metadata: dict[str, object] | None = None) -> None:
-    """Show each object as a rich output of this cell (Jupyter's display protocol)."""
+def display(*objs: object, raw: bool = False, metadata: dict[str, object] | None = None) -> None:
+    """Show each object as a rich output of this cell (Jupyter's display protocol).
+
+    With *raw*, each object is already a mime bundle (``{"text/latex": "$x$"}``) and is shown
+    as it is: a value of the wrong type for its mime type is left out, with the reason in the
+    item's metadata, and a bundle without ``text/plain`` gets an empty one (every item carries
+    it). *metadata* is merged into each item's metadata.
+    """
     for obj in objs:
-        data, meta = bundle(obj)
+        data, meta = raw_bundle(obj) if raw else bundle(obj)
         if metadata:
             meta = {**meta, **metadata}
         OUTPUTS.add(data, meta)
+
+
+def show_result(obj: object) -> None:
+    """Show a cell's trailing value as an item marked ``execute_result``, when it is rich.
+
+    Rich: it has a repr method beyond ``text/plain`` (:func:`has_rich_repr`) or a formatter
+    gives it a mime type (or fails on it). A plain value adds nothing: its repr is the
+    cell's ``value``.
+    """
+    data: dict[str, object] = {}
+    meta: dict[str, object] = {}
+    errors: dict[str, str] = {}
+    rich = has_rich_repr(obj)
+    if rich:
+        _from_mimebundle(obj, data, meta, errors)
+        _from_repr_methods(obj, data, meta, errors)
+    _from_formatters(obj, data, errors)
+    if not rich and not data and not errors:
+        return
+    OUTPUTS.add(*_finish(obj, data, meta, errors, {"execute_result": True}))
+
+
+def add_formatter(mime: str, formatter: Callable[[object], object]) -> None:
+    """Give displayed objects the mime type *mime* through *formatter*.
+
+    ``formatter(obj)`` is called for every displayed object (and rich trailing value) whose
+    repr methods did not give *mime*, after them; it returns the value (checked as a repr
+    method's: bytes for images, plain JSON for ``application/json`` and ``+json``, else str)
+    or None to add nothing. One that raises or returns the wrong type is left out, with the
+    reason in the item's metadata. One formatter per mime type: adding another replaces it.
+    """
+    _FORMATTERS[mime] = formatter
+
+
+def remove_formatter(mime: str) -> None:
+    """Stop giving *mime* through a formatter (none added: nothing happens)."""
+    _FORMATTERS.pop(mime, None)
 
 
 def has_rich_repr(obj: object) -> bool:
@@ -130,10 +183,49 @@ def bundle(obj: object) -> tuple[dict[str, object], dict[str, object]]:
     errors: dict[str, str] = {}
     _from_mimebundle(obj, data, meta, errors)
     _from_repr_methods(obj, data, meta, errors)
+    _from_formatters(obj, data, errors)
+    return _finish(obj, data, meta, errors, {})
+
+
+def raw_bundle(obj: object) -> tuple[dict[str, object], dict[str, object]]:
+    """*obj*, a mime bundle given as it is (``display(obj, raw=True)``), and its metadata.
+
+    Each value is checked for its mime type (a wrong one is left out, and the metadata says
+    why); a missing ``text/plain`` is an empty one. Never raises.
+    """
+    data: dict[str, object] = {}
+    errors: dict[str, str] = {}
+    if isinstance(obj, dict):
+        for mime, value in obj.items():
+            if not isinstance(mime, str):
+                errors[_plain(mime)[:100]] = "a mime type must be a str"
+                continue
+            checked = _check(mime, value)
+            if checked is None:
+                errors[mime] = f"a {type(value).__name__} is not a {mime} value"
+            else:
+                data[mime] = checked
+    else:
+        errors["raw"] = f"a {type(obj).__name__} is not a mime bundle (a dict)"
+    if "text/plain" not in data:
+        data["text/plain"] = ""
+    return data, ({"sunroom": {"errors": errors}} if errors else {})
+
+
+def _finish(
+    obj: object,
+    data: dict[str, object],
+    meta: dict[str, object],
+    errors: dict[str, str],
+    own: dict[str, object],
+) -> tuple[dict[str, object], dict[str, object]]:
+    """The bundle with its ``text/plain``, and its metadata with sunroom's own entries."""
     if "text/plain" not in data:
         data["text/plain"] = _plain(obj)
     if errors:
-        meta["sunroom"] = {"errors": errors}
+        own = {"errors": errors, **own}
+    if own:
+        meta["sunroom"] = own
     return data, meta
 
 
@@ -189,6 +281,26 @@ def _from_repr_methods(
             else:
                 data[mime] = checked
         except BaseException as exc:  # noqa: BLE001 - a bad repr is reported, never fatal
+            if isinstance(exc, KeyboardInterrupt):
+                raise
+            errors[mime] = _error(exc)
+
+
+def _from_formatters(obj: object, data: dict[str, object], errors: dict[str, str]) -> None:
+    """Add what each formatter gives for a mime type *data* does not hold yet."""
+    for mime, formatter in list(_FORMATTERS.items()):
+        if mime in data:
+            continue
+        try:
+            value = formatter(obj)
+            if value is None:
+                continue
+            checked = _check(mime, value)
+            if checked is None:
+                errors[mime] = f"the {mime} formatter returned a {type(value).__name__}"
+            else:
+                data[mime] = checked
+        except BaseException as exc:  # noqa: BLE001 - a bad formatter is reported, never fatal
             if isinstance(exc, KeyboardInterrupt):
                 raise
             errors[mime] = _error(exc)

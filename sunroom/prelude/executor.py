@@ -2,8 +2,11 @@
 
 A cell is compiled with top-level ``await`` allowed; when its last statement is an expression,
 that expression's value is shown as a REPL shows it (``repr``, ``None`` shows nothing) and stored
-in ``_``. Every ``BaseException`` is caught and returned as data: type, message and a traceback
-trimmed to the user's own frames, with the failing source line (SyntaxError with its caret).
+in ``_``; a rich value (a repr method beyond ``text/plain``, or a mime type from a display
+formatter) is also a display item, marked ``metadata["sunroom"]["execute_result"] = True`` as
+Jupyter's ``execute_result`` is told from ``display_data`` (:func:`display.show_result`).
+Every ``BaseException`` is caught and returned as data: type, message and a traceback trimmed
+to the user's own frames, with the failing source line (SyntaxError with its caret).
 """
 
 from __future__ import annotations
@@ -72,8 +75,7 @@ class Executor:
             return CellOutcome()
         self.namespace["_"] = result
         try:
-            if display.has_rich_repr(result):  # a DataFrame, an image ...: as Jupyter shows it
-                display.display(result)
+            display.show_result(result)  # a DataFrame, an image ...: as Jupyter shows it
         except BaseException as exc:  # an interrupt while a repr hangs: the cell's timeout
             return CellOutcome(error=_describe(exc))
         return CellOutcome(value=_safe_repr(result))

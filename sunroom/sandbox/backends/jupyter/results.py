@@ -9,7 +9,8 @@ and then its ``execute_reply``, and returns the same dict a sunroom kernel sends
   counted in ``truncated_bytes`` and marked in the text; bytes an IPython kernel took out before
   sending (``sunroom_dropped``, :mod:`sunroom.prelude.streamcap`) count as dropped too;
 * ``execute_result`` → ``value`` (its ``text/plain``); a bundle with more than plain text is
-  also kept as a display item in ``outputs``;
+  also kept as a display item in ``outputs``, marked ``metadata["sunroom"]["execute_result"]
+  = True`` as sunroom's kernels mark theirs;
 * ``display_data`` and ``update_display_data`` → ``outputs`` (an update carries
   ``metadata["display_id"]`` and ``metadata["update"] = True``), within the cell's display
   caps (``max_display_bytes``, 100 items), the rest dropped and counted;
@@ -188,7 +189,7 @@ class CellMessages:
             plain = data.get("text/plain")
             self.value = plain if type(plain) is str else None
             if any(mime != "text/plain" for mime in data):
-                self._display(data, content.get("metadata"), None)
+                self._display(data, content.get("metadata"), None, main=True)
         elif kind in ("display_data", "update_display_data"):
             transient = content.get("transient")
             display_id = transient.get("display_id") if type(transient) is dict else None
@@ -226,11 +227,16 @@ class CellMessages:
             "dropped_outputs": self.dropped_outputs,
         }
 
-    def _display(self, data: Any, metadata: Any, extra: dict[str, Any] | None) -> None:
+    def _display(
+        self, data: Any, metadata: Any, extra: dict[str, Any] | None, *, main: bool = False
+    ) -> None:
         bundle = _bundle(data)
         meta = dict(metadata) if type(metadata) is dict else {}
         if extra:
             meta.update(extra)
+        if main:  # marked as sunroom's kernels mark a trailing value's item
+            own = meta.get("sunroom")
+            meta["sunroom"] = {**(own if type(own) is dict else {}), "execute_result": True}
         if bundle is None:
             self.dropped_outputs += 1
             return

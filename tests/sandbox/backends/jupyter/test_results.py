@@ -92,7 +92,25 @@ def test_rich_values_and_displays_become_outputs_with_images_as_bytes() -> None:
     assert first["metadata"] == {"image/png": {"width": 10}, "display_id": "d1"}
     assert update["metadata"] == {"display_id": "d1", "update": True}
     assert value["data"] == {"text/plain": "df", "text/html": "<table/>"}
+    assert value["metadata"] == {"sunroom": {"execute_result": True}}
     assert r["value"] == "df"
+
+
+def test_the_execute_results_item_is_marked_next_to_its_own_metadata() -> None:
+    c = cell()
+    meta = {"sunroom": {"errors": {"text/html": "E: x"}}, "text/html": {"isolated": True}}
+    c.add(msg("execute_result", data={"text/plain": "v", "text/html": "<b/>"}, metadata=meta))
+    c.add(
+        msg(
+            "execute_result", data={"text/plain": "w", "text/html": "<i/>"}, metadata={"sunroom": 1}
+        )
+    )
+    first, second = checked(c)["outputs"]
+    assert first["metadata"] == {
+        "sunroom": {"errors": {"text/html": "E: x"}, "execute_result": True},
+        "text/html": {"isolated": True},
+    }
+    assert second["metadata"] == {"sunroom": {"execute_result": True}}
 
 
 def test_display_caps_drop_and_count() -> None:
