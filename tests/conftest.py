@@ -203,6 +203,7 @@ KERNEL_TESTS: tuple[str, ...] = (
     "tests/packages/test_index.py",
     "tests/packages/test_install.py",
     "tests/packages/test_prompt.py",
+    "tests/prelude/test_e2b_compat.py",
     "tests/sandbox/backends/jupyter/test_cli_jupyter.py",
     "tests/sandbox/backends/jupyter/test_forged_messages.py",
     "tests/sandbox/backends/jupyter/test_jupyter_backend.py",
