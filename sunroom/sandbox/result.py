@@ -37,7 +37,8 @@ class DisplayItem:
     ``data`` maps mime types to values: ``bytes`` for images (``image/png``, ``image/jpeg``,
     ``image/gif``, ``image/webp``), plain JSON for ``application/json``, ``str`` otherwise;
     ``text/plain`` is always there. ``metadata`` is plain JSON (``metadata["sunroom"]
-    ["errors"]`` names the repr methods that failed, and why).
+    ["errors"]`` names the repr methods that failed, and why; ``metadata["sunroom"]
+    ["execute_result"]`` is True on the item of the cell's rich trailing value).
     """
 
     data: Mapping[str, Any]
