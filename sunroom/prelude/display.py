@@ -30,6 +30,7 @@ from __future__ import annotations
 import binascii
 import builtins
 import sys
+from functools import partial
 
 TYPE_CHECKING = False  # typing costs the kernel ~10 ms to import; annotations are lazy
 if TYPE_CHECKING:
@@ -142,7 +143,7 @@ def show_result(obj: object) -> None:
     if rich:
         _from_mimebundle(obj, data, meta, errors)
         _from_repr_methods(obj, data, meta, errors)
-    _from_formatters(obj, data, errors)
+    _from_formatters(obj, data, meta, errors)
     if not rich and not data and not errors:
         return
     OUTPUTS.add(*_finish(obj, data, meta, errors, {"execute_result": True}))
@@ -153,9 +154,10 @@ def add_formatter(mime: str, formatter: Callable[[object], object]) -> None:
 
     ``formatter(obj)`` is called for every displayed object (and rich trailing value) whose
     repr methods did not give *mime*, after them; it returns the value (checked as a repr
-    method's: bytes for images, plain JSON for ``application/json`` and ``+json``, else str)
-    or None to add nothing. One that raises or returns the wrong type is left out, with the
-    reason in the item's metadata. One formatter per mime type: adding another replaces it.
+    method's: bytes for images, plain JSON for ``application/json`` and ``+json``, else str;
+    or a ``(value, metadata)`` pair) or None to add nothing. One that raises or returns the
+    wrong type is left out, with the reason in the item's metadata. One formatter per mime
+    type: adding another replaces it.
     """
     _FORMATTERS[mime] = formatter
 
@@ -183,7 +185,7 @@ def bundle(obj: object) -> tuple[dict[str, object], dict[str, object]]:
     errors: dict[str, str] = {}
     _from_mimebundle(obj, data, meta, errors)
     _from_repr_methods(obj, data, meta, errors)
-    _from_formatters(obj, data, errors)
+    _from_formatters(obj, data, meta, errors)
     return _finish(obj, data, meta, errors, {})
 
 
@@ -200,11 +202,7 @@ def raw_bundle(obj: object) -> tuple[dict[str, object], dict[str, object]]:
             if not isinstance(mime, str):
                 errors[_plain(mime)[:100]] = "a mime type must be a str"
                 continue
-            checked = _check(mime, value)
-            if checked is None:
-                errors[mime] = f"a {type(value).__name__} is not a {mime} value"
-            else:
-                data[mime] = checked
+            _put(mime, value, data, errors, f"a {type(value).__name__} is not a {mime} value")
     else:
         errors["raw"] = f"a {type(obj).__name__} is not a mime bundle (a dict)"
     if "text/plain" not in data:
@@ -244,11 +242,8 @@ def _from_mimebundle(
         if not isinstance(got, dict):
             raise TypeError(f"it returned {type(got).__name__}, not a dict")
         for mime, value in got.items():
-            checked = _check(str(mime), value)
-            if checked is not None:
-                data[str(mime)] = checked
-            else:
-                errors[str(mime)] = f"a {type(value).__name__} is not a {mime} value"
+            wrong = f"a {type(value).__name__} is not a {mime} value"
+            _put(str(mime), value, data, errors, wrong)
         if isinstance(extra, dict):
             meta.update({str(k): v for k, v in extra.items() if _jsonable(v)})
     except BaseException as exc:  # noqa: BLE001 - a bad repr is reported, never fatal
@@ -265,45 +260,55 @@ def _from_repr_methods(
         if mime in data:
             continue
         method = _method(obj, name)
-        if method is None:
-            continue
-        try:
-            value = method()
-            if isinstance(value, tuple) and len(value) == 2:
-                value, extra_meta = value
-                if isinstance(extra_meta, dict) and _jsonable(extra_meta):
-                    meta[mime] = extra_meta
-            if value is None:
-                continue
-            checked = _check(mime, value)
-            if checked is None:
-                errors[mime] = f"{name}() returned a {type(value).__name__}"
-            else:
-                data[mime] = checked
-        except BaseException as exc:  # noqa: BLE001 - a bad repr is reported, never fatal
-            if isinstance(exc, KeyboardInterrupt):
-                raise
-            errors[mime] = _error(exc)
+        if method is not None:
+            _add(mime, method, f"{name}()", data, meta, errors)
 
 
-def _from_formatters(obj: object, data: dict[str, object], errors: dict[str, str]) -> None:
+def _from_formatters(
+    obj: object, data: dict[str, object], meta: dict[str, object], errors: dict[str, str]
+) -> None:
     """Add what each formatter gives for a mime type *data* does not hold yet."""
     for mime, formatter in list(_FORMATTERS.items()):
-        if mime in data:
-            continue
-        try:
-            value = formatter(obj)
-            if value is None:
-                continue
-            checked = _check(mime, value)
-            if checked is None:
-                errors[mime] = f"the {mime} formatter returned a {type(value).__name__}"
-            else:
-                data[mime] = checked
-        except BaseException as exc:  # noqa: BLE001 - a bad formatter is reported, never fatal
-            if isinstance(exc, KeyboardInterrupt):
-                raise
-            errors[mime] = _error(exc)
+        if mime not in data:
+            _add(mime, partial(formatter, obj), f"the {mime} formatter", data, meta, errors)
+
+
+def _add(
+    mime: str,
+    produce: Callable[[], object],
+    who: str,
+    data: dict[str, object],
+    meta: dict[str, object],
+    errors: dict[str, str],
+) -> None:
+    """Add *produce*'s value for *mime* to *data*, or why not to *errors*.
+
+    Of a ``(value, metadata)`` pair the metadata goes to *meta*; None adds nothing.
+    """
+    try:
+        value = produce()
+        if isinstance(value, tuple) and len(value) == 2:
+            value, extra_meta = value
+            if isinstance(extra_meta, dict) and _jsonable(extra_meta):
+                meta[mime] = extra_meta
+        if value is None:
+            return
+        _put(mime, value, data, errors, f"{who} returned a {type(value).__name__}")
+    except BaseException as exc:  # noqa: BLE001 - a bad repr is reported, never fatal
+        if isinstance(exc, KeyboardInterrupt):
+            raise
+        errors[mime] = _error(exc)
+
+
+def _put(
+    mime: str, value: object, data: dict[str, object], errors: dict[str, str], wrong: str
+) -> None:
+    """*value* into *data* as *mime*'s if it is one (:func:`_check`), else *wrong* into *errors*."""
+    checked = _check(mime, value)
+    if checked is None:
+        errors[mime] = wrong
+    else:
+        data[mime] = checked
 
 
 def _method(obj: object, name: str) -> Callable[..., object] | None:
