@@ -297,6 +297,9 @@ def _json(value: object, budget: list[int], *, lenient: bool, depth: int = 0) ->
         return value.isoformat()
     if type(value).__module__ == "numpy":  # a numpy scalar (item) or array (tolist)
         plain = getattr(value, "tolist", None)
+        size = getattr(value, "size", 1)
+        if isinstance(size, int) and size > budget[0]:
+            raise _OverBudget  # before tolist() copies a large array
         if plain is not None:
             return _json(plain(), budget, lenient=lenient, depth=depth)
     return _other(value, lenient)
