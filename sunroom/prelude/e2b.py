@@ -37,13 +37,17 @@ its kernel starts, that leaves no name in the user's namespace::
   loads, instead of printing the objects as IPython does outside its shell; inside an IPython
   shell (the Jupyter backend) IPython's own runs.
 
-:func:`uninstall` takes the formatters, the import patches and Pillow's patches away again.
+On the Jupyter backend (an IPython shell) Pillow's images show through IPython's ``display``
+and IPython's ``display`` stays its own; the formatters do not apply there (IPython renders
+values and displays itself). :func:`uninstall` takes the formatters, the import patches and
+Pillow's patches away again.
 Standard library only.
 """
 
 from __future__ import annotations
 
 import datetime
+import importlib
 import json
 import math
 import os
@@ -332,7 +336,7 @@ class DisplayViewer:
 
     def show(self, image: object, **options: object) -> int:
         """Display *image*; 1 tells Pillow it was shown (no other viewer runs)."""
-        display.display(image)
+        _display(image)
         return 1
 
 
@@ -345,7 +349,7 @@ def patch_image(module: types.ModuleType) -> None:
 
     def save_and_display(self: object, fp: object, format: object = None, **params: Any) -> None:
         if isinstance(fp, str):
-            display.display(self)
+            _display(self)
         save(self, fp, format, **params)
 
     save_and_display.__wrapped__ = save  # type: ignore[attr-defined]
@@ -360,6 +364,19 @@ def patch_image_show(module: types.ModuleType) -> None:
     viewers: list[object] = module._viewers
     if not any(isinstance(v, DisplayViewer) for v in viewers):
         viewers.insert(0, DisplayViewer())
+
+
+def _display(obj: object) -> None:
+    """Show *obj*: through IPython inside its shell (the Jupyter backend), else sunroom's way."""
+    if _in_ipython_shell():
+        importlib.import_module("IPython.core.display_functions").display(obj)
+    else:
+        display.display(obj)
+
+
+def _in_ipython_shell() -> bool:
+    shell = sys.modules.get("IPython.core.interactiveshell")
+    return shell is not None and bool(shell.InteractiveShell.initialized())
 
 
 # -- IPython ----------------------------------------------------------------------------------
@@ -383,8 +400,7 @@ def patch_ipython_display(module: types.ModuleType) -> None:
     def display_through_sunroom(
         *objs: object, raw: bool = False, metadata: dict[str, object] | None = None, **kw: Any
     ) -> object:
-        shell = sys.modules.get("IPython.core.interactiveshell")
-        if shell is not None and shell.InteractiveShell.initialized():
+        if _in_ipython_shell():
             return original(*objs, raw=raw, metadata=metadata, **kw)
         display.display(*objs, raw=raw, metadata=metadata)
         return None

@@ -348,3 +348,29 @@ async def test_pip_install_of_an_installed_package_says_so_as_pip_does(
     assert r.value is None and r.outputs == ()
     bad = await sandbox.execute(E2B.format("pip_install") + "(['--no-deps x'])")
     assert bad.error is not None and bad.error.type == "ValueError", bad
+
+
+@pytest.fixture
+def jupyter() -> str:
+    """The jupyter backend (an IPython kernel in bwrap)."""
+    return _require("jupyter")
+
+
+async def test_on_the_jupyter_backend_pillow_shows_through_ipython(jupyter: str) -> None:
+    async with AsyncKernel(backend=jupyter, limits=LIMITS) as k:
+        await installed(k, {"SANDBOX_VAR": "one"})
+        r = await run(
+            k,
+            "from PIL import Image\n"
+            "image = Image.new('RGB', (3, 2))\n"
+            "image.show()\n"
+            "image.save('x.png')\n"
+            "from IPython.display import display\n"
+            "display({'text/latex': '$x$'}, raw=True)\n"
+            "import os\n"
+            "os.environ['SANDBOX_VAR']",
+        )
+        assert r.value == "'one'"
+        images, latex = r.outputs[:2], r.outputs[2]
+        assert [png_of(i).size for i in images] == [(3, 2), (3, 2)]
+        assert latex.data["text/latex"] == "$x$"  # IPython's own display, in its shell
