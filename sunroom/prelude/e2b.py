@@ -31,17 +31,16 @@ its kernel starts, that leaves no name in the user's namespace::
 * answers ``!pip install ...`` lines, which the facade rewrites to :func:`pip_install`: an
   installed distribution named bare is reported as pip reports it, the rest is installed
   through the kernel's ``install()``;
-* makes IPython's ``display`` (``from IPython.display import display``, which E2B's kernels
-  are and users' code imports) show through sunroom's :func:`~sunroom.prelude.display.display`
-  (``raw=`` and ``metadata=`` honoured, the rest of IPython's keywords ignored) once IPython
-  loads, instead of printing the objects as IPython does outside its shell; inside an IPython
-  shell (the Jupyter backend) IPython's own runs.
+* makes IPython's ``display`` (``from IPython.display import display``: E2B's kernels are
+  IPython's, so users' code imports it) show through sunroom's
+  :func:`~sunroom.prelude.display.display` (``raw=`` and ``metadata=`` honoured, the rest of
+  IPython's keywords ignored) once IPython loads, instead of printing the objects as IPython
+  does outside its shell; inside an IPython shell (the Jupyter backend) IPython's own runs.
 
 On the Jupyter backend (an IPython shell) Pillow's images show through IPython's ``display``
 and IPython's ``display`` stays its own; the formatters do not apply there (IPython renders
-values and displays itself). :func:`uninstall` takes the formatters, the import patches and
-Pillow's patches away again.
-Standard library only.
+values and displays itself). :func:`uninstall` takes the formatters and every patch away
+again. Standard library only.
 """
 
 from __future__ import annotations
@@ -89,7 +88,7 @@ def install(envs: Mapping[str, str], cwd: str | None = None) -> str:
     """Set up the kernel as E2B's sandbox template does; return the working directory.
 
     Sets *envs* in ``os.environ`` (they become the sandbox's defaults), changes to *cwd* when
-    given, and adds the formatters and Pillow patches of the module docstring. Raises
+    given, and adds the formatters and patches of the module docstring. Raises
     TypeError when *envs* is not a map of str to str (nothing is set then), OSError when *cwd*
     cannot be entered.
     """
