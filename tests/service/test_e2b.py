@@ -77,6 +77,12 @@ def test_a_figure_is_a_png_result_and_envs_hold_for_one_execution(server: Server
         once = sb.run_code(read, envs={"SANDBOX_VAR": "over", "ONE": "1"})
         assert once.text == "('over', '1')"
         assert sb.run_code(read).text == "('base', 'unset')"  # both restored
+        frame = sb.run_code("import pandas as pd\npd.DataFrame({'a': [1, 2, 3]})")
+        (main,) = frame.results
+        assert main.is_main_result and main.data == {"a": [1, 2, 3]} and main.html
+        assert sb.run_code("{'k': [1, 2]}").results[0].json == {"k": [1, 2]}
+        raw = sb.run_code("display({'text/latex': r'\\alpha'}, raw=True)")
+        assert raw.results[0].formats() == ["latex"]
     finally:
         sb.kill()
 

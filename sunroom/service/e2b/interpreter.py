@@ -75,6 +75,9 @@ _FIELDS: Final = {
     "e2b/chart": "chart",
 }
 
+_JSON_TEXT: Final = frozenset({"e2b/data", "e2b/chart"})
+"""MIME types whose value E2B's SDK takes as a dict, and the kernel sends as JSON text."""
+
 Lookup = Callable[[Request], Awaitable[Sandbox]]
 
 
@@ -366,6 +369,11 @@ def _result(data: Mapping[str, Any], main: bool) -> dict[str, Any]:
         if isinstance(value, bytes):
             value = base64.b64encode(value).decode("ascii")
         name = _FIELDS.get(mime)
+        if mime in _JSON_TEXT and isinstance(value, str):
+            try:  # the kernel sends these as JSON text (the wire carries JSON only in *json)
+                value = json.loads(value)
+            except ValueError:
+                name = None  # not E2B's shape: kept as it came, under extra
         if name is None:
             extra[mime] = value
         else:
