@@ -29,7 +29,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import secrets
 import statistics
 import subprocess
 import sys
@@ -41,6 +40,7 @@ from pathlib import Path
 
 import httpx
 import psutil
+from _server import serve
 
 ROOT = Path(__file__).resolve().parents[1]
 MIB = 1024 * 1024
@@ -95,42 +95,25 @@ def files_service(src: Path, dst: Path, *, backend: str, runs: int) -> dict[str,
     the median over the rounds.
     """
     size = src.stat().st_size
-    token = secrets.token_urlsafe(24)
     env = {
-        **os.environ,
-        "SUNROOM_TOKEN": token,
-        "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p),
         "SUNROOM_MAX_FILE_BYTES": str(size + MIB),
         "SUNROOM_READ_TIMEOUT_S": "120",  # the upload must arrive within it
     }
-    server = subprocess.Popen(
-        [sys.executable, "-m", "sunroom.cli", "serve", "--port", "0",
-         "--db", str(src.parent / "s.db"), "--backend", backend],
-        cwd=ROOT, env=env, stdout=subprocess.PIPE, text=True,
-    )  # fmt: skip
-    assert server.stdout is not None
     seen: dict[str, list[float]] = {}
 
     def note(key: str, value: float) -> None:
         seen.setdefault(key, []).append(value)
 
-    try:
-        url = server.stdout.readline().rsplit(" ", 1)[-1].strip()
-        headers = {"Authorization": f"Bearer {token}"}
+    with serve("--backend", backend, env=env, db=src.parent / "s.db") as server:
+        url, token, headers = server.url, server.token, server.headers
         with httpx.Client(base_url=url, headers=headers, timeout=120) as http:
-            for _ in range(200):
-                try:
-                    http.get("/healthz")
-                    break
-                except httpx.TransportError:
-                    time.sleep(0.05)
             kid = http.post("/kernels", json={}).raise_for_status().json()["kernel_id"]
             base = f"/kernels/{kid}/files"
             http.put(f"{base}/warm", content=b"x" * MIB).raise_for_status()
-            proc = psutil.Process(server.pid)
+            proc = psutil.Process(server.process.pid)
             kernels = proc.children(recursive=True)
             resting = proc.memory_info().rss
-            rss = RssPeak(server.pid)
+            rss = RssPeak(server.process.pid)
             for _ in range(runs):
                 copy = dst.with_suffix(".cp")
                 os.sync()  # each timed step starts with no dirty pages of the one before
@@ -174,9 +157,6 @@ def files_service(src: Path, dst: Path, *, backend: str, runs: int) -> dict[str,
                     note(f"{client}_download_server_cpu_s", cpu2[0] - cpu1[0])
                     note(f"{client}_download_kernel_cpu_s", cpu2[1] - cpu1[1])
             peak = rss.stop()
-    finally:
-        server.terminate()
-        server.wait(30)
     out = {key: statistics.median(values) for key, values in seen.items()}
     for client in ("httpx", "curl"):
         for way in ("upload", "download"):

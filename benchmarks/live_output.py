@@ -28,7 +28,6 @@ import json
 import os
 import platform
 import re
-import secrets
 import statistics
 import subprocess
 import sys
@@ -37,6 +36,7 @@ import time
 from pathlib import Path
 
 import httpx
+from _server import serve
 
 from sunroom import AsyncSession
 from sunroom.agent import events as ev
@@ -143,24 +143,10 @@ async def main() -> None:
         ap.error("--samples must be at least 30")
     tmp = Path(tempfile.mkdtemp(prefix="sunroom-live-"))
     write_script(tmp / "sse.json", args.samples, 0.2)  # the server reads it at start too
-    token = secrets.token_urlsafe(24)
-    env = {**os.environ, "SUNROOM_TOKEN": token, "PYTHONPATH": str(ROOT)}
-    server = subprocess.Popen(  # noqa: ASYNC220 - started once, before the measurements
-        [sys.executable, "-m", "sunroom.cli", "serve", "--port", "0", "--db", str(tmp / "s.db"),
-         "--backend", args.backend, "--model", f"scripted:{tmp / 'sse.json'}"],
-        cwd=ROOT, env=env, stdout=subprocess.PIPE, text=True,
-    )  # fmt: skip
-    assert server.stdout is not None
-    url = server.stdout.readline().rsplit(" ", 1)[-1].strip()
     rows: list[str] = []
-    try:
-        async with httpx.AsyncClient(base_url=url) as http:
-            for _ in range(200):
-                try:
-                    await http.get("/healthz")
-                    break
-                except httpx.TransportError:
-                    await asyncio.sleep(0.05)
+    server_args = ("--backend", args.backend, "--model", f"scripted:{tmp / 'sse.json'}")
+    with serve(*server_args, db=tmp / "s.db") as server:
+        url, token = server.url, server.token
         for gap in (0.2, 0.02):
             for name in ("session", "sse", "run"):
                 if name == "session":
@@ -173,9 +159,6 @@ async def main() -> None:
                     )
                 rows.append(summary(name, gap, values))
                 print(rows[-1], flush=True)
-    finally:
-        server.terminate()
-        server.wait(30)
     cpus = os.cpu_count()
     print(f"\n{args.samples} lines per run, backend {args.backend}, {platform.machine()}, "
           f"{cpus} CPUs, Python {platform.python_version()}, {platform.platform()}")  # fmt: skip

@@ -27,12 +27,9 @@ import math
 import multiprocessing
 import os
 import platform
-import secrets
 import socket
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
 import urllib.parse
 from multiprocessing.connection import Connection
@@ -42,6 +39,11 @@ import httpx
 import psutil
 
 ROOT = Path(__file__).resolve().parents[1]
+
+# the server imports this module (``--functions benchmarks.service_load:tick``) with the
+# checkout, not benchmarks/, on its path
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _server import serve  # noqa: E402
 
 
 def tick(n: int) -> int:
@@ -266,27 +268,13 @@ async def main() -> None:
         "--max-kernel-requests", type=int, default=None, help="the server's admission bound"
     )
     args = ap.parse_args()
-    token = secrets.token_urlsafe(24)
-    tmp = Path(tempfile.mkdtemp(prefix="sunroom-load-"))
-    env = {**os.environ, "SUNROOM_TOKEN": token, "PYTHONPATH": str(ROOT)}
-    server = subprocess.Popen(  # noqa: ASYNC220 - started once, before the load
-        [sys.executable, "-m", "sunroom.cli", "serve", "--port", "0", "--db", str(tmp / "s.db"),
-         "--backend", args.backend, "--functions", "benchmarks.service_load:tick",
-         *(["--max-kernel-requests", str(args.max_kernel_requests)]
-           if args.max_kernel_requests else [])],
-        cwd=ROOT, env=env, stdout=subprocess.PIPE, text=True,
-    )  # fmt: skip
-    assert server.stdout is not None
-    url = server.stdout.readline().rsplit(" ", 1)[-1].strip()
-    headers = {"Authorization": f"Bearer {token}"}
-    try:
+    with serve(
+        "--backend", args.backend, "--functions", "benchmarks.service_load:tick",
+        *(["--max-kernel-requests", str(args.max_kernel_requests)]
+          if args.max_kernel_requests else []),
+    ) as server:  # fmt: skip
+        url, headers = server.url, server.headers
         async with _http(url, headers, 16) as http:
-            for _ in range(200):
-                try:
-                    await http.get("/healthz")
-                    break
-                except httpx.TransportError:
-                    await asyncio.sleep(0.05)
             t0 = time.monotonic()
             gate = asyncio.Semaphore(8)
 
@@ -305,12 +293,12 @@ async def main() -> None:
             async def sample() -> None:
                 nonlocal rss_peak
                 while True:
-                    own, kernels = rss_mb(server.pid)
+                    own, kernels = rss_mb(server.process.pid)
                     rss_peak = (max(rss_peak[0], own), max(rss_peak[1], kernels))
                     await asyncio.sleep(1.0)
 
             sampler = asyncio.create_task(sample())
-            cpu0, me0 = cpu_s(server.pid), time.process_time()
+            cpu0, me0 = cpu_s(server.process.pid), time.process_time()
             n = len(kids)
             start = time.monotonic() + 2.0  # every client has connected by then
             receiver, sender = multiprocessing.Pipe(duplex=False)
@@ -328,7 +316,7 @@ async def main() -> None:
                 )
             )  # fmt: skip
             sampler.cancel()
-            cpu1, me1 = cpu_s(server.pid), time.process_time()
+            cpu1, me1 = cpu_s(server.process.pid), time.process_time()
             probed: list[float] = await asyncio.to_thread(receiver.recv)
             prober.join()
             health = [x for x in probed if not math.isnan(x)]
@@ -348,10 +336,6 @@ async def main() -> None:
         print(
             f"server RSS peak {rss_peak[0]:.0f} MiB; kernels' RSS peak {rss_peak[1]:.0f} MiB total"
         )
-    finally:
-        server.terminate()
-        server.wait(30)
-        server.stdout.close()
 
 
 if __name__ == "__main__":

@@ -24,16 +24,14 @@ import argparse
 import asyncio
 import os
 import platform
-import secrets
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
+from _server import serve
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -105,25 +103,11 @@ async def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--backend", default="subprocess")
     args = ap.parse_args()
-    token = secrets.token_urlsafe(24)
-    tmp = Path(tempfile.mkdtemp(prefix="sunroom-burst-"))
-    env = {**os.environ, "SUNROOM_TOKEN": token, "PYTHONPATH": str(ROOT)}
-    server = subprocess.Popen(  # noqa: ASYNC220 - started once, before the bursts
-        [sys.executable, "-m", "sunroom.cli", "serve", "--port", "0", "--db", str(tmp / "s.db"),
-         "--backend", args.backend, "--model", "scripted:examples/replies.json",
-         "--max-sessions", str(2 * args.n), "--max-kernel-requests", str(4 * args.n)],
-        cwd=ROOT, env=env, stdout=subprocess.PIPE, text=True,
-    )  # fmt: skip
-    assert server.stdout is not None
-    url = server.stdout.readline().rsplit(" ", 1)[-1].strip()
-    try:
-        async with httpx.AsyncClient(base_url=url) as http:
-            for _ in range(200):
-                try:
-                    await http.get("/healthz")
-                    break
-                except httpx.TransportError:
-                    await asyncio.sleep(0.05)
+    with serve(
+        "--backend", args.backend, "--model", "scripted:examples/replies.json",
+        "--max-sessions", str(2 * args.n), "--max-kernel-requests", str(4 * args.n),
+    ) as server:  # fmt: skip
+        url, token = server.url, server.token
         await burst(url, token, 4, "kernels")  # warm-up: imports, the store, the first kernels
         await burst(url, token, 4, "sessions")
         rows: dict[str, list[Burst]] = {"kernels": [], "sessions": []}
@@ -134,10 +118,6 @@ async def main() -> None:
                 rows[kind].append(b := await burst(url, token, args.n, kind))
                 print(f"round {k + 1} {kind:8}: {b.accepted_s:6.2f} s to the last 201, "
                       f"{b.ready_s:6.2f} s to every kernel up, {b.errors} errors")  # fmt: skip
-    finally:
-        server.terminate()
-        server.wait(60)
-        server.stdout.close()
     cpus = os.cpu_count()
     print(f"\n{args.n} concurrent creations, {args.rounds} rounds, backend {args.backend}, "
           f"{platform.machine()}, {cpus} CPUs, Python {platform.python_version()}")  # fmt: skip
