@@ -19,7 +19,8 @@ code does. Every series uses the sync SDK (``Sandbox``).
   rotating: ``http execute`` (the baseline): ``POST /kernels/{id}/execute {"code": "1+1"}``
   on one keep-alive httpx connection (TCP_NODELAY: see ``service_load.py``); ``run_code``: the
   SDK's ``sandbox.run_code("1+1")``; and, to say where the time goes, the very request the SDK
-  sends (``POST /execute``, its headers and body, the NDJSON answer read to its end) over one
+  sends to that sandbox (``POST /execute``, its headers and body, the NDJSON answer read to
+  its end; the same kernel as ``run_code``, a raw kernel's for the baseline) over one
   keep-alive httpx connection (``raw /execute, keep-alive``) and over a new connection per
   call (``raw /execute, new conn``: what HTTP/1.1 connection setup would cost). The SDK builds
   an ``httpx.Client`` per ``run_code`` but over its process-wide pyqwest transport, whose pool
@@ -115,18 +116,18 @@ def load() -> str:
     return " / ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
-def http_client(server: Server, *, keep_alive: bool = True) -> httpx.Client:
-    """One connection to *server* at a time, TCP_NODELAY set, its token sent.
+def http_client(server: Server, *, keep_alive: bool = True, token: bool = True) -> httpx.Client:
+    """One connection to *server* at a time, TCP_NODELAY set, the server's token sent.
 
-    With *keep_alive* false every request opens a connection of its own (and closes it).
+    With *keep_alive* false every request opens a connection of its own (and closes it); with
+    *token* false the server's token is not sent (a sandbox's own tokens are, as the SDK does).
     """
     limits = httpx.Limits(max_connections=1, max_keepalive_connections=1 if keep_alive else 0)
     transport = httpx.HTTPTransport(
         limits=limits, socket_options=[(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)]
     )
-    return httpx.Client(
-        base_url=server.url, headers=server.headers, timeout=60, transport=transport
-    )
+    headers = server.headers if token else {}
+    return httpx.Client(base_url=server.url, headers=headers, timeout=60, transport=transport)
 
 
 @contextmanager
@@ -178,6 +179,16 @@ def raw_create(http: httpx.Client) -> RawSandbox:
         "E2B-Traffic-Access-Token": got["trafficAccessToken"],
     }
     return RawSandbox(got["sandboxID"], headers)
+
+
+def sdk_headers(sb: Sandbox) -> dict[str, str]:
+    """The headers the SDK sends with ``POST /execute`` to *sb* (``Sandbox.run_code``)."""
+    return {
+        "E2b-Sandbox-Id": sb.sandbox_id,
+        "E2b-Sandbox-Port": INTERPRETER_PORT,
+        "X-Access-Token": sb._envd_access_token or "",
+        "E2B-Traffic-Access-Token": sb.traffic_access_token or "",
+    }
 
 
 def raw_execute(http: httpx.Client, sandbox: RawSandbox) -> None:
@@ -256,15 +267,20 @@ def round_trip(server: Server, calls: int, rounds: int) -> list[Series]:
     sdk = Series("run_code (SDK)")
     raw = Series("raw /execute, keep-alive")
     fresh = Series("raw /execute, new conn")
-    with http_client(server) as client, http_client(server, keep_alive=False) as closing:
+    with (
+        http_client(server) as client,
+        http_client(server, token=False) as kept,
+        http_client(server, keep_alive=False, token=False) as closing,
+    ):
         kid = client.post("/kernels", json={}).raise_for_status().json()["kernel_id"]
         sb = Sandbox.create()
-        rs = raw_create(client)
+        # the SDK's own sandbox and headers: run_code and the requests by hand reach one kernel
+        rs = RawSandbox(sb.sandbox_id, sdk_headers(sb))
 
         runs: list[tuple[Series, Callable[[], None]]] = [
             (base, lambda: http_execute(client, kid)),
             (sdk, lambda: check_result(sb.run_code("1+1"))),
-            (raw, lambda: raw_execute(client, rs)),
+            (raw, lambda: raw_execute(kept, rs)),
             (fresh, lambda: raw_execute(closing, rs)),
         ]
         try:
@@ -278,7 +294,6 @@ def round_trip(server: Server, calls: int, rounds: int) -> list[Series]:
                         series.time(fn)
         finally:
             sb.kill()
-            client.delete(f"/sandboxes/{rs.sandbox_id}")
             client.delete(f"/kernels/{kid}")
     return [base, sdk, raw, fresh]
 
@@ -293,7 +308,7 @@ def warm(server: Server, samples: int, pause: float) -> list[Series]:
     raw = Series("raw warm (httpx)")
     raw_create_s = Series("  of which POST /sandboxes")
     raw_run = Series("  of which first /execute")
-    with http_client(server) as client:
+    with http_client(server) as client, http_client(server, token=False) as to_sandbox:
 
         def sdk_once() -> None:
             c0, t0 = time.process_time(), time.perf_counter()
@@ -313,7 +328,7 @@ def warm(server: Server, samples: int, pause: float) -> list[Series]:
             c0, t0 = time.process_time(), time.perf_counter()
             rs = raw_create(client)
             c1, t1 = time.process_time(), time.perf_counter()
-            raw_execute(client, rs)
+            raw_execute(to_sandbox, rs)
             c2, t2 = time.process_time(), time.perf_counter()
             for s, w, c in ((raw, t2 - t0, c2 - c0), (raw_create_s, t1 - t0, c1 - c0),
                             (raw_run, t2 - t1, c2 - c1)):  # fmt: skip
