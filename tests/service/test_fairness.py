@@ -22,7 +22,13 @@ from tests.service.conftest import Server
 
 ROOT = Path(__file__).resolve().parents[2]
 HOLD_S = 0.25
-HEALTH = {"ok": True, "sessions": 0, "sessions_idle": 0, "sessions_released": 0}
+HEALTH = {
+    "ok": True,
+    "sessions": 0,
+    "sessions_idle": 0,
+    "sessions_released": 0,
+    "e2b_sandboxes": 0,
+}
 """The health body of a server without sessions (``kernels`` added per test)."""
 """How long one call of the inline host function holds the server's event loop."""
 
