@@ -276,6 +276,8 @@ def _guarded(
             return Response(status_code=400)
         except Exception as exc:  # noqa: BLE001 - answered below, or raised again
             status, code, message = _classify(request, exc, target)
+            if target is None:  # refused before the body was read: let the client finish it
+                await _drain(request)
             if rpc:
                 return JSONResponse(
                     {"code": code, "message": message}, status_code=CONNECT_STATUS[code]
@@ -283,6 +285,22 @@ def _guarded(
             return JSONResponse({"code": status, "message": message}, status_code=status)
 
     return endpoint
+
+
+DRAIN_BYTES: Final = 1 << 20
+"""A refused request's unread body is read and dropped up to this, so the client, still
+sending it, gets the answer rather than a connection closed under it."""
+
+
+async def _drain(request: Request) -> None:
+    seen = 0
+    try:
+        async for chunk in request.stream():
+            seen += len(chunk)
+            if seen > DRAIN_BYTES:
+                return
+    except (RuntimeError, ClientDisconnect):  # already read, or the client left
+        return
 
 
 def _classify(request: Request, exc: Exception, target: EnvdTarget | None) -> tuple[int, str, str]:
