@@ -265,7 +265,7 @@ def test_a_download_from_a_server_on_uvloop(make_server: Callable[..., Server]) 
         pytest.skip("pidfd_getfd is unavailable")
     server = make_server(event_loop="uvloop")
     base = f"/kernels/{_kernel(server)}"
-    data = os.urandom(5 * 1024 * 1024 + 3)  # several pieces, the last one short
+    data = os.urandom(32 * 1024 * 1024 + 3)  # more than loopback buffers hold; the last piece short
     assert server.client.put(f"{base}/files/f.bin", content=data).status_code == 200
     headers, got = _slow_get(server, f"{base}/files/f.bin")
     assert headers["content-length"] == str(len(data)) and got == data
