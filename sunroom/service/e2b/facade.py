@@ -120,9 +120,8 @@ class E2BFacade:
             path = inner
         if _is_control(path):
             if not self._server_token(scope):
-                await _send(
-                    scope, receive, send, _json_error_response(401, "a valid X-API-KEY is required")
-                )
+                refused = _json_error_response(401, "a valid X-API-KEY is required")
+                await refused(scope, receive, send)
                 return
             await self._control(scope, receive, send)
         elif _header(scope, b"e2b-sandbox-port") == INTERPRETER_PORT.encode():
@@ -162,10 +161,6 @@ class E2BFacade:
         return EnvdTarget(
             kernel=sandbox.default.kernel, workdir=sandbox.workdir, sandbox_id=sandbox.sandbox_id
         )
-
-
-async def _send(scope: Scope, receive: Receive, send: Send, response: Response) -> None:
-    await response(scope, receive, send)
 
 
 def _status_and_message(request: Request, exc: Exception, *, proxy: bool) -> tuple[int, str]:

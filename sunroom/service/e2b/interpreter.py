@@ -44,7 +44,14 @@ from starlette.routing import Route
 from sunroom.errors import SunroomError
 from sunroom.sandbox.result import DisplayItem, ExecutionResult
 from sunroom.service.bodies import parse_json
-from sunroom.service.e2b.sandboxes import Context, Sandbox, Sandboxes, check_envs, language_of
+from sunroom.service.e2b.sandboxes import (
+    PRELUDE,
+    Context,
+    Sandbox,
+    Sandboxes,
+    check_envs,
+    language_of,
+)
 from sunroom.service.problems import public_message
 
 __all__ = ["KEEPALIVE_S", "PARTIAL_LINE_S", "interpreter_routes"]
@@ -57,8 +64,6 @@ KEEPALIVE_S: Final = 5.0
 PARTIAL_LINE_S: Final = 0.1
 """Output without a newline yet is sent after this long."""
 
-_PRELUDE: Final = "__import__('sunroom.prelude.e2b', fromlist=['push_env'])"
-_PIP: Final = "__import__('sunroom.prelude.e2b', fromlist=['pip_install'])"
 
 _FIELDS: Final = {
     "text/plain": "text",
@@ -189,7 +194,7 @@ def _as_ipython(code: str) -> str:
         if body[:1] in "!%" and words[:2] == ["pip", "install"]:
             wanted = [w for w in words[2:] if not w.startswith("-")]
             indent = line[: len(line) - len(body)]
-            lines[i] = f"{indent}{_PIP}.pip_install({wanted!r})"
+            lines[i] = f"{indent}{PRELUDE}.pip_install({wanted!r})"
     return "\n".join(lines)
 
 
@@ -281,7 +286,7 @@ class _Cell:
                 ctx.sink = self._sink
                 try:
                     if self.envs:
-                        await self._setup(f"{_PRELUDE}.push_env({self.envs!r})")
+                        await self._setup(f"{PRELUDE}.push_env({self.envs!r})")
                     ctx.executions += 1
                     remaining = max(1.0, self.sandbox.end_at - time.time())
                     self.running = True
@@ -292,7 +297,7 @@ class _Cell:
                     if out.state_lost:  # a new kernel: E2B's behaviour and the sandbox's env
                         await self.sandboxes.prepare_again(self.sandbox, ctx)
                     elif self.envs:
-                        await self._setup(f"{_PRELUDE}.pop_env()")
+                        await self._setup(f"{PRELUDE}.pop_env()")
                 finally:
                     ctx.sink = None
             self.queue.put_nowait(out)

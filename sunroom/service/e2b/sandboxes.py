@@ -45,6 +45,7 @@ __all__ = [
     "DEFAULT_TEMPLATES",
     "DEFAULT_TIMEOUT_S",
     "ENVD_VERSION",
+    "PRELUDE",
     "Context",
     "Sandbox",
     "Sandboxes",
@@ -71,7 +72,9 @@ REAP_EVERY_S: Final = 1.0
 MAX_METADATA: Final = 64
 """Metadata entries a sandbox may carry (each key and value at most 256 characters)."""
 
-_PRELUDE: Final = "__import__('sunroom.prelude.e2b', fromlist=['install'])"
+PRELUDE: Final = "__import__('sunroom.prelude.e2b', fromlist=['install'])"
+"""The kernel-side module (:mod:`sunroom.prelude.e2b`) as an expression that binds no name in
+the user's namespace; the facade's setup cells call its functions through it."""
 
 
 MAX_ENV_VARS: Final = 256
@@ -151,11 +154,6 @@ class Sandbox:
         if found is None:
             raise NotFoundError(f"Context {context_id[:80]} not found")
         return found
-
-    def kernels(self) -> Iterator[AsyncKernel]:
-        """Every context's kernel."""
-        for ctx in self.contexts.values():
-            yield ctx.kernel
 
 
 @final
@@ -372,7 +370,7 @@ class Sandboxes:
 
     async def _prepare(self, kernel: AsyncKernel, envs: Mapping[str, str], cwd: str | None) -> str:
         """Install E2B's behaviour in a (re)started kernel; return its working directory."""
-        code = f"{_PRELUDE}.install({dict(envs)!r}, cwd={cwd!r})"
+        code = f"{PRELUDE}.install({dict(envs)!r}, cwd={cwd!r})"
         out = await kernel.execute(code, timeout_s=30.0)
         if not out.ok or out.value is None:
             message = out.error.message if out.error is not None else out.status
