@@ -18,7 +18,7 @@ from sunroom.errors import SunroomError, UsageError
 #: named in the error). ``tests/test_extras.py`` holds these against ``pyproject.toml``.
 EXTRAS: Final[Mapping[str, tuple[str, ...]]] = {
     "docker": ("docker",),
-    "service": ("starlette", "uvicorn", "httptools", "python_multipart"),
+    "service": ("starlette", "uvicorn", "httptools", "python_multipart", "prometheus_client"),
     "jupyter": ("jupyter_client",),
     "notebook": ("nbformat",),
     "mcp": ("mcp",),
@@ -29,6 +29,8 @@ EXTRAS: Final[Mapping[str, tuple[str, ...]]] = {
     "rlm": ("rlm",),
     "dspy": ("dspy",),
     "e2b": ("e2b_code_interpreter",),
+    "postgres": ("psycopg", "psycopg_pool"),
+    "otel": ("opentelemetry.sdk", "opentelemetry.exporter.otlp.proto.http"),
 }
 
 

@@ -43,6 +43,11 @@ MODULE_OF = {
     "rlms": "rlm",
     "dspy": "dspy",
     "e2b-code-interpreter": "e2b_code_interpreter",
+    "prometheus-client": "prometheus_client",
+    "psycopg": "psycopg",
+    "psycopg-pool": "psycopg_pool",
+    "opentelemetry-sdk": "opentelemetry.sdk",
+    "opentelemetry-exporter-otlp-proto-http": "opentelemetry.exporter.otlp.proto.http",
 }
 
 HEAVY = ("zmq", "tornado", "docker", "mcp", "onnxruntime", "starlette", "uvicorn")
