@@ -369,14 +369,15 @@ class StoreConflictError(StoreError):
     - ``"not_owner"``: the caller does not own the session (another owner claimed it);
     - ``"seq"``: the events do not continue exactly from the last stored seq (a gap or a
       duplicate); ``last_seq`` is the stored one, so the caller can resynchronise;
-    - ``"exists"``: the session, or the call's start, is already recorded;
+    - ``"exists"``: the session, the call's start or the kernel's placement is already
+      recorded (``session_id`` is empty for a kernel);
     - ``"finished"``: the call already has its one outcome, or the session's run already
       ended;
     - ``"not_started"``: a call was finished that was never recorded as started.
     """
 
     def __init__(
-        self, message: str, *, reason: str, session_id: str, last_seq: int | None = None
+        self, message: str, *, reason: str, session_id: str = "", last_seq: int | None = None
     ) -> None:
         super().__init__(message)
         self.reason = reason

@@ -18,23 +18,28 @@ from sunroom.store.records import (
     CallOutcome,
     CallRecord,
     JSONObject,
+    KernelPlacement,
     NewEvent,
+    ReplicaRecord,
     SessionRecord,
     SessionStatus,
     StoredEvent,
     idempotency_key,
 )
-from sunroom.store.seam import EventStore
+from sunroom.store.seam import AppendFollower, EventStore
 from sunroom.store.sqlite import SQLiteStore
 
 __all__ = [
     "MIGRATIONS",
     "SCHEMA_VERSION",
+    "AppendFollower",
     "CallOutcome",
     "CallRecord",
     "EventStore",
     "JSONObject",
+    "KernelPlacement",
     "NewEvent",
+    "ReplicaRecord",
     "SQLiteStore",
     "SessionRecord",
     "SessionStatus",

@@ -46,11 +46,12 @@ def start_call(
     args: str,
     side_effect: bool,
     owner: str,
+    generation: int | None = None,
 ) -> CallRecord:
     """Record a call's start; conflict when this call_id was started before."""
     with transaction(conn):
         now = clock()
-        require_owner(conn, session_id, owner)
+        require_owner(conn, session_id, owner, generation)
         if get_call(conn, session_id, call_id) is not None:
             raise StoreConflictError(
                 f"call {call_id!r} of session {session_id!r} was already started",
@@ -73,11 +74,12 @@ def finish_call(
     outcome: CallOutcome,
     result: str | None,
     owner: str,
+    generation: int | None = None,
 ) -> CallRecord:
     """Record a started call's one outcome; conflict when it has one or never started."""
     with transaction(conn):
         now = clock()
-        require_owner(conn, session_id, owner)
+        require_owner(conn, session_id, owner, generation)
         row = conn.execute(
             "SELECT outcome FROM calls WHERE session_id = ? AND call_id = ?",
             (session_id, call_id),

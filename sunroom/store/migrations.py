@@ -66,7 +66,29 @@ CREATE TABLE calls (
 CREATE INDEX calls_unfinished ON calls (session_id) WHERE outcome IS NULL;
 """
 
-MIGRATIONS: Final[tuple[tuple[int, str], ...]] = ((1, _V1),)
+_V2: Final = """
+ALTER TABLE sessions ADD COLUMN generation INTEGER NOT NULL DEFAULT 0;
+UPDATE sessions SET generation = 1 WHERE owner IS NOT NULL;
+
+CREATE TABLE replicas (
+    id           TEXT PRIMARY KEY NOT NULL,   -- the replica's owner string
+    url          TEXT NOT NULL,               -- its internal base URL
+    load         INTEGER NOT NULL CHECK (load >= 0),
+    capacity     INTEGER NOT NULL CHECK (capacity >= 0),
+    draining     INTEGER NOT NULL CHECK (draining IN (0, 1)),
+    heartbeat_at REAL NOT NULL,
+    expires_at   REAL NOT NULL
+);
+
+CREATE TABLE kernels (
+    id         TEXT PRIMARY KEY NOT NULL,
+    replica    TEXT NOT NULL,                 -- the replica that holds it
+    created_at REAL NOT NULL
+);
+CREATE INDEX kernels_by_replica ON kernels (replica, created_at);
+"""
+
+MIGRATIONS: Final[tuple[tuple[int, str], ...]] = ((1, _V1), (2, _V2))
 """Every schema change, oldest first."""
 
 SCHEMA_VERSION: Final[int] = MIGRATIONS[-1][0]

@@ -50,7 +50,7 @@ EventRow = tuple[int, str, str, float]
 
 _SESSION: Final = (
     "SELECT id, status, config, result, created_at, updated_at, finished_at, owner,"
-    " lease_expires_at FROM sessions"
+    " lease_expires_at, generation FROM sessions"
 )
 _PURGE_BATCH: Final = 20
 
@@ -94,24 +94,37 @@ def _session(row: Sequence[Any]) -> SessionRecord:
         finished_at=row[6],
         owner=row[7],
         lease_expires_at=row[8],
+        generation=row[9],
     )
 
 
-def _owner_of(conn: sqlite3.Connection, session_id: str) -> tuple[str | None, float | None]:
+def _owner_of(conn: sqlite3.Connection, session_id: str) -> tuple[str | None, float | None, int]:
     row = conn.execute(
-        "SELECT owner, lease_expires_at FROM sessions WHERE id = ?", (session_id,)
+        "SELECT owner, lease_expires_at, generation FROM sessions WHERE id = ?", (session_id,)
     ).fetchone()
     if row is None:
         raise StoreNotFoundError(f"no session {session_id!r}")
-    return row[0], row[1]
+    return row[0], row[1], row[2]
 
 
-def require_owner(conn: sqlite3.Connection, session_id: str, owner: str) -> None:
-    """StoreNotFoundError for no session; StoreConflictError unless *owner* holds it."""
-    holder, _ = _owner_of(conn, session_id)
-    if holder != owner:
+def holds(conn: sqlite3.Connection, session_id: str, owner: str, generation: int | None) -> bool:
+    """Whether *owner* holds the session (at *generation* when given); StoreNotFoundError."""
+    holder, _, current = _owner_of(conn, session_id)
+    return holder == owner and (generation is None or generation == current)
+
+
+def require_owner(
+    conn: sqlite3.Connection, session_id: str, owner: str, generation: int | None = None
+) -> None:
+    """StoreNotFoundError for no session; StoreConflictError unless *owner* holds it.
+
+    With *generation*, the session's fencing generation must be that one too.
+    """
+    if not holds(conn, session_id, owner, generation):
+        holder, _, current = _owner_of(conn, session_id)
+        at = "" if generation is None else f" at generation {generation} (now {current})"
         raise StoreConflictError(
-            f"session {session_id!r} is not owned by {owner!r} (owner: {holder!r})",
+            f"session {session_id!r} is not owned by {owner!r}{at} (owner: {holder!r})",
             reason="not_owner",
             session_id=session_id,
         )
@@ -146,8 +159,16 @@ def create_session(
         expires = None if owner is None or lease_s is None else now + lease_s
         conn.execute(
             "INSERT INTO sessions (id, status, config, created_at, updated_at, owner,"
-            " lease_expires_at) VALUES (?, 'running', ?, ?, ?, ?, ?)",
-            (session_id, config, now if created_at is None else created_at, now, owner, expires),
+            " lease_expires_at, generation) VALUES (?, 'running', ?, ?, ?, ?, ?, ?)",
+            (
+                session_id,
+                config,
+                now if created_at is None else created_at,
+                now,
+                owner,
+                expires,
+                0 if owner is None else 1,
+            ),
         )
         return _must_get(conn, session_id)
 
@@ -178,6 +199,7 @@ def finish_session(
     status: SessionStatus,
     result: str | None,
     owner: str | None,
+    generation: int | None = None,
 ) -> SessionRecord:
     """End the running session's run with *status* and *result*; the owner checked if given."""
     with transaction(conn):
@@ -185,7 +207,7 @@ def finish_session(
         if owner is None:
             _owner_of(conn, session_id)
         else:
-            require_owner(conn, session_id, owner)
+            require_owner(conn, session_id, owner, generation)
         cursor = conn.execute(
             "UPDATE sessions SET status = ?, result = ?, finished_at = ?, updated_at = ?"
             " WHERE id = ? AND status = 'running'",
@@ -202,12 +224,16 @@ def finish_session(
 
 
 def reopen_session(
-    conn: sqlite3.Connection, clock: Clock, session_id: str, owner: str
+    conn: sqlite3.Connection,
+    clock: Clock,
+    session_id: str,
+    owner: str,
+    generation: int | None = None,
 ) -> SessionRecord:
     """Set the owned session running again, clearing its result."""
     with transaction(conn):
         now = clock()
-        require_owner(conn, session_id, owner)
+        require_owner(conn, session_id, owner, generation)
         conn.execute(
             "UPDATE sessions SET status = 'running', result = NULL, finished_at = NULL,"
             " updated_at = ? WHERE id = ?",
@@ -232,45 +258,57 @@ def orphaned_sessions(conn: sqlite3.Connection, clock: Clock, limit: int) -> lis
 def claim(
     conn: sqlite3.Connection, clock: Clock, session_id: str, owner: str, lease_s: float
 ) -> bool:
-    """Take the session if unowned, expired or already *owner*'s."""
+    """Take the session if unowned, expired or already *owner*'s (a new generation unless so)."""
     with transaction(conn):
         now = clock()
-        holder, expires = _owner_of(conn, session_id)
+        holder, expires, generation = _owner_of(conn, session_id)
         if holder is not None and holder != owner and expires is not None and expires > now:
             return False
         conn.execute(
-            "UPDATE sessions SET owner = ?, lease_expires_at = ?, updated_at = ? WHERE id = ?",
-            (owner, now + lease_s, now, session_id),
+            "UPDATE sessions SET owner = ?, lease_expires_at = ?, updated_at = ?, generation = ?"
+            " WHERE id = ?",
+            (owner, now + lease_s, now, generation + (holder != owner), session_id),
         )
         return True
 
 
 def renew(
-    conn: sqlite3.Connection, clock: Clock, session_id: str, owner: str, lease_s: float
+    conn: sqlite3.Connection,
+    clock: Clock,
+    session_id: str,
+    owner: str,
+    lease_s: float,
+    generation: int | None = None,
 ) -> bool:
-    """Extend *owner*'s lease; False when it does not hold the session."""
+    """Extend *owner*'s lease; False when it does not hold the session (at *generation*)."""
     with transaction(conn):
         now = clock()
-        cursor = conn.execute(
-            "UPDATE sessions SET lease_expires_at = ?, updated_at = ? WHERE id = ? AND owner = ?",
-            (now + lease_s, now, session_id, owner),
+        if not holds(conn, session_id, owner, generation):
+            return False
+        conn.execute(
+            "UPDATE sessions SET lease_expires_at = ?, updated_at = ? WHERE id = ?",
+            (now + lease_s, now, session_id),
         )
-        if cursor.rowcount == 0:
-            _owner_of(conn, session_id)  # StoreNotFoundError for no session
-        return cursor.rowcount == 1
+        return True
 
 
-def release(conn: sqlite3.Connection, clock: Clock, session_id: str, owner: str) -> bool:
-    """Clear *owner*'s hold; False when it did not hold the session."""
+def release(
+    conn: sqlite3.Connection,
+    clock: Clock,
+    session_id: str,
+    owner: str,
+    generation: int | None = None,
+) -> bool:
+    """Clear *owner*'s hold; False when it did not hold the session (at *generation*)."""
     with transaction(conn):
-        cursor = conn.execute(
+        if not holds(conn, session_id, owner, generation):
+            return False
+        conn.execute(
             "UPDATE sessions SET owner = NULL, lease_expires_at = NULL, updated_at = ?"
-            " WHERE id = ? AND owner = ?",
-            (clock(), session_id, owner),
+            " WHERE id = ?",
+            (clock(), session_id),
         )
-        if cursor.rowcount == 0:
-            _owner_of(conn, session_id)
-        return cursor.rowcount == 1
+        return True
 
 
 # --- the event log ----------------------------------------------------------------------------
@@ -281,10 +319,16 @@ def _last_seq(conn: sqlite3.Connection, session_id: str) -> int:
     return int(row[0] or 0)
 
 
-def append(conn: sqlite3.Connection, session_id: str, rows: Sequence[EventRow], owner: str) -> int:
+def append(
+    conn: sqlite3.Connection,
+    session_id: str,
+    rows: Sequence[EventRow],
+    owner: str,
+    generation: int | None = None,
+) -> int:
     """Insert *rows* if *owner* holds the session and their seqs continue the log."""
     with transaction(conn):
-        require_owner(conn, session_id, owner)
+        require_owner(conn, session_id, owner, generation)
         last = _last_seq(conn, session_id)
         seqs = [row[0] for row in rows]
         if seqs != list(range(last + 1, last + 1 + len(rows))):

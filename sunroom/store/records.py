@@ -20,7 +20,9 @@ __all__ = [
     "CallOutcome",
     "CallRecord",
     "JSONObject",
+    "KernelPlacement",
     "NewEvent",
+    "ReplicaRecord",
     "SessionRecord",
     "SessionStatus",
     "StoredEvent",
@@ -85,6 +87,11 @@ class SessionRecord:
         finished_at: when it last reached a status other than ``running`` (None while running).
         owner: who may write its log now (None: nobody); see ``EventStore.claim``.
         lease_expires_at: after this time another owner may claim it (None when unowned).
+        generation: the fencing generation: 0 for a session never owned, 1 once created
+            owned, and one more each time a :meth:`~sunroom.store.seam.EventStore.claim`
+            changes hands. A write that names a generation is refused unless it is current,
+            so an owner that lost the session can never write for it again, even after it
+            takes the session back.
     """
 
     session_id: str
@@ -96,6 +103,7 @@ class SessionRecord:
     finished_at: float | None
     owner: str | None
     lease_expires_at: float | None
+    generation: int = 0
 
 
 @final
@@ -155,3 +163,36 @@ def idempotency_key(session_id: str, call_id: str) -> str:
         if not isinstance(value, str) or not value:
             raise UsageError(f"{label} must be a non-empty str, got {value!r}")
     return str(uuid.uuid5(_IDEMPOTENCY_NAMESPACE, json.dumps([session_id, call_id])))
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ReplicaRecord:
+    """A ``sunroom serve`` replica as its last heartbeat described it.
+
+    Attributes:
+        replica_id: the replica's owner string (the one its session writes name).
+        url: the internal base URL other replicas forward its sessions' writes to.
+        load: sessions and kernels it runs now.
+        capacity: how many sessions and kernels it may run.
+        draining: it is shutting down and takes no new work.
+        heartbeat_at / expires_at: when it last said so / when the record lapses unless renewed.
+    """
+
+    replica_id: str
+    url: str
+    load: int
+    capacity: int
+    draining: bool
+    heartbeat_at: float
+    expires_at: float
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class KernelPlacement:
+    """Where a raw kernel of the service lives: the replica that started (and holds) it."""
+
+    kernel_id: str
+    replica_id: str
+    created_at: float

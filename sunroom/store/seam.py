@@ -15,6 +15,18 @@ session. An owner whose lease ran out keeps writing until someone else claims; f
 its writes are refused, so it must stop when a write says ``not_owner`` or :meth:`renew`
 returns False.
 
+**Fencing.** Every change of hands increments the session's ``generation``
+(:attr:`~sunroom.store.records.SessionRecord.generation`). Each owner-fenced write takes an
+optional ``generation=``: when given, the write is refused like a wrong owner unless the
+generation is still current. An owner that reads the generation once it has claimed a session
+and names it in its writes can never write for that session again after losing it, even if it
+claims the session back later (its new hold has a new generation).
+
+**Replicas.** Several service processes sharing one store (replicas) say they are alive with
+:meth:`heartbeat`, which lapses after its time to live; a replica's id is its owner string.
+The raw kernels of the service are placed on the replica that holds them (:meth:`place_kernel`),
+so another replica can tell a kernel that lives elsewhere from one whose replica died.
+
 Errors: :class:`StoreConflictError` (a write refused, nothing written),
 :class:`StoreNotFoundError` (no such session or call), :class:`StoreError` (I/O),
 :class:`~sunroom.errors.UsageError` (bad arguments), :class:`~sunroom.errors.ClosedError`
@@ -23,7 +35,7 @@ Errors: :class:`StoreConflictError` (a write refused, nothing written),
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from types import TracebackType
 from typing import Protocol, Self
 
@@ -31,13 +43,15 @@ from sunroom.store.records import (
     CallOutcome,
     CallRecord,
     JSONObject,
+    KernelPlacement,
     NewEvent,
+    ReplicaRecord,
     SessionRecord,
     SessionStatus,
     StoredEvent,
 )
 
-__all__ = ["EventStore"]
+__all__ = ["AppendFollower", "EventStore"]
 
 
 class EventStore(Protocol):
@@ -93,6 +107,7 @@ class EventStore(Protocol):
         status: SessionStatus,
         result: JSONObject | None,
         owner: str | None = None,
+        generation: int | None = None,
     ) -> SessionRecord:
         """Record how the session's run ended: any status but ``running``, and its *result*.
 
@@ -104,7 +119,9 @@ class EventStore(Protocol):
         ``finished``: the run already ended), UsageError (``running`` or an unknown status).
         """
 
-    async def reopen_session(self, session_id: str, *, owner: str) -> SessionRecord:
+    async def reopen_session(
+        self, session_id: str, *, owner: str, generation: int | None = None
+    ) -> SessionRecord:
         """Set the owned session ``running`` again (another run, or a resume after a crash).
 
         Clears ``result`` and ``finished_at``. Raises StoreNotFoundError, StoreConflictError
@@ -125,18 +142,35 @@ class EventStore(Protocol):
 
         Succeeds (atomically, across processes) when the session has no owner, its lease has
         expired, or *owner* already holds it (then the lease is extended); of several racing
-        claimants exactly one wins. Raises StoreNotFoundError, UsageError (*lease_s* <= 0).
+        claimants exactly one wins. A claim that changes hands increments the session's
+        ``generation``; read it with :meth:`get_session` to fence later writes. Raises
+        StoreNotFoundError, UsageError (*lease_s* <= 0).
         """
 
-    async def renew(self, session_id: str, *, owner: str, lease_s: float) -> bool:
-        """Extend *owner*'s lease to now + *lease_s*; False when *owner* no longer holds it."""
+    async def renew(
+        self, session_id: str, *, owner: str, lease_s: float, generation: int | None = None
+    ) -> bool:
+        """Extend *owner*'s lease to now + *lease_s*; False when *owner* no longer holds it.
 
-    async def release(self, session_id: str, *, owner: str) -> bool:
-        """Give the session up (no owner); False when *owner* did not hold it."""
+        With *generation*, also False when the session changed hands since (see Fencing).
+        """
+
+    async def release(self, session_id: str, *, owner: str, generation: int | None = None) -> bool:
+        """Give the session up (no owner); False when *owner* did not hold it (at *generation*).
+
+        The generation is unchanged; the next claim increments it.
+        """
 
     # --- the event log --------------------------------------------------------------------
 
-    async def append(self, session_id: str, events: Sequence[NewEvent], *, owner: str) -> int:
+    async def append(
+        self,
+        session_id: str,
+        events: Sequence[NewEvent],
+        *,
+        owner: str,
+        generation: int | None = None,
+    ) -> int:
         """Append *events* in one transaction; the session's last seq afterwards.
 
         Their seqs must continue exactly from the last stored seq (``last + 1, last + 2 ...``).
@@ -168,6 +202,7 @@ class EventStore(Protocol):
         args: JSONObject,
         side_effect: bool,
         owner: str,
+        generation: int | None = None,
     ) -> CallRecord:
         """Record that a call is about to run; do it BEFORE running the call.
 
@@ -183,6 +218,7 @@ class EventStore(Protocol):
         outcome: CallOutcome,
         result: JSONObject,
         owner: str,
+        generation: int | None = None,
     ) -> CallRecord:
         """Record the call's one outcome (``ok`` or ``error``) and its *result*.
 
@@ -190,7 +226,9 @@ class EventStore(Protocol):
         ``not_owner``), StoreNotFoundError (no session), UsageError (another outcome).
         """
 
-    async def mark_unknown(self, session_id: str, call_id: str, *, owner: str) -> CallRecord:
+    async def mark_unknown(
+        self, session_id: str, call_id: str, *, owner: str, generation: int | None = None
+    ) -> CallRecord:
         """Record outcome ``unknown`` for a call whose process died before it finished.
 
         For resume after a crash: never replay such a call, report it as unknown. Raises
@@ -213,4 +251,62 @@ class EventStore(Protocol):
 
         Their events and calls go with them; ``running`` sessions are never purged. Returns
         how many sessions were deleted. *now* defaults to the store's clock.
+        """
+
+    # --- replicas -------------------------------------------------------------------------
+
+    async def heartbeat(
+        self,
+        replica_id: str,
+        *,
+        url: str,
+        load: int,
+        capacity: int,
+        draining: bool,
+        ttl_s: float,
+    ) -> ReplicaRecord:
+        """Say replica *replica_id* is alive until now + *ttl_s*, with its URL, load and state.
+
+        Inserts or replaces its record. Raises UsageError (an empty id or url, a negative load
+        or capacity, *ttl_s* <= 0).
+        """
+
+    async def replicas(self) -> list[ReplicaRecord]:
+        """The replicas whose heartbeat has not lapsed, ordered by id."""
+
+    async def get_replica(self, replica_id: str) -> ReplicaRecord | None:
+        """The replica's record; None when it has none or its heartbeat lapsed."""
+
+    async def leave(self, replica_id: str) -> bool:
+        """Delete the replica's record (it stopped); whether it had one."""
+
+    # --- kernel placement -----------------------------------------------------------------
+
+    async def place_kernel(self, kernel_id: str, *, replica_id: str) -> KernelPlacement:
+        """Record that replica *replica_id* holds raw kernel *kernel_id*.
+
+        Raises StoreConflictError (``exists``) when the kernel is placed already.
+        """
+
+    async def kernel_placement(self, kernel_id: str) -> KernelPlacement | None:
+        """Where kernel *kernel_id* lives, or None when it was never placed or was forgotten."""
+
+    async def forget_kernel(self, kernel_id: str) -> bool:
+        """Delete the kernel's placement (it was closed); whether it had one."""
+
+    async def kernels_of(self, replica_id: str) -> list[KernelPlacement]:
+        """The kernels placed on *replica_id*, oldest first."""
+
+
+class AppendFollower(Protocol):
+    """A store that can tell, without polling, that another process appended events.
+
+    PostgreSQL provides it (LISTEN/NOTIFY); SQLite does not, and its readers poll.
+    """
+
+    async def follow(self, on_append: Callable[[str], None]) -> None:
+        """Call ``on_append(session_id)`` after each append any process commits, until cancelled.
+
+        Runs on a connection of its own. After that connection is lost it reconnects (with
+        backoff) and calls ``on_append("*")`` once: anything may have changed meanwhile.
         """

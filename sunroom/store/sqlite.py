@@ -22,7 +22,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Literal, Self, TypeVar, final
 
 from sunroom.errors import ClosedError, StoreError, UsageError
-from sunroom.store import callrecords, queries
+from sunroom.store import callrecords, queries, replicas
 from sunroom.store.migrations import migrate
 from sunroom.store.records import (
     CALL_OUTCOMES,
@@ -30,12 +30,14 @@ from sunroom.store.records import (
     CallOutcome,
     CallRecord,
     JSONObject,
+    KernelPlacement,
     NewEvent,
+    ReplicaRecord,
     SessionRecord,
     SessionStatus,
     StoredEvent,
 )
-from sunroom.store.validation import count, event_row, positive, text
+from sunroom.store.validation import count, event_row, fence, positive, text
 
 if TYPE_CHECKING:
     from sunroom.store.seam import EventStore
@@ -230,8 +232,10 @@ class SQLiteStore:
         status: SessionStatus,
         result: JSONObject | None,
         owner: str | None = None,
+        generation: int | None = None,
     ) -> SessionRecord:
         """See ``EventStore.finish_session``."""
+        gen = fence(generation)
         sid = text(session_id, "session_id")
         if status == "running" or status not in SESSION_STATUSES:
             raise UsageError(
@@ -248,13 +252,17 @@ class SQLiteStore:
                 status,
                 None if result is None else queries.encode(result, "result"),
                 owner,
+                gen,
             )
         )
 
-    async def reopen_session(self, session_id: str, *, owner: str) -> SessionRecord:
+    async def reopen_session(
+        self, session_id: str, *, owner: str, generation: int | None = None
+    ) -> SessionRecord:
         """See ``EventStore.reopen_session``."""
         sid, who = text(session_id, "session_id"), text(owner, "owner")
-        return await self._run(lambda c: queries.reopen_session(c, self.clock, sid, who))
+        gen = fence(generation)
+        return await self._run(lambda c: queries.reopen_session(c, self.clock, sid, who, gen))
 
     async def orphaned_sessions(self, *, limit: int = 100) -> list[SessionRecord]:
         """See ``EventStore.orphaned_sessions``."""
@@ -269,22 +277,33 @@ class SQLiteStore:
         lease = positive(lease_s, "lease_s")
         return await self._run(lambda c: queries.claim(c, self.clock, sid, who, lease))
 
-    async def renew(self, session_id: str, *, owner: str, lease_s: float) -> bool:
+    async def renew(
+        self, session_id: str, *, owner: str, lease_s: float, generation: int | None = None
+    ) -> bool:
         """See ``EventStore.renew``."""
         sid, who = text(session_id, "session_id"), text(owner, "owner")
-        lease = positive(lease_s, "lease_s")
-        return await self._run(lambda c: queries.renew(c, self.clock, sid, who, lease))
+        lease, gen = positive(lease_s, "lease_s"), fence(generation)
+        return await self._run(lambda c: queries.renew(c, self.clock, sid, who, lease, gen))
 
-    async def release(self, session_id: str, *, owner: str) -> bool:
+    async def release(self, session_id: str, *, owner: str, generation: int | None = None) -> bool:
         """See ``EventStore.release``."""
         sid, who = text(session_id, "session_id"), text(owner, "owner")
-        return await self._run(lambda c: queries.release(c, self.clock, sid, who))
+        gen = fence(generation)
+        return await self._run(lambda c: queries.release(c, self.clock, sid, who, gen))
 
     # --- the event log ------------------------------------------------------------------------
 
-    async def append(self, session_id: str, events: Sequence[NewEvent], *, owner: str) -> int:
+    async def append(
+        self,
+        session_id: str,
+        events: Sequence[NewEvent],
+        *,
+        owner: str,
+        generation: int | None = None,
+    ) -> int:
         """See ``EventStore.append``."""
         sid, who = text(session_id, "session_id"), text(owner, "owner")
+        gen = fence(generation)
         rows = [event_row(event) for event in events]
 
         def job(conn: sqlite3.Connection) -> int:
@@ -292,7 +311,7 @@ class SQLiteStore:
                 (seq, kind, queries.encode(payload, f"payload of event {seq}"), ts)
                 for seq, kind, payload, ts in rows
             ]
-            return queries.append(conn, sid, encoded, who)
+            return queries.append(conn, sid, encoded, who, gen)
 
         return await self._run(job)
 
@@ -321,15 +340,17 @@ class SQLiteStore:
         args: JSONObject,
         side_effect: bool,
         owner: str,
+        generation: int | None = None,
     ) -> CallRecord:
         """See ``EventStore.record_call_started``."""
         sid, cid = text(session_id, "session_id"), text(call_id, "call_id")
         fn, who = text(name, "name"), text(owner, "owner")
+        gen = fence(generation)
         if not isinstance(side_effect, bool):
             raise UsageError(f"side_effect must be a bool, got {side_effect!r}")
         return await self._run(
             lambda c: callrecords.start_call(
-                c, self.clock, sid, cid, fn, queries.encode(args, "args"), side_effect, who
+                c, self.clock, sid, cid, fn, queries.encode(args, "args"), side_effect, who, gen
             )
         )
 
@@ -341,24 +362,27 @@ class SQLiteStore:
         outcome: CallOutcome,
         result: JSONObject,
         owner: str,
+        generation: int | None = None,
     ) -> CallRecord:
         """See ``EventStore.record_call_finished``."""
         sid, cid = text(session_id, "session_id"), text(call_id, "call_id")
-        who = text(owner, "owner")
+        who, gen = text(owner, "owner"), fence(generation)
         if outcome not in CALL_OUTCOMES[:2]:
             raise UsageError(f"outcome must be 'ok' or 'error', got {outcome!r}")
         return await self._run(
             lambda c: callrecords.finish_call(
-                c, self.clock, sid, cid, outcome, queries.encode(result, "result"), who
+                c, self.clock, sid, cid, outcome, queries.encode(result, "result"), who, gen
             )
         )
 
-    async def mark_unknown(self, session_id: str, call_id: str, *, owner: str) -> CallRecord:
+    async def mark_unknown(
+        self, session_id: str, call_id: str, *, owner: str, generation: int | None = None
+    ) -> CallRecord:
         """See ``EventStore.mark_unknown``."""
         sid, cid = text(session_id, "session_id"), text(call_id, "call_id")
-        who = text(owner, "owner")
+        who, gen = text(owner, "owner"), fence(generation)
         return await self._run(
-            lambda c: callrecords.finish_call(c, self.clock, sid, cid, "unknown", None, who)
+            lambda c: callrecords.finish_call(c, self.clock, sid, cid, "unknown", None, who, gen)
         )
 
     async def get_call(self, session_id: str, call_id: str) -> CallRecord | None:
@@ -390,6 +414,64 @@ class SQLiteStore:
         return await self._run(
             lambda c: queries.purge(c, age, self.clock() if now is None else now)
         )
+
+    # --- replicas -----------------------------------------------------------------------------
+
+    async def heartbeat(
+        self,
+        replica_id: str,
+        *,
+        url: str,
+        load: int,
+        capacity: int,
+        draining: bool,
+        ttl_s: float,
+    ) -> ReplicaRecord:
+        """See ``EventStore.heartbeat``."""
+        rid, where = text(replica_id, "replica_id"), text(url, "url")
+        n, cap = count(load, "load", minimum=0), count(capacity, "capacity", minimum=0)
+        if not isinstance(draining, bool):
+            raise UsageError(f"draining must be a bool, got {draining!r}")
+        ttl = positive(ttl_s, "ttl_s")
+        return await self._run(
+            lambda c: replicas.heartbeat(c, self.clock, rid, where, n, cap, draining, ttl)
+        )
+
+    async def replicas(self) -> list[ReplicaRecord]:
+        """See ``EventStore.replicas``."""
+        return await self._run(lambda c: replicas.replicas(c, self.clock))
+
+    async def get_replica(self, replica_id: str) -> ReplicaRecord | None:
+        """See ``EventStore.get_replica``."""
+        rid = text(replica_id, "replica_id")
+        return await self._run(lambda c: replicas.get_replica(c, self.clock, rid))
+
+    async def leave(self, replica_id: str) -> bool:
+        """See ``EventStore.leave``."""
+        rid = text(replica_id, "replica_id")
+        return await self._run(lambda c: replicas.leave(c, rid))
+
+    # --- kernel placement ---------------------------------------------------------------------
+
+    async def place_kernel(self, kernel_id: str, *, replica_id: str) -> KernelPlacement:
+        """See ``EventStore.place_kernel``."""
+        kid, rid = text(kernel_id, "kernel_id"), text(replica_id, "replica_id")
+        return await self._run(lambda c: replicas.place_kernel(c, self.clock, kid, rid))
+
+    async def kernel_placement(self, kernel_id: str) -> KernelPlacement | None:
+        """See ``EventStore.kernel_placement``."""
+        kid = text(kernel_id, "kernel_id")
+        return await self._run(lambda c: replicas.kernel_placement(c, kid))
+
+    async def forget_kernel(self, kernel_id: str) -> bool:
+        """See ``EventStore.forget_kernel``."""
+        kid = text(kernel_id, "kernel_id")
+        return await self._run(lambda c: replicas.forget_kernel(c, kid))
+
+    async def kernels_of(self, replica_id: str) -> list[KernelPlacement]:
+        """See ``EventStore.kernels_of``."""
+        rid = text(replica_id, "replica_id")
+        return await self._run(lambda c: replicas.kernels_of(c, rid))
 
 
 if TYPE_CHECKING:

@@ -10,7 +10,7 @@ import math
 from sunroom.errors import UsageError
 from sunroom.store.records import JSONObject, NewEvent
 
-__all__ = ["count", "event_row", "positive", "text"]
+__all__ = ["count", "event_row", "fence", "positive", "text"]
 
 
 def text(value: object, label: str) -> str:
@@ -50,3 +50,8 @@ def event_row(event: object) -> tuple[int, str, JSONObject, float]:
     if isinstance(ts, bool) or not isinstance(ts, int | float) or not math.isfinite(ts):
         raise UsageError(f"event ts must be a finite number, got {ts!r}")
     return seq, kind, event.payload, float(ts)
+
+
+def fence(generation: object) -> int | None:
+    """A write's fencing *generation* checked: None, or an int >= 0 (UsageError otherwise)."""
+    return None if generation is None else count(generation, "generation", minimum=0)
