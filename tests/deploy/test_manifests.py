@@ -33,7 +33,9 @@ COMPOSE: Final = DEPLOY / "compose" / "replicas.yaml"
 DOC: Final = ROOT / "docs" / "deploy.md"
 
 VARIANTS: Final = {"bwrap": K8S, "docker-backend": K8S / "docker-backend"}
-"""Each directory ``kubectl apply -k`` takes, by the kernel backend it deploys."""
+"""Each directory ``kubectl apply -k`` takes to deploy sunroom, by its kernel backend."""
+DEV_POSTGRES: Final = K8S / "dev-postgres"
+"""The optional development database (applied on its own, after the base)."""
 
 KUBERNETES: Final = ("1.33", kubernetes_validate.latest_version())
 """1.33: the first release with user namespaces (``hostUsers: false``) on by default."""
@@ -114,7 +116,9 @@ def test_every_file_under_deploy_parses_as_yaml() -> None:
 
 
 def test_every_manifest_in_deploy_k8s_is_listed_in_its_kustomization() -> None:
-    for directory in VARIANTS.values():
+    directories = sorted(p.parent for p in K8S.rglob("kustomization.yaml"))
+    assert set(directories) == {*VARIANTS.values(), DEV_POSTGRES}
+    for directory in directories:
         (kustomization,) = load_all(directory / "kustomization.yaml")
         listed = set(kustomization.get("resources", [])) | {
             p["path"] for p in kustomization.get("patches", [])
@@ -425,6 +429,45 @@ def test_the_bwrap_settings_are_there_and_explained() -> None:
     namespace = _one(docs, "Namespace")["metadata"]["labels"]
     assert namespace["pod-security.kubernetes.io/enforce"] == "privileged"
     assert namespace["pod-security.kubernetes.io/warn"] == "baseline"
+
+
+# --- the development database ----------------------------------------------------------------
+
+
+def test_the_dev_database_validates_and_only_the_replicas_reach_it() -> None:
+    docs = render(DEV_POSTGRES)
+    assert {d["kind"] for d in docs} == {"Secret", "Service", "StatefulSet", "NetworkPolicy"}
+    for doc in docs:
+        assert doc["metadata"]["namespace"] == "sunroom"
+        for version in KUBERNETES:
+            kubernetes_validate.validate(doc, version, strict=True)
+    (base,) = load_all(K8S / "kustomization.yaml")
+    assert not any("dev-postgres" in r for r in base["resources"])  # never applied by default
+    statefulset = _one(docs, "StatefulSet")
+    pod = statefulset["spec"]["template"]["spec"]
+    labels = statefulset["spec"]["template"]["metadata"]["labels"]
+    (container,) = pod["containers"]
+    password = next(v for v in container["env"] if v["name"] == "POSTGRES_PASSWORD")
+    assert password["valueFrom"]["secretKeyRef"] == {"name": "postgres", "key": "password"}
+    assert _one(docs, "Secret")["stringData"]["password"] == "CHANGE-ME"
+    assert {"cpu", "memory"} <= set(container["resources"]["requests"])
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert container["securityContext"]["capabilities"]["drop"] == ["ALL"]
+    assert _one(docs, "Service")["spec"]["selector"].items() <= labels.items()
+    # only sunroom's pods get in, and sunroom's policy lets them out to it
+    sunroom = render(K8S)
+    replicas = _one(sunroom, "Deployment")["spec"]["template"]["metadata"]["labels"]
+    (rule,) = _one(docs, "NetworkPolicy")["spec"]["ingress"]
+    (peer,) = rule["from"]
+    assert peer["podSelector"]["matchLabels"].items() <= replicas.items()
+    egress = _one(sunroom, "NetworkPolicy")["spec"]["egress"]
+    assert any(
+        to.get("podSelector", {}).get("matchLabels", {}).items() <= labels.items()
+        and to.get("podSelector")
+        and {"port": 5432, "protocol": "TCP"} in r["ports"]
+        for r in egress
+        for to in r["to"]
+    )
 
 
 # --- compose ---------------------------------------------------------------------------------
