@@ -511,10 +511,13 @@ def test_compose_runs_two_replicas_over_one_database_with_their_own_urls() -> No
     assert len(set(published)) == 2 and all(p.startswith("127.0.0.1:") for p in published)
 
 
-def test_compose_takes_the_token_from_the_environment_and_outlasts_the_drain() -> None:
+def test_compose_takes_secrets_from_the_environment_and_outlasts_the_drain() -> None:
     for svc in _replicas(_compose()).values():
         env = svc["environment"]
         assert env["SUNROOM_TOKEN"].startswith("${SUNROOM_TOKEN:?")
+        for name, value in env.items():  # SUNROOM_DB: its password is checked above
+            if SECRET_ENV.search(name) and name != "SUNROOM_DB":
+                assert value.startswith(f"${{{name}:"), f"{name} is not from the environment"
         drain = _drain_grace_s(env)
         grace = float(svc["stop_grace_period"].removesuffix("s"))
         assert grace > drain and svc.get("stop_signal", "SIGTERM") == "SIGTERM"
