@@ -313,10 +313,11 @@ class _LiveCollector(Collector):
 class HttpMetrics:
     """ASGI middleware: counts every HTTP answer of *app* in *metrics* (:meth:`Metrics.answered`).
 
-    The route label is the template of the route the request matches among *routes*
-    (``/kernels/{kid}/execute``), never the raw path, also when a middleware answered before
-    the router ran (a 401); requests the E2B facade answers (*facade* claims them) are ``e2b``,
-    requests no route matches ``unmatched``.
+    The route label is the template of the route the request matched (``/kernels/{kid}/execute``,
+    the E2B facade's ``/v2/sandboxes``), never the raw path; when a middleware answered before
+    a router ran (a 401), the template among *routes* that matches it. Other requests the E2B
+    facade answers (*facade* claims them: under ``/e2b``, or refused before its router) are
+    ``e2b``, requests nothing matches ``unmatched``.
     """
 
     def __init__(
