@@ -52,9 +52,14 @@ def test_metrics_need_the_token(make_server: Callable[..., Server]) -> None:
     refused = server.anon.get("/metrics")
     assert refused.status_code == 401
     assert refused.json()["error"]["type"] == "Unauthorized"
+    assert server.client.get("/kernels/0123abcd").status_code == 404
+    assert server.client.get("/no/such/route").status_code == 404
     samples = scrape(server.client)
-    # counted by route template; the refused scrape too
+    # counted by route template (never the path with its ids); the refused scrape too
     assert value(samples, "sunroom_http_requests_total", route="/metrics", status="401") == 1
+    assert value(samples, "sunroom_http_requests_total", route="/kernels/{kid}", status="404") == 1
+    assert value(samples, "sunroom_http_requests_total", route="unmatched", status="404") == 1
+    assert not any("0123abcd" in json.dumps(labels) for s in samples.values() for labels, _ in s)
     assert value(samples, "sunroom_sessions", status="running") == 0
     assert value(samples, "sunroom_sessions_live") == 0
 
