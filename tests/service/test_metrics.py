@@ -188,7 +188,7 @@ def test_every_429_is_counted(make_server: Callable[..., Server]) -> None:
 
 @pytest.mark.kernel
 def test_template_pool_hits_and_misses_are_counted(make_server: Callable[..., Server]) -> None:
-    server = make_server(templates={"warm": "import json\nwarm = 21"})
+    server = make_server(ScriptedModel([]), templates={"warm": "import json\nwarm = 21"})
     for _ in range(3):
         r = server.client.post("/kernels", json={"template": "warm"})
         assert r.status_code == 201, r.text
@@ -198,6 +198,13 @@ def test_template_pool_hits_and_misses_are_counted(make_server: Callable[..., Se
     assert value(samples, "sunroom_warm_pool_hits_total", **pool) == 2
     assert value(samples, "sunroom_kernel_claim_seconds_count", **pool) == 3
     assert value(samples, "sunroom_kernels", backend="subprocess") == 3
+    # a session of the template claims from the same pool, and its kernel counts too
+    sid = server.client.post("/sessions", json={"template": "warm"}).json()["session_id"]
+    wait_for(lambda: server.client.get(f"/sessions/{sid}/files").status_code == 200)
+    samples = scrape(server.client)
+    assert value(samples, "sunroom_warm_pool_hits_total", **pool) == 3
+    assert value(samples, "sunroom_kernels", backend="subprocess") == 4
+    assert value(samples, "sunroom_sessions_live") == 1
 
 
 def _slow_model() -> Model:
