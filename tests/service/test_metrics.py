@@ -223,9 +223,15 @@ def test_a_session_taken_over_from_a_stopped_server_is_a_lease_handover(
     wait_for(lambda: first.client.get(f"/sessions/{sid}").json()["owner"] is not None)
     second = make_server(_slow_model)  # the same store, another owner
     assert value(scrape(second.client), "sunroom_lease_handovers_total") == 0
+    who = {"provider": "fake", "model": "test"}
+    wait_for(lambda: value(scrape(first.client), "sunroom_model_calls_total", **who) == 1)
     first.stop()  # its session stays running, for another server to take over
     wait_for(lambda: value(scrape(second.client), "sunroom_lease_handovers_total") == 1)
     assert value(scrape(second.client), "sunroom_sessions_live") == 1
+    # the resumed run calls the model again: the second server counts that call alone, not
+    # the totals the session's log carried over from the first
+    wait_for(lambda: value(scrape(second.client), "sunroom_model_calls_total", **who) > 0)
+    assert value(scrape(second.client), "sunroom_model_calls_total", **who) == 1
 
 
 @pytest.mark.kernel
