@@ -28,8 +28,9 @@ class Probe(Protocol):
     ) -> EventObserver:
         """The observer of one session's events.
 
-        *journal* identifies the session while it lives (its kernel is counted under
-        *backend* while the manager holds it); *model* is its ``provider:name`` spec; *spent*
+        *journal* identifies the session while it lives (held by a weak reference, so it
+        must allow one; its kernel is counted under *backend* while the manager holds the
+        session); *model* is its ``provider:name`` spec; *spent*
         is what its log already counted (a resumed session), so totals count from there.
         """
         ...
