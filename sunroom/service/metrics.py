@@ -18,7 +18,7 @@ docs/observability.md lists every metric; in short:
   (``sunroom_sessions{status}``: one bounded query per status, saturating at
   :data:`SESSION_COUNT_CAP`, because the store has no count query).
 
-The inner parts (session manager, templates, leases) report through the
+The inner parts (session manager and resume, templates, E2B sandboxes) report through the
 :class:`~sunroom.service.probes.Probe` seam, which this class implements; nothing in
 ``sunroom.agent``, ``sunroom.sandbox`` or ``sunroom.providers`` knows about Prometheus.
 """
