@@ -24,6 +24,7 @@ from typing import Any
 import httpx
 import pytest
 
+from sunroom.client import Client, KernelLost
 from sunroom.service.config import ServiceConfig
 from sunroom.store import CallRecord, EventStore, StoredEvent
 from tests.service.replicas import TOKEN, Replica, environment
@@ -169,6 +170,8 @@ def test_sigkill_and_sigterm_in_the_middle_of_60_runs(
     problem = r.json()["error"]
     assert problem["type"] == "KernelLost" and problem["code"] == "kernel_lost", problem
     assert survivor.client.get(f"/kernels/{kid}/files").status_code == 409
+    with Client(survivor.url, token=TOKEN) as client, pytest.raises(KernelLost):
+        client.execute(kid, "x")  # the typed error of the Python client
     assert survivor.client.delete(f"/kernels/{kid}").status_code == 200
     assert survivor.client.post(f"/kernels/{kid}/execute", json={"code": "x"}).status_code == 404
 
