@@ -19,6 +19,7 @@ import time
 from collections.abc import Callable
 from typing import Protocol, TypeVar, final
 
+from sunroom import tracing
 from sunroom.agent import events as ev
 from sunroom.agent.budget import BudgetTracker
 from sunroom.agent.hooks import Hooks, ask
@@ -26,7 +27,15 @@ from sunroom.errors import BudgetExceededError
 from sunroom.providers import Model, Request, Response
 from sunroom.sandbox.functions import HostFunction
 
-__all__ = ["CURRENT_CALL", "ModelGate", "Publish", "Redact", "RedactValue", "instrument"]
+__all__ = [
+    "CURRENT_CALL",
+    "ModelGate",
+    "Publish",
+    "Redact",
+    "RedactValue",
+    "complete_traced",
+    "instrument",
+]
 
 T = TypeVar("T")
 
@@ -77,7 +86,7 @@ class ModelGate:
             raise
         try:
             async with asyncio.timeout(tracker.remaining_wall()) as scope:
-                response = await model.complete(request)
+                response = await complete_traced(model, request)
         except TimeoutError:
             tracker.release()
             if not scope.expired():
@@ -105,6 +114,30 @@ class ModelGate:
             sub_call=sub_call,
         )
         return response
+
+
+async def complete_traced(model: Model, request: Request) -> Response:
+    """``model.complete(request)`` inside a ``chat {model}`` span (:mod:`sunroom.tracing`).
+
+    The span records the provider, the model asked and the one that answered, the finish
+    reason and the token counts; never the request or the reply. Errors propagate unchanged.
+    """
+    provider = tracing.provider_of(model)
+    with tracing.chat_span(model=model.name, provider=provider) as span:
+        response = await model.complete(request)
+        usage = response.usage
+        tracing.record_response(
+            span,
+            model=response.model,
+            response_id=response.id,
+            finish_reason=response.finish_reason,
+            input_tokens=usage.input_tokens,
+            output_tokens=usage.output_tokens,
+            cache_read_tokens=usage.cache_read_tokens,
+            cache_write_tokens=usage.cache_write_tokens,
+            reasoning_tokens=usage.reasoning_tokens,
+        )
+    return response
 
 
 _ids = itertools.count(1)
@@ -156,12 +189,13 @@ def instrument(
         started = time.perf_counter()
         error: str | None = None
         try:
-            if is_async:
-                result = await fn(**kwargs)
-            else:
-                loop = asyncio.get_running_loop()
-                ctx = contextvars.copy_context()
-                result = await loop.run_in_executor(None, lambda: ctx.run(fn, **kwargs))
+            with tracing.tool_span(name=name, call_id=str(call_id)):  # current: predict's chats
+                if is_async:
+                    result = await fn(**kwargs)
+                else:
+                    loop = asyncio.get_running_loop()
+                    ctx = contextvars.copy_context()
+                    result = await loop.run_in_executor(None, lambda: ctx.run(fn, **kwargs))
             return result if redact_value is None else redact_value(result)
         except Exception as exc:
             clean = _redacted_exception(exc, redact)

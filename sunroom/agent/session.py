@@ -319,6 +319,7 @@ class AsyncSession:
                 reinstall=self._install_shim,
                 live=parts.live,
                 end_event=ev.SessionEnded if links.branch is None else ev.BranchEnded,
+                agent=o.preset,
             ),
             system=prompt,
         )
