@@ -48,6 +48,7 @@ __all__ = [
     "Attributes",
     "agent_span",
     "annotate",
+    "end",
     "cell_span",
     "chat_span",
     "current_context",
@@ -55,8 +56,11 @@ __all__ = [
     "links_to",
     "provider_of",
     "record_response",
+    "record_run",
+    "start_agent_span",
     "template_span",
     "tool_span",
+    "use",
     "within",
 ]
 
@@ -106,28 +110,26 @@ def _api() -> _Otel | None:
     return _otel
 
 
-@contextlib.contextmanager
-def _span(
-    otel: _Otel,
-    name: str,
-    *,
-    kind: Kind,
-    attributes: Attributes,
-    links: Sequence[Link] = (),
-    parent: Context | None = None,
-) -> Iterator[Span]:
-    """A span made current for the block, ended after it; an exception sets ERROR by type."""
+def _start(
+    otel: _Otel, name: str, *, kind: Kind, attributes: Attributes, links: Sequence[Link] = ()
+) -> Span:
+    """A span started as a child of the current context (not made current)."""
     trace = otel.trace
-    span = otel.tracer.start_span(
+    span: Span = otel.tracer.start_span(
         name,
-        context=parent,
         kind=trace.SpanKind.CLIENT if kind == "client" else trace.SpanKind.INTERNAL,
         attributes=attributes,
         links=links,
         record_exception=False,
         set_status_on_exception=False,
     )
-    token = otel.context.attach(trace.set_span_in_context(span, parent))
+    return span
+
+
+@contextlib.contextmanager
+def _current(otel: _Otel, span: Span, *, end: bool) -> Iterator[Span]:
+    """*span* current for the block (ended after it if *end*); an exception sets ERROR."""
+    token = otel.context.attach(otel.trace.set_span_in_context(span))
     try:
         yield span
     except BaseException as exc:
@@ -135,7 +137,16 @@ def _span(
         raise
     finally:
         otel.context.detach(token)
-        span.end()
+        if end:
+            span.end()
+
+
+def _span(
+    otel: _Otel, name: str, *, kind: Kind, attributes: Attributes, links: Sequence[Link] = ()
+) -> contextlib.AbstractContextManager[Span]:
+    """A span made current for the block, ended after it; an exception sets ERROR by type."""
+    span = _start(otel, name, kind=kind, attributes=attributes, links=links)
+    return _current(otel, span, end=True)
 
 
 def _fail(otel: _Otel, span: Span, error_type: str) -> None:
@@ -161,11 +172,28 @@ def agent_span(
 
     *agent* is the preset (``codeact``, ``rlm``, ``typed``); *provider* the root model's
     :func:`provider_of`; *conversation_id* the session's id; *links* point at the fork the
-    session's kernel came from, if any.
+    session's kernel came from, if any. Record the run's end with :func:`record_run`.
+    """
+    span = start_agent_span(
+        agent=agent, provider=provider, conversation_id=conversation_id, links=links
+    )
+    if span is None:
+        return _NULL
+    otel = _api()
+    assert otel is not None
+    return _current(otel, span, end=True)
+
+
+def start_agent_span(
+    *, agent: str, provider: str, conversation_id: str | None, links: Sequence[Link] = ()
+) -> Span | None:
+    """:func:`agent_span` started, not made current: :func:`use` makes it, :func:`end` ends it.
+
+    For a branched run, which forks before its task starts.
     """
     otel = _api()
     if otel is None:
-        return _NULL
+        return None
     attributes: dict[str, AttributeValue] = {
         OPERATION: "invoke_agent",
         "gen_ai.agent.name": agent,
@@ -173,7 +201,37 @@ def agent_span(
     }
     if conversation_id is not None:
         attributes["gen_ai.conversation.id"] = conversation_id
-    return _span(otel, f"invoke_agent {agent}", kind="internal", attributes=attributes, links=links)
+    return _start(
+        otel, f"invoke_agent {agent}", kind="internal", attributes=attributes, links=links
+    )
+
+
+def record_run(
+    span: Span | None, *, status: str, turns: int, input_tokens: int, output_tokens: int
+) -> None:
+    """Record a run's end on its agent span: any *status* but ``success`` sets ERROR."""
+    attributes: dict[str, AttributeValue] = {
+        "gen_ai.usage.input_tokens": input_tokens,
+        "gen_ai.usage.output_tokens": output_tokens,
+        "sunroom.run.status": status,
+        "sunroom.run.turns": turns,
+    }
+    annotate(span, attributes, error=None if status == "success" else status)
+
+
+def use(span: Span | None) -> contextlib.AbstractContextManager[Span | None]:
+    """Make *span* current for the block without ending it; an exception sets it to ERROR."""
+    if span is None:
+        return _NULL
+    otel = _api()
+    assert otel is not None
+    return _current(otel, span, end=False)
+
+
+def end(span: Span | None) -> None:
+    """End *span* (None: no-op)."""
+    if span is not None:
+        span.end()
 
 
 def provider_of(model: object) -> str:

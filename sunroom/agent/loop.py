@@ -115,13 +115,13 @@ class Loop:
             agent=c.agent, provider=provider, conversation_id=session_id, links=c.kernel.trace_links
         ) as span:
             result = await self._run(session_id)
-            attributes = {
-                "gen_ai.usage.input_tokens": result.usage.input_tokens,
-                "gen_ai.usage.output_tokens": result.usage.output_tokens,
-                "sunroom.run.status": result.status,
-                "sunroom.run.turns": result.turns,
-            }
-            tracing.annotate(span, attributes, error=None if result.ok else result.status)
+            tracing.record_run(
+                span,
+                status=result.status,
+                turns=result.turns,
+                input_tokens=result.usage.input_tokens,
+                output_tokens=result.usage.output_tokens,
+            )
         return result
 
     async def _run(self, session_id: str) -> RunResult:
