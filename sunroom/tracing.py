@@ -21,6 +21,9 @@ Privacy: no span records code, prompts, completions, arguments or results; only 
 counts, sizes, ids and the type names of errors (never their messages, which may hold data).
 An error sets the span's status to ERROR with the exception's type name.
 
+:func:`export_otlp` configures the global provider to send spans to an OTLP/HTTP collector
+(what ``sunroom serve --otlp-endpoint`` does); a library user configures their own.
+
 Host calls are served by the kernel channel's reader, not in the cell's task, so the cell's
 context does not flow into them: the kernel keeps its running cell's context
 (:func:`current_context`) and its serving attaches it to each call (:func:`within`).
@@ -30,9 +33,13 @@ from __future__ import annotations
 
 import contextlib
 import importlib.metadata
-from collections.abc import Iterator, Mapping, Sequence
+import os
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final, Literal
+
+from sunroom.errors import UsageError
+from sunroom.extras import require
 
 if TYPE_CHECKING:
     from types import ModuleType
@@ -49,6 +56,7 @@ __all__ = [
     "agent_span",
     "annotate",
     "end",
+    "export_otlp",
     "cell_span",
     "chat_span",
     "current_context",
@@ -402,3 +410,37 @@ def within(context: Context | None) -> contextlib.AbstractContextManager[None]:
     if otel is None:
         return _NULL
     return _attached(otel, otel.context.Context() if context is None else context)
+
+
+def export_otlp(endpoint: str | None) -> Callable[[], None]:
+    """Send every span of this process to an OTLP/HTTP collector; returns the flush-and-stop.
+
+    Sets the global ``TracerProvider``: resource ``service.name`` ``sunroom`` (or
+    ``OTEL_SERVICE_NAME``), a batch processor and an OTLP/HTTP (protobuf) span exporter. The
+    *endpoint* is the collector's base URL, as ``OTEL_EXPORTER_OTLP_ENDPOINT`` is
+    (``/v1/traces`` is added); None leaves the exporter to the standard ``OTEL_EXPORTER_OTLP_*``
+    variables (headers, such as a backend's credentials, come from
+    ``OTEL_EXPORTER_OTLP_HEADERS`` either way). Call the returned function once, at exit: it
+    exports the spans still batched and stops.
+
+    Raises UsageError when the ``otel`` extra is not installed or *endpoint* is no HTTP URL.
+    """
+    require("otel", "tracing to an OTLP endpoint")
+    if endpoint is not None and not endpoint.startswith(("http://", "https://")):
+        raise UsageError("the OTLP endpoint must be an http:// or https:// URL")  # not echoed
+    from opentelemetry import trace
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    from opentelemetry.sdk.resources import SERVICE_NAME, Resource
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+    if endpoint is None:
+        exporter = OTLPSpanExporter()
+    else:
+        exporter = OTLPSpanExporter(endpoint=endpoint.rstrip("/") + "/v1/traces")
+    name = os.environ.get("OTEL_SERVICE_NAME") or "sunroom"
+    provider = TracerProvider(resource=Resource.create({SERVICE_NAME: name}))
+    provider.add_span_processor(BatchSpanProcessor(exporter))
+    trace.set_tracer_provider(provider)
+    shutdown: Callable[[], None] = provider.shutdown
+    return shutdown

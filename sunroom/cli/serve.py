@@ -12,6 +12,7 @@ import asyncio
 import logging
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -109,6 +110,15 @@ def serve(
             "(0 to 64; docs/integrations.md). [default: 0]"
         ),
     ] = None,
+    otlp_endpoint: Annotated[
+        str | None,
+        typer.Option(
+            "--otlp-endpoint",
+            help="Send traces to this OTLP/HTTP collector (base URL, e.g. "
+            "http://127.0.0.1:4318; default: OTEL_EXPORTER_OTLP_ENDPOINT, if set; "
+            "docs/observability.md).",
+        ),
+    ] = None,
 ) -> None:
     """Run the HTTP/SSE service (token from SUNROOM_TOKEN, or generated and printed).
 
@@ -136,6 +146,7 @@ def serve(
             e2b_pool=e2b_pool,
         )  # fmt: skip
         _check_service(base)
+        stop_tracing = _tracing(otlp_endpoint)
     except SunroomError as exc:
         raise fail(one_line(exc)) from None
     try:
@@ -155,7 +166,26 @@ def serve(
     logging.basicConfig(  # the service's errors, with their tracebacks, on stderr
         level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
-    guarded(lambda: run_server(config, sock=sock, log_level="warning"))
+    try:
+        guarded(lambda: run_server(config, sock=sock, log_level="warning"))
+    finally:
+        if stop_tracing is not None:
+            stop_tracing()  # the spans still batched go out before the process ends
+
+
+def _tracing(endpoint: str | None) -> Callable[[], None] | None:
+    """Export traces over OTLP when asked (the option, or the standard variables); the stop.
+
+    Raises UsageError without the ``otel`` extra or for an endpoint that is no HTTP URL.
+    """
+    if endpoint is None and not (
+        os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT")
+        or os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+    ):
+        return None
+    from sunroom.tracing import export_otlp
+
+    return export_otlp(endpoint)
 
 
 def _templates(specs: list[str]) -> dict[str, str]:
