@@ -174,17 +174,16 @@ def annotate(span: Span | None, attributes: Attributes, *, error: str | None = N
 
 
 def agent_span(
-    *, agent: str, provider: str, conversation_id: str | None, links: Sequence[Link] = ()
+    *, agent: str, model: object, conversation_id: str | None, links: Sequence[Link] = ()
 ) -> contextlib.AbstractContextManager[Span | None]:
     """The span of one agent run: ``invoke_agent {agent}``, current for the block.
 
-    *agent* is the preset (``codeact``, ``rlm``, ``typed``); *provider* the root model's
-    :func:`provider_of`; *conversation_id* the session's id; *links* point at the fork the
-    session's kernel came from, if any. Record the run's end with :func:`record_run`.
+    *agent* is the preset (``codeact``, ``rlm``, ``typed``); *model* the root model (its
+    :func:`provider_of` is the span's provider); *conversation_id* the session's id; *links*
+    point at the fork the session's kernel came from, if any. Record the run's end with
+    :func:`record_run`.
     """
-    span = start_agent_span(
-        agent=agent, provider=provider, conversation_id=conversation_id, links=links
-    )
+    span = start_agent_span(agent=agent, model=model, conversation_id=conversation_id, links=links)
     if span is None:
         return _NULL
     otel = _api()
@@ -193,7 +192,7 @@ def agent_span(
 
 
 def start_agent_span(
-    *, agent: str, provider: str, conversation_id: str | None, links: Sequence[Link] = ()
+    *, agent: str, model: object, conversation_id: str | None, links: Sequence[Link] = ()
 ) -> Span | None:
     """:func:`agent_span` started, not made current: :func:`use` makes it, :func:`end` ends it.
 
@@ -205,7 +204,7 @@ def start_agent_span(
     attributes: dict[str, AttributeValue] = {
         OPERATION: "invoke_agent",
         "gen_ai.agent.name": agent,
-        "gen_ai.provider.name": provider,
+        "gen_ai.provider.name": provider_of(model),
     }
     if conversation_id is not None:
         attributes["gen_ai.conversation.id"] = conversation_id
@@ -218,6 +217,8 @@ def record_run(
     span: Span | None, *, status: str, turns: int, input_tokens: int, output_tokens: int
 ) -> None:
     """Record a run's end on its agent span: any *status* but ``success`` sets ERROR."""
+    if span is None:
+        return
     attributes: dict[str, AttributeValue] = {
         "gen_ai.usage.input_tokens": input_tokens,
         "gen_ai.usage.output_tokens": output_tokens,
@@ -259,22 +260,23 @@ def provider_of(model: object) -> str:
     return _PROVIDERS.get(provider, provider)
 
 
-def chat_span(*, model: str, provider: str) -> contextlib.AbstractContextManager[Span | None]:
-    """The span of one model call: ``chat {model}`` (CLIENT), current for the block.
+def chat_span(model: object) -> contextlib.AbstractContextManager[Span | None]:
+    """The span of one call of *model*: ``chat {model.name}`` (CLIENT), current for the block.
 
-    Record its reply with :func:`record_response`.
+    Its provider is :func:`provider_of`; record the reply with :func:`record_response`.
     """
     otel = _api()
     if otel is None:
         return _NULL
+    name = getattr(model, "name", "")
     attributes: dict[str, AttributeValue] = {
         OPERATION: "chat",
-        "gen_ai.provider.name": provider,
+        "gen_ai.provider.name": provider_of(model),
     }
-    if model:
-        attributes["gen_ai.request.model"] = model
-    name = f"chat {model}" if model else "chat"
-    return _span(otel, name, kind="client", attributes=attributes)
+    if isinstance(name, str) and name:
+        attributes["gen_ai.request.model"] = name
+        return _span(otel, f"chat {name}", kind="client", attributes=attributes)
+    return _span(otel, "chat", kind="client", attributes=attributes)
 
 
 def record_response(
@@ -329,7 +331,7 @@ def cell_span(
     return _span(otel, "sunroom.cell", kind="internal", attributes=attributes, links=links)
 
 
-def tool_span(*, name: str, call_id: str) -> contextlib.AbstractContextManager[Span | None]:
+def tool_span(*, name: str, call_id: int) -> contextlib.AbstractContextManager[Span | None]:
     """The span of one host-function or MCP-tool call: ``execute_tool {name}``, current.
 
     *call_id* is the call's id in the session's ``HostCallStarted`` event. Its parent is the
@@ -341,7 +343,7 @@ def tool_span(*, name: str, call_id: str) -> contextlib.AbstractContextManager[S
     attributes = {
         OPERATION: "execute_tool",
         "gen_ai.tool.name": name,
-        "gen_ai.tool.call.id": call_id,
+        "gen_ai.tool.call.id": str(call_id),
         "gen_ai.tool.type": "function",
     }
     return _span(otel, f"execute_tool {name}", kind="internal", attributes=attributes)

@@ -122,8 +122,7 @@ async def complete_traced(model: Model, request: Request) -> Response:
     The span records the provider, the model asked and the one that answered, the finish
     reason and the token counts; never the request or the reply. Errors propagate unchanged.
     """
-    provider = tracing.provider_of(model)
-    with tracing.chat_span(model=model.name, provider=provider) as span:
+    with tracing.chat_span(model) as span:
         response = await model.complete(request)
         usage = response.usage
         tracing.record_response(
@@ -189,7 +188,7 @@ def instrument(
         started = time.perf_counter()
         error: str | None = None
         try:
-            with tracing.tool_span(name=name, call_id=str(call_id)):  # current: predict's chats
+            with tracing.tool_span(name=name, call_id=call_id):  # current: predict's chats
                 if is_async:
                     result = await fn(**kwargs)
                 else:

@@ -110,9 +110,8 @@ class Loop:
         ``success`` sets it to ERROR with the status as the error type.
         """
         c = self.c
-        provider = tracing.provider_of(c.model)
         with tracing.agent_span(
-            agent=c.agent, provider=provider, conversation_id=session_id, links=c.kernel.trace_links
+            agent=c.agent, model=c.model, conversation_id=session_id, links=c.kernel.trace_links
         ) as span:
             result = await self._run(session_id)
             tracing.record_run(

@@ -600,7 +600,7 @@ class AsyncSession:
                 raise UsageError("task must be a str")
             span = tracing.start_agent_span(  # the branched run's: the fork and every branch
                 agent=self.preset,
-                provider=tracing.provider_of(self._parts.model),
+                model=self._parts.model,
                 conversation_id=self.session_id,
                 links=self._kernel.trace_links,
             )

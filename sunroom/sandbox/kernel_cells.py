@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from typing import cast, final
+from typing import TYPE_CHECKING, cast, final
 
 from sunroom import tracing
 from sunroom.errors import ClosedError, KernelError, ProtocolError, UsageError
@@ -23,6 +23,9 @@ from sunroom.sandbox.cellclock import CellClock, CellLost
 from sunroom.sandbox.kernel_lifecycle import KernelCore
 from sunroom.sandbox.kernel_serving import KernelServing
 from sunroom.sandbox.result import CellError, DisplayItem, ExecutionResult, Status
+
+if TYPE_CHECKING:
+    from sunroom.tracing import Span
 
 Started = asyncio.Future[ExecuteReply] | asyncio.Future[object]
 """A cell's answer to come: the channel's (checked) or a Jupyter kernel's (checked after)."""
@@ -73,13 +76,8 @@ class KernelCells:
                     result = await self._execute(code, timeout, filename)
                 finally:
                     core.trace_context = None
-                error = result.error
-                attributes: dict[str, str | bool] = {"sunroom.cell.status": result.status}
-                if error is not None:
-                    attributes["sunroom.cell.error"] = error.type
-                if result.state_lost:
-                    attributes["sunroom.cell.state_lost"] = True
-                tracing.annotate(span, attributes, error=None if error is None else error.type)
+                if span is not None:
+                    _record(span, result)
             return result
 
     async def _execute(self, code: str, limit_s: float, filename: str | None) -> ExecutionResult:
@@ -222,3 +220,14 @@ class KernelCells:
         proc = self._core.proc
         if self._core.running_cell and proc is not None:
             proc.interrupt()
+
+
+def _record(span: Span, result: ExecutionResult) -> None:
+    """The cell's outcome on its span: status, error type (ERROR), whether state was lost."""
+    error = result.error
+    attributes: dict[str, str | bool] = {"sunroom.cell.status": result.status}
+    if error is not None:
+        attributes["sunroom.cell.error"] = error.type
+    if result.state_lost:
+        attributes["sunroom.cell.state_lost"] = True
+    tracing.annotate(span, attributes, error=None if error is None else error.type)

@@ -316,14 +316,15 @@ async def test_without_opentelemetry_every_helper_is_a_no_op(
 ) -> None:
     monkeypatch.setattr(tracing, "_loaded", True)
     monkeypatch.setattr(tracing, "_otel", None)  # as if the API were not installed
-    null = tracing.chat_span(model="m", provider="p")
-    assert tracing.agent_span(agent="a", provider="p", conversation_id=None) is null
+    model = ScriptedModel([code("submit(lookup('a'))")])
+    null = tracing.chat_span(model)
+    assert tracing.agent_span(agent="a", model=model, conversation_id=None) is null
     assert tracing.cell_span(index=1, code_length=1) is null
-    assert tracing.tool_span(name="f", call_id="1") is null
+    assert tracing.tool_span(name="f", call_id=1) is null
     assert tracing.fork_span(copies=2) is null
     assert tracing.template_span(warm=True, setup_length=0) is null
     assert tracing.within(None) is null and tracing.use(None) is null
-    assert tracing.start_agent_span(agent="a", provider="p", conversation_id=None) is None
+    assert tracing.start_agent_span(agent="a", model=model, conversation_id=None) is None
     assert tracing.current_context() is None and tracing.links_to(None) == ()
     with null as span:
         assert span is None
@@ -334,7 +335,6 @@ async def test_without_opentelemetry_every_helper_is_a_no_op(
         tracing.annotate(span, {"a": 1}, error="E")
         tracing.end(span)
     # a whole session runs the same with no tracing at all
-    model = ScriptedModel([code("submit(lookup('a'))")])
     async with AsyncSession(model=model, backend=FAST, functions=[lookup], output=str) as s:
         result = await s.run("go")
     assert result.ok and result.output == "A"
