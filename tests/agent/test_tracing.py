@@ -6,6 +6,7 @@ The global TracerProvider of the test process records into an in-memory exporter
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterable, Sequence
 
 import pytest
@@ -13,6 +14,7 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
 
+import sunroom
 from sunroom import AsyncKernel, Template, tracing
 from sunroom.agent import AsyncSession
 from sunroom.providers import (
@@ -25,6 +27,7 @@ from sunroom.providers import (
     UserMessage,
 )
 from tests.agent.conftest import code
+from tests.mcp.test_binding import CANARY, SERVER
 
 FAST = "subprocess"
 SECRET = "hunter2-do-not-trace"
@@ -308,6 +311,24 @@ async def test_kernel_copies_and_template_kernels_link_their_cells(
     assert by_links == [(), (), ("fork",), ("fork",), ("template",)]
     setup = [c for c in named(got, "sunroom.cell") if parent_of(c) == span_id(made_at)]
     assert len(setup) == 1
+
+
+@pytest.mark.kernel
+async def test_an_mcp_tool_call_is_an_execute_tool_span_of_its_cell(
+    spans: InMemorySpanExporter, no_process_left: None
+) -> None:
+    server = sunroom.mcp.stdio(
+        sys.executable, [SERVER, "stdio"], name="tracker", env={"TOOLSERVER_TOKEN": CANARY}
+    )
+    model = ScriptedModel([code("print(tracker.add(20, 22))"), "done"])
+    async with AsyncSession(model=model, backend=FAST, mcp=[server]) as s:
+        assert (await s.run("add")).ok
+    got = spans.get_finished_spans()
+    tool = one(got, "execute_tool tracker.add")
+    (cell,) = [c for c in named(got, "sunroom.cell") if c.parent is not None]
+    assert parent_of(tool) == span_id(cell)
+    assert dict(tool.attributes or {})["gen_ai.tool.name"] == "tracker.add"
+    assert CANARY not in every_value(got)
 
 
 @pytest.mark.kernel
