@@ -6,8 +6,9 @@ Langfuse, Phoenix, anything that takes OTLP) shows an agent's whole tree:
 * ``invoke_agent {agent}`` (INTERNAL): one run of a session (:func:`agent_span`);
 * ``chat {model}`` (CLIENT): one model call, the loop's or a ``predict``'s (:func:`chat_span`);
 * ``sunroom.cell`` (INTERNAL): one cell a kernel runs (:func:`cell_span`);
-* ``execute_tool {name}`` (INTERNAL): one host-function or MCP-tool call from the kernel
-  (:func:`tool_span`), a child of the cell that made it;
+* ``execute_tool {name}`` (INTERNAL): one host-function or MCP-tool call from a session's
+  kernel (:func:`tool_span`), a child of the cell that made it; a ``predict``'s ``chat`` is a
+  child of its ``execute_tool predict`` (or ``predict_many``);
 * ``sunroom.fork`` and ``sunroom.template`` (INTERNAL): a kernel forked into copies, a
   template's kernel made; the copies' and the template kernels' spans *link* to them.
 
@@ -55,11 +56,11 @@ __all__ = [
     "Attributes",
     "agent_span",
     "annotate",
-    "end",
-    "export_otlp",
     "cell_span",
     "chat_span",
     "current_context",
+    "end",
+    "export_otlp",
     "fork_span",
     "links_to",
     "provider_of",

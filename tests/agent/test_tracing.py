@@ -17,6 +17,7 @@ from opentelemetry.trace import SpanKind, StatusCode
 import sunroom
 from sunroom import AsyncKernel, Template, tracing
 from sunroom.agent import AsyncSession
+from sunroom.errors import RateLimitedError
 from sunroom.providers import (
     AssistantMessage,
     FunctionModel,
@@ -229,6 +230,23 @@ async def test_errors_set_error_status_with_the_type_never_the_message(
     assert agent.status.status_code == StatusCode.ERROR
     assert dict(agent.attributes or {})["error.type"] == "max_turns"
     assert SECRET not in every_value(got) and "failed with" not in every_value(got)
+
+
+@pytest.mark.kernel
+async def test_a_failed_model_call_is_an_error_chat_span(spans: InMemorySpanExporter) -> None:
+    model = ScriptedModel([RateLimitedError(f"slow down {SECRET}", provider="fake")], name="m")
+    async with AsyncSession(model=model, backend=FAST, secrets=[SECRET]) as s:
+        result = await s.run("hi")
+    assert result.status == "model_error"
+    got = spans.get_finished_spans()
+    chat = one(got, "chat m")
+    assert chat.status.status_code == StatusCode.ERROR
+    assert chat.status.description == "RateLimitedError"
+    assert "gen_ai.usage.input_tokens" not in dict(chat.attributes or {})
+    agent = one(got, "invoke_agent codeact")
+    assert parent_of(chat) == span_id(agent)
+    assert dict(agent.attributes or {})["error.type"] == "model_error"
+    assert SECRET not in every_value(got)
 
 
 @pytest.mark.kernel
