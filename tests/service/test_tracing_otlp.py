@@ -24,7 +24,11 @@ import pytest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
+from typer.testing import CliRunner
 
+from sunroom.cli import app
+from sunroom.errors import UsageError
+from sunroom.tracing import export_otlp
 from tests.service.conftest import TOKEN
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -167,3 +171,15 @@ def test_serve_exports_a_sessions_spans_over_otlp_http(tmp_path: Path) -> None:
     assert tool.parent_span_id == cells[0].span_id
     (predicted,) = [c for c in chats if c.parent_span_id == tool.span_id]
     assert predicted.trace_id == agent.trace_id
+
+
+def test_an_endpoint_that_is_no_http_url_fails_before_listening_and_is_not_echoed() -> None:
+    endpoint = "grpc://user:s3cret@127.0.0.1:4317"
+    result = CliRunner().invoke(
+        app, ["serve", "--port", "0", "--backend", "subprocess", "--otlp-endpoint", endpoint]
+    )
+    assert result.exit_code == 2, result.output
+    assert "OTLP endpoint must be an http:// or https:// URL" in result.output
+    assert "s3cret" not in result.output and "listening" not in result.output
+    with pytest.raises(UsageError, match="http:// or https://"):
+        export_otlp("127.0.0.1:4318")
