@@ -18,9 +18,12 @@ records nothing. Without the OpenTelemetry API installed (the ``otel`` extra), e
 here is a no-op that costs a check of one module-level value: nothing is imported or
 allocated. OpenTelemetry is imported on first use, never by ``import sunroom``.
 
-Privacy: no span records code, prompts, completions, arguments or results; only names,
-counts, sizes, ids and the type names of errors (never their messages, which may hold data).
-An error sets the span's status to ERROR with the exception's type name.
+Privacy: by default no span records code, prompts, completions, arguments or results; only
+names, counts, sizes, ids and the type names of errors (never their messages, which may hold
+data). An error sets the span's status to ERROR with the exception's type name. Setting the
+standard ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true`` opts in to the messages of
+model calls (as the model was sent them: redacted) and the code of cells
+(:func:`captures_content`).
 
 :func:`export_otlp` configures the global provider to send spans to an OTLP/HTTP collector
 (what ``sunroom serve --otlp-endpoint`` does); a library user configures their own.
@@ -56,6 +59,7 @@ __all__ = [
     "Attributes",
     "agent_span",
     "annotate",
+    "captures_content",
     "cell_span",
     "chat_span",
     "current_context",
@@ -372,6 +376,23 @@ def template_span(
         return _NULL
     attributes = {"sunroom.template.warm": warm, "sunroom.template.setup_length": setup_length}
     return _span(otel, "sunroom.template", kind="internal", attributes=attributes)
+
+
+CAPTURE_CONTENT: Final = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
+"""The standard variable that opts in to recording content (``true``, ``span_only`` or
+``span_and_event``; anything else, or unset: no content)."""
+
+
+def captures_content() -> bool:
+    """Whether spans may record content: messages sent to and from models, and cells' code.
+
+    Off unless :data:`CAPTURE_CONTENT` opts in (read at each call, so it can change at run
+    time); always off without OpenTelemetry.
+    """
+    if _api() is None:
+        return False
+    value = os.environ.get(CAPTURE_CONTENT, "").strip().lower()
+    return value in ("true", "span_only", "span_and_event")
 
 
 def links_to(span: Span | None) -> tuple[Link, ...]:

@@ -23,6 +23,7 @@ from sunroom import tracing
 from sunroom.agent import events as ev
 from sunroom.agent.budget import BudgetTracker
 from sunroom.agent.hooks import Hooks, ask
+from sunroom.agent.trace_content import request_content, response_content
 from sunroom.errors import BudgetExceededError
 from sunroom.providers import Model, Request, Response
 from sunroom.sandbox.functions import HostFunction
@@ -120,10 +121,17 @@ async def complete_traced(model: Model, request: Request) -> Response:
     """``model.complete(request)`` inside a ``chat {model}`` span (:mod:`sunroom.tracing`).
 
     The span records the provider, the model asked and the one that answered, the finish
-    reason and the token counts; never the request or the reply. Errors propagate unchanged.
+    reason and the token counts; the request's and the reply's messages only when
+    :func:`sunroom.tracing.captures_content` (:mod:`sunroom.agent.trace_content`). Errors
+    propagate unchanged.
     """
     with tracing.chat_span(model) as span:
+        content = span is not None and tracing.captures_content()
+        if content:
+            tracing.annotate(span, request_content(request))
         response = await model.complete(request)
+        if content:
+            tracing.annotate(span, response_content(response))
         usage = response.usage
         tracing.record_response(
             span,

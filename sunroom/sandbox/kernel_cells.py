@@ -71,6 +71,8 @@ class KernelCells:
             with tracing.cell_span(
                 index=self._count, code_length=len(code), links=core.trace_links
             ) as span:
+                if span is not None and tracing.captures_content():
+                    tracing.annotate(span, {"sunroom.cell.code": code})
                 core.trace_context = tracing.current_context()
                 try:
                     result = await self._execute(code, timeout, filename)

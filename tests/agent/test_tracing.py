@@ -6,6 +6,7 @@ The global TracerProvider of the test process records into an in-memory exporter
 
 from __future__ import annotations
 
+import json
 import sys
 from collections.abc import Iterable, Sequence
 
@@ -350,6 +351,57 @@ async def test_an_mcp_tool_call_is_an_execute_tool_span_of_its_cell(
 
 
 @pytest.mark.kernel
+async def test_content_is_recorded_only_when_opted_in_and_redacted(
+    spans: InMemorySpanExporter, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(tracing.CAPTURE_CONTENT, "true")
+    cell = "print(predict('Name the fruit.', 'a yellow one'))"
+    root = ScriptedModel([code(cell), "It is a banana."], name="root")
+    sub = FunctionModel(lambda request: "banana", name="sub")
+    async with AsyncSession(model=root, sub_model=sub, backend=FAST, secrets=[SECRET]) as s:
+        result = await s.run(f"Which fruit? The password is {SECRET}.")
+    assert result.ok
+    got = spans.get_finished_spans()
+    assert SECRET not in every_value(got)
+    first, second = in_order(named(got, "chat root"))
+    a = dict(first.attributes or {})
+    (system,) = json.loads(str(a["gen_ai.system_instructions"]))
+    assert system["type"] == "text" and "execute_code" in system["content"]
+    (task,) = json.loads(str(a["gen_ai.input.messages"]))
+    assert task["role"] == "user" and "Which fruit?" in task["parts"][0]["content"]
+    (out,) = json.loads(str(a["gen_ai.output.messages"]))
+    assert out["finish_reason"] == "tool_use"
+    (call,) = out["parts"]
+    assert call["type"] == "tool_call" and call["name"] == "execute_code"
+    assert call["arguments"] == {"code": cell}
+    then = json.loads(str(dict(second.attributes or {})["gen_ai.input.messages"]))
+    assert [m["role"] for m in then] == ["user", "assistant", "tool"]
+    assert then[2]["parts"][0]["type"] == "tool_call_response"
+    assert "banana" in then[2]["parts"][0]["response"]
+    (predicted,) = named(got, "chat sub")
+    p = dict(predicted.attributes or {})
+    assert json.loads(str(p["gen_ai.system_instructions"])) == [
+        {"type": "text", "content": "Name the fruit."}
+    ]
+    assert json.loads(str(p["gen_ai.input.messages"]))[0]["parts"][0]["content"] == "a yellow one"
+    (ran,) = [c for c in named(got, "sunroom.cell") if c.parent is not None]
+    assert dict(ran.attributes or {})["sunroom.cell.code"] == cell
+
+    spans.clear()
+    monkeypatch.setenv(tracing.CAPTURE_CONTENT, "false")
+    again = ScriptedModel([code("print(1)"), "done"], name="root")
+    async with AsyncSession(model=again, backend=FAST) as s:
+        assert (await s.run("Again.")).ok
+    names = {k for x in spans.get_finished_spans() for k in dict(x.attributes or {})}
+    assert not names & {
+        "gen_ai.input.messages",
+        "gen_ai.output.messages",
+        "gen_ai.system_instructions",
+        "sunroom.cell.code",
+    }
+
+
+@pytest.mark.kernel
 async def test_without_opentelemetry_every_helper_is_a_no_op(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -365,6 +417,8 @@ async def test_without_opentelemetry_every_helper_is_a_no_op(
     assert tracing.within(None) is null and tracing.use(None) is null
     assert tracing.start_agent_span(agent="a", model=model, conversation_id=None) is None
     assert tracing.current_context() is None and tracing.links_to(None) == ()
+    monkeypatch.setenv(tracing.CAPTURE_CONTENT, "true")
+    assert not tracing.captures_content()
     with null as span:
         assert span is None
         tracing.record_response(
