@@ -84,7 +84,7 @@ class KernelCells:
 
     async def _execute(self, code: str, limit_s: float, filename: str | None) -> ExecutionResult:
         """Run the cell (the lock held): its result, or the kernel's loss as one."""
-        core, timeout = self._core, limit_s
+        core = self._core
         if core.closed or core.channel is None or core.channel.closed.done():
             await core.ensure()
         assert core.channel is not None
@@ -108,7 +108,7 @@ class KernelCells:
         core.running_cell = True
         try:
             call = self._start_cell(code, params)
-            clock = CellClock(call, core.proc, timeout, core.limits.interrupt_grace_s)
+            clock = CellClock(call, core.proc, limit_s, core.limits.interrupt_grace_s)
             core.clock = clock
             try:
                 await call  # the clock interrupts the cell, then gives up on it
@@ -117,7 +117,7 @@ class KernelCells:
                     "timeout",
                     CellError(
                         "TimeoutError",
-                        f"the cell ran past its {timeout:g} s limit and ignored the "
+                        f"the cell ran past its {limit_s:g} s limit and ignored the "
                         "interrupt; the kernel was restarted",
                         "",
                     ),
@@ -126,7 +126,7 @@ class KernelCells:
             finally:
                 clock.stop()
                 core.clock = None
-            return self._to_result(call, started, timed_out=clock.interrupted, timeout=timeout)
+            return self._to_result(call, started, timed_out=clock.interrupted, timeout=limit_s)
         except (ProtocolError, ClosedError, ConnectionError, RemoteError) as exc:
             return await self._after_death(exc, started)
         finally:
