@@ -32,7 +32,7 @@ from sunroom.cli.support import (
     one_line,
 )
 from sunroom.errors import SunroomError
-from sunroom.extras import require
+from sunroom.extras import missing, require
 from sunroom.sandbox.backends.choice import OPTION_NAMES, choose_backend
 
 if TYPE_CHECKING:
@@ -176,13 +176,22 @@ def serve(
 def _tracing(endpoint: str | None) -> Callable[[], None] | None:
     """Export traces over OTLP when asked (the option, or the standard variables); the stop.
 
-    Raises UsageError without the ``otel`` extra or for an endpoint that is no HTTP URL.
+    The variables alone, set for other programs where the ``otel`` extra is not installed,
+    are a warning on stderr, not a failure. Raises UsageError for ``--otlp-endpoint`` without
+    the extra, or for an endpoint that is no HTTP URL.
     """
-    if endpoint is None and not (
-        os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT")
-        or os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
-    ):
-        return None
+    if endpoint is None:
+        names = ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+        given = next((name for name in names if os.environ.get(name)), None)
+        if given is None:
+            return None
+        if missing("otel") is not None:
+            typer.echo(
+                f"warning: {given} is set but the otel extra is not installed, so no traces "
+                "are sent: pip install 'sunroom[otel]'",
+                err=True,
+            )
+            return None
     from sunroom.tracing import export_otlp
 
     return export_otlp(endpoint)

@@ -85,56 +85,54 @@ def _attributes(kvs: Iterator[KeyValue] | list[KeyValue]) -> dict[str, object]:
     return {kv.key: _value(kv.value) for kv in kvs}
 
 
-@pytest.mark.kernel
-def test_serve_exports_a_sessions_spans_over_otlp_http(tmp_path: Path) -> None:
-    script = {"replies": [{"code": "print(predict('Say hi.', 'someone'))"}, "done"]}
-    (tmp_path / "script.json").write_text(json.dumps(script))
-    env = {**os.environ, "SUNROOM_TOKEN": TOKEN,
-           "SUNROOM_MODEL": f"scripted:{tmp_path / 'script.json'}"}  # fmt: skip
-    for name in list(env):
-        if name.startswith("OTEL_"):
-            del env[name]
-    with _collector() as collector:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "sunroom.cli", "serve", "--port", "0",
-             "--db", str(tmp_path / "s.db"), "--backend", "subprocess",
-             "--otlp-endpoint", collector.url],
-            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        )  # fmt: skip
-        try:
-            assert proc.stdout is not None and proc.stderr is not None
-            line = proc.stdout.readline()
-            assert "listening on" in line, (line, proc.stderr.read() if proc.poll() else "")
-            url = line.rsplit(" ", 1)[-1].strip()
-            headers = {"Authorization": f"Bearer {TOKEN}"}
-            with httpx.Client(base_url=url, headers=headers, timeout=60) as client:
-                deadline = time.monotonic() + 30
-                while True:
-                    try:
-                        if client.get("/healthz").json()["ok"]:
-                            break
-                    except httpx.TransportError:
-                        if time.monotonic() > deadline:
-                            raise
-                    time.sleep(0.05)
-                sid = client.post("/sessions", json={"task": "greet"}).json()["session_id"]
-                r = client.get(f"/sessions/{sid}/result", params={"timeout": 60})
-                assert r.status_code == 200, r.text
-                assert r.json()["result"]["status"] == "success", r.text
-            proc.send_signal(signal.SIGTERM)
-            code = proc.wait(30)
-            stderr = proc.stderr.read()
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-            for stream in (proc.stdout, proc.stderr):
-                if stream is not None:
-                    stream.close()
-        assert code == 0, stderr
-        assert "Traceback" not in stderr, stderr
-        posts = list(collector.posts)
+def _greet(url: str) -> str:
+    """Run one session on the service at *url* to success; its id."""
+    headers = {"Authorization": f"Bearer {TOKEN}"}
+    with httpx.Client(base_url=url, headers=headers, timeout=60) as client:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                if client.get("/healthz").json()["ok"]:
+                    break
+            except httpx.TransportError:
+                if time.monotonic() > deadline:
+                    raise
+            time.sleep(0.05)
+        sid: str = client.post("/sessions", json={"task": "greet"}).json()["session_id"]
+        r = client.get(f"/sessions/{sid}/result", params={"timeout": 60})
+        assert r.status_code == 200, r.text
+        assert r.json()["result"]["status"] == "success", r.text
+    return sid
 
+
+def _serve_one_session(argv: list[str], env: dict[str, str]) -> str:
+    """Start ``sunroom serve`` with *argv*, run one session, SIGTERM it; the session's id."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "sunroom.cli", "serve", *argv],
+        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert proc.stdout is not None and proc.stderr is not None
+        line = proc.stdout.readline()
+        assert "listening on" in line, (line, proc.stderr.read() if proc.poll() else "")
+        sid = _greet(line.rsplit(" ", 1)[-1].strip())
+        proc.send_signal(signal.SIGTERM)
+        code = proc.wait(30)
+        stderr = proc.stderr.read()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        for stream in (proc.stdout, proc.stderr):
+            if stream is not None:
+                stream.close()
+    assert code == 0, stderr
+    assert "Traceback" not in stderr, stderr
+    return sid
+
+
+def _spans(posts: list[tuple[str, str, bytes]]) -> list[Span]:
+    """The spans of the collector's POSTs, checking each request's path, type and resource."""
     assert posts, "nothing was exported"
     spans: list[Span] = []
     for path, content_type, body in posts:
@@ -147,6 +145,24 @@ def test_serve_exports_a_sessions_spans_over_otlp_http(tmp_path: Path) -> None:
             for scope_spans in resource_spans.scope_spans:
                 assert scope_spans.scope.name == "sunroom"
                 spans.extend(scope_spans.spans)
+    return spans
+
+
+@pytest.mark.kernel
+@pytest.mark.parametrize("given_by", ["option", "variable"])
+def test_serve_exports_a_sessions_spans_over_otlp_http(tmp_path: Path, given_by: str) -> None:
+    script = {"replies": [{"code": "print(predict('Say hi.', 'someone'))"}, "done"]}
+    (tmp_path / "script.json").write_text(json.dumps(script))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    env |= {"SUNROOM_TOKEN": TOKEN, "SUNROOM_MODEL": f"scripted:{tmp_path / 'script.json'}"}
+    argv = ["--port", "0", "--db", str(tmp_path / "s.db"), "--backend", "subprocess"]
+    with _collector() as collector:
+        if given_by == "option":
+            argv += ["--otlp-endpoint", collector.url]
+        else:  # the standard variable, read by the exporter itself
+            env["OTEL_EXPORTER_OTLP_ENDPOINT"] = collector.url
+        sid = _serve_one_session(argv, env)
+        spans = _spans(list(collector.posts))
 
     by_name: dict[str, list[Span]] = {}
     for s in spans:
