@@ -11,13 +11,14 @@ import sys
 from collections.abc import Iterable, Sequence
 
 import pytest
+from opentelemetry import trace
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
 
 import sunroom
 from sunroom import AsyncKernel, Template, tracing
-from sunroom.agent import AsyncSession
+from sunroom.agent import AsyncSession, Session
 from sunroom.errors import RateLimitedError
 from sunroom.providers import (
     AssistantMessage,
@@ -399,6 +400,20 @@ async def test_content_is_recorded_only_when_opted_in_and_redacted(
         "gen_ai.system_instructions",
         "sunroom.cell.code",
     }
+
+
+@pytest.mark.kernel
+def test_a_sync_session_run_is_a_child_of_the_callers_span(spans: InMemorySpanExporter) -> None:
+    model = ScriptedModel([code("print(1)"), "done"], name="root")
+    with (
+        trace.get_tracer("an-app").start_as_current_span("handle request") as request,
+        Session(model=model, backend=FAST) as s,
+    ):
+        assert s.run("go").ok
+    got = spans.get_finished_spans()
+    agent = one(got, "invoke_agent codeact")
+    assert parent_of(agent) == request.get_span_context().span_id
+    assert {x.context.trace_id for x in got if x.context} == {agent.context.trace_id}
 
 
 @pytest.mark.kernel
