@@ -36,6 +36,7 @@ context does not flow into them: the kernel keeps its running cell's context
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import importlib.metadata
 import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -68,6 +69,7 @@ __all__ = [
     "fork_span",
     "links_to",
     "provider_of",
+    "quiet",
     "record_response",
     "record_run",
     "start_agent_span",
@@ -321,16 +323,35 @@ def record_response(
     annotate(span, attributes, error=finish_reason if failed else None)
 
 
+_QUIET: Final = contextvars.ContextVar("sunroom_trace_quiet", default=False)
+
+
+@contextlib.contextmanager
+def _quieted() -> Iterator[None]:
+    token = _QUIET.set(True)
+    try:
+        yield
+    finally:
+        _QUIET.reset(token)
+
+
+def quiet() -> contextlib.AbstractContextManager[None]:
+    """No cell span for the cells run in the block: sunroom's own setup (a session's helpers)."""
+    if _api() is None:
+        return _NULL
+    return _quieted()
+
+
 def cell_span(
     *, index: int, code_length: int, links: Sequence[Link] = ()
 ) -> contextlib.AbstractContextManager[Span | None]:
     """The span of one cell: ``sunroom.cell``, current for the block (never the code).
 
     *index* counts the kernel handle's cells from 1; *links* point at the fork or template
-    the kernel came from. Record the outcome with :func:`annotate`.
+    the kernel came from. Record the outcome with :func:`annotate`. None inside :func:`quiet`.
     """
     otel = _api()
-    if otel is None:
+    if otel is None or _QUIET.get():
         return _NULL
     attributes = {"sunroom.cell.index": index, "sunroom.cell.code_length": code_length}
     return _span(otel, "sunroom.cell", kind="internal", attributes=attributes, links=links)

@@ -450,7 +450,8 @@ class AsyncSession:
         return kernel
 
     async def _install_shim(self) -> None:
-        result = await self._kernel.execute(SHIM_SOURCE)
+        with tracing.quiet():  # sunroom's own setup: no cell span, no trace of its own
+            result = await self._kernel.execute(SHIM_SOURCE)
         if not result.ok:
             message = result.error.message if result.error else result.status
             raise KernelError(f"installing predict/submit in the kernel failed: {message}")
