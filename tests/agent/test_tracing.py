@@ -104,7 +104,7 @@ def linked(span: ReadableSpan) -> list[int]:
 
 
 def every_value(spans: Sequence[ReadableSpan]) -> str:
-    """Every attribute, status, event and link attribute of *spans*, as one string."""
+    """Every attribute, status description and event attribute of *spans*, as one string."""
     out: list[str] = []
     for s in spans:
         out.append(repr(dict(s.attributes or {})))
