@@ -24,7 +24,8 @@ At the end :func:`violations` checks the log, the call records and the ledger:
   no submitted value is accepted twice;
 - each session's event seqs are 1..n.
 
-The fast tier (5 kills) runs in the default suite; the slow tier (30 kills) is marked slow.
+The fast tier (5 kills) runs in the default suite, on a SQLite file and on a real PostgreSQL
+database; the slow tier (30 kills) is marked slow.
 """
 
 from __future__ import annotations
@@ -52,12 +53,12 @@ import pytest
 
 from sunroom.providers import Message, UserMessage
 from sunroom.service.codec import message_to_json
+from sunroom.service.config import ServiceConfig
 from sunroom.service.recovery import replay
 from sunroom.store import (
     CallOutcome,
     CallRecord,
     SessionRecord,
-    SQLiteStore,
     StoredEvent,
     idempotency_key,
 )
@@ -106,13 +107,13 @@ class Server:
     Raises AssertionError when it does not print its URL or become healthy within 30 s.
     """
 
-    def __init__(self, tmp: Path, env: dict[str, str], n: int) -> None:
+    def __init__(self, tmp: Path, env: dict[str, str], n: int, *, db: str) -> None:
         self.out = tmp / f"server-{n}.out"
         self.err = tmp / f"server-{n}.err"
         with self.out.open("wb") as out, self.err.open("wb") as err:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "sunroom.cli", "serve", "--port", "0",
-                 "--db", str(tmp / "s.db"), "--backend", "subprocess",
+                 "--db", db, "--backend", "subprocess",
                  "--functions", "tests.service.hostfns:charge", "--lease-s", "2"],
                 cwd=ROOT, env=env, stdout=out, stderr=err,
             )  # fmt: skip
@@ -428,9 +429,9 @@ class Poster(threading.Thread):
         return Post(sid, text, r.status_code, detail="" if r.status_code == 202 else r.text)
 
 
-def _read(db: Path, sids: list[str]) -> dict[str, SessionLog]:
+def _read(db: str, sids: list[str]) -> dict[str, SessionLog]:
     async def go() -> dict[str, SessionLog]:
-        async with SQLiteStore(db) as store:
+        async with ServiceConfig(db=db).new_store() as store:  # type: ignore[call-arg]
             return {
                 sid: SessionLog(await store.get_session(sid), await store.events(sid),
                                 await store.calls(sid))
@@ -440,7 +441,7 @@ def _read(db: Path, sids: list[str]) -> dict[str, SessionLog]:
     return asyncio.run(go())
 
 
-def _unsettled(server: Server, db: Path, sids: list[str]) -> list[str]:
+def _unsettled(server: Server, db: str, sids: list[str]) -> list[str]:
     """The sessions whose record says ``running`` or whose log has a run open or a message
     left, each with its record, its state and its last events; [] when all settled."""
     with server.client() as client:
@@ -479,8 +480,11 @@ def _diagnosis(tmp: Path, unsettled: list[str]) -> str:
     return "\n".join(parts)
 
 
-def run_suite(tmp: Path, *, kills: int, seed: int) -> tuple[Observed, Figures]:
-    """Run sessions, post messages and kill the server *kills* times (see the module)."""
+def run_suite(tmp: Path, *, kills: int, seed: int, db: str) -> tuple[Observed, Figures]:
+    """Run sessions, post messages and kill the server *kills* times (see the module).
+
+    *db* is the store: a SQLite path or a ``postgresql://`` URL.
+    """
     began = time.monotonic()
     rng = random.Random(seed)
     (tmp / "script.json").write_text(json.dumps(script()))
@@ -488,8 +492,7 @@ def run_suite(tmp: Path, *, kills: int, seed: int) -> tuple[Observed, Figures]:
     env = {**os.environ, "SUNROOM_TOKEN": TOKEN,
            "SUNROOM_MODEL": f"scripted:{tmp / 'script.json'}",
            "SUNROOM_TEST_LEDGER": str(ledger)}  # fmt: skip
-    db = tmp / "s.db"
-    server = Server(tmp, env, 0)
+    server = Server(tmp, env, 0, db=db)
     tasks: dict[str, str] = {}
     with server.client() as client:
         for i in range(SESSIONS):
@@ -504,7 +507,7 @@ def run_suite(tmp: Path, *, kills: int, seed: int) -> tuple[Observed, Figures]:
         for k in range(kills):
             time.sleep(rng.uniform(0.2, 1.6))
             server.kill()
-            server = Server(tmp, env, k + 1)
+            server = Server(tmp, env, k + 1, db=db)
             poster.server = server
         # under heavy load a server may be up too briefly for any post to be answered; the
         # last one is not killed, so posting on to it gets a message accepted (the suite is
@@ -550,12 +553,12 @@ def _seed() -> int:
     return int(value) if value else random.SystemRandom().randrange(2**32)
 
 
-def _crash_suite(tmp: Path, kills: int) -> None:
+def _crash_suite(tmp: Path, kills: int, db: str) -> None:
     seed = _seed()
     shared = tempfile.gettempdir()
     mode = stat.S_IMODE(os.stat(shared).st_mode)
     try:
-        seen, figures = run_suite(tmp, kills=kills, seed=seed)
+        seen, figures = run_suite(tmp, kills=kills, seed=seed, db=db)
     except AssertionError as exc:
         raise AssertionError(f"{exc}\n(reproduce with {SEED_ENV}={seed})") from exc
     # the sweeps of the killed servers' run directories leave the shared directory as it was
@@ -571,13 +574,22 @@ def _crash_suite(tmp: Path, kills: int) -> None:
     assert figures.charges > 0 and figures.submits > 0, f"{SEED_ENV}={seed}: {figures}"
 
 
-def test_crash_suite_fast_tier(tmp_path: Path) -> None:
-    _crash_suite(tmp_path, kills=5)
+@pytest.fixture(params=["sqlite", "postgres"])
+def store_spec(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """The store the servers share: a SQLite file, or a fresh PostgreSQL database."""
+    if request.param == "sqlite":
+        return str(tmp_path / "s.db")
+    dsn: str = request.getfixturevalue("postgres_db_dsn")
+    return dsn
+
+
+def test_crash_suite_fast_tier(tmp_path: Path, store_spec: str) -> None:
+    _crash_suite(tmp_path, kills=5, db=store_spec)
 
 
 @pytest.mark.slow
-def test_crash_suite_slow_tier(tmp_path: Path) -> None:
-    _crash_suite(tmp_path, kills=30)
+def test_crash_suite_slow_tier(tmp_path: Path, store_spec: str) -> None:
+    _crash_suite(tmp_path, kills=30, db=store_spec)
 
 
 # -- the checks can fail ---------------------------------------------------------------------
