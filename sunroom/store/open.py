@@ -49,7 +49,7 @@ def open_store(spec: str, *, clock: Callable[[], float] = time.time) -> EventSto
         require("postgres", "a PostgreSQL store")
         from sunroom.store.postgres import PostgresStore
 
-        return PostgresStore(spec, clock=clock)
+        return PostgresStore(scheme + spec[len(scheme) :], clock=clock)  # libpq: lower case
     if scheme == "sqlite":
         path = spec[match.end() :]
         if not path.startswith("/"):
