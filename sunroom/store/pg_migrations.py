@@ -5,7 +5,8 @@ types: ``DOUBLE PRECISION`` times, ``BIGINT`` counts, ``BOOLEAN`` flags and ``js
 ``json``, not ``jsonb``: it keeps the exact text sunroom wrote (``jsonb`` refuses NUL escapes
 and lone surrogates, which SQLite keeps), so a payload reads back equal to what was appended.
 ``calls`` has one more column, ``position`` (an identity), for the start order SQLite takes
-from its rowid.
+from its rowid; migration 2 also creates the function ``sunroom_append`` (an append in one
+round trip, see :func:`sunroom.store.pg_queries.append`).
 
 Opening a store applies, in one transaction, every migration newer than the highest version
 in its ``schema_version`` table, and records each one. The transaction first takes a
@@ -97,6 +98,44 @@ CREATE TABLE kernels (
     created_at DOUBLE PRECISION NOT NULL
 );
 CREATE INDEX kernels_by_replica ON kernels (replica, created_at);
+
+-- An append in one round trip (sunroom.store.pg_queries.append): lock the session's row, check
+-- the owner (and generation, unless NULL), check the seqs continue the log, insert, notify.
+-- Each statement of a volatile function takes a fresh snapshot, so the last seq read after the
+-- lock sees what the previous holder of the lock committed. Refusals are a verdict, not an
+-- error: nothing is written and the row lock ends with the statement.
+CREATE FUNCTION sunroom_append(
+    p_session TEXT, p_owner TEXT, p_generation BIGINT,
+    p_seqs BIGINT[], p_kinds TEXT[], p_payloads TEXT[], p_ts DOUBLE PRECISION[],
+    OUT verdict TEXT, OUT last_seq BIGINT, OUT holder TEXT, OUT current_generation BIGINT
+) LANGUAGE plpgsql VOLATILE AS $fn$
+BEGIN
+    SELECT owner, generation INTO holder, current_generation
+        FROM sessions WHERE id = p_session FOR UPDATE;
+    IF NOT FOUND THEN
+        verdict := 'not_found';
+        RETURN;
+    END IF;
+    IF holder IS DISTINCT FROM p_owner OR p_generation <> current_generation THEN
+        verdict := 'not_owner';
+        RETURN;
+    END IF;
+    SELECT coalesce(max(seq), 0) INTO last_seq FROM events WHERE session_id = p_session;
+    IF EXISTS (SELECT 1 FROM unnest(p_seqs) WITH ORDINALITY AS given (seq, i)
+               WHERE given.seq <> last_seq + given.i) THEN
+        verdict := 'seq';
+        RETURN;
+    END IF;
+    IF coalesce(cardinality(p_seqs), 0) > 0 THEN
+        INSERT INTO events (session_id, seq, kind, payload, ts)
+            SELECT p_session, b.seq, b.kind, b.payload::json, b.ts
+            FROM unnest(p_seqs, p_kinds, p_payloads, p_ts) AS b (seq, kind, payload, ts);
+        PERFORM pg_notify('sunroom_events', p_session);
+        last_seq := last_seq + cardinality(p_seqs);
+    END IF;
+    verdict := 'ok';
+END
+$fn$;
 """
 
 PG_MIGRATIONS: Final[tuple[tuple[int, str], ...]] = ((1, _V1), (2, _V2))

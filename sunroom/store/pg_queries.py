@@ -6,7 +6,9 @@ transaction (``READ COMMITTED``) that first locks the session's row with
 read-check-write (owner, generation, last seq) is atomic. The checks after the lock are new
 statements, so they see everything the previous holder committed. The clock is read once the
 lock is held, in Python (the store's clock, injectable), never ``now()`` in SQL. Reads are
-single statements, each a consistent snapshot.
+single statements, each a consistent snapshot. An append, the hot path, is one statement: the
+function ``sunroom_append`` (migration 2) takes the same lock and makes the same checks
+server-side, in one round trip (see :func:`append`).
 
 Text ids sort with ``COLLATE "C"`` (by code point, as SQLite sorts), whatever the database's
 collation.
@@ -303,46 +305,40 @@ async def append(
 ) -> int:
     """Insert *rows* if *owner* holds the session and their seqs continue the log.
 
-    Two round trips, in pipeline mode: the row lock and the last seq (a statement of its own
-    after the lock, so it sees what the previous holder committed), then the insert (one
-    statement for the whole batch, which also notifies :data:`CHANNEL` with the session id:
-    delivered when, and only if, the transaction commits) and the commit.
+    One statement, one round trip: the function ``sunroom_append`` (migration 2) locks the
+    session's row, checks the owner, the generation and the seqs, inserts the batch and
+    notifies :data:`CHANNEL` with the session id (delivered when, and only if, it commits), in
+    the statement's own transaction. A refusal comes back as its verdict; nothing is written.
     """
-    async with conn.pipeline(), conn.transaction():
-        locking = await conn.execute(_LOCK, (session_id,))
-        counting = await conn.execute(
-            "SELECT max(seq) FROM events WHERE session_id = %s", (session_id,)
-        )
-        _check_owner(session_id, _locked(session_id, await locking.fetchone()), owner, generation)
-        row = await counting.fetchone()
-        last = int(row[0] or 0) if row is not None else 0
-        seqs = [r[0] for r in rows]
-        if seqs != list(range(last + 1, last + 1 + len(rows))):
-            raise StoreConflictError(
-                f"session {session_id!r}: events must continue from seq {last + 1},"
-                f" got seqs {seqs[:5]}{' ...' if len(seqs) > 5 else ''}",
-                reason="seq",
-                session_id=session_id,
-                last_seq=last,
-            )
-        if rows:
-            await conn.execute(
-                "WITH added AS (INSERT INTO events (session_id, seq, kind, payload, ts)"
-                " SELECT %s, seq, kind, payload::json, ts"
-                " FROM unnest(%s::bigint[], %s::text[], %s::text[], %s::float8[])"
-                " AS batch (seq, kind, payload, ts))"
-                " SELECT pg_notify(%s, %s)",
-                (
-                    session_id,
-                    seqs,
-                    [r[1] for r in rows],
-                    [r[2] for r in rows],
-                    [r[3] for r in rows],
-                    CHANNEL,
-                    session_id,
-                ),
-            )
-        return last + len(rows)
+    cursor = await conn.execute(
+        "SELECT verdict, last_seq, holder, current_generation FROM sunroom_append("
+        "%s, %s, %s, %s::bigint[], %s::text[], %s::text[], %s::float8[])",
+        (
+            session_id,
+            owner,
+            generation,
+            [r[0] for r in rows],
+            [r[1] for r in rows],
+            [r[2] for r in rows],
+            [r[3] for r in rows],
+        ),
+    )
+    row = await cursor.fetchone()
+    verdict, last, holder, current = row if row is not None else ("not_found", 0, None, 0)
+    if verdict == "ok":
+        return int(last)
+    if verdict == "not_found":
+        raise StoreNotFoundError(f"no session {session_id!r}")
+    if verdict == "not_owner":
+        _check_owner(session_id, (holder, None, current), owner, generation)
+    seqs = [r[0] for r in rows]
+    raise StoreConflictError(
+        f"session {session_id!r}: events must continue from seq {last + 1},"
+        f" got seqs {seqs[:5]}{' ...' if len(seqs) > 5 else ''}",
+        reason="seq",
+        session_id=session_id,
+        last_seq=int(last),
+    )
 
 
 async def events(
