@@ -281,6 +281,23 @@ async def test_a_server_that_is_not_there(postgres_cluster: Cluster) -> None:
     assert time.monotonic() - started < 5
 
 
+async def test_a_connection_the_server_dropped_fails_one_call_then_is_replaced(
+    postgres_db_dsn: str, postgres_dsn: str
+) -> None:
+    database = postgres_db_dsn.rsplit("/", 1)[1]
+    async with PostgresStore(postgres_db_dsn, min_size=1, max_size=1) as store:
+        await store.create_session("s1", config={})
+        async with await psycopg.AsyncConnection.connect(postgres_dsn, autocommit=True) as admin:
+            await admin.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s",
+                (database,),
+            )
+        with pytest.raises(StoreError, match=r"^PostgreSQL store 127.0.0.1:\d+/test_\w+: "):
+            await store.get_session("s1")
+        record = await store.get_session("s1")
+        assert record is not None and record.session_id == "s1"
+
+
 async def test_misuse(postgres_db_dsn: str) -> None:
     store = PostgresStore(postgres_db_dsn)
     with pytest.raises(UsageError, match="not open"):
