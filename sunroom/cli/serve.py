@@ -102,6 +102,20 @@ def serve(
             "only, no injected headers, no private addresses)."
         ),
     ] = False,
+    advertise_url: Annotated[
+        str | None,
+        typer.Option(
+            help="This replica's internal base URL, where other replicas of the same store "
+            "forward its sessions' and kernels' requests (docs/deploy.md)."
+        ),
+    ] = None,
+    drain_grace_s: Annotated[
+        float | None,
+        typer.Option(
+            help="On SIGTERM, how long runs in progress may go on before they are stopped and "
+            "handed to other replicas (seconds). [default: 20]"
+        ),
+    ] = None,
     e2b_pool: Annotated[
         int | None,
         typer.Option(
@@ -126,14 +140,14 @@ def serve(
     templates = _templates(template or [])
     try:
         base = ServiceConfig.from_env(
-            host=host, port=port, db_path=db, expose=expose or None, backend=backend,
+            host=host, port=port, db=db, expose=expose or None, backend=backend,
             kernel_name=kernel_name, sandbox=sandbox,
             model=model_spec(model or os.environ.get("SUNROOM_MODEL")), base_url=base_url,
             functions=fns, lease_s=lease_s, max_kernel_requests=max_kernel_requests,
             max_sessions=max_sessions, session_idle_s=session_idle_s,
             templates=templates or None, mcp_servers=mcp_servers(mcp),
             networks=named_networks(network or []), client_network=client_network or None,
-            e2b_pool=e2b_pool,
+            e2b_pool=e2b_pool, advertise_url=advertise_url, drain_grace_s=drain_grace_s,
         )  # fmt: skip
         _check_service(base)
     except SunroomError as exc:
@@ -150,7 +164,7 @@ def serve(
         typer.echo("token: from SUNROOM_TOKEN")
     else:
         typer.echo(f"token: {config.token}")
-    typer.echo(f"store: {config.db_path}")
+    typer.echo(f"store: {config.store_label()}")
     sys.stdout.flush()
     logging.basicConfig(  # the service's errors, with their tracebacks, on stderr
         level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s"

@@ -61,7 +61,7 @@ def _record(r: Any) -> dict[str, Any]:
     }  # fmt: skip
 
 
-def _session_and_events(db: Path | None, session_id: str) -> tuple[Any, list[Any]]:
+def _session_and_events(db: str | None, session_id: str) -> tuple[Any, list[Any]]:
     """The stored record of *session_id* and its events; exits 2 when there is no such session."""
 
     async def job(store: Any) -> tuple[Any, list[Any]]:

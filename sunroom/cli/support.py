@@ -22,8 +22,12 @@ from sunroom.errors import AuthenticationError, SunroomError
 T = TypeVar("T")
 
 DbOption = Annotated[
-    Path | None,
-    typer.Option("--db", help="The SQLite store (default: $SUNROOM_DB or ~/.local/state)."),
+    str | None,
+    typer.Option(
+        "--db",
+        help="The store: a SQLite path or a postgresql:// URL (default: $SUNROOM_DB, else a "
+        "SQLite file under ~/.local/state).",
+    ),
 ]
 JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON.")]
 InlineImagesOption = Annotated[
@@ -113,7 +117,7 @@ def guarded(work: Callable[[], Coroutine[object, object, T]]) -> T:
         raise fail(one_line(exc)) from None
 
 
-def interrupted_exit(sid: str, db: Path | None) -> typer.Exit:
+def interrupted_exit(sid: str, db: str | None) -> typer.Exit:
     """Say what became of session *sid* after Ctrl-C, and how to resume it; Exit(130).
 
     A run in progress stays ``running`` in the store (released: it can be resumed at once).
@@ -138,7 +142,7 @@ def interrupted_exit(sid: str, db: Path | None) -> typer.Exit:
 
 def finish_run(
     sid: str,
-    db: Path | None,
+    db: str | None,
     work: Callable[[], Coroutine[object, object, dict[str, Any] | None]],
     *,
     as_json: bool,
@@ -182,7 +186,7 @@ class open_manager:
 
     def __init__(
         self,
-        db: Path | None,
+        db: str | None,
         *,
         base_url: str | None = None,
         functions: tuple[str, ...] | None = None,
@@ -193,16 +197,16 @@ class open_manager:
 
     async def __aenter__(self) -> Any:
         from sunroom.service import ServiceConfig, SessionManager, load_functions, resolve_model
-        from sunroom.store import SQLiteStore
 
         # the person at this terminal is the operator: a session may name its own hosts
         config = ServiceConfig.from_env(
-            db_path=self._db, resume_orphans=False, client_network=True, base_url=self._base_url,
+            db=self._db, resume_orphans=False, client_network=True, base_url=self._base_url,
             functions=self._functions,
         )  # fmt: skip
         importable_here()
         functions = load_functions(config.functions)  # before the store: nothing to undo
-        self._store = await SQLiteStore.open(config.db_path)
+        self._store = config.new_store()
+        await self._store.__aenter__()
         try:
             self._m = SessionManager(
                 self._store, config=config, resolve_model=resolve_model, functions=functions
@@ -220,13 +224,12 @@ class open_manager:
             await self._store.aclose()
 
 
-async def with_store(db: Path | None, job: Callable[[Any], Awaitable[T]]) -> T:
+async def with_store(db: str | None, job: Callable[[Any], Awaitable[T]]) -> T:
     """``await job(store)`` with the store of *db* (or the configured one) open."""
     from sunroom.service import ServiceConfig
-    from sunroom.store import SQLiteStore
 
-    config = ServiceConfig.from_env(db_path=db)
-    async with SQLiteStore(config.db_path) as store:
+    config = ServiceConfig.from_env(db=db)
+    async with config.new_store() as store:
         return await job(store)
 
 

@@ -1,8 +1,10 @@
 """The ASGI application: :func:`create_app` (Starlette), served by uvicorn.
 
-Routes (all but ``/healthz`` need ``Authorization: Bearer <token>``):
+Routes (all but ``/healthz`` and ``/readyz`` need ``Authorization: Bearer <token>``):
 
-- ``GET /healthz``: ``{"ok": true, "sessions": n, "kernels": n}``
+- ``GET /healthz``: ``{"ok": true, "sessions": n, "kernels": n}`` (liveness)
+- ``GET /readyz``: 200 ``{"ready": true}`` while the store answers and the server is not
+  draining, else 503 (readiness; no token either)
 - ``GET /openapi.json``: this API described, OpenAPI 3.1 (:mod:`sunroom.service.openapi`),
   the E2B facade's routes included
 - ``POST /sessions``: :class:`~.schemas.CreateSession` → 201 ``{"session_id"}``
@@ -36,6 +38,13 @@ in the log; every 5xx is logged with its traceback. A client that disconnects be
 request's body arrived (it went away, or the read deadline cut it off) is no server error: one
 DEBUG line, no traceback, nothing done. On SIGTERM/SIGINT the raw kernels are closed at once and
 their requests in flight answer 503 ``ShuttingDown`` (logged at INFO, no traceback).
+
+Replicas (``advertise_url`` set, a shared store): any replica answers any request; a request
+that needs the process holding a session or raw kernel is forwarded there, new work is placed
+on the least loaded of a sample (:mod:`sunroom.service.forward`, :mod:`sunroom.service.cluster`),
+a raw kernel whose replica died answers 409 ``KernelLost`` (``code: kernel_lost``), and
+SIGTERM drains: no new work, runs get ``drain_grace_s`` to end their turn, their leases are
+released so other replicas resume them at once (docs/deploy.md).
 """
 
 from __future__ import annotations
@@ -47,6 +56,7 @@ import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
+import httpx
 import pydantic
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
@@ -60,16 +70,19 @@ from sunroom.errors import SunroomError, UsageError
 from sunroom.sandbox.functions import HostFunction, as_host_function
 from sunroom.service.auth import BearerAuth, HostCheck
 from sunroom.service.bodies import parse_json
+from sunroom.service.cluster import Cluster
 from sunroom.service.config import MAX_HEADER_BYTES, ServiceConfig
 from sunroom.service.e2b import E2BFacade, E2BRoutes, Sandboxes
 from sunroom.service.e2b.catalog import FACADE_ROUTES
 from sunroom.service.files import file_routes
+from sunroom.service.forward import ErrorAnswer, Forwarding, Router, Target
 from sunroom.service.functions import load_functions
 from sunroom.service.kernels import KernelManager
 from sunroom.service.limits import BodyLimit, BodyTooLarge, HeaderLimit
 from sunroom.service.models import resolve_model
 from sunroom.service.openapi import openapi_document
 from sunroom.service.problems import (
+    KernelLost,
     ShuttingDown,
     error_body,
     public_message,
@@ -86,9 +99,10 @@ from sunroom.service.schemas import (
     MessageIn,
 )
 from sunroom.service.sessions import ModelResolver, SessionManager
+from sunroom.service.signals import Signals
 from sunroom.service.sse import EventStream
 from sunroom.service.templates import Templates
-from sunroom.store import SessionRecord, SQLiteStore
+from sunroom.store import AppendFollower, EventStore, SessionRecord
 
 __all__ = ["create_app"]
 
@@ -164,9 +178,16 @@ def create_app(
             Middleware(HeaderLimit, max_bytes=MAX_HEADER_BYTES),
             Middleware(HostCheck, allowed=config.host_allowed),
             Middleware(E2BRoutes, facade=E2BFacade(config, service.sandboxes)),
-            Middleware(BearerAuth, token=config.token),
+            Middleware(BearerAuth, token=config.token, open_paths=("/healthz", "/readyz")),
             Middleware(
                 BodyLimit, max_bytes=config.max_body_bytes, file_max_bytes=config.max_file_bytes
+            ),
+            Middleware(
+                Forwarding,
+                route=service.router,
+                client=service.forward_client,
+                replica_id=service.replica_id,
+                answer_error=_error_answer,
             ),
         ],
         exception_handlers=handlers,
@@ -190,7 +211,10 @@ class _Service:
         self._resolve = resolve
         self._functions = functions
         self.closing = asyncio.Event()
-        self._store: SQLiteStore | None = None
+        self._store: EventStore | None = None
+        self._cluster: Cluster | None = None
+        self._client: httpx.AsyncClient | None = None
+        self._followed = False
         self._sessions: SessionManager | None = None
         self._kernels: KernelManager | None = None
         self._openapi: bytes | None = None
@@ -200,6 +224,7 @@ class _Service:
         """Every route: (path, method, endpoint)."""
         return [
             ("/healthz", "GET", self.healthz),
+            ("/readyz", "GET", self.readyz),
             ("/openapi.json", "GET", self.openapi),
             ("/sessions", "POST", self.create_session),
             ("/sessions", "GET", self.list_sessions),
@@ -219,7 +244,7 @@ class _Service:
             *file_routes(self.kernels, self.sessions),
         ]
 
-    def store(self) -> SQLiteStore:
+    def store(self) -> EventStore:
         """The open store (while the lifespan runs)."""
         if self._store is None:
             raise RuntimeError("the service's lifespan has not started")
@@ -237,11 +262,38 @@ class _Service:
             raise RuntimeError("the service's lifespan has not started")
         return self._kernels
 
+    def router(self) -> Router | None:
+        """Where requests belong, while this server is a replica of a cluster (else None)."""
+        cluster = self._cluster
+        return self._home if cluster is not None and cluster.enabled else None
+
+    def forward_client(self) -> httpx.AsyncClient | None:
+        """The connection pool to the other replicas (None outside a cluster)."""
+        return self._client
+
+    def replica_id(self) -> str:
+        """The id of this replica (its owner string)."""
+        return self._cluster.replica_id if self._cluster is not None else ""
+
+    async def _home(self, target: Target) -> str | None:
+        cluster = self._cluster
+        assert cluster is not None
+        if target.kind == "new":
+            return await cluster.place()
+        if target.kind == "session":
+            return await cluster.session_home(target.id, here=self.sessions().is_live(target.id))
+        try:
+            return await cluster.kernel_home(target.id, here=self.kernels().holds(target.id))
+        except KernelLost:
+            if target.method == "DELETE":
+                return None  # the caller lets go of it: delete_kernel forgets it
+            raise
+
     @contextlib.asynccontextmanager
     async def lifespan(self, app: Starlette) -> AsyncIterator[None]:
         """Open the store and start the managers; close them all at the end."""
         config = self.config
-        async with SQLiteStore(config.db_path) as store:
+        async with config.new_store() as store:
             self._store = store
             templates = Templates(config)
             self._sessions = SessionManager(
@@ -255,6 +307,21 @@ class _Service:
                 config=config, functions=self._functions, templates=templates
             )
             await self.sessions().start()
+            cluster = self._cluster = Cluster(
+                store,
+                config=config,
+                replica_id=self.sessions().owner,
+                load=lambda: self.sessions().live + self.kernels().live,
+            )
+            if cluster.enabled:
+                self._client = httpx.AsyncClient(
+                    timeout=httpx.Timeout(connect=2.0, read=None, write=None, pool=30.0),
+                    limits=httpx.Limits(max_connections=512, max_keepalive_connections=64),
+                    follow_redirects=False,
+                )
+            follower = _follow(store, self.sessions().signals)
+            self._followed = follower is not None
+            await cluster.start()
             await self.sandboxes.start(templates)
             stopping = asyncio.get_running_loop().create_task(
                 _shut_down_on(self.closing, self.kernels()), name="sunroom-kernels-shutdown"
@@ -267,9 +334,18 @@ class _Service:
                 await asyncio.wait([stopping])
                 if not stopping.cancelled() and stopping.exception() is not None:
                     log.error("closing the raw kernels failed", exc_info=stopping.exception())
+                if cluster.enabled:
+                    cluster.drain()
+                    await _drain_runs(self.sessions(), config.drain_grace_s)
                 await self.kernels().aclose()
                 await self.sandboxes.aclose()
                 await self.sessions().aclose()
+                await cluster.aclose()
+                if follower is not None:
+                    follower.cancel()
+                    await asyncio.wait([follower])
+                if self._client is not None:
+                    await self._client.aclose()
                 await templates.aclose()
 
     def health(self) -> dict[str, Any]:
@@ -292,6 +368,17 @@ class _Service:
 
     async def healthz(self, request: Request) -> Response:
         return JSONResponse(self.health())
+
+    async def readyz(self, request: Request) -> Response:
+        """Ready: the store answers within 2 s and the server is not draining or closing."""
+        if self.closing.is_set() or (self._cluster is not None and self._cluster.draining):
+            return JSONResponse({"ready": False, "reason": "draining"}, status_code=503)
+        try:
+            await asyncio.wait_for(self.store().get_session("readyz"), 2.0)
+        except Exception as exc:
+            log.warning("readiness: the store did not answer: %s", exc)
+            return JSONResponse({"ready": False, "reason": "store"}, status_code=503)
+        return JSONResponse({"ready": True})
 
     async def openapi(self, request: Request) -> Response:
         if self._openapi is None:  # built once, from the routes this app serves
@@ -345,6 +432,7 @@ class _Service:
             after=after,
             closing=self.closing,
             hold=lambda: self.sessions().holding(sid),
+            followed=self._followed,
         )
         return _Raw(stream)
 
@@ -377,7 +465,19 @@ class _Service:
     async def create_kernel(self, request: Request) -> Response:
         with self.kernels().admitted():
             kid = await self.kernels().create(await _body(request, CreateKernel))
+        await self._place([kid])
         return JSONResponse({"kernel_id": kid}, status_code=201)
+
+    async def _place(self, kids: list[str]) -> None:
+        """Record (in a cluster) that these raw kernels live on this replica."""
+        cluster = self._cluster
+        if cluster is None or not cluster.enabled:
+            return
+        for kid in kids:
+            try:
+                await self.store().place_kernel(kid, replica_id=cluster.replica_id)
+            except Exception:  # it still runs here; other replicas answer 404 for it
+                log.exception("recording where kernel %s lives failed", kid)
 
     async def execute(self, request: Request) -> Response:
         with self.kernels().admitted():
@@ -391,6 +491,7 @@ class _Service:
         with self.kernels().admitted():
             body = await _body(request, Fork)
             ids = await self.kernels().fork(request.path_params["kid"], body.n)
+        await self._place(ids)
         # the copies share the kernel's sandbox: one trust domain, never separate tenants
         answer = {"kernel_ids": ids, "shares_trust_domain_with": request.path_params["kid"]}
         return JSONResponse(answer, status_code=201)
@@ -403,6 +504,13 @@ class _Service:
 
     async def delete_kernel(self, request: Request) -> Response:
         kid = request.path_params["kid"]
+        cluster = self._cluster
+        if cluster is not None and cluster.enabled:
+            if not self.kernels().holds(kid) and await self.store().forget_kernel(kid):
+                return JSONResponse({"kernel_id": kid, "deleted": True})  # a lost kernel
+            await self.kernels().delete(kid)
+            await self.store().forget_kernel(kid)
+            return JSONResponse({"kernel_id": kid, "deleted": True})
         await self.kernels().delete(kid)
         return JSONResponse({"kernel_id": kid, "deleted": True})
 
@@ -435,7 +543,9 @@ async def _on_error(request: Request, exc: Exception) -> Response:
     message = public_message(exc) if status >= 500 else str(exc)  # no traceback or path
     wait = retry_after(exc)
     headers = {"Retry-After": str(wait)} if wait is not None else None
-    body = error_body(type(exc).__name__, message)
+    body = error_body(
+        type(exc).__name__, message, code=exc.code if isinstance(exc, KernelLost) else None
+    )
     return JSONResponse(body, status_code=status, headers=headers)
 
 
@@ -454,6 +564,54 @@ def _answered(endpoint: Endpoint) -> Endpoint:
             return await _on_error(request, exc)
 
     return run
+
+
+def _error_answer(exc: BaseException) -> ErrorAnswer:
+    """*exc* (raised while routing a request to its replica) as the app answers it."""
+    if not isinstance(exc, SunroomError):
+        log.error("routing a request to its replica failed", exc_info=exc)
+        message = "the server failed unexpectedly; its log has the details"
+        return 500, error_body("InternalError", message), []
+    status = status_for(exc)
+    if status >= 500:
+        log.error("routing a request to its replica failed", exc_info=exc)
+    message = public_message(exc) if status >= 500 else str(exc)
+    wait = retry_after(exc)
+    headers = [(b"retry-after", str(wait).encode())] if wait is not None else []
+    code = exc.code if isinstance(exc, KernelLost) else None
+    return status, error_body(type(exc).__name__, message, code=code), headers
+
+
+def _follow(store: EventStore, signals: Signals) -> asyncio.Task[None] | None:
+    """Wake SSE readers on every process's appends, when the store can tell (PostgreSQL)."""
+    follow = getattr(store, "follow", None)
+    if follow is None:
+        return None
+
+    def woken(sid: str) -> None:
+        if sid == "*":
+            signals.fire_all()
+        else:
+            signals.fire(sid)
+
+    follower: AppendFollower = store  # type: ignore[assignment]
+    return asyncio.get_running_loop().create_task(
+        follower.follow(woken), name="sunroom-follow-appends"
+    )
+
+
+async def _drain_runs(sessions: SessionManager, grace_s: float) -> None:
+    """Give the runs in progress up to *grace_s* to end their turn (a drain, on SIGTERM)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + grace_s
+    while loop.time() < deadline:
+        busy = [live for live in sessions.live_sessions() if not live.idle.is_set()]
+        if not busy:
+            return
+        await asyncio.sleep(0.05)
+    left = len([s for s in sessions.live_sessions() if not s.idle.is_set()])
+    log.warning("drain: %d runs did not end within %.0f s; they stop and resume elsewhere",
+                left, grace_s)  # fmt: skip
 
 
 async def _shut_down_on(closing: asyncio.Event, kernels: KernelManager) -> None:

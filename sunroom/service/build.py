@@ -71,8 +71,11 @@ class SessionBuilder:
         first_call: int,
         transcript: list[Message] | None,
         spent: Spend | None = None,
+        generation: int | None = None,
     ) -> Live:
         """The session *sid* asks for, not started: touches neither the store nor a kernel.
+
+        *generation* is the lease's fencing generation its writes name (see the store seam).
 
         Raises UsageError (unknown provider or backend, bad limits, budget or schema) and
         AuthenticationError (no API key), after which nothing is left to close.
@@ -99,6 +102,7 @@ class SessionBuilder:
             self.store,
             sid,
             owner=self.owner,
+            generation=generation,
             next_seq=next_seq,
             notify=lambda: self.notify(sid),
             on_ended=lambda result: self.on_ended(holder[0], result),
@@ -109,7 +113,9 @@ class SessionBuilder:
             await journal.flush()  # the reply asking for this cell is durable before it runs
             return None
 
-        ledger = CallLedger(self.store, sid, owner=self.owner, first_call=first_call)
+        ledger = CallLedger(
+            self.store, sid, owner=self.owner, generation=generation, first_call=first_call
+        )
         servers = self.config.mcp(request.mcp)
         toolset = None
         if servers:

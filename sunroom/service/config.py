@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from sunroom.mcp.servers import McpServer
     from sunroom.network.policy import Network
     from sunroom.sandbox.backend import Backend
+    from sunroom.store import EventStore
 
 __all__ = ["LOOPBACK", "MAX_HEADER_BYTES", "NetworkSpec", "ServiceConfig", "default_db_path"]
 
@@ -43,10 +44,51 @@ class NetworkSpec(TypedDict, total=False):
 def default_db_path() -> Path:
     """``$SUNROOM_DB``, else ``$XDG_STATE_HOME/sunroom/sunroom.db`` (``~/.local/state``)."""
     explicit = os.environ.get("SUNROOM_DB")
-    if explicit:
+    if explicit and "://" not in explicit:  # a URL is a store_url (ServiceConfig.from_env)
         return Path(explicit)
     state = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
     return Path(state) / "sunroom" / "sunroom.db"
+
+
+STORE_SCHEMES: Final = ("postgresql", "postgres")
+"""URL schemes of a store elsewhere (``--db``/``SUNROOM_DB``); ``sqlite:///PATH`` is a path."""
+
+
+def split_db(value: str) -> tuple[Path | None, str | None]:
+    """``--db``/``SUNROOM_DB`` as (SQLite path, None) or (None, PostgreSQL URL).
+
+    A plain path or ``sqlite:///PATH`` is a SQLite file; ``postgresql://`` (or
+    ``postgres://``) a PostgreSQL store. Any other URL is refused (UsageError) naming its scheme
+    only, never the rest (it may hold a password).
+    """
+    if "://" not in value:
+        return Path(value), None
+    scheme = value.split("://", 1)[0].lower()
+    if scheme == "sqlite":
+        path = value.split("://", 1)[1]
+        if not path.startswith("/") or path == "/":
+            raise UsageError(
+                "a sqlite:// store URL must name an absolute path: sqlite:////abs/path"
+            )
+        return Path(path), None
+    if scheme in STORE_SCHEMES:
+        return None, value
+    raise UsageError(
+        f"the store URL scheme {scheme!r} is not supported: give a SQLite path (or "
+        "sqlite:///PATH) or a postgresql:// URL"
+    )
+
+
+def redact_url(url: str) -> str:
+    """*url* with any password replaced by ``***`` (for logs and messages)."""
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        return url
+    creds, at, host = rest.rpartition("@")
+    if not at:
+        return url
+    user = creds.split(":", 1)[0]
+    return f"{scheme}://{user}:***@{host}" if ":" in creds else url
 
 
 class ServiceConfig(pydantic.BaseModel):
@@ -57,7 +99,19 @@ class ServiceConfig(pydantic.BaseModel):
         expose: required to bind anything but loopback.
         token: the bearer token every route but ``/healthz`` needs (generated when empty);
             never shown by ``repr`` or in an error.
-        db_path: the SQLite store.
+        db_path: the SQLite store (when ``store_url`` is None).
+        store_url: a PostgreSQL store (``postgresql://user:password@host:5432/db``), shared by
+            every replica; ``--db``/``SUNROOM_DB`` set either (:func:`split_db`). Never shown
+            by ``repr`` or in an error: it may hold a password.
+        advertise_url: this replica's internal base URL (``http://10.0.0.5:8765``), which other
+            replicas of the same store forward writes of its sessions and kernels to
+            (``--advertise-url``, ``SUNROOM_ADVERTISE_URL``; docs/deploy.md). None: this server
+            takes part in no cluster (it neither forwards nor is forwarded to).
+        drain_grace_s: on SIGTERM, how long runs in progress may go on to finish their turn
+            before they are stopped and their leases released (``--drain-grace-s``,
+            ``SUNROOM_DRAIN_GRACE_S``).
+        placement_sample: how many replicas a new session or kernel samples to pick the least
+            loaded (power of d choices).
         backend: the kernel backend of sessions and of kernels that do not name one.
         kernel_name / sandbox: the kernelspec and sandbox of ``jupyter`` kernels that do not
             name one (``sunroom serve --kernel-name``, ``SUNROOM_KERNEL_NAME``; defaults
@@ -161,6 +215,22 @@ class ServiceConfig(pydantic.BaseModel):
     max_connections_per_client: int = pydantic.Field(default=256, gt=0)
     e2b_pool: int = pydantic.Field(default=0, ge=0, le=64)
     e2b_max_timeout_s: int = pydantic.Field(default=3600, gt=0, le=86400)
+    store_url: str | None = pydantic.Field(default=None, repr=False)
+    advertise_url: str | None = pydantic.Field(default=None, pattern=r"^https?://[^/\s]+$")
+    drain_grace_s: float = pydantic.Field(default=20.0, ge=0, le=3600, allow_inf_nan=False)
+    placement_sample: int = pydantic.Field(default=2, ge=1, le=16)
+
+    @pydantic.model_validator(mode="before")
+    @classmethod
+    def _db(cls, data: object) -> object:
+        """``db`` (a path or store URL, from ``--db``/``SUNROOM_DB``) into its field."""
+        if isinstance(data, dict) and "db" in data:
+            data = dict(data)
+            db = data.pop("db")
+            if db is not None:
+                path, url = split_db(str(db))
+                data["db_path" if path is not None else "store_url"] = path or url
+        return data
 
     @pydantic.model_validator(mode="after")
     def _check(self) -> ServiceConfig:
@@ -272,6 +342,28 @@ class ServiceConfig(pydantic.BaseModel):
             allowed |= {self.host.lower()}
         return "*" in allowed or name.rstrip(".") in allowed
 
+    def new_store(self) -> EventStore:
+        """The configured store, not opened yet (``async with config.new_store() as store``).
+
+        A PostgreSQL store needs the ``postgres`` extra (UsageError naming it otherwise).
+        """
+        if self.store_url is None:
+            from sunroom.store import SQLiteStore
+
+            return SQLiteStore(self.db_path)
+        from sunroom.extras import require
+
+        require("postgres", "a PostgreSQL store")
+        from sunroom.store.postgres import PostgresStore
+
+        return PostgresStore(self.store_url)
+
+    def store_label(self) -> str:
+        """Where the store is, for a person: the SQLite path, or the URL without its password."""
+        if self.store_url is None:
+            return str(self.db_path)
+        return redact_url(self.store_url)
+
     def with_token(self) -> ServiceConfig:
         """The same config, with a freshly generated token when it has none."""
         if self.token:
@@ -285,7 +377,8 @@ class ServiceConfig(pydantic.BaseModel):
         Reads ``SUNROOM_TOKEN``, ``SUNROOM_MODEL``, ``SUNROOM_BASE_URL``, ``SUNROOM_DB``,
         ``SUNROOM_BACKEND``, ``SUNROOM_KERNEL_NAME``, ``SUNROOM_MAX_FILE_BYTES``,
         ``SUNROOM_READ_TIMEOUT_S``, ``SUNROOM_SESSION_IDLE_S``, ``SUNROOM_MAX_CONNECTIONS``,
-        ``SUNROOM_MAX_CONNECTIONS_PER_CLIENT``, ``SUNROOM_E2B_POOL``,
+        ``SUNROOM_MAX_CONNECTIONS_PER_CLIENT``, ``SUNROOM_E2B_POOL``, ``SUNROOM_ADVERTISE_URL``,
+        ``SUNROOM_DRAIN_GRACE_S``,
         ``SUNROOM_ALLOWED_BASE_URLS``, ``SUNROOM_ALLOWED_HOSTS`` and ``SUNROOM_FUNCTIONS`` (the
         last three comma-separated).
         Raises UsageError with one line naming each bad setting (never its value: the token is
@@ -297,7 +390,9 @@ class ServiceConfig(pydantic.BaseModel):
             ("token", "SUNROOM_TOKEN"),
             ("model", "SUNROOM_MODEL"),
             ("base_url", "SUNROOM_BASE_URL"),
-            ("db_path", "SUNROOM_DB"),
+            ("db", "SUNROOM_DB"),
+            ("advertise_url", "SUNROOM_ADVERTISE_URL"),
+            ("drain_grace_s", "SUNROOM_DRAIN_GRACE_S"),
             ("backend", "SUNROOM_BACKEND"),
             ("kernel_name", "SUNROOM_KERNEL_NAME"),
             ("max_file_bytes", "SUNROOM_MAX_FILE_BYTES"),
@@ -322,6 +417,8 @@ class ServiceConfig(pydantic.BaseModel):
                 f.strip() for f in env["SUNROOM_FUNCTIONS"].split(",") if f.strip()
             )
         values.update({k: v for k, v in overrides.items() if v is not None})
+        if "db_path" in overrides and overrides["db_path"] is not None:
+            values.pop("db", None)  # an explicit path wins over SUNROOM_DB
         try:
             return cls.model_validate(values)
         except pydantic.ValidationError as exc:

@@ -59,6 +59,7 @@ class Journal:
         store: the store; the caller owns the session there (*owner*).
         session_id: the service's session id.
         owner: this process's owner string.
+        generation: the lease's fencing generation, named in every write (None: owner only).
         next_seq: the seq the next event gets (the store's last seq + 1).
         notify: called after every durable append (wakes SSE readers).
         on_ended: awaited with the run result's JSON after a ``SessionEnded`` is durable
@@ -74,12 +75,14 @@ class Journal:
         owner: str,
         next_seq: int,
         notify: Callable[[], None],
+        generation: int | None = None,
         on_ended: Callable[[dict[str, object]], Awaitable[None]],
         on_failed: Callable[[BaseException], None],
     ) -> None:
         self.store = store
         self.session_id = session_id
         self.owner = owner
+        self.generation = generation
         self._seq = next_seq
         self._notify = notify
         self._on_ended = on_ended
@@ -215,7 +218,9 @@ class Journal:
             self._ended.clear()
             return
         try:
-            await self.store.append(self.session_id, batch, owner=self.owner)
+            await self.store.append(
+                self.session_id, batch, owner=self.owner, generation=self.generation
+            )
         except Exception as exc:
             self.failed = exc
             log.error("session %s: the store refused its events", self.session_id, exc_info=exc)
@@ -277,10 +282,19 @@ class CallLedger:
     session, continuing across resumes).
     """
 
-    def __init__(self, store: EventStore, session_id: str, *, owner: str, first_call: int) -> None:
+    def __init__(
+        self,
+        store: EventStore,
+        session_id: str,
+        *,
+        owner: str,
+        first_call: int,
+        generation: int | None = None,
+    ) -> None:
         self.store = store
         self.session_id = session_id
         self.owner = owner
+        self.generation = generation
         self._ids = itertools.count(first_call)
 
     def wrap(self, hf: HostFunction) -> HostFunction:
@@ -311,7 +325,9 @@ class CallLedger:
             except asyncio.CancelledError:
                 # the call may or may not have taken effect; the marking is its own task, so it
                 # outlives a second cancel (which propagates), and its failure is logged
-                marking = asyncio.ensure_future(store.mark_unknown(sid, call_id, owner=self.owner))
+                marking = asyncio.ensure_future(
+                    store.mark_unknown(sid, call_id, owner=self.owner, generation=self.generation)
+                )
                 _MARKING.add(marking)
                 marking.add_done_callback(functools.partial(_log_marking, sid, call_id))
                 await asyncio.wait([marking])
@@ -319,11 +335,21 @@ class CallLedger:
             except Exception as exc:
                 error = {"error": f"{type(exc).__name__}: {exc}"}
                 await store.record_call_finished(
-                    sid, call_id, outcome="error", result=error, owner=self.owner
+                    sid,
+                    call_id,
+                    outcome="error",
+                    result=error,
+                    owner=self.owner,
+                    generation=self.generation,
                 )
                 raise
             await store.record_call_finished(
-                sid, call_id, outcome="ok", result={"value": jsonable(value)}, owner=self.owner
+                sid,
+                call_id,
+                outcome="ok",
+                result={"value": jsonable(value)},
+                owner=self.owner,
+                generation=self.generation,
             )
             return value
 

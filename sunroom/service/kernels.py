@@ -213,6 +213,10 @@ class KernelManager:
         """
         return [self.describe(kid) for kid in self._kernels]  # in the order they were added
 
+    def holds(self, kid: str) -> bool:
+        """Whether raw kernel *kid* runs here."""
+        return kid in self._kernels
+
     def kernel(self, kid: str) -> AsyncKernel:
         """The raw kernel *kid* (for its files). Raises NotFoundError."""
         return self._get(kid)

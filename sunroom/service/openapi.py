@@ -137,6 +137,10 @@ def _files(base: str, what: str) -> dict[tuple[str, str], Operation]:
 
 OPERATIONS: Final[Mapping[tuple[str, str], Operation]] = {
     ("GET", "/healthz"): Operation("Health and counts", {200: s.HealthOut}, public=True),
+    ("GET", "/readyz"): Operation(
+        "Readiness: the store answers and the server is not draining (503 otherwise)",
+        {200: s.ReadyOut, 503: s.ReadyOut}, public=True,
+    ),
     ("GET", "/openapi.json"): Operation(
         "This description (OpenAPI 3.1)", {200: None}, stream="json"
     ),

@@ -32,6 +32,7 @@ from sunroom.store import StoreConflictError, StoreError, StoreNotFoundError
 __all__ = [
     "CapacityError",
     "ConflictError",
+    "KernelLost",
     "NotFoundError",
     "OwnedElsewhereError",
     "ShuttingDown",
@@ -66,6 +67,18 @@ class ConflictError(UsageError):
 
 
 @final
+class KernelLost(SunroomError):
+    """The raw kernel lived on a replica that is gone (409): its state is lost.
+
+    It is never silently replaced by a fresh kernel (code would then fail with a ``NameError``
+    and no signal): every request to it answers this until the caller deletes it and creates
+    a new one.
+    """
+
+    code: Final = "kernel_lost"
+
+
+@final
 class CapacityError(SunroomError):
     """The server runs as many sessions or kernels as it may (429, ``Retry-After: 1``)."""
 
@@ -97,6 +110,7 @@ _STATUS: Final[tuple[tuple[type[BaseException], int], ...]] = (
     (Unauthorized, 401),
     (StoreNotFoundError, 404),
     (ConflictError, 409),
+    (KernelLost, 409),
     (ClosedError, 409),
     (ForkError, 409),
     (StoreConflictError, 409),
@@ -135,9 +149,12 @@ def status_for(exc: BaseException) -> int:
     return 500
 
 
-def error_body(type_: str, message: str) -> dict[str, dict[str, str]]:
-    """The JSON error envelope."""
-    return {"error": {"type": type_, "message": message}}
+def error_body(type_: str, message: str, *, code: str | None = None) -> dict[str, dict[str, str]]:
+    """The JSON error envelope (with a stable ``code`` for errors a client branches on)."""
+    body = {"type": type_, "message": message}
+    if code is not None:
+        body["code"] = code
+    return {"error": body}
 
 
 _PATH: Final = re.compile(r"(?<![\w.#~:/])(?:~|/)(?:[^\s/'\"(),:;]+/)*[^\s/'\"(),:;]+")

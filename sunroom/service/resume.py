@@ -94,7 +94,7 @@ class SessionResume(SessionRuns):
                         retry_after_s=max(left, 0.0) + 0.5,
                     )
                 try:
-                    return await self._take_over(record)
+                    return await self._take_over(await self._record(sid))  # its new generation
                 except BaseException:
                     try:
                         await self.store.release(sid, owner=self.owner)
@@ -115,7 +115,9 @@ class SessionResume(SessionRuns):
         unknown = unreported_unknown(state, calls)
         for c in unknown:
             if c.outcome is None:
-                await self.store.mark_unknown(sid, c.call_id, owner=self.owner)
+                await self.store.mark_unknown(
+                    sid, c.call_id, owner=self.owner, generation=record.generation
+                )
         todo = plan(
             state,
             unknown=untold_unknown(state, calls),
@@ -129,6 +131,7 @@ class SessionResume(SessionRuns):
             first_call=len(calls) + 1,
             transcript=todo.transcript or None,
             spent=state.spent,
+            generation=record.generation,
         )
         for c in unknown:
             await live.journal.append(
@@ -178,6 +181,7 @@ class SessionResume(SessionRuns):
         first_call: int,
         transcript: list[Message] | None,
         spent: Spend | None = None,
+        generation: int | None = None,
     ) -> Live:
         """Build and start session *sid* (see :meth:`SessionBuilder.build` and :meth:`_start`)."""
         live = await self._builder.build(
@@ -187,6 +191,7 @@ class SessionResume(SessionRuns):
             first_call=first_call,
             transcript=transcript,
             spent=spent,
+            generation=generation,
         )
         await self._start(live)
         return live

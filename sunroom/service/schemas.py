@@ -43,6 +43,7 @@ __all__ = [
     "Fork",
     "Forked",
     "HealthOut",
+    "ReadyOut",
     "KernelCreated",
     "KernelDeleted",
     "KernelOut",
@@ -345,6 +346,13 @@ class HealthOut(_Answer):
     sessions_released: int
     kernels: int
     e2b_sandboxes: int
+
+
+class ReadyOut(_Answer):
+    """``GET /readyz`` (no token needed): 200 when ready, 503 with the reason otherwise."""
+
+    ready: bool
+    reason: Literal["draining", "store"] | None = None
 
 
 class SessionCreated(_Answer):

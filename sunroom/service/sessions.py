@@ -256,7 +256,7 @@ class SessionManager(SessionResume):
         sid = session_id or uuid.uuid4().hex
         async with self._slot():
             live = await self._builder.build(
-                sid, request, next_seq=1, first_call=1, transcript=None
+                sid, request, next_seq=1, first_call=1, transcript=None, generation=1
             )
             try:
                 await self.store.create_session(

@@ -33,6 +33,12 @@ class Signals:
         if event is not None:
             event.set()
 
+    def fire_all(self) -> None:
+        """Wake every reader (anything may have changed: a follower reconnected)."""
+        events, self._events = self._events, {}
+        for event in events.values():
+            event.set()
+
     @staticmethod
     async def wait(token: asyncio.Event, timeout_s: float) -> bool:
         """Wait until *token* is set or *timeout_s* passes; whether it was set."""

@@ -48,7 +48,8 @@ class EventStream:
 
     *hold*, when given, is entered for as long as the stream runs (the session manager's
     :meth:`~sunroom.service.sessions.SessionManager.holding`: a followed session is never
-    released while idle).
+    released while idle). *followed*: *signals* fire for every process's appends (the
+    store is an ``AppendFollower``), so the stream waits for them instead of polling.
     """
 
     def __init__(
@@ -61,6 +62,7 @@ class EventStream:
         after: int,
         closing: asyncio.Event | None = None,
         hold: Callable[[], contextlib.AbstractContextManager[None]] | None = None,
+        followed: bool = False,
     ) -> None:
         self._store = store
         self._signals = signals
@@ -69,6 +71,7 @@ class EventStream:
         self._after = after
         self._closing = closing or asyncio.Event()
         self._hold = hold or contextlib.nullcontext
+        self._followed = followed
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Stream until the session has nothing more, the client leaves or stalls."""
@@ -150,7 +153,9 @@ class EventStream:
                     await self._send(send, f"event: end\ndata: {end}\n\n".encode(), more=False)
                     return
                 continue
-            poll = min(cfg.sse_keepalive_s, 1.0)  # other processes' appends are polled for
+            # other processes' appends wake us when the store follows them (PostgreSQL's
+            # LISTEN/NOTIFY); otherwise they are polled for
+            poll = cfg.sse_keepalive_s if self._followed else min(cfg.sse_keepalive_s, 1.0)
             if not await Signals.wait(token, poll):
                 quiet += poll
                 if quiet >= cfg.sse_keepalive_s:

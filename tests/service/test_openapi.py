@@ -59,7 +59,7 @@ def test_the_served_document_is_valid_openapi_31_and_describes_every_route(
     assert _described(document) == served | FACADE
 
 
-def test_the_document_needs_the_token_as_every_route_but_healthz(
+def test_the_document_needs_the_token_as_every_route_but_the_probes(
     make_server: Callable[..., Server],
 ) -> None:
     server = make_server()
@@ -68,12 +68,14 @@ def test_the_document_needs_the_token_as_every_route_but_healthz(
     assert refused.json()["error"]["type"] == "Unauthorized"
     document = server.client.get("/openapi.json").json()
     assert document["paths"]["/healthz"]["get"]["security"] == []
+    assert document["paths"]["/readyz"]["get"]["security"] == []
+    assert server.anon.get("/readyz").json() == {"ready": True}
     assert document["security"] == [{"bearer": []}]
     assert document["components"]["securitySchemes"]["bearer"]["scheme"] == "bearer"
     protected = [
         op
         for p, ops in document["paths"].items()
-        if p != "/healthz"
+        if p not in ("/healthz", "/readyz")
         for op in ops.values()
         if op.get("tags") != ["e2b"]
     ]
