@@ -16,15 +16,18 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 import pytest
 
-from benchmarks._pg import Cluster, ClusterError, cluster, find_bindir
+if TYPE_CHECKING:  # imported when a test asks for PostgreSQL: the conftest stays light
+    from benchmarks._pg import Cluster
 
 __all__ = ["postgres_cluster", "postgres_db_dsn", "postgres_dsn"]
 
 
-def _unavailable(reason: str) -> None:
+def unavailable(reason: str) -> None:
+    """Skip the test for *reason*, or fail it when ``SUNROOM_REQUIRE_POSTGRES=1``."""
     if os.environ.get("SUNROOM_REQUIRE_POSTGRES") == "1":
         pytest.fail(f"PostgreSQL is required here (SUNROOM_REQUIRE_POSTGRES=1): {reason}")
     pytest.skip(f"no PostgreSQL here: {reason}")
@@ -33,9 +36,11 @@ def _unavailable(reason: str) -> None:
 @pytest.fixture(scope="session")
 def postgres_cluster() -> Iterator[Cluster]:
     """This worker's scratch cluster (see the module docstring)."""
+    from benchmarks._pg import ClusterError, cluster, find_bindir
+
     bindir = find_bindir()
     if bindir is None:
-        _unavailable(
+        unavailable(
             "initdb and postgres not found (pg_config --bindir, /usr/lib/postgresql/*/bin, PATH)"
         )
         return
@@ -43,7 +48,7 @@ def postgres_cluster() -> Iterator[Cluster]:
         with cluster(bindir) as running:
             yield running
     except ClusterError as exc:
-        _unavailable(str(exc))
+        unavailable(str(exc))
 
 
 @pytest.fixture(scope="session")

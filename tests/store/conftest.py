@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from sunroom.store import EventStore, NewEvent, PostgresStore, SQLiteStore
+from sunroom.store import EventStore, NewEvent, SQLiteStore
 
 BACKENDS = ("sqlite", "postgres")
 T0 = 1_700_000_000.0
@@ -55,6 +55,8 @@ def open_store(request: pytest.FixtureRequest, tmp_path: Path, clock: FakeClock)
         if request.param == "sqlite":
             return SQLiteStore(tmp_path / "store.db", clock=clock)
         if request.param == "postgres":
+            from sunroom.store.postgres import PostgresStore  # psycopg only when asked for
+
             return PostgresStore(dsn, clock=clock)
         raise AssertionError(request.param)  # pragma: no cover
 

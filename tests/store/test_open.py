@@ -10,6 +10,7 @@ import pytest
 
 from sunroom.errors import UsageError
 from sunroom.store import PostgresStore, SQLiteStore, open_store
+from tests.pgserver import unavailable
 from tests.store.conftest import FakeClock
 
 
@@ -72,3 +73,14 @@ def test_importing_the_store_package_imports_no_psycopg() -> None:
         " s.PostgresStore; assert 'psycopg' in sys.modules, 'lazy'"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_a_missing_postgresql_skips_or_fails_as_the_environment_says(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("SUNROOM_REQUIRE_POSTGRES", raising=False)
+    with pytest.raises(pytest.skip.Exception, match="no PostgreSQL here: gone"):
+        unavailable("gone")
+    monkeypatch.setenv("SUNROOM_REQUIRE_POSTGRES", "1")
+    with pytest.raises(pytest.fail.Exception, match="required here .*: gone"):
+        unavailable("gone")

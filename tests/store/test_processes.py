@@ -14,13 +14,15 @@ import time
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
-from typing import IO
+from typing import IO, TYPE_CHECKING
 
 import pytest
 
-from benchmarks._pg import Cluster
 from sunroom.store import open_store
 from tests.store.conftest import FakeClock
+
+if TYPE_CHECKING:
+    from benchmarks._pg import Cluster
 
 CHILD = Path(__file__).with_name("child.py")
 
