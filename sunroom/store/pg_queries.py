@@ -53,7 +53,9 @@ PgEventRow = tuple[int, str, str, float]
 """An event ready to insert: seq, kind, payload (JSON text), ts."""
 
 CHANNEL: Final = "sunroom_events"
-"""The NOTIFY channel: each append notifies it with its session id, in its transaction."""
+"""The NOTIFY channel: each append notifies it with its session id, in its transaction.
+
+The function ``sunroom_append`` (migration 2) spells it too; a change is a new migration."""
 
 _SESSION: Final = (
     "SELECT id, status, config::text, result::text, created_at, updated_at, finished_at,"

@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING, Literal, Self, TypeVar, final
 
 import psycopg
 from psycopg import sql
-from psycopg.conninfo import conninfo_to_dict
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg_pool import AsyncConnectionPool, PoolClosed, PoolTimeout
 
 from sunroom.errors import ClosedError, StoreError, UsageError
@@ -95,6 +95,10 @@ class PostgresStore:
         min_size / max_size: the connection pool's bounds (connections kept / at most).
         connect_timeout_s: how long opening, or a call waiting for a free connection, waits.
         schema: the schema holding the tables (created when missing).
+
+    Attributes:
+        where: the server and database as ``host:port/dbname``, what messages name.
+        clock: the time source given.
 
     Every method is documented on ``EventStore``; :meth:`follow` on ``AppendFollower``.
     """
@@ -184,11 +188,18 @@ class PostgresStore:
             return UsageError("PostgreSQL text cannot hold NUL characters ('\\x00')")
         return StoreError(f"PostgreSQL store {self.where}: {doing}: {self._scrub(exc)}")
 
-    async def _connect(self) -> Conn:
-        """A new connection outside the pool, autocommit, its search_path set."""
+    async def _connect(self, *, keepalive: bool = False) -> Conn:
+        """A new connection outside the pool, in autocommit mode.
+
+        With *keepalive*, TCP keepalives probe it after 30 s of silence, so a listener whose
+        network path died (no reset ever comes) notices within about a minute.
+        """
+        probes = {"keepalives_idle": 30, "keepalives_interval": 10, "keepalives_count": 3}
         try:
             conn = await psycopg.AsyncConnection.connect(
-                self._dsn, autocommit=True, connect_timeout=max(2, math.ceil(self._timeout_s))
+                make_conninfo(self._dsn, **(probes if keepalive else {})),
+                autocommit=True,
+                connect_timeout=max(2, math.ceil(self._timeout_s)),
             )
         except psycopg.Error as exc:
             raise StoreError(
@@ -572,7 +583,7 @@ class PostgresStore:
         delay, missed = _BACKOFF_FIRST_S, False
         while self._is_open():
             try:
-                conn = await self._connect()
+                conn = await self._connect(keepalive=True)
             except StoreError as exc:
                 log.warning("%s; listening again in %.1f s", exc, delay)
             else:
