@@ -23,13 +23,12 @@ from psycopg import AsyncConnection
 from psycopg.rows import TupleRow
 
 from sunroom.errors import StoreConflictError, StoreNotFoundError
-from sunroom.store.queries import Clock, decode
+from sunroom.store.queries import Clock, EventRow, decode
 from sunroom.store.records import SessionRecord, SessionStatus, StoredEvent
 
 __all__ = [
     "CHANNEL",
     "Conn",
-    "PgEventRow",
     "append",
     "claim",
     "create_session",
@@ -49,8 +48,6 @@ __all__ = [
 ]
 
 Conn = AsyncConnection[TupleRow]
-PgEventRow = tuple[int, str, str, float]
-"""An event ready to insert: seq, kind, payload (JSON text), ts."""
 
 CHANNEL: Final = "sunroom_events"
 """The NOTIFY channel: each append notifies it with its session id, in its transaction.
@@ -301,7 +298,7 @@ async def release(
 async def append(
     conn: Conn,
     session_id: str,
-    rows: Sequence[PgEventRow],
+    rows: Sequence[EventRow],
     owner: str,
     generation: int | None = None,
 ) -> int:
