@@ -3,7 +3,8 @@
 :func:`find_bindir` finds the server binaries (``pg_config --bindir``,
 ``/usr/lib/postgresql/*/bin``, then ``PATH``); :func:`cluster` runs ``initdb`` into a new
 temporary directory, starts ``postgres`` on a free loopback port (and a Unix socket in the same
-directory), waits until it accepts connections, yields a :class:`Cluster` and, on the way out,
+directory, which its own setup uses, so it never talks to another cluster that took the port
+first), waits until it accepts connections, yields a :class:`Cluster` and, on the way out,
 stops it with an immediate shutdown (SIGQUIT, what ``pg_ctl stop -m immediate`` sends) and
 removes the directory. Nothing is kept: it is a scratch server.
 
@@ -96,13 +97,13 @@ class Cluster:
     def create_database(self, prefix: str = "test") -> str:
         """A new empty database (owned by the password role, so it may use it); its name."""
         name = f"{prefix}_{uuid.uuid4().hex}"
-        with psycopg.connect(self.dsn(), autocommit=True) as conn:
+        with psycopg.connect(_socket_dsn(self.directory, self.port), autocommit=True) as conn:
             conn.execute(f'CREATE DATABASE "{name}" OWNER {PASSWORD_ROLE}')
         return name
 
     def drop_database(self, name: str) -> None:
         """Drop database *name*, disconnecting whoever is still connected to it."""
-        with psycopg.connect(self.dsn(), autocommit=True) as conn:
+        with psycopg.connect(_socket_dsn(self.directory, self.port), autocommit=True) as conn:
             conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
@@ -130,8 +131,8 @@ def cluster(bindir: Path, *, fsync: bool = False, attempts: int = 3) -> Iterator
             port = _free_port()
             process = _start(bindir, directory, port, fsync, as_nobody)
             try:
-                if _wait_ready(process, port, directory / "server.log"):
-                    with psycopg.connect(f"postgresql://postgres@127.0.0.1:{port}/postgres") as c:
+                if _wait_ready(process, directory, port):
+                    with psycopg.connect(_socket_dsn(directory, port)) as c:
                         c.execute(
                             f"CREATE ROLE {PASSWORD_ROLE} LOGIN CREATEDB PASSWORD '{password}'"
                         )
@@ -189,15 +190,18 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _wait_ready(process: subprocess.Popen[bytes], port: int, log: Path) -> bool:
+def _socket_dsn(directory: Path, port: int) -> str:
+    """The superuser's DSN over the cluster's own Unix socket: never another cluster's."""
+    return f"host={directory} port={port} user=postgres dbname=postgres"
+
+
+def _wait_ready(process: subprocess.Popen[bytes], directory: Path, port: int) -> bool:
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         if process.poll() is not None:
             return False
         try:
-            with psycopg.connect(
-                f"postgresql://postgres@127.0.0.1:{port}/postgres", connect_timeout=2
-            ):
+            with psycopg.connect(_socket_dsn(directory, port), connect_timeout=2):
                 return True
         except psycopg.OperationalError:
             time.sleep(0.05)
