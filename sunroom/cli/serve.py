@@ -123,6 +123,12 @@ def serve(
             "(0 to 64; docs/integrations.md). [default: 0]"
         ),
     ] = None,
+    metrics_public: Annotated[
+        bool,
+        typer.Option(
+            help="Serve GET /metrics (Prometheus) without the bearer token (docs/observability.md)."
+        ),
+    ] = False,
 ) -> None:
     """Run the HTTP/SSE service (token from SUNROOM_TOKEN, or generated and printed).
 
@@ -147,7 +153,8 @@ def serve(
             max_sessions=max_sessions, session_idle_s=session_idle_s,
             templates=templates or None, mcp_servers=mcp_servers(mcp),
             networks=named_networks(network or []), client_network=client_network or None,
-            e2b_pool=e2b_pool, advertise_url=advertise_url, drain_grace_s=drain_grace_s,
+            e2b_pool=e2b_pool, metrics_public=metrics_public or None,
+            advertise_url=advertise_url, drain_grace_s=drain_grace_s,
         )  # fmt: skip
         _check_service(base)
     except SunroomError as exc:

@@ -4,7 +4,8 @@ Sessions (create, send, events with resume, result, approvals), raw kernels (cre
 files, fork, close), over HTTP with the server's bearer token; the service's errors come back
 as the classes of sunroom's one error tree (:mod:`sunroom.client.problems`). It needs
 ``sunroom[client]`` (httpx), not the service's web framework; docs/service.md ("Python
-client") is the guide.
+client") is the guide. A raw kernel whose server died raises :class:`KernelLost` (its state
+is gone; delete it and create a new one).
 """
 
 from __future__ import annotations
@@ -16,12 +17,18 @@ from sunroom.extras import require
 
 if TYPE_CHECKING:
     from sunroom.client.async_client import AsyncClient
+    from sunroom.client.problems import KernelLost
     from sunroom.client.sse import SessionEvent
     from sunroom.client.sync_client import Client
 
-__all__ = ["AsyncClient", "Client", "SessionEvent"]
+__all__ = ["AsyncClient", "Client", "KernelLost", "SessionEvent"]
 
-_HOMES = {"AsyncClient": "async_client", "Client": "sync_client", "SessionEvent": "sse"}
+_HOMES = {
+    "AsyncClient": "async_client",
+    "Client": "sync_client",
+    "KernelLost": "problems",
+    "SessionEvent": "sse",
+}
 
 
 def __getattr__(name: str) -> object:

@@ -40,12 +40,13 @@ from sunroom.errors import (
 from sunroom.service.problems import (
     CapacityError,
     ConflictError,
+    KernelLost,
     NotFoundError,
     OwnedElsewhereError,
     ShuttingDown,
 )
 
-__all__ = ["CLASSES", "error_from"]
+__all__ = ["CLASSES", "KernelLost", "error_from"]
 
 CLASSES: Final[Mapping[str, Callable[[str], SunroomError]]] = {
     "UsageError": UsageError,
@@ -59,6 +60,7 @@ CLASSES: Final[Mapping[str, Callable[[str], SunroomError]]] = {
     "NotFoundError": NotFoundError,
     "ConflictError": ConflictError,
     "CapacityError": CapacityError,
+    "KernelLost": KernelLost,
     "ShuttingDown": ShuttingDown,
     "KernelError": KernelError,
     "KernelStartError": KernelStartError,

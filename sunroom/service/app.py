@@ -7,6 +7,8 @@ Routes (all but ``/healthz`` and ``/readyz`` need ``Authorization: Bearer <token
   draining, else 503 (readiness; no token either)
 - ``GET /openapi.json``: this API described, OpenAPI 3.1 (:mod:`sunroom.service.openapi`),
   the E2B facade's routes included
+- ``GET /metrics``: Prometheus metrics (:mod:`sunroom.service.metrics`); without the token
+  when ``metrics_public`` is set
 - ``POST /sessions``: :class:`~.schemas.CreateSession` → 201 ``{"session_id"}``
 - ``GET /sessions``: the newest session records; ``GET /sessions/{id}``: one record
 - ``POST /sessions/{id}/messages``: :class:`~.schemas.MessageIn` → 202
@@ -79,6 +81,7 @@ from sunroom.service.forward import ErrorAnswer, Forwarding, Router, Target
 from sunroom.service.functions import load_functions
 from sunroom.service.kernels import KernelManager
 from sunroom.service.limits import BodyLimit, BodyTooLarge, HeaderLimit
+from sunroom.service.metrics import CONTENT_TYPE, HttpMetrics, Metrics
 from sunroom.service.models import resolve_model
 from sunroom.service.openapi import openapi_document
 from sunroom.service.problems import (
@@ -166,6 +169,7 @@ def create_app(
         Route(path, _answered(endpoint), methods=[method])
         for path, method, endpoint in service.routes()
     ]
+    open_paths = ("/healthz", "/readyz", *(("/metrics",) if config.metrics_public else ()))
     handlers: dict[Any, Callable[..., Any]] = {
         HTTPException: _on_error,
         pydantic.ValidationError: _on_error,
@@ -175,10 +179,13 @@ def create_app(
     app = Starlette(
         routes=routes,
         middleware=[
+            Middleware(
+                HttpMetrics, metrics=service.metrics, routes=routes, facade=E2BFacade.claims
+            ),
             Middleware(HeaderLimit, max_bytes=MAX_HEADER_BYTES),
             Middleware(HostCheck, allowed=config.host_allowed),
             Middleware(E2BRoutes, facade=E2BFacade(config, service.sandboxes)),
-            Middleware(BearerAuth, token=config.token, open_paths=("/healthz", "/readyz")),
+            Middleware(BearerAuth, token=config.token, open_paths=open_paths),
             Middleware(
                 BodyLimit, max_bytes=config.max_body_bytes, file_max_bytes=config.max_file_bytes
             ),
@@ -218,7 +225,8 @@ class _Service:
         self._sessions: SessionManager | None = None
         self._kernels: KernelManager | None = None
         self._openapi: bytes | None = None
-        self.sandboxes = Sandboxes(config=config, functions=functions)
+        self.metrics = Metrics()
+        self.sandboxes = Sandboxes(config=config, functions=functions, probe=self.metrics)
 
     def routes(self) -> list[tuple[str, str, Endpoint]]:
         """Every route: (path, method, endpoint)."""
@@ -226,6 +234,7 @@ class _Service:
             ("/healthz", "GET", self.healthz),
             ("/readyz", "GET", self.readyz),
             ("/openapi.json", "GET", self.openapi),
+            ("/metrics", "GET", self.scrape),
             ("/sessions", "POST", self.create_session),
             ("/sessions", "GET", self.list_sessions),
             ("/sessions/{sid}", "GET", self.get_session),
@@ -295,16 +304,21 @@ class _Service:
         config = self.config
         async with config.new_store() as store:
             self._store = store
-            templates = Templates(config)
+            templates = Templates(config, probe=self.metrics)
             self._sessions = SessionManager(
                 store,
                 config=config,
                 resolve_model=self._resolve,
                 functions=self._functions,
                 templates=templates,
+                probe=self.metrics,
             )
             self._kernels = KernelManager(
                 config=config, functions=self._functions, templates=templates
+            )
+            self.metrics.watch(
+                raw_kernels=lambda: [str(k["backend"]) for k in self.kernels().listing()],
+                sessions=lambda: [live.journal for live in self.sessions().live_sessions()],
             )
             await self.sessions().start()
             cluster = self._cluster = Cluster(
@@ -386,6 +400,10 @@ class _Service:
             document = openapi_document(routes, version=__version__, facade_routes=FACADE_ROUTES)
             self._openapi = json.dumps(document, separators=(",", ":")).encode()
         return Response(self._openapi, media_type="application/json")
+
+    async def scrape(self, request: Request) -> Response:
+        await self.metrics.refresh(self.store())
+        return Response(self.metrics.exposition(), headers={"Content-Type": CONTENT_TYPE})
 
     async def create_session(self, request: Request) -> Response:
         body = await _body(request, CreateSession)
@@ -482,9 +500,10 @@ class _Service:
     async def execute(self, request: Request) -> Response:
         with self.kernels().admitted():
             body = await _body(request, Execute)
-            out = await self.kernels().execute(
-                request.path_params["kid"], body.code, timeout_s=body.timeout_s
-            )
+            kid = request.path_params["kid"]
+            backend = str(self.kernels().describe(kid)["backend"])
+            out = await self.kernels().execute(kid, body.code, timeout_s=body.timeout_s)
+            self.metrics.executed(backend, out.duration_s)
         return JSONResponse(out.to_dict())
 
     async def fork_kernel(self, request: Request) -> Response:

@@ -22,11 +22,13 @@ from sunroom.agent.options import SessionOptions
 from sunroom.agent.session import AsyncSession
 from sunroom.errors import UsageError
 from sunroom.providers import Message, Model
+from sunroom.sandbox.backends.choice import describe_backend
 from sunroom.sandbox.functions import HostFunction
 from sunroom.service.config import ServiceConfig
 from sunroom.service.file_inputs import bound_files
 from sunroom.service.journal import CallLedger, Journal
 from sunroom.service.live import Live, ModelResolver
+from sunroom.service.probes import NO_PROBE, Probe
 from sunroom.service.schemas import CreateSession, network_spec, output_type
 from sunroom.service.templates import Templates
 from sunroom.store import EventStore
@@ -50,6 +52,7 @@ class SessionBuilder:
         notify: told a session's id when it has new events.
         on_ended: awaited when a run of a session ended (its ``SessionEnded`` is durable).
         on_failed: told when a session's journal failed (its ownership was lost).
+        probe: told each session's events (the service's metrics).
     """
 
     store: EventStore
@@ -61,6 +64,7 @@ class SessionBuilder:
     notify: Callable[[str], None]
     on_ended: Callable[[Live, dict[str, object]], Awaitable[None]]
     on_failed: Callable[[str, BaseException], None]
+    probe: Probe = NO_PROBE
 
     async def build(
         self,
@@ -108,6 +112,11 @@ class SessionBuilder:
             on_ended=lambda result: self.on_ended(holder[0], result),
             on_failed=lambda exc: self.on_failed(sid, exc),
         )
+        runs_on = template.backend if template is not None else backend
+        journal.observe = self.probe.session_observer(
+            journal, backend=describe_backend(runs_on)["backend"] or "", model=request.model,
+            spent=spent,
+        )  # fmt: skip
 
         async def checkpoint(code: str) -> Veto | None:
             await journal.flush()  # the reply asking for this cell is durable before it runs

@@ -178,6 +178,11 @@ class ServiceConfig(pydantic.BaseModel):
             default, starts each sandbox's kernel on demand). Each warm kernel is handed out once.
         e2b_max_timeout_s: the longest lifetime an E2B sandbox may ask for (seconds; its
             ``timeout``, 300 when it names none).
+        metrics_public: serve ``GET /metrics`` (Prometheus' text format, docs/observability.md)
+            without the bearer token, for a scraper that has none (``sunroom serve
+            --metrics-public``, ``SUNROOM_METRICS_PUBLIC=1``). Off by default: the metrics
+            then need the token like every route but ``/healthz``. They carry counts, route
+            templates, host function and model names, never a request's data or a secret.
     """
 
     model_config = pydantic.ConfigDict(frozen=True, extra="forbid")
@@ -215,6 +220,7 @@ class ServiceConfig(pydantic.BaseModel):
     max_connections_per_client: int = pydantic.Field(default=256, gt=0)
     e2b_pool: int = pydantic.Field(default=0, ge=0, le=64)
     e2b_max_timeout_s: int = pydantic.Field(default=3600, gt=0, le=86400)
+    metrics_public: bool = False
     store_url: str | None = pydantic.Field(default=None, repr=False)
     advertise_url: str | None = pydantic.Field(default=None, pattern=r"^https?://[^/\s]+$")
     drain_grace_s: float = pydantic.Field(default=20.0, ge=0, le=3600, allow_inf_nan=False)
@@ -377,8 +383,8 @@ class ServiceConfig(pydantic.BaseModel):
         Reads ``SUNROOM_TOKEN``, ``SUNROOM_MODEL``, ``SUNROOM_BASE_URL``, ``SUNROOM_DB``,
         ``SUNROOM_BACKEND``, ``SUNROOM_KERNEL_NAME``, ``SUNROOM_MAX_FILE_BYTES``,
         ``SUNROOM_READ_TIMEOUT_S``, ``SUNROOM_SESSION_IDLE_S``, ``SUNROOM_MAX_CONNECTIONS``,
-        ``SUNROOM_MAX_CONNECTIONS_PER_CLIENT``, ``SUNROOM_E2B_POOL``, ``SUNROOM_ADVERTISE_URL``,
-        ``SUNROOM_DRAIN_GRACE_S``,
+        ``SUNROOM_MAX_CONNECTIONS_PER_CLIENT``, ``SUNROOM_E2B_POOL``, ``SUNROOM_METRICS_PUBLIC``
+        (``1``/``0``, ``true``/``false``), ``SUNROOM_ADVERTISE_URL``, ``SUNROOM_DRAIN_GRACE_S``,
         ``SUNROOM_ALLOWED_BASE_URLS``, ``SUNROOM_ALLOWED_HOSTS`` and ``SUNROOM_FUNCTIONS`` (the
         last three comma-separated).
         Raises UsageError with one line naming each bad setting (never its value: the token is
@@ -401,6 +407,7 @@ class ServiceConfig(pydantic.BaseModel):
             ("max_connections", "SUNROOM_MAX_CONNECTIONS"),
             ("max_connections_per_client", "SUNROOM_MAX_CONNECTIONS_PER_CLIENT"),
             ("e2b_pool", "SUNROOM_E2B_POOL"),
+            ("metrics_public", "SUNROOM_METRICS_PUBLIC"),
         ):
             if env.get(var):
                 values[field] = env[var]

@@ -36,6 +36,7 @@ from sunroom.errors import StoreError
 from sunroom.providers import Message, UserMessage
 from sunroom.sandbox.functions import HostFunction
 from sunroom.service.codec import event_to_json, jsonable, message_to_json
+from sunroom.service.probes import EventObserver
 from sunroom.store import CallRecord, EventStore, NewEvent, idempotency_key
 
 __all__ = ["KEY_PARAMETER", "TRANSCRIPT", "CallLedger", "Journal"]
@@ -65,6 +66,9 @@ class Journal:
         on_ended: awaited with the run result's JSON after a ``SessionEnded`` is durable
             (with the journal's lock held: it must not append or flush).
         on_failed: called once when a write fails (lost ownership, I/O): the session must stop.
+
+    ``observe``, when set, is told every event the session publishes, in order, as it is
+    taken for the store (the service's metrics).
     """
 
     def __init__(
@@ -96,6 +100,7 @@ class Journal:
         self._expected: list[tuple[str, str]] = []
         self._task: asyncio.Task[None] | None = None
         self.failed: BaseException | None = None
+        self.observe: EventObserver | None = None
 
     @property
     def last_seq(self) -> int:
@@ -164,6 +169,8 @@ class Journal:
         out: list[NewEvent] = []
         seq = self._seq
         for e in taken:
+            if self.observe is not None:
+                self.observe(e)
             kind, payload = event_to_json(e, session_id=self.session_id)
             if isinstance(e, ev.SessionEnded):
                 result = payload["result"]

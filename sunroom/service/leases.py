@@ -19,7 +19,7 @@ from typing import Protocol
 from sunroom.errors import StoreError
 from sunroom.service.config import ServiceConfig
 from sunroom.service.live import Live
-from sunroom.service.problems import ConflictError
+from sunroom.service.problems import ConflictError, OwnedElsewhereError
 from sunroom.store import EventStore
 
 __all__ = ["LeaseHolder", "reclaim_own", "renew_forever", "resume_forever", "resume_orphans"]
@@ -99,7 +99,7 @@ async def resume_orphans(manager: LeaseHolder) -> list[str]:
         try:
             await manager.resume(record.session_id)
             taken.append(record.session_id)
-        except ConflictError:
+        except (ConflictError, OwnedElsewhereError):
             continue  # another process won the claim
         except Exception as exc:
             log.error("resuming session %s failed", record.session_id, exc_info=exc)

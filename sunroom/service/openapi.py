@@ -9,7 +9,8 @@ described in :data:`FACADE_OPERATIONS` from their list
 (:data:`~sunroom.service.e2b.catalog.FACADE_ROUTES`), tagged ``e2b``, with E2B's own bodies
 (:mod:`sunroom.service.e2b.schemas`), errors and credentials. Bodies that are not JSON are
 described by their media type: the SSE stream of a session's events (``text/event-stream``),
-a workdir file's bytes (``application/octet-stream``) and the lines of the facade's
+a workdir file's bytes (``application/octet-stream``), the Prometheus metrics
+(``text/plain``) and the lines of the facade's
 ``/execute`` (``application/x-ndjson``, each line's schema in ``x-line-schema``). Every route
 but ``/healthz`` needs the bearer token (or, for the facade's, E2B's credentials),
 ``/openapi.json`` included.
@@ -83,7 +84,7 @@ class Operation:
     errors: tuple[int, ...] = ()
     body: Model | Literal["bytes", "upload"] | None = None
     params: tuple[Query, ...] = ()
-    stream: Literal["sse", "bytes", "json", "ndjson"] | None = None
+    stream: Literal["sse", "bytes", "json", "ndjson", "text"] | None = None
     public: bool = False
     description: str = field(default="")
     tags: tuple[str, ...] = ()
@@ -143,6 +144,12 @@ OPERATIONS: Final[Mapping[tuple[str, str], Operation]] = {
     ),
     ("GET", "/openapi.json"): Operation(
         "This description (OpenAPI 3.1)", {200: None}, stream="json"
+    ),
+    ("GET", "/metrics"): Operation(
+        "Prometheus metrics (text format)", {200: None}, stream="text",
+        description="This server's metrics in Prometheus' text exposition format "
+        "(docs/observability.md). It needs the bearer token unless the server runs with "
+        "`metrics_public` (`sunroom serve --metrics-public`): then a scraper needs none.",
     ),
     ("POST", "/sessions"): Operation(
         "Create a session (and start its first run when it has a task)",
@@ -502,6 +509,8 @@ def _content(op: Operation, model: Model | None) -> JSON:
         return {"text/event-stream": {"schema": {"type": "string"}}}
     if op.stream == "bytes":
         return {"application/octet-stream": {"schema": _BYTES}}
+    if op.stream == "text":
+        return {"text/plain": {"schema": {"type": "string"}}}
     return {"application/json": {"schema": {"type": "object"}}}
 
 

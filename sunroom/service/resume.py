@@ -24,6 +24,7 @@ from sunroom.providers import Message
 from sunroom.service.build import SessionBuilder
 from sunroom.service.config import ServiceConfig
 from sunroom.service.live import Live
+from sunroom.service.probes import Probe
 from sunroom.service.problems import OwnedElsewhereError
 from sunroom.service.recovery import (
     CALL_OUTCOME_UNKNOWN,
@@ -49,6 +50,7 @@ class SessionResume(SessionRuns):
     """
 
     config: ServiceConfig
+    probe: Probe
     _builder: SessionBuilder
 
     if TYPE_CHECKING:
@@ -94,7 +96,10 @@ class SessionResume(SessionRuns):
                         retry_after_s=max(left, 0.0) + 0.5,
                     )
                 try:
-                    return await self._take_over(await self._record(sid))  # its new generation
+                    live = await self._take_over(await self._record(sid))  # its new generation
+                    if record.status == "running" and record.owner != self.owner:
+                        self.probe.lease_handover()  # left running by another process
+                    return live
                 except BaseException:
                     try:
                         await self.store.release(sid, owner=self.owner)

@@ -44,6 +44,7 @@ from sunroom.service.codec import jsonable
 from sunroom.service.config import ServiceConfig
 from sunroom.service.file_inputs import bound_files, pin_files
 from sunroom.service.live import Identity, Live, ModelResolver, new_owner, stable_owner
+from sunroom.service.probes import NO_PROBE, Probe
 from sunroom.service.problems import CapacityError, ConflictError, NotFoundError, public_message
 from sunroom.service.recovery import MESSAGE_RECEIVED
 from sunroom.service.resume import SessionResume
@@ -90,6 +91,7 @@ class SessionManager(SessionResume):
         resolve_model: builds a model from a session's ``model``/``base_url``.
         functions: host functions offered to every session (their calls are recorded).
         owner: this process's owner string (default: :func:`new_owner`).
+        probe: told what the sessions do (the service's metrics; default: nothing).
     """
 
     def __init__(
@@ -101,8 +103,10 @@ class SessionManager(SessionResume):
         functions: Sequence[HostFunction] = (),
         owner: str | None = None,
         templates: Templates | None = None,
+        probe: Probe = NO_PROBE,
     ) -> None:
         self.store = store
+        self.probe = probe
         self.config = config
         self._identity: Identity | None = None
         if owner is None and isinstance(store, SQLiteStore) and str(store.path) != ":memory:":
@@ -122,6 +126,7 @@ class SessionManager(SessionResume):
             notify=self.signals.fire,
             on_ended=self._ended,
             on_failed=self.drop,
+            probe=probe,
         )
         self._lock = asyncio.Lock()  # orders slot reservations (held briefly, never for a start)
         self._reserved = 0  # slots taken by sessions being created or resumed

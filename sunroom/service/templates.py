@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from typing import final
 
 from sunroom.errors import UsageError
 from sunroom.sandbox.template import Template
 from sunroom.service.config import ServiceConfig
+from sunroom.service.probes import NO_PROBE, Probe
 
 __all__ = ["Templates"]
 
@@ -24,9 +26,14 @@ log = logging.getLogger("sunroom.service")
 
 @final
 class Templates:
-    """The templates of one server, by name."""
+    """The templates of one server, by name.
 
-    def __init__(self, config: ServiceConfig) -> None:
+    Each :meth:`get` is reported to *probe* as a claim from pool ``template:NAME``: a hit when
+    the template was started already, a miss when this call started it.
+    """
+
+    def __init__(self, config: ServiceConfig, *, probe: Probe = NO_PROBE) -> None:
+        self._probe = probe
         self._setups = dict(config.templates)
         self._config = config
         self._live: dict[str, Template] = {}
@@ -41,8 +48,10 @@ class Templates:
     async def get(self, name: str) -> Template:
         """The started template *name*. Raises UsageError (unknown), KernelStartError (setup)."""
         self.check(name)
+        began = time.monotonic()
         async with self._lock:
             template = self._live.get(name)
+            hit = template is not None
             if template is None:
                 backend = self._config.kernel_backend()
                 template = Template(setup=self._setups[name], backend=backend)
@@ -52,7 +61,8 @@ class Templates:
                     await template.aclose()
                     raise
                 self._live[name] = template
-            return template
+        self._probe.pool_claimed(f"template:{name}", hit=hit, seconds=time.monotonic() - began)
+        return template
 
     async def aclose(self) -> None:
         """Close every template's kernel (kernels made from them are closed by their owners)."""

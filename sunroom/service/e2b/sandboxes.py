@@ -38,6 +38,7 @@ from sunroom.sandbox.functions import HostFunction
 from sunroom.sandbox.kernel import AsyncKernel
 from sunroom.sandbox.pool import KernelPool
 from sunroom.service.config import ServiceConfig
+from sunroom.service.probes import NO_PROBE, Probe
 from sunroom.service.problems import CapacityError, NotFoundError, Unsupported
 from sunroom.service.templates import Templates
 
@@ -168,8 +169,10 @@ class Sandboxes:
         *,
         config: ServiceConfig,
         functions: Sequence[HostFunction] = (),
+        probe: Probe = NO_PROBE,
     ) -> None:
         self.config = config
+        self._probe = probe
         self._functions = tuple(functions)
         self._templates: Templates | None = None
         self._sandboxes: dict[str, Sandbox] = {}
@@ -344,6 +347,8 @@ class Sandboxes:
         self, template: str, language: str, cwd: str | None, envs: Mapping[str, str]
     ) -> Context:
         with self._counted():
+            pool = self._pool if template in DEFAULT_TEMPLATES else None
+            began, hit = time.monotonic(), pool is not None and pool.idle() > 0
             if template in DEFAULT_TEMPLATES:
                 if self._pool is not None:
                     kernel = AsyncKernel(pool=self._pool, functions=self._functions)
@@ -358,6 +363,8 @@ class Sandboxes:
                 kernel = AsyncKernel(template=started, functions=self._functions)
             try:
                 await kernel.start()
+                if pool is not None:
+                    self._probe.pool_claimed("e2b", hit=hit, seconds=time.monotonic() - began)
                 workdir = await self._prepare(kernel, envs, cwd)
             except BaseException:
                 await kernel.aclose()
