@@ -224,7 +224,7 @@ class PostgresStore:
             try:
                 await migrate(conn, schema=self._schema)
             except psycopg.Error as exc:
-                raise self._error(exc, "migrating the schema") from None
+                raise self._error(exc, "migrating the schema") from exc
             finally:
                 await conn.close()
             pool = AsyncConnectionPool(
@@ -287,8 +287,8 @@ class PostgresStore:
                 f"PostgreSQL store {self.where}: no connection free within"
                 f" {self._timeout_s:g} s (all {self._max} busy, or the server unreachable)"
             ) from None
-        except psycopg.Error as exc:
-            raise self._error(exc, "query failed") from None
+        except psycopg.Error as exc:  # a server's message about a query: no DSN in it
+            raise self._error(exc, "query failed") from exc
 
     # --- sessions -----------------------------------------------------------------------------
 
