@@ -183,6 +183,25 @@ async def test_concurrent_appenders_never_leave_a_gap(postgres_db_dsn: str) -> N
         print(f"\n5 stores appended 200 batches to one log; {len(refusals)} seq conflicts retried")
 
 
+async def test_cancelled_writes_are_whole_or_absent_and_the_store_goes_on(
+    postgres_db_dsn: str,
+) -> None:
+    async with PostgresStore(postgres_db_dsn, max_size=3) as store:
+        await store.create_session("s1", config={}, owner="me", lease_s=600)
+        for delay in (0.0, 0.0005, 0.001, 0.002, 0.005):
+            last = await store.last_seq("s1")
+            task = asyncio.create_task(store.append("s1", batch(last + 1, 5), owner="me"))
+            await asyncio.sleep(delay)
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+            assert (await store.last_seq("s1") - last) in (0, 5)
+        last = await store.last_seq("s1")
+        for _ in range(5):  # every pooled connection still works
+            last = await store.append("s1", batch(last + 1, 1), owner="me")
+        events = await store.events("s1")
+        assert [e.seq for e in events] == list(range(1, last + 1))
+
+
 # --- LISTEN/NOTIFY ----------------------------------------------------------------------------
 
 
