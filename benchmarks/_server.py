@@ -42,13 +42,15 @@ class Server:
 def serve(
     *args: str,
     env: Mapping[str, str] | None = None,
-    db: Path | None = None,
+    db: Path | str | None = None,
+    port: int = 0,
     stop_timeout: float = 60.0,
 ) -> Iterator[Server]:
-    """Run ``sunroom serve --port 0 --db DB ARGS`` until the block ends; yield it once it answers.
+    """Run ``sunroom serve --port PORT --db DB ARGS`` until the block ends; yield it once it answers.
 
     *env* is added to this process's environment (after ``SUNROOM_TOKEN`` and ``PYTHONPATH``,
-    so it may override them); *db* defaults to a new temporary directory's ``s.db``. Raises
+    so it may override them); *db* (a SQLite path or a ``postgresql://`` URL) defaults to a new
+    temporary directory's ``s.db``. Raises
     ``RuntimeError`` when the server exits before printing its URL or never answers
     ``/healthz`` within 10 s.
     """
@@ -58,7 +60,7 @@ def serve(
     path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)
     full_env = {**os.environ, "SUNROOM_TOKEN": token, "PYTHONPATH": path, **(env or {})}
     process = subprocess.Popen(
-        [sys.executable, "-m", "sunroom.cli", "serve", "--port", "0", "--db", str(db), *args],
+        [sys.executable, "-m", "sunroom.cli", "serve", "--port", str(port), "--db", str(db), *args],
         cwd=ROOT, env=full_env, stdout=subprocess.PIPE, text=True,
     )  # fmt: skip
     assert process.stdout is not None
@@ -70,8 +72,9 @@ def serve(
         _wait_healthy(url)
         yield Server(url=url, token=full_env["SUNROOM_TOKEN"], process=process)
     finally:
-        process.terminate()
-        process.wait(stop_timeout)
+        if process.poll() is None:
+            process.terminate()
+            process.wait(stop_timeout)
         process.stdout.close()
 
 

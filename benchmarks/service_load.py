@@ -13,7 +13,15 @@ the client waits that long and retries; such an execute is not lost (429s and re
 counted separately). Execute latency is from the first attempt to the final answer.
 
     .venv/bin/python benchmarks/service_load.py [--sessions 100] [--seconds 60] [--lockstep]
-        [--backend subprocess]
+        [--backend subprocess] [--replicas 3 --db postgresql://... --lease-s 5 --handover 30]
+
+With ``--replicas R`` (R > 1), R servers share the store (``--db``: a SQLite path, or a
+``postgresql://`` URL for replicas as they run across hosts), each advertising its own URL.
+Kernels are created round-robin over them (placement puts each where it fits) and client i
+talks to replica (i + 1) mod R, so most executes are forwarded to the kernel's replica. With 3
+replicas or more a hand-over phase follows: ``--handover`` sessions with a scripted model run,
+one replica is killed with SIGKILL and another told to stop with SIGTERM, and the time each of
+their sessions takes to be resumed elsewhere is reported, against ``--lease-s`` + 2 s.
 """
 
 from __future__ import annotations
@@ -27,9 +35,11 @@ import math
 import multiprocessing
 import os
 import platform
+import secrets
 import socket
 import statistics
 import sys
+import tempfile
 import time
 import urllib.parse
 from multiprocessing.connection import Connection
@@ -43,7 +53,7 @@ ROOT = Path(__file__).resolve().parents[1]
 # the server imports this module (``--functions benchmarks.service_load:tick``) with the
 # checkout, not benchmarks/, on its path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _server import serve  # noqa: E402
+from _server import Server, serve  # noqa: E402
 
 
 def tick(n: int) -> int:
@@ -255,6 +265,151 @@ def _figures(values: list[float]) -> str:
     )
 
 
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+async def _load(args: argparse.Namespace, servers: list[Server]) -> None:
+    """The execute load: N raw kernels, each executed once a second (see the module)."""
+    urls, headers = [s.url for s in servers], servers[0].headers
+    pids = [s.process.pid for s in servers]
+    async with contextlib.AsyncExitStack() as stack:
+        https = [await stack.enter_async_context(_http(u, headers, 16)) for u in urls]
+        t0 = time.monotonic()
+        gate = asyncio.Semaphore(8)
+
+        async def create(i: int) -> str:
+            async with gate:
+                r = await https[i % len(https)].post("/kernels", json={})
+                r.raise_for_status()
+                kid: str = r.json()["kernel_id"]
+                return kid
+
+        kids = await asyncio.gather(*(create(i) for i in range(args.sessions)))
+        print(f"started {len(kids)} kernels ({args.backend}) on {len(urls)} replicas in "
+              f"{time.monotonic() - t0:.1f} s")  # fmt: skip
+        stats = Stats()
+        rss_peak = (0.0, 0.0)
+
+        async def sample() -> None:
+            nonlocal rss_peak
+            while True:
+                own = sum(rss_mb(pid)[0] for pid in pids)
+                kernels = sum(rss_mb(pid)[1] for pid in pids)
+                rss_peak = (max(rss_peak[0], own), max(rss_peak[1], kernels))
+                await asyncio.sleep(1.0)
+
+        def cpu() -> tuple[float, float]:
+            both = [cpu_s(pid) for pid in pids]
+            return sum(b[0] for b in both), sum(b[1] for b in both)
+
+        sampler = asyncio.create_task(sample())
+        cpu0, me0 = cpu(), time.process_time()
+        n = len(kids)
+        start = time.monotonic() + 2.0  # every client has connected by then
+        receiver, sender = multiprocessing.Pipe(duplex=False)
+        prober = multiprocessing.get_context("spawn").Process(
+            target=_probe_process, args=(urls[0], args.health_rate, start, args.seconds, sender)
+        )
+        prober.start()
+        # client i talks to replica (i + 1) % R: with R > 1 its kernel is usually on another
+        # replica, so most executes are forwarded
+        await asyncio.gather(
+            *(
+                client(
+                    urls[(i + 1) % len(urls)], headers, kid,
+                    start + (0.0 if args.lockstep else i / n), args.seconds, stats,
+                )
+                for i, kid in enumerate(kids)
+            )
+        )  # fmt: skip
+        sampler.cancel()
+        cpu1, me1 = cpu(), time.process_time()
+        probed: list[float] = await asyncio.to_thread(receiver.recv)
+        prober.join()
+        health = [x for x in probed if not math.isnan(x)]
+        health_failed = len(probed) - len(health)
+        await asyncio.gather(*(https[0].delete(f"/kernels/{kid}") for kid in kids))
+    mode = "lockstep" if args.lockstep else "phased over the second"
+    print(f"machine: {platform.machine()}, {os.cpu_count()} cores ({platform.platform()})")
+    print(f"clients {args.sessions} x {args.seconds:.0f} s ({mode}): {stats.calls} executes, "
+          f"lost {stats.lost}, 5xx {stats.errors_5xx}, "
+          f"429 {stats.refused_429} (with Retry-After; {stats.retries} retries), "
+          f"429 without Retry-After {stats.refused_429_no_retry_after}")  # fmt: skip
+    print(f"execute latency (first attempt to answer): {_figures(stats.latencies)}")
+    print(f"/healthz latency ({len(health)} probes, {health_failed} failed; another process): "
+          f"{_figures(health)}")  # fmt: skip
+    print(f"CPU during the load: servers {cpu1[0] - cpu0[0]:.1f} s, kernels "
+          f"{cpu1[1] - cpu0[1]:.1f} s, this client {me1 - me0:.1f} s")  # fmt: skip
+    print(f"servers' RSS peak {rss_peak[0]:.0f} MiB; kernels' RSS peak {rss_peak[1]:.0f} MiB total")
+
+
+async def _handover(args: argparse.Namespace, servers: list[Server], db: str) -> None:
+    """SIGKILL one replica, then SIGTERM another, under running sessions; time the hand-overs.
+
+    A hand-over's time runs from the signal to the ``KernelRestarted`` event the session's new
+    replica appends when it resumes it (the event's own timestamp).
+    """
+    from sunroom.service.config import ServiceConfig
+
+    store = ServiceConfig(db=db).new_store()  # type: ignore[call-arg]
+    async with store, _http(servers[0].url, servers[0].headers, 8) as http:
+        sids = []
+        for i in range(args.handover):
+            url = servers[i % len(servers)].url
+            r = await http.post(f"{url}/sessions", json={"task": f"run {i}"})
+            r.raise_for_status()
+            sids.append(r.json()["session_id"])
+        await asyncio.sleep(2.0)  # every run is under way
+        ids = {r.url: r.replica_id for r in await store.replicas()}
+
+        async def owned_by(server: Server) -> list[str]:
+            records = [await store.get_session(sid) for sid in sids]
+            return [r.session_id for r in records if r and r.owner == ids[server.url]]
+
+        async def resumed(victims: list[str], since: float) -> list[float]:
+            waits: dict[str, float] = {}
+            deadline = time.monotonic() + 60
+            while len(waits) < len(victims) and time.monotonic() < deadline:
+                for sid in victims:
+                    if sid in waits:
+                        continue
+                    for event in await store.events(sid):
+                        if event.kind == "KernelRestarted" and event.ts > since:
+                            waits[sid] = event.ts - since
+                            break
+                await asyncio.sleep(0.05)
+            return sorted(waits.values())
+
+        killed, drained = servers[0], servers[1]
+        victims = await owned_by(killed)
+        since = time.time()
+        killed.process.kill()
+        killed.process.wait()
+        after_kill = await resumed(victims, since)
+        victims_term = await owned_by(drained)
+        since = time.time()
+        drained.process.terminate()
+        code = await asyncio.to_thread(drained.process.wait, 120)
+        after_term = await resumed(victims_term, since)
+
+    def line(name: str, waits: list[float], of: int) -> str:
+        if not waits:
+            return f"{name}: no session was resumed (of {of})"
+        return (f"{name}: {len(waits)}/{of} resumed, median {statistics.median(waits):.2f} s, "
+                f"max {waits[-1]:.2f} s")  # fmt: skip
+
+    print(f"hand-over ({args.handover} sessions, lease {args.lease_s:g} s, drain grace "
+          f"{args.drain_grace_s:g} s):")  # fmt: skip
+    print("  " + line("after SIGKILL", after_kill, len(victims))
+          + f" (target <= lease + 2 = {args.lease_s + 2:g} s)")  # fmt: skip
+    print("  " + line("after SIGTERM (drain)", after_term, len(victims_term))
+          + f"; the drained replica exited {code} (target <= 2 s after the grace)")  # fmt: skip
+
+
 async def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sessions", type=int, default=100)
@@ -267,75 +422,37 @@ async def main() -> None:
     ap.add_argument(
         "--max-kernel-requests", type=int, default=None, help="the server's admission bound"
     )
+    ap.add_argument("--replicas", type=int, default=1, help="servers sharing one store")
+    ap.add_argument("--db", default=None, help="the store: a SQLite path or a postgresql:// URL")
+    ap.add_argument("--lease-s", type=float, default=5.0, help="the replicas' lease")
+    ap.add_argument("--drain-grace-s", type=float, default=0.5, help="the replicas' drain grace")
+    ap.add_argument(
+        "--handover", type=int, default=30,
+        help="sessions in the hand-over phase (3 replicas or more; 0 skips it)",
+    )  # fmt: skip
     args = ap.parse_args()
-    with serve(
-        "--backend", args.backend, "--functions", "benchmarks.service_load:tick",
-        *(["--max-kernel-requests", str(args.max_kernel_requests)]
-          if args.max_kernel_requests else []),
-    ) as server:  # fmt: skip
-        url, headers = server.url, server.headers
-        async with _http(url, headers, 16) as http:
-            t0 = time.monotonic()
-            gate = asyncio.Semaphore(8)
-
-            async def create() -> str:
-                async with gate:
-                    r = await http.post("/kernels", json={})
-                    r.raise_for_status()
-                    kid: str = r.json()["kernel_id"]
-                    return kid
-
-            kids = await asyncio.gather(*(create() for _ in range(args.sessions)))
-            print(f"started {len(kids)} kernels ({args.backend}) in {time.monotonic() - t0:.1f} s")
-            stats = Stats()
-            rss_peak = (0.0, 0.0)
-
-            async def sample() -> None:
-                nonlocal rss_peak
-                while True:
-                    own, kernels = rss_mb(server.process.pid)
-                    rss_peak = (max(rss_peak[0], own), max(rss_peak[1], kernels))
-                    await asyncio.sleep(1.0)
-
-            sampler = asyncio.create_task(sample())
-            cpu0, me0 = cpu_s(server.process.pid), time.process_time()
-            n = len(kids)
-            start = time.monotonic() + 2.0  # every client has connected by then
-            receiver, sender = multiprocessing.Pipe(duplex=False)
-            prober = multiprocessing.get_context("spawn").Process(
-                target=_probe_process, args=(url, args.health_rate, start, args.seconds, sender)
-            )
-            prober.start()
-            await asyncio.gather(
-                *(
-                    client(
-                        url, headers, kid, start + (0.0 if args.lockstep else i / n),
-                        args.seconds, stats,
-                    )
-                    for i, kid in enumerate(kids)
-                )
-            )  # fmt: skip
-            sampler.cancel()
-            cpu1, me1 = cpu_s(server.process.pid), time.process_time()
-            probed: list[float] = await asyncio.to_thread(receiver.recv)
-            prober.join()
-            health = [x for x in probed if not math.isnan(x)]
-            health_failed = len(probed) - len(health)
-            await asyncio.gather(*(http.delete(f"/kernels/{kid}") for kid in kids))
-        mode = "lockstep" if args.lockstep else "phased over the second"
-        print(f"machine: {platform.machine()}, {os.cpu_count()} cores ({platform.platform()})")
-        print(f"clients {args.sessions} x {args.seconds:.0f} s ({mode}): {stats.calls} executes, "
-              f"lost {stats.lost}, 5xx {stats.errors_5xx}, "
-              f"429 {stats.refused_429} (with Retry-After; {stats.retries} retries), "
-              f"429 without Retry-After {stats.refused_429_no_retry_after}")  # fmt: skip
-        print(f"execute latency (first attempt to answer): {_figures(stats.latencies)}")
-        print(f"/healthz latency ({len(health)} probes, {health_failed} failed; another process): "
-              f"{_figures(health)}")  # fmt: skip
-        print(f"CPU during the load: server {cpu1[0] - cpu0[0]:.1f} s, kernels "
-              f"{cpu1[1] - cpu0[1]:.1f} s, this client {me1 - me0:.1f} s")  # fmt: skip
-        print(
-            f"server RSS peak {rss_peak[0]:.0f} MiB; kernels' RSS peak {rss_peak[1]:.0f} MiB total"
-        )
+    db = args.db or str(Path(tempfile.mkdtemp(prefix="sunroom-bench-")) / "s.db")
+    token = secrets.token_urlsafe(24)
+    script = Path(tempfile.mkdtemp(prefix="sunroom-bench-")) / "script.json"
+    turns = [{"code": "import time\ntime.sleep(0.5)"}] * 60
+    script.write_text(json.dumps({"replies": [*turns, "done"], "delay_s": 0.05}))
+    env = {"SUNROOM_TOKEN": token, "SUNROOM_MODEL": f"scripted:{script}"}
+    base = ["--backend", args.backend, "--functions", "benchmarks.service_load:tick",
+            *(["--max-kernel-requests", str(args.max_kernel_requests)]
+              if args.max_kernel_requests else [])]  # fmt: skip
+    with contextlib.ExitStack() as stack:
+        servers = []
+        for _ in range(args.replicas):
+            port = _free_port()
+            cluster = ["--advertise-url", f"http://127.0.0.1:{port}", "--lease-s",
+                       str(args.lease_s), "--drain-grace-s", str(args.drain_grace_s)]  # fmt: skip
+            extra = cluster if args.replicas > 1 else []
+            servers.append(stack.enter_context(serve(*base, *extra, env=env, db=db, port=port)))
+        print(f"store: {'postgresql' if db.startswith('postgres') else 'sqlite'}; "
+              f"{args.replicas} replica(s)")  # fmt: skip
+        await _load(args, servers)
+        if args.replicas >= 3 and args.handover > 0:
+            await _handover(args, servers, db)
 
 
 if __name__ == "__main__":

@@ -1,9 +1,11 @@
 # syntax=docker/dockerfile:1
-# The sunroom service image: the sunroom package with its providers and the Docker SDK, talking to
-# the host's Docker daemon to start one kernel container per kernel (sunroom-kernel image).
+# The sunroom service image: `sunroom serve` with its web framework, the PostgreSQL store, OTLP
+# traces, the model providers and the Docker SDK, plus bubblewrap for the bwrap backend.
 #
 #   docker build -f images/service.Dockerfile -t sunroom-service:latest .
-#   docker compose up          # see docker-compose.yml: builds both images and wires them
+#   docker compose up                                    # docker-compose.yml: docker backend
+#   docker compose -f deploy/compose/replicas.yaml up    # two replicas over PostgreSQL
+#   kubectl apply -k deploy/k8s                          # docs/deploy.md
 #
 # Needs the python:3.11-slim base from a registry (not available on our machines).
 
@@ -11,16 +13,18 @@ FROM python:3.11-slim
 ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
+# bubblewrap and libseccomp for the bwrap backend (docs/security.md); util-linux has setpriv
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends bubblewrap libseccomp2 util-linux \
+ && rm -rf /var/lib/apt/lists/*
 WORKDIR /opt/sunroom-service
 COPY pyproject.toml README.md ./
 COPY sunroom/ sunroom/
-RUN pip install --no-cache-dir ".[providers]" "docker>=7" \
+RUN pip install --no-cache-dir ".[service,postgres,otel,providers,docker]" \
  && rm -rf /opt/sunroom-service/sunroom /opt/sunroom-service/build
-# Kernels run in their own containers (the docker backend, configured by the SUNROOM_DOCKER_*
-# variables in docker-compose.yml). The service runs as root inside its container because it
-# drives the Docker socket (root-equivalent anyway) and hands each kernel's socket directory to
-# the kernel uid (chown); it runs no model code itself.
+# The service runs as root inside its container: the bwrap backend leases an unprivileged uid to
+# each kernel (docs/security.md), and the docker backend drives the Docker socket (root-equivalent
+# anyway) and hands each kernel's socket directory to the kernel uid (chown).
 WORKDIR /
-# `sunroom serve` arrives with issue 6; until then the container runs the sunroom CLI entry point
-# (`docker compose run service python -m sunroom.cli exec FILE.py` runs a file in a kernel).
-CMD ["python", "-m", "sunroom.cli"]
+EXPOSE 8765
+CMD ["python", "-m", "sunroom.cli", "serve", "--host", "0.0.0.0", "--expose"]

@@ -16,6 +16,7 @@ ROOT = Path(__file__).resolve().parents[1] / "sunroom"
 LAYER = {
     "errors": 0,
     "extras": 0,
+    "tracing": 0,
     "rpc": 1,
     "providers": 1,
     "store": 1,

@@ -19,14 +19,24 @@ import time
 from collections.abc import Callable
 from typing import Protocol, TypeVar, final
 
+from sunroom import tracing
 from sunroom.agent import events as ev
 from sunroom.agent.budget import BudgetTracker
 from sunroom.agent.hooks import Hooks, ask
+from sunroom.agent.trace_content import request_content, response_content
 from sunroom.errors import BudgetExceededError
 from sunroom.providers import Model, Request, Response
 from sunroom.sandbox.functions import HostFunction
 
-__all__ = ["CURRENT_CALL", "ModelGate", "Publish", "Redact", "RedactValue", "instrument"]
+__all__ = [
+    "CURRENT_CALL",
+    "ModelGate",
+    "Publish",
+    "Redact",
+    "RedactValue",
+    "complete_traced",
+    "instrument",
+]
 
 T = TypeVar("T")
 
@@ -77,7 +87,7 @@ class ModelGate:
             raise
         try:
             async with asyncio.timeout(tracker.remaining_wall()) as scope:
-                response = await model.complete(request)
+                response = await complete_traced(model, request)
         except TimeoutError:
             tracker.release()
             if not scope.expired():
@@ -105,6 +115,36 @@ class ModelGate:
             sub_call=sub_call,
         )
         return response
+
+
+async def complete_traced(model: Model, request: Request) -> Response:
+    """``model.complete(request)`` inside a ``chat {model}`` span (:mod:`sunroom.tracing`).
+
+    The span records the provider, the model asked and the one that answered, the finish
+    reason and the token counts; the request's and the reply's messages only when
+    :func:`sunroom.tracing.captures_content` (:mod:`sunroom.agent.trace_content`). Errors
+    propagate unchanged.
+    """
+    with tracing.chat_span(model) as span:
+        content = span is not None and tracing.captures_content()
+        if content:
+            tracing.annotate(span, request_content(request))
+        response = await model.complete(request)
+        if content:
+            tracing.annotate(span, response_content(response))
+        usage = response.usage
+        tracing.record_response(
+            span,
+            model=response.model,
+            response_id=response.id,
+            finish_reason=response.finish_reason,
+            input_tokens=usage.input_tokens,
+            output_tokens=usage.output_tokens,
+            cache_read_tokens=usage.cache_read_tokens,
+            cache_write_tokens=usage.cache_write_tokens,
+            reasoning_tokens=usage.reasoning_tokens,
+        )
+    return response
 
 
 _ids = itertools.count(1)
@@ -156,12 +196,13 @@ def instrument(
         started = time.perf_counter()
         error: str | None = None
         try:
-            if is_async:
-                result = await fn(**kwargs)
-            else:
-                loop = asyncio.get_running_loop()
-                ctx = contextvars.copy_context()
-                result = await loop.run_in_executor(None, lambda: ctx.run(fn, **kwargs))
+            with tracing.tool_span(name=name, call_id=call_id):  # current: predict's chats
+                if is_async:
+                    result = await fn(**kwargs)
+                else:
+                    loop = asyncio.get_running_loop()
+                    ctx = contextvars.copy_context()
+                    result = await loop.run_in_executor(None, lambda: ctx.run(fn, **kwargs))
             return result if redact_value is None else redact_value(result)
         except Exception as exc:
             clean = _redacted_exception(exc, redact)

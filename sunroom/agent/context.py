@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal, TypeAlias, final
 
+from sunroom.agent.calls import complete_traced
 from sunroom.errors import UsageError
 from sunroom.providers import (
     AssistantMessage,
@@ -343,7 +344,7 @@ async def compact(
         [SystemMessage(_SUMMARY_INSTRUCTIONS), UserMessage(prompt)],
         settings=settings or Settings(),
     )
-    response = await model.complete(request)
+    response = await complete_traced(model, request)
     summary = response.text.strip() or "(the summariser returned nothing)"
     if response.finish_reason == "length":
         summary += "\n[summary cut off at the output limit]"

@@ -19,6 +19,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Final, final
 
+from sunroom import tracing
 from sunroom.agent import events as ev
 from sunroom.agent.calls import ModelGate, Publish
 from sunroom.agent.guard import Guard
@@ -73,6 +74,8 @@ class LoopConfig:
     live: LiveOutput
     images: ImageBudget = ImageBudget()
     end_event: type[ev.SessionEnded | ev.BranchEnded] = ev.SessionEnded
+    agent: str = "sunroom"
+    """The agent's name in traces (``gen_ai.agent.name``): the session's preset."""
 
 
 @dataclass(slots=True)
@@ -100,7 +103,27 @@ class Loop:
         self._pending.append(UserMessage(body))
 
     async def run(self, session_id: str) -> RunResult:
-        """One run to its terminal result; never raises (cancellation becomes ``cancelled``)."""
+        """One run to its terminal result; never raises (cancellation becomes ``cancelled``).
+
+        The run is an ``invoke_agent`` span (:mod:`sunroom.tracing`): its model calls and cells
+        are its children; it links to the fork its kernel came from; a result other than
+        ``success`` sets it to ERROR with the status as the error type.
+        """
+        c = self.c
+        with tracing.agent_span(
+            agent=c.agent, model=c.model, conversation_id=session_id, links=c.kernel.trace_links
+        ) as span:
+            result = await self._run(session_id)
+            tracing.record_run(
+                span,
+                status=result.status,
+                turns=result.turns,
+                input_tokens=result.usage.input_tokens,
+                output_tokens=result.usage.output_tokens,
+            )
+        return result
+
+    async def _run(self, session_id: str) -> RunResult:
         c = self.c
         start = c.gate.tracker.snapshot()
         turns = 0

@@ -25,6 +25,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Self, final
 
+from sunroom import tracing
 from sunroom.agent import branches as br
 from sunroom.agent import events as ev
 from sunroom.agent.approvals import DEFAULT_TIMEOUT_S, ApprovalRequest, Approvals, Policy
@@ -63,6 +64,7 @@ if TYPE_CHECKING:
     from sunroom.network.policy import Network
     from sunroom.sandbox.packages import Packages
     from sunroom.sandbox.template import Template
+    from sunroom.tracing import Span
 
 __all__ = ["AsyncSession", "Inputs", "OutputSpec", "SessionOptions", "system_prompt_for"]
 
@@ -319,6 +321,7 @@ class AsyncSession:
                 reinstall=self._install_shim,
                 live=parts.live,
                 end_event=ev.SessionEnded if links.branch is None else ev.BranchEnded,
+                agent=o.preset,
             ),
             system=prompt,
         )
@@ -447,7 +450,8 @@ class AsyncSession:
         return kernel
 
     async def _install_shim(self) -> None:
-        result = await self._kernel.execute(SHIM_SOURCE)
+        with tracing.quiet():  # sunroom's own setup: no cell span, no trace of its own
+            result = await self._kernel.execute(SHIM_SOURCE)
         if not result.ok:
             message = result.error.message if result.error else result.status
             raise KernelError(f"installing predict/submit in the kernel failed: {message}")
@@ -595,9 +599,20 @@ class AsyncSession:
         else:
             if not isinstance(task, str):
                 raise UsageError("task must be a str")
-            kids = await self._fork_sessions(k)
+            span = tracing.start_agent_span(  # the branched run's: the fork and every branch
+                agent=self.preset,
+                model=self._parts.model,
+                conversation_id=self.session_id,
+                links=self._kernel.trace_links,
+            )
+            try:
+                with tracing.use(span):
+                    kids = await self._fork_sessions(k)
+            except BaseException:
+                tracing.end(span)
+                raise
             self._task = asyncio.get_running_loop().create_task(
-                self._branched(task, kids, choose, label),
+                self._branched(task, kids, choose, label, span),
                 name=f"sunroom-session-{self.session_id[:8]}-branches",
             )
         try:
@@ -721,21 +736,37 @@ class AsyncSession:
         return kids
 
     async def _branched(
-        self, task: str, kids: list[AsyncSession], choose: Choose, label: str
+        self, task: str, kids: list[AsyncSession], choose: Choose, label: str, span: Span | None
     ) -> RunResult:
-        """The task of a branched run (:func:`~sunroom.agent.branches.run_branches`)."""
-        return await br.run_branches(
-            task,
-            kids,
-            choose,
-            label,
-            session_id=self.session_id,
-            tracker=self.tracker,
-            publish=self._parts.wiring.publish,
-            redact=self._parts.wiring.redact,
-            adopt=self._adopt,
-            live=self._branches,
-        )
+        """The task of a branched run (:func:`~sunroom.agent.branches.run_branches`).
+
+        *span* is the run's ``invoke_agent`` span (:mod:`sunroom.tracing`), ended here: the
+        branches' runs are its children.
+        """
+        try:
+            with tracing.use(span):
+                result = await br.run_branches(
+                    task,
+                    kids,
+                    choose,
+                    label,
+                    session_id=self.session_id,
+                    tracker=self.tracker,
+                    publish=self._parts.wiring.publish,
+                    redact=self._parts.wiring.redact,
+                    adopt=self._adopt,
+                    live=self._branches,
+                )
+            tracing.record_run(
+                span,
+                status=result.status,
+                turns=result.turns,
+                input_tokens=result.usage.input_tokens,
+                output_tokens=result.usage.output_tokens,
+            )
+        finally:
+            tracing.end(span)
+        return result
 
     def _steer(self, text: str, *, interrupt: bool) -> None:
         """Queue *text* (already redacted) for the running run, or for each running branch."""

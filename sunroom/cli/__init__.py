@@ -6,7 +6,7 @@
   host file read-only as a ``pathlib.Path``; ``--output`` copies the files it wrote into DIR.
   Exit status: 0 ok, 1 the code raised, 124 timeout, 125 the kernel died, 2 usage or setup
   error (:mod:`sunroom.cli.exec`).
-- ``sunroom serve [--host H] [--port P] [--db PATH] [--expose] [--model M] ...`` runs the
+- ``sunroom serve [--host H] [--port P] [--db PATH|URL] [--expose] [--model M] ...`` runs the
   HTTP/SSE service (raw kernels; agent sessions too when it has a model;
   :mod:`sunroom.cli.serve`).
 - ``sunroom run TASK [--model M] [--base-url URL] [--input NAME=FILE ...] [--output-schema

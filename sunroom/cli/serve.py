@@ -12,6 +12,7 @@ import asyncio
 import logging
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -31,7 +32,7 @@ from sunroom.cli.support import (
     one_line,
 )
 from sunroom.errors import SunroomError
-from sunroom.extras import require
+from sunroom.extras import missing, require
 from sunroom.sandbox.backends.choice import OPTION_NAMES, choose_backend
 
 if TYPE_CHECKING:
@@ -129,6 +130,15 @@ def serve(
             help="Serve GET /metrics (Prometheus) without the bearer token (docs/observability.md)."
         ),
     ] = False,
+    otlp_endpoint: Annotated[
+        str | None,
+        typer.Option(
+            "--otlp-endpoint",
+            help="Send traces to this OTLP/HTTP collector (base URL, e.g. "
+            "http://127.0.0.1:4318; default: OTEL_EXPORTER_OTLP_ENDPOINT, if set; "
+            "docs/observability.md).",
+        ),
+    ] = None,
 ) -> None:
     """Run the HTTP/SSE service (token from SUNROOM_TOKEN, or generated and printed).
 
@@ -157,6 +167,7 @@ def serve(
             advertise_url=advertise_url, drain_grace_s=drain_grace_s,
         )  # fmt: skip
         _check_service(base)
+        stop_tracing = _tracing(otlp_endpoint)
     except SunroomError as exc:
         raise fail(one_line(exc)) from None
     try:
@@ -176,7 +187,35 @@ def serve(
     logging.basicConfig(  # the service's errors, with their tracebacks, on stderr
         level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
-    guarded(lambda: run_server(config, sock=sock, log_level="warning"))
+    try:
+        guarded(lambda: run_server(config, sock=sock, log_level="warning"))
+    finally:
+        if stop_tracing is not None:
+            stop_tracing()  # the spans still batched go out before the process ends
+
+
+def _tracing(endpoint: str | None) -> Callable[[], None] | None:
+    """Export traces over OTLP when asked (the option, or the standard variables); the stop.
+
+    The variables alone, set for other programs where the ``otel`` extra is not installed,
+    are a warning on stderr, not a failure. Raises UsageError for ``--otlp-endpoint`` without
+    the extra, or for an endpoint that is no HTTP URL.
+    """
+    if endpoint is None:
+        names = ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+        given = next((name for name in names if os.environ.get(name)), None)
+        if given is None:
+            return None
+        if missing("otel") is not None:
+            typer.echo(
+                f"warning: {given} is set but the otel extra is not installed, so no traces "
+                "are sent: pip install 'sunroom[otel]'",
+                err=True,
+            )
+            return None
+    from sunroom.tracing import export_otlp
+
+    return export_otlp(endpoint)
 
 
 def _templates(specs: list[str]) -> dict[str, str]:

@@ -23,6 +23,7 @@ import asyncio
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Self, final
 
+from sunroom import tracing
 from sunroom.errors import UsageError
 from sunroom.sandbox import backends
 from sunroom.sandbox.backend import Backend, InputMount, KernelProcess
@@ -47,6 +48,7 @@ from sunroom.sandbox.toolset import Server, Toolset, toolset_for
 if TYPE_CHECKING:
     from sunroom.network.policy import Network
     from sunroom.network.proxy import Connection
+    from sunroom.tracing import Link
 
 __all__ = ["AsyncKernel", "OutputCallback"]
 
@@ -127,6 +129,8 @@ class AsyncKernel:
             on_output=on_output,
             steps=self._steps(),
         )
+        if template is not None:  # its cells link to where the template's kernel was made
+            self._core.trace_links = template.trace_links
         base: tuple[HostFunction, ...] = template.functions if template is not None else ()
         every: tuple[Callable[..., Any] | HostFunction, ...] = (*base, *functions)
         registry = FunctionRegistry(every)
@@ -223,6 +227,14 @@ class AsyncKernel:
         return ready
 
     # -- state ----------------------------------------------------------------------------------
+
+    @property
+    def trace_links(self) -> tuple[Link, ...]:
+        """The span links of this kernel's cells: to the fork or template it came from.
+
+        Empty for a kernel started on its own, or without OpenTelemetry (:mod:`sunroom.tracing`).
+        """
+        return self._core.trace_links
 
     @property
     def network(self) -> KernelNetwork | None:
@@ -365,15 +377,21 @@ class AsyncKernel:
         fresh host-function usage counts and the same limits; it lives in this kernel's sandbox
         and outlives this kernel (the sandbox goes with the last of them). A copy that is
         restarted (timeout, crash) starts cold, with this kernel's inputs and functions.
-        *on_output* receives the copies' streamed output.
+        *on_output* receives the copies' streamed output. The fork is a ``sunroom.fork`` span;
+        the copies' cell spans link to it (:mod:`sunroom.tracing`).
 
         Raises ForkError when the kernel is busy (a cell, a bind, a file transfer) or refuses
         (its code left threads running); UsageError for an *n* outside 1-64 or on a backend
         that cannot fork (a custom backend); KernelStartError when a copy does not come up (no
         copy is left running then); ClosedError after close.
         """
-        readies = await self._fork.fork_ready(n)
-        return [self._copy(ready, on_output) for ready in readies]
+        with tracing.fork_span(copies=n) as span:
+            readies = await self._fork.fork_ready(n)
+        copies = [self._copy(ready, on_output) for ready in readies]
+        links = tracing.links_to(span)
+        for copy in copies:
+            copy._core.trace_links = links  # noqa: SLF001 - another handle of this class
+        return copies
 
     async def _fork_ready(
         self, n: int, *, tenants: list[int | None] | None = None, share: int = 1

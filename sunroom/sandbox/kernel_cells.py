@@ -11,8 +11,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from typing import cast, final
+from typing import TYPE_CHECKING, cast, final
 
+from sunroom import tracing
 from sunroom.errors import ClosedError, KernelError, ProtocolError, UsageError
 from sunroom.rpc import schema
 from sunroom.rpc.channel import RemoteError, cut
@@ -22,6 +23,9 @@ from sunroom.sandbox.cellclock import CellClock, CellLost
 from sunroom.sandbox.kernel_lifecycle import KernelCore
 from sunroom.sandbox.kernel_serving import KernelServing
 from sunroom.sandbox.result import CellError, DisplayItem, ExecutionResult, Status
+
+if TYPE_CHECKING:
+    from sunroom.tracing import Span
 
 Started = asyncio.Future[ExecuteReply] | asyncio.Future[object]
 """A cell's answer to come: the channel's (checked) or a Jupyter kernel's (checked after)."""
@@ -34,6 +38,7 @@ class KernelCells:
     def __init__(self, core: KernelCore, serving: KernelServing) -> None:
         self._core = core
         self._serving = serving
+        self._count = 0
         self._check_execute = schema.execute_result(
             core.limits.max_output_bytes, core.limits.display_bytes
         )
@@ -62,52 +67,70 @@ class KernelCells:
         if timeout <= 0:
             raise UsageError("timeout_s must be positive")
         async with core.lock:
-            if core.closed or core.channel is None or core.channel.closed.done():
-                await core.ensure()
-            assert core.channel is not None
-            assert core.proc is not None
-            started = time.perf_counter()
-            toolset = self._serving.toolset
-            if toolset is not None and toolset.pending:
-                failed = await self._serving.bind_lazy()
-                if failed is not None:
-                    error = CellError("McpServerError", str(failed), "")
-                    return ExecutionResult(
-                        status="error", error=error, duration_s=time.perf_counter() - started
-                    )
-            params: dict[str, object] = {
-                "code": code,
-                "max_output_bytes": core.limits.max_output_bytes,
-                "max_display_bytes": core.limits.display_bytes,
-            }
-            if filename is not None:
-                params["filename"] = filename
-            core.running_cell = True
-            try:
-                call = self._start_cell(code, params)
-                clock = CellClock(call, core.proc, timeout, core.limits.interrupt_grace_s)
-                core.clock = clock
+            self._count += 1
+            with tracing.cell_span(
+                index=self._count, code_length=len(code), links=core.trace_links
+            ) as span:
+                if span is not None and tracing.captures_content():
+                    tracing.annotate(span, {"sunroom.cell.code": code})
+                core.trace_context = tracing.current_context()
                 try:
-                    await call  # the clock interrupts the cell, then gives up on it
-                except CellLost:
-                    return await self._after_loss(
-                        "timeout",
-                        CellError(
-                            "TimeoutError",
-                            f"the cell ran past its {timeout:g} s limit and ignored the "
-                            "interrupt; the kernel was restarted",
-                            "",
-                        ),
-                        started,
-                    )
+                    result = await self._execute(code, timeout, filename)
                 finally:
-                    clock.stop()
-                    core.clock = None
-                return self._to_result(call, started, timed_out=clock.interrupted, timeout=timeout)
-            except (ProtocolError, ClosedError, ConnectionError, RemoteError) as exc:
-                return await self._after_death(exc, started)
+                    core.trace_context = None
+                if span is not None:
+                    _record(span, result)
+            return result
+
+    async def _execute(self, code: str, limit_s: float, filename: str | None) -> ExecutionResult:
+        """Run the cell (the lock held): its result, or the kernel's loss as one."""
+        core = self._core
+        if core.closed or core.channel is None or core.channel.closed.done():
+            await core.ensure()
+        assert core.channel is not None
+        assert core.proc is not None
+        started = time.perf_counter()
+        toolset = self._serving.toolset
+        if toolset is not None and toolset.pending:
+            failed = await self._serving.bind_lazy()
+            if failed is not None:
+                error = CellError("McpServerError", str(failed), "")
+                return ExecutionResult(
+                    status="error", error=error, duration_s=time.perf_counter() - started
+                )
+        params: dict[str, object] = {
+            "code": code,
+            "max_output_bytes": core.limits.max_output_bytes,
+            "max_display_bytes": core.limits.display_bytes,
+        }
+        if filename is not None:
+            params["filename"] = filename
+        core.running_cell = True
+        try:
+            call = self._start_cell(code, params)
+            clock = CellClock(call, core.proc, limit_s, core.limits.interrupt_grace_s)
+            core.clock = clock
+            try:
+                await call  # the clock interrupts the cell, then gives up on it
+            except CellLost:
+                return await self._after_loss(
+                    "timeout",
+                    CellError(
+                        "TimeoutError",
+                        f"the cell ran past its {limit_s:g} s limit and ignored the "
+                        "interrupt; the kernel was restarted",
+                        "",
+                    ),
+                    started,
+                )
             finally:
-                core.running_cell = False
+                clock.stop()
+                core.clock = None
+            return self._to_result(call, started, timed_out=clock.interrupted, timeout=limit_s)
+        except (ProtocolError, ClosedError, ConnectionError, RemoteError) as exc:
+            return await self._after_death(exc, started)
+        finally:
+            core.running_cell = False
 
     def _start_cell(self, code: str, params: dict[str, object]) -> Started:
         """Send the cell: over the channel, or as a Jupyter ``execute_request`` (jupyter)."""
@@ -199,3 +222,14 @@ class KernelCells:
         proc = self._core.proc
         if self._core.running_cell and proc is not None:
             proc.interrupt()
+
+
+def _record(span: Span, result: ExecutionResult) -> None:
+    """The cell's outcome on its span: status, error type (ERROR), whether state was lost."""
+    error = result.error
+    attributes: dict[str, str | bool] = {"sunroom.cell.status": result.status}
+    if error is not None:
+        attributes["sunroom.cell.error"] = error.type
+    if result.state_lost:
+        attributes["sunroom.cell.state_lost"] = True
+    tracing.annotate(span, attributes, error=None if error is None else error.type)

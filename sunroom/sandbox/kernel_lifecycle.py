@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, final
+from typing import TYPE_CHECKING, Any, final
 
 from sunroom.errors import (
     ClosedError,
@@ -33,6 +33,9 @@ from sunroom.sandbox.launch import Ready, Router, failure_detail, launch
 from sunroom.sandbox.limits import Limits
 from sunroom.sandbox.network import KernelNetwork
 from sunroom.sandbox.packages import Packages
+
+if TYPE_CHECKING:
+    from sunroom.tracing import Context, Link
 
 OutputCallback = Callable[[str, str], None]
 """Called with (stream name, text) as a cell writes output."""
@@ -99,6 +102,10 @@ class KernelCore:
         self.running_cell = False
         self.clock: CellClock | None = None
         """The running cell's clock (host calls run in its context)."""
+        self.trace_context: Context | None = None
+        """The running cell's tracing context (host calls' spans are its children)."""
+        self.trace_links: tuple[Link, ...] = ()
+        """Span links of this kernel's cells: to the fork or template it came from."""
         self.restarts = 0
         self.info: dict[str, Any] = {}
         """The running process's hello."""

@@ -3,8 +3,9 @@
 A cell's call of a host function (or of a toolset's tool, an MCP server's, bound as one module
 per server; :mod:`sunroom.sandbox.toolset`) arrives as
 a ``call`` request on the kernel's channel; :meth:`KernelServing.serve` answers it from the
-kernel's :class:`~sunroom.sandbox.functions.FunctionRegistry`, with the running cell's clock in
-context. Lazy or changed MCP servers are bound before a cell, and the wrappers installed again.
+kernel's :class:`~sunroom.sandbox.functions.FunctionRegistry`, with the running cell's clock and
+tracing context in context (a call's spans are children of the cell's). Lazy or changed MCP
+servers are bound before a cell, and the wrappers installed again.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import asyncio
 from collections.abc import Callable
 from typing import cast, final
 
+from sunroom import tracing
 from sunroom.errors import McpServerError
 from sunroom.rpc import schema
 from sunroom.rpc.channel import RpcFailure
@@ -71,7 +73,8 @@ class KernelServing:
         call = cast(CallParams, params)  # schema.call, checked by the channel
         CURRENT_CLOCK.set(self._core.clock)  # this request's own context (a copy): no reset
         try:
-            return await self.registry.invoke(call["name"], call["args"])
+            with tracing.within(self._core.trace_context):  # the call's spans: the cell's
+                return await self.registry.invoke(call["name"], call["args"])
         except Exception as exc:  # the kernel gets it as an error answer, by type name
             raise RpcFailure(rpc_error(exc)) from None
 

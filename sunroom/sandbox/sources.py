@@ -9,13 +9,16 @@ above the kernel, and nothing below imports back up.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from sunroom.sandbox.backend import Backend
 from sunroom.sandbox.functions import HostFunction
 from sunroom.sandbox.launch import Ready
 from sunroom.sandbox.limits import Limits
 from sunroom.sandbox.packages import Packages
+
+if TYPE_CHECKING:
+    from sunroom.tracing import Link
 
 
 class TemplateSource(Protocol):
@@ -53,6 +56,11 @@ class TemplateSource(Protocol):
     @property
     def inputs(self) -> Mapping[str, object]:
         """The inputs bound in its kernels."""
+        ...
+
+    @property
+    def trace_links(self) -> tuple[Link, ...]:
+        """Span links to where its kernel was made (empty: none; :mod:`sunroom.tracing`)."""
         ...
 
     async def fork_ready(self) -> Ready:

@@ -20,6 +20,7 @@ from sunroom.sandbox.toolset import Server, Toolset
 if TYPE_CHECKING:
     from sunroom.network.policy import Network
     from sunroom.network.proxy import Connection
+    from sunroom.tracing import Link
 
 
 @final
@@ -109,6 +110,11 @@ class Kernel:
     def restarts(self) -> int:
         """How many times the kernel was started afresh; see ``AsyncKernel.restarts``."""
         return self._core.restarts
+
+    @property
+    def trace_links(self) -> tuple[Link, ...]:
+        """Span links of the kernel's cells; see ``AsyncKernel.trace_links``."""
+        return self._core.trace_links
 
     @property
     def kernel_info(self) -> dict[str, Any]:

@@ -18,8 +18,9 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any, Final, Self, final
+from typing import TYPE_CHECKING, Any, Final, Self, final
 
+from sunroom import tracing
 from sunroom.errors import ClosedError, KernelStartError, UsageError
 from sunroom.rpc.channel import cut
 from sunroom.sandbox import backends
@@ -30,6 +31,9 @@ from sunroom.sandbox.kernel import AsyncKernel, OutputCallback
 from sunroom.sandbox.launch import Ready
 from sunroom.sandbox.limits import Limits
 from sunroom.sandbox.packages import Packages
+
+if TYPE_CHECKING:
+    from sunroom.tracing import Link
 
 WARM_BACKENDS: Final = ("bwrap",)
 """Backends whose template kernels are forks of the zygote (isolated as tenants)."""
@@ -114,6 +118,10 @@ class Template:
         self._closed = False
         self.restarts = 0
         """How many times the template's kernel was started again after it died."""
+        self.trace_links: tuple[Link, ...] = ()
+        """Span links to the ``sunroom.template`` span of its latest kernel made and set up
+        (the zygote on bwrap, the first kernel started apart elsewhere): every kernel made
+        from the template links its cells to it (:mod:`sunroom.tracing`)."""
 
     async def __aenter__(self) -> Self:
         await self.start()
@@ -142,7 +150,9 @@ class Template:
             elif self._spare is None:
                 if self._closed:
                     raise ClosedError("the template is closed")
-                self._spare = await self._started_apart()
+                with tracing.template_span(warm=False, setup_length=len(self.setup)) as span:
+                    self._spare = await self._started_apart()
+                self.trace_links = tracing.links_to(span)
 
     def _kernel_with_setup(self) -> AsyncKernel:
         return AsyncKernel(
@@ -181,7 +191,9 @@ class Template:
             self.restarts += 1
         zygote = self._kernel_with_setup()
         zygote._core.tenants = self.max_kernels  # noqa: SLF001 - launched as a zygote
-        await self._run_setup(zygote)
+        with tracing.template_span(warm=True, setup_length=len(self.setup)) as span:
+            await self._run_setup(zygote)
+        self.trace_links = tracing.links_to(span)
         tenancy = tenancy_of(zygote.process)
         if tenancy is None:
             await zygote.aclose()

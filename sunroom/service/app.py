@@ -629,7 +629,7 @@ async def _drain_runs(sessions: SessionManager, grace_s: float) -> None:
             return
         await asyncio.sleep(0.05)
     left = len([s for s in sessions.live_sessions() if not s.idle.is_set()])
-    log.warning("drain: %d runs did not end within %.0f s; they stop and resume elsewhere",
+    log.warning("drain: %d runs did not end within %g s; they stop and resume elsewhere",
                 left, grace_s)  # fmt: skip
 
 
