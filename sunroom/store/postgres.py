@@ -604,6 +604,7 @@ class PostgresStore:
                         self.where,
                         self._scrub(exc),
                         delay,
+                        exc_info=True,  # a server's message about a session: no DSN in it
                     )
                 finally:
                     self._listeners.discard(conn)
