@@ -27,6 +27,9 @@ import pytest
 
 from sunroom import AsyncKernel
 from sunroom.errors import SandboxUnavailableError
+from tests.pgserver import postgres_cluster, postgres_db_dsn, postgres_dsn
+
+__all__ = ["postgres_cluster", "postgres_db_dsn", "postgres_dsn"]  # fixtures of tests/pgserver.py
 
 ALL_BACKENDS = ("subprocess", "bwrap", "docker", "jupyter")
 ISOLATED_BACKENDS = ("bwrap", "docker")
@@ -176,10 +179,12 @@ KERNEL_FIXTURES = frozenset(
         "bwrap",
         "make_server",
         "no_process_left",
+        "postgres_cluster",
     }
 )
 """Fixtures that start a kernel, a service or a backend (``no_process_left``: that check the
-processes a test left): a test using one, directly or through another fixture, is ``kernel``."""
+processes a test left; ``postgres_cluster``: a PostgreSQL server, under ``postgres_dsn`` and
+``postgres_db_dsn`` too): a test using one, directly or through another fixture, is ``kernel``."""
 
 KERNEL_TESTS: tuple[str, ...] = (
     # modules (most of their tests start one)

@@ -1,6 +1,7 @@
-"""A separate process for the store's cross-process tests: ``python child.py COMMAND PATH ...``.
+"""A separate process for the store's cross-process tests: ``python child.py COMMAND STORE ...``.
 
-Commands (each opens its own SQLiteStore on PATH, prints ``ready``, then):
+STORE is what ``open_store`` takes: a SQLite file's path or a PostgreSQL DSN. Commands (each
+opens its own store on STORE, prints ``ready``, then):
 
 - ``claim OWNER``: for each session id read from stdin, claim it (lease 60 s) and print
   ``1`` or ``0``; exits at end of input.
@@ -16,7 +17,7 @@ import asyncio
 import sys
 import time
 
-from sunroom.store import NewEvent, SQLiteStore
+from sunroom.store import NewEvent, open_store
 
 
 def say(line: object) -> None:
@@ -24,8 +25,8 @@ def say(line: object) -> None:
     sys.stdout.flush()
 
 
-async def main(command: str, path: str, *args: str) -> None:
-    async with SQLiteStore(path) as store:
+async def main(command: str, spec: str, *args: str) -> None:
+    async with open_store(spec) as store:
         say("ready")
         if command == "claim":
             (owner,) = args

@@ -1,8 +1,10 @@
 """Fixtures for the store suite: a fake clock and store handles over one storage.
 
-The tests are written against the ``EventStore`` protocol: to run them against another
-backend, add it to ``BACKENDS`` and teach ``open_store`` to build it. Tests that need SQLite
-itself (files, processes, migrations) live in ``test_sqlite.py`` and ``test_processes.py``.
+The tests are written against the ``EventStore`` protocol and run on every backend of
+``BACKENDS``: ``sqlite`` (a file in the test's tmp_path) and ``postgres`` (a fresh database of
+the worker's scratch cluster, ``postgres_db_dsn``; those cases are ``kernel`` tests, as they
+start a server). Tests of one backend itself live in ``test_sqlite.py``, ``test_postgres.py``
+and ``test_processes.py``.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import pytest
 
 from sunroom.store import EventStore, NewEvent, SQLiteStore
 
-BACKENDS = ("sqlite",)
+BACKENDS = ("sqlite", "postgres")
 T0 = 1_700_000_000.0
 
 
@@ -41,11 +43,21 @@ def clock() -> FakeClock:
     return FakeClock()
 
 
-@pytest.fixture(params=BACKENDS)
+@pytest.fixture(
+    params=[
+        pytest.param(b, marks=[pytest.mark.kernel] if b == "postgres" else []) for b in BACKENDS
+    ]
+)
 def open_store(request: pytest.FixtureRequest, tmp_path: Path, clock: FakeClock) -> OpenStore:
+    dsn = request.getfixturevalue("postgres_db_dsn") if request.param == "postgres" else ""
+
     def factory(*, clock: Callable[[], float] = clock) -> EventStore:
         if request.param == "sqlite":
             return SQLiteStore(tmp_path / "store.db", clock=clock)
+        if request.param == "postgres":
+            from sunroom.store.postgres import PostgresStore  # psycopg only when asked for
+
+            return PostgresStore(dsn, clock=clock)
         raise AssertionError(request.param)  # pragma: no cover
 
     return factory

@@ -1,4 +1,9 @@
-"""Correctness across real processes: the claim race, and ``kill -9`` at awkward moments."""
+"""Correctness across real processes: the claim race, and ``kill -9`` at awkward moments.
+
+Each test runs on both backends: a SQLite file shared by the processes, or a PostgreSQL
+database of the worker's scratch cluster (the processes connect to it; its server is never
+killed, only the clients).
+"""
 
 from __future__ import annotations
 
@@ -9,10 +14,15 @@ import time
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
-from typing import IO
+from typing import IO, TYPE_CHECKING
 
-from sunroom.store import SQLiteStore
+import pytest
+
+from sunroom.store import open_store
 from tests.store.conftest import FakeClock
+
+if TYPE_CHECKING:
+    from benchmarks._pg import Cluster
 
 CHILD = Path(__file__).with_name("child.py")
 
@@ -51,18 +61,26 @@ def kill9(proc: subprocess.Popen[str]) -> None:
     assert proc.wait() == -signal.SIGKILL
 
 
-async def test_racing_processes_exactly_one_claims(tmp_path: Path) -> None:
+@pytest.fixture(params=["sqlite", "postgres"])
+def spec(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """The store the processes share: a SQLite file, or a fresh PostgreSQL database."""
+    if request.param == "postgres":
+        return str(request.getfixturevalue("postgres_db_dsn"))
+    return str(tmp_path / "s.db")
+
+
+async def test_racing_processes_exactly_one_claims(spec: str) -> None:
     """Three processes race to claim (or take over after a dead owner) 60 sessions."""
-    path = tmp_path / "s.db"
+    path = spec
     past = FakeClock(time.time() - 3600)  # leases it grants have long expired
     rounds = 60
-    async with SQLiteStore(path) as setup, SQLiteStore(path, clock=past) as dead_owner:
+    async with open_store(path) as setup, open_store(path, clock=past) as dead_owner:
         for i in range(rounds):
             await setup.create_session(f"s{i}", config={})
             if i % 2:  # a crashed owner's session, lease expired: the resume race
                 assert await dead_owner.claim(f"s{i}", owner="dead", lease_s=60)
         with ExitStack() as stack:
-            procs = {n: stack.enter_context(child("claim", str(path), n)) for n in "ABC"}
+            procs = {n: stack.enter_context(child("claim", path, n)) for n in "ABC"}
             tally = dict.fromkeys(procs, 0)
             for i in range(rounds):
                 for proc in procs.values():
@@ -78,40 +96,40 @@ async def test_racing_processes_exactly_one_claims(tmp_path: Path) -> None:
             print(f"\nclaim race winners over {rounds} rounds: {tally}")
 
 
-async def test_kill_9_right_after_append_loses_nothing(tmp_path: Path) -> None:
-    path = tmp_path / "s.db"
+async def test_kill_9_right_after_append_loses_nothing(spec: str) -> None:
+    path = spec
     later = FakeClock(time.time() + 3600)  # the killed owner's lease has expired by then
-    async with SQLiteStore(path) as store:
+    async with open_store(path) as store:
         await store.create_session("s1", config={}, owner="child-1", lease_s=60)
     acked = 0
     for round_, acks in enumerate((1, 40, 150)):
-        with child("append", str(path), "s1", "child-1") as proc:
+        with child("append", path, "s1", "child-1") as proc:
             for _ in range(acks):
                 acked = int(readline(proc))
             kill9(proc)  # it kept appending meanwhile: the kill lands anywhere
-        async with SQLiteStore(path) as store:
+        async with open_store(path) as store:
             last = await store.last_seq("s1")
             assert last >= acked, f"round {round_}: acknowledged {acked}, stored {last}"
             events = await store.events("s1")
             assert [e.seq for e in events] == list(range(1, last + 1))
             assert all(e.payload == {"n": e.seq} for e in events)
             assert last % 3 == 0, "appends are atomic: whole batches only"
-    async with SQLiteStore(path, clock=later) as resumer:
+    async with open_store(path, clock=later) as resumer:
         assert await resumer.claim("s1", owner="resumer", lease_s=60)
 
 
-async def test_a_call_cut_short_by_kill_9_is_unfinished_then_unknown(tmp_path: Path) -> None:
-    path = tmp_path / "s.db"
-    async with SQLiteStore(path) as store:
+async def test_a_call_cut_short_by_kill_9_is_unfinished_then_unknown(spec: str) -> None:
+    path = spec
+    async with open_store(path) as store:
         await store.create_session("s1", config={}, owner="child-1", lease_s=60)
         await store.record_call_started(
             "s1", "c0", name="lookup", args={}, side_effect=False, owner="child-1"
         )
         await store.record_call_finished("s1", "c0", outcome="ok", result={}, owner="child-1")
-    with child("call", str(path), "s1", "child-1", "c1") as proc:
+    with child("call", path, "s1", "child-1", "c1") as proc:
         assert readline(proc) == "started"
         kill9(proc)
-    async with SQLiteStore(path, clock=FakeClock(time.time() + 3600)) as store:
+    async with open_store(path, clock=FakeClock(time.time() + 3600)) as store:
         assert await store.claim("s1", owner="resumer", lease_s=60)
         (unfinished,) = await store.unfinished_calls("s1")
         assert unfinished.call_id == "c1" and unfinished.side_effect
@@ -126,13 +144,27 @@ async def test_a_call_cut_short_by_kill_9_is_unfinished_then_unknown(tmp_path: P
         ]
 
 
-def test_processes_opening_a_fresh_file_at_once_all_succeed(tmp_path: Path) -> None:
-    """Creation and migration of a new file are serialised: every opener gets a working store."""
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+def test_processes_opening_a_fresh_store_at_once_all_succeed(
+    request: pytest.FixtureRequest, tmp_path: Path, backend: str
+) -> None:
+    """Creation and migration of a new store are serialised: every opener gets a working store.
+
+    On PostgreSQL the four processes migrate a fresh database at once, under the advisory lock.
+    """
+    cluster: Cluster | None = None
+    if backend == "postgres":
+        cluster = request.getfixturevalue("postgres_cluster")
     for attempt in range(3):
-        path = tmp_path / f"s{attempt}.db"
+        database = None if cluster is None else cluster.create_database()
+        path = (
+            str(tmp_path / f"s{attempt}.db")
+            if cluster is None or database is None
+            else cluster.dsn(database, password=True)
+        )
         procs = [
             subprocess.Popen(
-                [sys.executable, str(CHILD), "claim", str(path), f"o{n}"],
+                [sys.executable, str(CHILD), "claim", path, f"o{n}"],
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 text=True,
@@ -146,5 +178,7 @@ def test_processes_opening_a_fresh_file_at_once_all_succeed(tmp_path: Path) -> N
                 if proc.poll() is None:  # pragma: no cover - only on a timeout
                     proc.kill()
                     proc.wait()
+            if cluster is not None and database is not None:
+                cluster.drop_database(database)
         assert [proc.returncode for proc in procs] == [0] * 4, outputs
         assert outputs == ["ready\n"] * 4
