@@ -353,16 +353,9 @@ class ServiceConfig(pydantic.BaseModel):
 
         A PostgreSQL store needs the ``postgres`` extra (UsageError naming it otherwise).
         """
-        if self.store_url is None:
-            from sunroom.store import SQLiteStore
+        from sunroom.store.open import open_store
 
-            return SQLiteStore(self.db_path)
-        from sunroom.extras import require
-
-        require("postgres", "a PostgreSQL store")
-        from sunroom.store.postgres import PostgresStore
-
-        return PostgresStore(self.store_url)
+        return open_store(self.store_url or str(self.db_path))
 
     def store_label(self) -> str:
         """Where the store is, for a person: the SQLite path, or the URL without its password."""
