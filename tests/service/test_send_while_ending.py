@@ -46,11 +46,13 @@ class Race:
         monkeypatch.setattr(store, "append", self._held_append)
         monkeypatch.setattr(store, "get_session", self._noted_get)
 
-    async def _held_append(self, sid: str, events: Any, *, owner: str) -> int:
+    async def _held_append(
+        self, sid: str, events: Any, *, owner: str, generation: int | None = None
+    ) -> int:
         if any(e.kind == "SessionEnded" for e in events) and not self._gate.is_set():
             self._ended_held.set()
             await self._gate.wait()
-        return await self._append(sid, events, owner=owner)
+        return await self._append(sid, events, owner=owner, generation=generation)
 
     async def _noted_get(self, sid: str) -> Any:
         record = await self._get(sid)
@@ -158,11 +160,13 @@ async def test_a_run_that_ends_while_the_next_one_runs_leaves_the_record_running
     async with SQLiteStore(tmp_path / "s.db") as store:
         real_append = store.append
 
-        async def append(sid: str, events: Any, *, owner: str) -> int:
+        async def append(
+            sid: str, events: Any, *, owner: str, generation: int | None = None
+        ) -> int:
             if any(e.kind == "MessageReceived" for e in events) and not gate.is_set():
                 held.set()
                 await gate.wait()
-            return await real_append(sid, events, owner=owner)
+            return await real_append(sid, events, owner=owner, generation=generation)
 
         monkeypatch.setattr(store, "append", append)
         model = FunctionModel(reply)
@@ -232,8 +236,10 @@ async def test_a_resume_sending_two_messages_keeps_the_record_running(
             store, config=_config(tmp_path), resolve_model=lambda spec, url: model
         )
 
-        async def append(sid: str, events: Any, *, owner: str) -> int:
-            seq = await real_append(sid, events, owner=owner)
+        async def append(
+            sid: str, events: Any, *, owner: str, generation: int | None = None
+        ) -> int:
+            seq = await real_append(sid, events, owner=owner, generation=generation)
             if any(e.kind == "SessionEnded" for e in events):
                 ended_written.set()
             return seq
