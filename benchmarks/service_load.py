@@ -53,6 +53,7 @@ ROOT = Path(__file__).resolve().parents[1]
 # the server imports this module (``--functions benchmarks.service_load:tick``) with the
 # checkout, not benchmarks/, on its path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _pg  # noqa: E402
 from _server import Server, serve  # noqa: E402
 
 
@@ -423,7 +424,11 @@ async def main() -> None:
         "--max-kernel-requests", type=int, default=None, help="the server's admission bound"
     )
     ap.add_argument("--replicas", type=int, default=1, help="servers sharing one store")
-    ap.add_argument("--db", default=None, help="the store: a SQLite path or a postgresql:// URL")
+    ap.add_argument(
+        "--db", default=None,
+        help="the store: a SQLite path, a postgresql:// URL, or 'postgres' for a scratch "
+        "PostgreSQL cluster started here (fsync on)",
+    )  # fmt: skip
     ap.add_argument("--lease-s", type=float, default=5.0, help="the replicas' lease")
     ap.add_argument("--drain-grace-s", type=float, default=0.5, help="the replicas' drain grace")
     ap.add_argument(
@@ -431,7 +436,19 @@ async def main() -> None:
         help="sessions in the hand-over phase (3 replicas or more; 0 skips it)",
     )  # fmt: skip
     args = ap.parse_args()
-    db = args.db or str(Path(tempfile.mkdtemp(prefix="sunroom-bench-")) / "s.db")
+    with contextlib.ExitStack() as scratch:
+        db = args.db or str(Path(tempfile.mkdtemp(prefix="sunroom-bench-")) / "s.db")
+        if args.db == "postgres":
+            bindir = _pg.find_bindir()
+            if bindir is None:
+                raise SystemExit("no PostgreSQL server binaries here (apt-get install postgresql)")
+            pg = scratch.enter_context(_pg.cluster(bindir, fsync=True))
+            db = pg.dsn(pg.create_database("bench"), password=True)
+        await _run(args, db)
+
+
+async def _run(args: argparse.Namespace, db: str) -> None:
+    """Start the replicas on *db*, put the load on them, then (3 or more) the hand-over."""
     token = secrets.token_urlsafe(24)
     script = Path(tempfile.mkdtemp(prefix="sunroom-bench-")) / "script.json"
     turns = [{"code": "import time\ntime.sleep(0.5)"}] * 60
