@@ -282,9 +282,13 @@ async def _load(args: argparse.Namespace, servers: list[Server]) -> None:
         t0 = time.monotonic()
         gate = asyncio.Semaphore(8)
 
+        # --direct: kernel i starts on replica i (a request marked forwarded is served where
+        # it lands) and its client talks to that replica: no forwarding, the baseline
+        local = {"X-Sunroom-Forwarded": "benchmark"} if args.direct else {}
+
         async def create(i: int) -> str:
             async with gate:
-                r = await https[i % len(https)].post("/kernels", json={})
+                r = await https[i % len(https)].post("/kernels", json={}, headers=local)
                 r.raise_for_status()
                 kid: str = r.json()["kernel_id"]
                 return kid
@@ -321,7 +325,7 @@ async def _load(args: argparse.Namespace, servers: list[Server]) -> None:
         await asyncio.gather(
             *(
                 client(
-                    urls[(i + 1) % len(urls)], headers, kid,
+                    urls[(i + (0 if args.direct else 1)) % len(urls)], headers, kid,
                     start + (0.0 if args.lockstep else i / n), args.seconds, stats,
                 )
                 for i, kid in enumerate(kids)
@@ -335,6 +339,8 @@ async def _load(args: argparse.Namespace, servers: list[Server]) -> None:
         health_failed = len(probed) - len(health)
         await asyncio.gather(*(https[0].delete(f"/kernels/{kid}") for kid in kids))
     mode = "lockstep" if args.lockstep else "phased over the second"
+    if len(urls) > 1:
+        mode += ", each to its kernel's replica" if args.direct else ", most forwarded"
     print(f"machine: {platform.machine()}, {os.cpu_count()} cores ({platform.platform()})")
     print(f"clients {args.sessions} x {args.seconds:.0f} s ({mode}): {stats.calls} executes, "
           f"lost {stats.lost}, 5xx {stats.errors_5xx}, "
@@ -430,6 +436,10 @@ async def main() -> None:
         "PostgreSQL cluster started here (fsync on)",
     )  # fmt: skip
     ap.add_argument("--lease-s", type=float, default=5.0, help="the replicas' lease")
+    ap.add_argument(
+        "--direct", action="store_true",
+        help="each client talks to its kernel's replica (no forwarding: the baseline)",
+    )  # fmt: skip
     ap.add_argument("--drain-grace-s", type=float, default=0.5, help="the replicas' drain grace")
     ap.add_argument(
         "--handover", type=int, default=30,
@@ -455,6 +465,7 @@ async def _run(args: argparse.Namespace, db: str) -> None:
     script.write_text(json.dumps({"replies": [*turns, "done"], "delay_s": 0.05}))
     env = {"SUNROOM_TOKEN": token, "SUNROOM_MODEL": f"scripted:{script}"}
     base = ["--backend", args.backend, "--functions", "benchmarks.service_load:tick",
+            "--max-kernels", str(max(128, args.sessions)),
             *(["--max-kernel-requests", str(args.max_kernel_requests)]
               if args.max_kernel_requests else [])]  # fmt: skip
     with contextlib.ExitStack() as stack:

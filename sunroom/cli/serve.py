@@ -59,6 +59,10 @@ def serve(
         int | None,
         typer.Option(help="Live sessions at once (idle ones are released first). [default: 64]"),
     ] = None,
+    max_kernels: Annotated[
+        int | None,
+        typer.Option(help="Raw kernels at once (429 beyond). [default: 128]"),
+    ] = None,
     session_idle_s: Annotated[
         float | None,
         typer.Option(
@@ -160,7 +164,7 @@ def serve(
             kernel_name=kernel_name, sandbox=sandbox,
             model=model_spec(model or os.environ.get("SUNROOM_MODEL")), base_url=base_url,
             functions=fns, lease_s=lease_s, max_kernel_requests=max_kernel_requests,
-            max_sessions=max_sessions, session_idle_s=session_idle_s,
+            max_sessions=max_sessions, max_kernels=max_kernels, session_idle_s=session_idle_s,
             templates=templates or None, mcp_servers=mcp_servers(mcp),
             networks=named_networks(network or []), client_network=client_network or None,
             e2b_pool=e2b_pool, metrics_public=metrics_public or None,

@@ -195,6 +195,7 @@ def create_app(
                 client=service.forward_client,
                 replica_id=service.replica_id,
                 answer_error=_error_answer,
+                unreachable=service.unreachable,
             ),
         ],
         exception_handlers=handlers,
@@ -280,6 +281,11 @@ class _Service:
         """The connection pool to the other replicas (None outside a cluster)."""
         return self._client
 
+    def unreachable(self, url: str) -> None:
+        """A replica could not be reached: routing reads its record again."""
+        if self._cluster is not None:
+            self._cluster.unreachable(url)
+
     def replica_id(self) -> str:
         """The id of this replica (its owner string)."""
         return self._cluster.replica_id if self._cluster is not None else ""
@@ -340,6 +346,12 @@ class _Service:
             stopping = asyncio.get_running_loop().create_task(
                 _shut_down_on(self.closing, self.kernels()), name="sunroom-kernels-shutdown"
             )
+            # a replica drains as soon as it is told to stop, while uvicorn still closes its
+            # connections: its sessions are handed over without waiting for that
+            draining = asyncio.get_running_loop().create_task(
+                _drain_on(self.closing, cluster, self.sessions(), config.drain_grace_s),
+                name="sunroom-drain",
+            )
             try:
                 yield
             finally:
@@ -348,12 +360,14 @@ class _Service:
                 await asyncio.wait([stopping])
                 if not stopping.cancelled() and stopping.exception() is not None:
                     log.error("closing the raw kernels failed", exc_info=stopping.exception())
-                if cluster.enabled:
-                    cluster.drain()
-                    await _drain_runs(self.sessions(), config.drain_grace_s)
+                if not self.closing.is_set():
+                    draining.cancel()
+                await asyncio.wait([draining])
+                if not draining.cancelled() and draining.exception() is not None:
+                    log.error("draining the sessions failed", exc_info=draining.exception())
                 await self.kernels().aclose()
                 await self.sandboxes.aclose()
-                await self.sessions().aclose()
+                await self.sessions().aclose()  # at once unless drained (then a no-op)
                 await cluster.aclose()
                 if follower is not None:
                     follower.cancel()
@@ -525,6 +539,7 @@ class _Service:
         kid = request.path_params["kid"]
         cluster = self._cluster
         if cluster is not None and cluster.enabled:
+            cluster.forget_kernel(kid)
             if not self.kernels().holds(kid) and await self.store().forget_kernel(kid):
                 return JSONResponse({"kernel_id": kid, "deleted": True})  # a lost kernel
             await self.kernels().delete(kid)
@@ -617,6 +632,21 @@ def _follow(store: EventStore, signals: Signals) -> asyncio.Task[None] | None:
     return asyncio.get_running_loop().create_task(
         follower.follow(woken), name="sunroom-follow-appends"
     )
+
+
+async def _drain_on(
+    closing: asyncio.Event, cluster: Cluster, sessions: SessionManager, grace_s: float
+) -> None:
+    """Once *closing* is set, drain a replica: no new work, runs end or are handed over.
+
+    Outside a cluster this does nothing (a lone server stops its runs at once, as before).
+    """
+    await closing.wait()
+    if not cluster.enabled:
+        return
+    cluster.drain()
+    await _drain_runs(sessions, grace_s)
+    await sessions.aclose()  # stops what is left and releases every lease
 
 
 async def _drain_runs(sessions: SessionManager, grace_s: float) -> None:

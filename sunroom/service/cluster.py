@@ -48,6 +48,9 @@ log = logging.getLogger("sunroom.service")
 HEARTBEAT_MAX_S: Final = 1.0
 """The longest time between two heartbeats (shorter when ``lease_s / 3`` is)."""
 
+_REMEMBERED: Final = 100_000
+"""Kernel placements routing remembers (the oldest are forgotten first)."""
+
 
 @final
 class Cluster:
@@ -80,6 +83,10 @@ class Cluster:
         self._rng = rng or random.Random()
         self._task: asyncio.Task[None] | None = None
         self._beat_now = asyncio.Event()
+        # what routing remembers, so a forwarded request costs no store round trip: where each
+        # raw kernel lives (a kernel never moves) and each replica's record, for one heartbeat
+        self._placements: dict[str, str] = {}
+        self._records: dict[str, tuple[float, ReplicaRecord | None]] = {}
 
     @property
     def enabled(self) -> bool:
@@ -160,7 +167,7 @@ class Cluster:
             return None
         if record.status != "running":
             return None
-        holder = await self.store.get_replica(record.owner)
+        holder = await self._replica(record.owner)
         if holder is None or holder.replica_id == self.replica_id:
             return None
         return holder.url
@@ -173,16 +180,46 @@ class Cluster:
         """
         if here or not self.enabled:
             return None
-        placement = await self.store.kernel_placement(kid)
-        if placement is None or placement.replica_id == self.replica_id:
-            return None  # unknown, or closed here: 404
-        holder = await self.store.get_replica(placement.replica_id)
+        home = self._placements.get(kid)
+        if home is None:
+            placement = await self.store.kernel_placement(kid)
+            if placement is None:
+                return None  # unknown: 404
+            home = self._placements[kid] = placement.replica_id
+            if len(self._placements) > _REMEMBERED:
+                self._placements.pop(next(iter(self._placements)))
+        if home == self.replica_id:
+            return None  # closed here: 404
+        holder = await self._replica(home)
         if holder is not None:
             return holder.url
+        if await self.store.kernel_placement(kid) is None:  # deleted before its replica died
+            self._placements.pop(kid, None)
+            return None
         raise KernelLost(
             f"kernel {kid!r} was lost with the server that ran it; its state is gone: "
             "delete it and create a new one"
         )
+
+    def forget_kernel(self, kid: str) -> None:
+        """Drop what routing remembers of kernel *kid* (it was deleted)."""
+        self._placements.pop(kid, None)
+
+    def unreachable(self, url: str) -> None:
+        """A replica at *url* could not be reached: read its record again next time."""
+        for rid, (_, record) in list(self._records.items()):
+            if record is not None and record.url == url:
+                del self._records[rid]
+
+    async def _replica(self, replica_id: str) -> ReplicaRecord | None:
+        """The replica's live record (None when it lapsed), read at most once a heartbeat."""
+        now = asyncio.get_running_loop().time()
+        known = self._records.get(replica_id)
+        if known is not None and now - known[0] < self.heartbeat_s:
+            return known[1]
+        record = await self.store.get_replica(replica_id)
+        self._records[replica_id] = (now, record)
+        return record
 
     async def place(self) -> str | None:
         """Where new work goes: the URL of the replica chosen, or None for this one.

@@ -378,6 +378,7 @@ class ServiceConfig(pydantic.BaseModel):
         ``SUNROOM_READ_TIMEOUT_S``, ``SUNROOM_SESSION_IDLE_S``, ``SUNROOM_MAX_CONNECTIONS``,
         ``SUNROOM_MAX_CONNECTIONS_PER_CLIENT``, ``SUNROOM_E2B_POOL``, ``SUNROOM_METRICS_PUBLIC``
         (``1``/``0``, ``true``/``false``), ``SUNROOM_ADVERTISE_URL``, ``SUNROOM_DRAIN_GRACE_S``,
+        ``SUNROOM_MAX_KERNELS``,
         ``SUNROOM_ALLOWED_BASE_URLS``, ``SUNROOM_ALLOWED_HOSTS`` and ``SUNROOM_FUNCTIONS`` (the
         last three comma-separated).
         Raises UsageError with one line naming each bad setting (never its value: the token is
@@ -392,6 +393,7 @@ class ServiceConfig(pydantic.BaseModel):
             ("db", "SUNROOM_DB"),
             ("advertise_url", "SUNROOM_ADVERTISE_URL"),
             ("drain_grace_s", "SUNROOM_DRAIN_GRACE_S"),
+            ("max_kernels", "SUNROOM_MAX_KERNELS"),
             ("backend", "SUNROOM_BACKEND"),
             ("kernel_name", "SUNROOM_KERNEL_NAME"),
             ("max_file_bytes", "SUNROOM_MAX_FILE_BYTES"),

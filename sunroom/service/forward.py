@@ -111,6 +111,8 @@ class Forwarding:
         replica_id: this replica's id, sent in ``X-Sunroom-Forwarded``.
         answer_error: turns an exception from *route* into the app's JSON error answer
             (status, body, headers).
+        unreachable: told the URL of a replica that could not be reached (the router drops
+            what it remembers of it).
     """
 
     def __init__(
@@ -121,8 +123,10 @@ class Forwarding:
         client: Callable[[], httpx.AsyncClient | None],
         replica_id: Callable[[], str],
         answer_error: Callable[[BaseException], ErrorAnswer],
+        unreachable: Callable[[str], None] = lambda url: None,
     ) -> None:
         self.app = app
+        self._forget = unreachable
         self._route = route
         self._client = client
         self._replica_id = replica_id
@@ -167,8 +171,9 @@ class Forwarding:
         try:
             response = await client.send(request, stream=True)
         except httpx.TransportError as exc:
-            log.warning("forwarding %s %s to %s failed: %s", scope["method"], scope["path"],
-                        url, exc)  # fmt: skip
+            log.warning("forwarding %s %s to %s failed: %s: %s", scope["method"],
+                        scope["path"], url, type(exc).__name__, exc)  # fmt: skip
+            self._forget(url)
             message = (
                 "the server that holds this session or kernel cannot be reached; retry "
                 "shortly (once its lease runs out, another server takes its sessions over)"

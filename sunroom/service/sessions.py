@@ -156,8 +156,11 @@ class SessionManager(SessionResume):
         """Stop every live session and the background tasks.
 
         A stopped session's record stays ``running``: another process (or this one, started
-        again) resumes it once the lease runs out.
+        again) resumes it once the lease runs out (at once: its lease is released).
+        Idempotent: a second call (after a drain closed it) does nothing.
         """
+        if self._closed:
+            return
         self._closed = True
         for task in self._tasks:
             task.cancel()

@@ -62,7 +62,7 @@ from sunroom.store.records import (
     SessionStatus,
     StoredEvent,
 )
-from sunroom.store.validation import count, event_row, fence, positive, text
+from sunroom.store.validation import age, count, event_row, fence, flag, positive, text
 
 if TYPE_CHECKING:
     from sunroom.store.seam import AppendFollower, EventStore
@@ -501,15 +501,11 @@ class PostgresStore:
 
     async def purge(self, *, older_than_s: float, now: float | None = None) -> int:
         """See ``EventStore.purge``."""
-        if isinstance(older_than_s, bool) or not isinstance(older_than_s, int | float):
-            raise UsageError(f"older_than_s must be a number, got {older_than_s!r}")
-        if not older_than_s >= 0 or not math.isfinite(older_than_s):
-            raise UsageError(f"older_than_s must be finite and >= 0, got {older_than_s!r}")
-        age = float(older_than_s)
+        older = age(older_than_s)
         if now is not None:
             positive(now, "now")
         return await self._run(
-            lambda c: pg_queries.purge(c, age, self.clock() if now is None else now)
+            lambda c: pg_queries.purge(c, older, self.clock() if now is None else now)
         )
 
     # --- replicas -----------------------------------------------------------------------------
@@ -527,11 +523,9 @@ class PostgresStore:
         """See ``EventStore.heartbeat``."""
         rid, where = text(replica_id, "replica_id"), text(url, "url")
         n, cap = count(load, "load", minimum=0), count(capacity, "capacity", minimum=0)
-        if not isinstance(draining, bool):
-            raise UsageError(f"draining must be a bool, got {draining!r}")
-        ttl = positive(ttl_s, "ttl_s")
+        drains, ttl = flag(draining, "draining"), positive(ttl_s, "ttl_s")
         return await self._run(
-            lambda c: pg_replicas.heartbeat(c, self.clock, rid, where, n, cap, draining, ttl)
+            lambda c: pg_replicas.heartbeat(c, self.clock, rid, where, n, cap, drains, ttl)
         )
 
     async def replicas(self) -> list[ReplicaRecord]:

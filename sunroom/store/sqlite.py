@@ -11,7 +11,6 @@ for another process's write lock before failing with :class:`StoreError`).
 from __future__ import annotations
 
 import asyncio
-import math
 import os
 import sqlite3
 import time
@@ -37,7 +36,7 @@ from sunroom.store.records import (
     SessionStatus,
     StoredEvent,
 )
-from sunroom.store.validation import count, event_row, fence, positive, text
+from sunroom.store.validation import age, count, event_row, fence, flag, positive, text
 
 if TYPE_CHECKING:
     from sunroom.store.seam import EventStore
@@ -404,15 +403,11 @@ class SQLiteStore:
 
     async def purge(self, *, older_than_s: float, now: float | None = None) -> int:
         """See ``EventStore.purge``."""
-        if isinstance(older_than_s, bool) or not isinstance(older_than_s, int | float):
-            raise UsageError(f"older_than_s must be a number, got {older_than_s!r}")
-        if not older_than_s >= 0 or not math.isfinite(older_than_s):
-            raise UsageError(f"older_than_s must be finite and >= 0, got {older_than_s!r}")
-        age = float(older_than_s)
+        older = age(older_than_s)
         if now is not None:
             positive(now, "now")
         return await self._run(
-            lambda c: queries.purge(c, age, self.clock() if now is None else now)
+            lambda c: queries.purge(c, older, self.clock() if now is None else now)
         )
 
     # --- replicas -----------------------------------------------------------------------------
@@ -430,11 +425,9 @@ class SQLiteStore:
         """See ``EventStore.heartbeat``."""
         rid, where = text(replica_id, "replica_id"), text(url, "url")
         n, cap = count(load, "load", minimum=0), count(capacity, "capacity", minimum=0)
-        if not isinstance(draining, bool):
-            raise UsageError(f"draining must be a bool, got {draining!r}")
-        ttl = positive(ttl_s, "ttl_s")
+        drains, ttl = flag(draining, "draining"), positive(ttl_s, "ttl_s")
         return await self._run(
-            lambda c: replicas.heartbeat(c, self.clock, rid, where, n, cap, draining, ttl)
+            lambda c: replicas.heartbeat(c, self.clock, rid, where, n, cap, drains, ttl)
         )
 
     async def replicas(self) -> list[ReplicaRecord]:

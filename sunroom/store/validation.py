@@ -10,7 +10,7 @@ import math
 from sunroom.errors import UsageError
 from sunroom.store.records import JSONObject, NewEvent
 
-__all__ = ["count", "event_row", "fence", "positive", "text"]
+__all__ = ["age", "count", "event_row", "fence", "flag", "positive", "text"]
 
 
 def text(value: object, label: str) -> str:
@@ -55,3 +55,19 @@ def event_row(event: object) -> tuple[int, str, JSONObject, float]:
 def fence(generation: object) -> int | None:
     """A write's fencing *generation* checked: None, or an int >= 0 (UsageError otherwise)."""
     return None if generation is None else count(generation, "generation", minimum=0)
+
+
+def age(value: object) -> float:
+    """A purge's ``older_than_s``: a finite number >= 0 (UsageError otherwise)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise UsageError(f"older_than_s must be a number, got {value!r}")
+    if not value >= 0 or not math.isfinite(value):
+        raise UsageError(f"older_than_s must be finite and >= 0, got {value!r}")
+    return float(value)
+
+
+def flag(value: object, label: str) -> bool:
+    """*value* if it is a bool (UsageError otherwise)."""
+    if not isinstance(value, bool):
+        raise UsageError(f"{label} must be a bool, got {value!r}")
+    return value
