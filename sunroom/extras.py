@@ -18,7 +18,14 @@ from sunroom.errors import SunroomError, UsageError
 #: named in the error). ``tests/test_extras.py`` holds these against ``pyproject.toml``.
 EXTRAS: Final[Mapping[str, tuple[str, ...]]] = {
     "docker": ("docker",),
-    "service": ("starlette", "uvicorn", "httptools", "python_multipart", "prometheus_client"),
+    "service": (
+        "starlette",
+        "uvicorn",
+        "httptools",
+        "python_multipart",
+        "prometheus_client",
+        "aiohttp",
+    ),
     "jupyter": ("jupyter_client",),
     "notebook": ("nbformat",),
     "mcp": ("mcp",),

@@ -44,6 +44,7 @@ MODULE_OF = {
     "dspy": "dspy",
     "e2b-code-interpreter": "e2b_code_interpreter",
     "prometheus-client": "prometheus_client",
+    "aiohttp": "aiohttp",
     "psycopg": "psycopg",
     "psycopg-pool": "psycopg_pool",
     "opentelemetry-sdk": "opentelemetry.sdk",

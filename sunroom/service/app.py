@@ -58,7 +58,7 @@ import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
-import httpx
+import aiohttp
 import pydantic
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
@@ -221,7 +221,7 @@ class _Service:
         self.closing = asyncio.Event()
         self._store: EventStore | None = None
         self._cluster: Cluster | None = None
-        self._client: httpx.AsyncClient | None = None
+        self._client: aiohttp.ClientSession | None = None
         self._followed = False
         self._sessions: SessionManager | None = None
         self._kernels: KernelManager | None = None
@@ -277,7 +277,7 @@ class _Service:
         cluster = self._cluster
         return self._home if cluster is not None and cluster.enabled else None
 
-    def forward_client(self) -> httpx.AsyncClient | None:
+    def forward_client(self) -> aiohttp.ClientSession | None:
         """The connection pool to the other replicas (None outside a cluster)."""
         return self._client
 
@@ -334,10 +334,12 @@ class _Service:
                 load=lambda: self.sessions().live + self.kernels().live,
             )
             if cluster.enabled:
-                self._client = httpx.AsyncClient(
-                    timeout=httpx.Timeout(connect=2.0, read=None, write=None, pool=30.0),
-                    limits=httpx.Limits(max_connections=512, max_keepalive_connections=64),
-                    follow_redirects=False,
+                # aiohttp: its C parser costs a fraction of httpx's CPU per forwarded request
+                self._client = aiohttp.ClientSession(
+                    connector=aiohttp.TCPConnector(limit=512, limit_per_host=256),
+                    timeout=aiohttp.ClientTimeout(total=None, connect=2.0),
+                    auto_decompress=False,
+                    cookie_jar=aiohttp.DummyCookieJar(),
                 )
             follower = _follow(store, self.sessions().signals)
             self._followed = follower is not None
@@ -373,7 +375,7 @@ class _Service:
                     follower.cancel()
                     await asyncio.wait([follower])
                 if self._client is not None:
-                    await self._client.aclose()
+                    await self._client.close()
                 await templates.aclose()
 
     def health(self) -> dict[str, Any]:

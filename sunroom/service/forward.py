@@ -22,13 +22,15 @@ replica resumes its sessions, and its raw kernels answer ``kernel_lost``.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import re
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Final, Literal, TypeAlias, final
 
-import httpx
+import aiohttp
+from multidict import CIMultiDict
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from sunroom.service.auth import send_json
@@ -53,6 +55,8 @@ _HOP: Final = frozenset(
         b"upgrade",
     }
 )
+_NO_AUTO: Final = frozenset({"User-Agent", "Accept-Encoding", "Content-Type"})
+"""Headers the client library must not add: the request goes on as the client sent it."""
 _SESSION: Final = re.compile(r"^/sessions/(?P<id>[^/]+)(?P<rest>/.*)?$")
 _KERNEL: Final = re.compile(r"^/kernels/(?P<id>[^/]+)(?P<rest>/.*)?$")
 
@@ -120,7 +124,7 @@ class Forwarding:
         app: ASGIApp,
         *,
         route: Callable[[], Router | None],
-        client: Callable[[], httpx.AsyncClient | None],
+        client: Callable[[], aiohttp.ClientSession | None],
         replica_id: Callable[[], str],
         answer_error: Callable[[BaseException], ErrorAnswer],
         unreachable: Callable[[str], None] = lambda url: None,
@@ -155,22 +159,40 @@ class Forwarding:
         await self._forward(client, url, scope, receive, send)
 
     async def _forward(
-        self, client: httpx.AsyncClient, url: str, scope: Scope, receive: Receive, send: Send
+        self, client: aiohttp.ClientSession, url: str, scope: Scope, receive: Receive, send: Send
     ) -> None:
         query = scope.get("query_string", b"")
         target = url.rstrip("/") + scope["path"] + (f"?{query.decode('latin-1')}" if query else "")
-        headers = [
+        headers = CIMultiDict(
             (k.decode("latin-1"), v.decode("latin-1"))
             for k, v in scope["headers"]
-            if k.lower() not in _HOP and k.lower() != b"content-length"
-        ]
-        headers.append((FORWARDED, self._replica_id()))
-        request = client.build_request(
-            scope["method"], target, headers=headers, content=_body(receive)
+            if k.lower() not in _HOP
         )
+        headers[FORWARDED] = self._replica_id()
+        sized = "content-length" in headers
+        body = _body(receive) if sized or scope["method"] not in ("GET", "HEAD") else None
         try:
-            response = await client.send(request, stream=True)
-        except httpx.TransportError as exc:
+            async with client.request(
+                scope["method"],
+                target,
+                headers=headers,
+                data=body,
+                allow_redirects=False,
+                skip_auto_headers=_NO_AUTO,
+            ) as response:
+                await send(
+                    {
+                        "type": "http.response.start",
+                        "status": response.status,
+                        "headers": [
+                            (k, v) for k, v in response.raw_headers if k.lower() not in _HOP
+                        ],
+                    }
+                )
+                async for chunk in response.content.iter_any():
+                    await send({"type": "http.response.body", "body": chunk, "more_body": True})
+                await send({"type": "http.response.body", "body": b"", "more_body": False})
+        except (aiohttp.ClientConnectorError, TimeoutError) as exc:  # it never got the request
             log.warning("forwarding %s %s to %s failed: %s: %s", scope["method"],
                         scope["path"], url, type(exc).__name__, exc)  # fmt: skip
             self._forget(url)
@@ -181,22 +203,16 @@ class Forwarding:
             await send_json(
                 send, 503, error_body("Unreachable", message), headers=[(b"retry-after", b"2")]
             )
-            return
-        try:
-            await send(
-                {
-                    "type": "http.response.start",
-                    "status": response.status_code,
-                    "headers": [(k, v) for k, v in response.headers.raw if k.lower() not in _HOP],
-                }
-            )
-            async for chunk in response.aiter_raw():
-                await send({"type": "http.response.body", "body": chunk, "more_body": True})
-            await send({"type": "http.response.body", "body": b"", "more_body": False})
-        except httpx.TransportError as exc:  # the answer was cut off: so is ours
-            log.warning("the answer forwarded from %s was cut off: %s", url, exc)
-        finally:
-            await response.aclose()
+        except aiohttp.ClientError as exc:  # it failed while answering: so do we
+            log.warning("the answer forwarded from %s failed: %s: %s", url,
+                        type(exc).__name__, exc)  # fmt: skip
+            self._forget(url)
+            with contextlib.suppress(Exception):  # a start already sent: the answer is cut off
+                message = (
+                    "the server that holds this session or kernel failed while answering; the "
+                    "request may have been done"
+                )
+                await send_json(send, 502, error_body("Unreachable", message))
 
 
 async def _body(receive: Receive) -> AsyncIterator[bytes]:

@@ -129,6 +129,13 @@ def test_sigkill_and_sigterm_in_the_middle_of_60_runs(
     )
     answer = drained.client.post(f"/kernels/{kid}/execute", json={"code": "x + 1"}).json()
     assert answer["value"] == "42", answer  # forwarded to the kernel's replica, state kept
+    blob = bytes(range(256)) * 4096  # 1 MiB, streamed through the forwarding replica both ways
+    put = drained.client.put(f"/kernels/{kid}/files/blob.bin", content=blob)
+    assert put.status_code in (200, 201), put.text
+    assert survivor.client.get(f"/kernels/{kid}/files/blob.bin").content == blob
+    chunked = survivor.client.put(f"/kernels/{kid}/files/c.bin", content=iter([b"ab", b"cd"]))
+    assert chunked.status_code in (200, 201), chunked.text  # a chunked upload, forwarded
+    assert drained.client.get(f"/kernels/{kid}/files/c.bin").content == b"abcd"
 
     statuses: collections.Counter[int] = collections.Counter()
     sids: list[str] = []
