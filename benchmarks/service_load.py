@@ -463,7 +463,10 @@ async def _run(args: argparse.Namespace, db: str) -> None:
     script = Path(tempfile.mkdtemp(prefix="sunroom-bench-")) / "script.json"
     turns = [{"code": "import time\ntime.sleep(0.5)"}] * 60
     script.write_text(json.dumps({"replies": [*turns, "done"], "delay_s": 0.05}))
-    env = {"SUNROOM_TOKEN": token, "SUNROOM_MODEL": f"scripted:{script}"}
+    # every client connects from 127.0.0.1: lift the per-address connection cap (256) above them
+    env = {"SUNROOM_TOKEN": token, "SUNROOM_MODEL": f"scripted:{script}",
+           "SUNROOM_MAX_CONNECTIONS_PER_CLIENT": str(max(256, 2 * args.sessions)),
+           "SUNROOM_MAX_CONNECTIONS": str(max(1024, 4 * args.sessions))}  # fmt: skip
     base = ["--backend", args.backend, "--functions", "benchmarks.service_load:tick",
             "--max-kernels", str(max(128, args.sessions)),
             *(["--max-kernel-requests", str(args.max_kernel_requests)]
