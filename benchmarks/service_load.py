@@ -389,6 +389,12 @@ async def _handover(args: argparse.Namespace, servers: list[Server], db: str) ->
                             waits[sid] = event.ts - since
                             break
                 await asyncio.sleep(0.05)
+            for sid in victims:  # say why a session was not resumed
+                if sid not in waits:
+                    record = await store.get_session(sid)
+                    kinds = [e.kind for e in await store.events(sid)][-6:]
+                    print(f"  not resumed: {sid[:8]} status={record and record.status} "
+                          f"owner={record and record.owner} last events {kinds}")  # fmt: skip
             return sorted(waits.values())
 
         killed, drained = servers[0], servers[1]
