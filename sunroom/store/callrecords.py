@@ -14,7 +14,7 @@ from sunroom.errors import StoreConflictError, StoreNotFoundError
 from sunroom.store.queries import Clock, decode, require_owner, transaction
 from sunroom.store.records import CallOutcome, CallRecord
 
-__all__ = ["calls", "finish_call", "get_call", "start_call"]
+__all__ = ["call_from_row", "calls", "finish_call", "get_call", "start_call"]
 
 _CALL: Final = (
     "SELECT session_id, call_id, name, args, side_effect, started_at, started_by, outcome,"
@@ -22,7 +22,8 @@ _CALL: Final = (
 )
 
 
-def _call(row: Sequence[Any]) -> CallRecord:
+def call_from_row(row: Sequence[Any]) -> CallRecord:
+    """A call record from a row of ``_CALL``'s columns (JSON as text; both backends)."""
     return CallRecord(
         session_id=row[0],
         call_id=row[1],
@@ -109,7 +110,7 @@ def get_call(conn: sqlite3.Connection, session_id: str, call_id: str) -> CallRec
     row = conn.execute(
         f"{_CALL} WHERE session_id = ? AND call_id = ?", (session_id, call_id)
     ).fetchone()
-    return None if row is None else _call(row)
+    return None if row is None else call_from_row(row)
 
 
 def _must_get_call(conn: sqlite3.Connection, session_id: str, call_id: str) -> CallRecord:
@@ -125,4 +126,4 @@ def calls(conn: sqlite3.Connection, session_id: str, unfinished: bool) -> list[C
     rows = conn.execute(
         f"{_CALL} WHERE session_id = ?{where} ORDER BY rowid", (session_id,)
     ).fetchall()
-    return [_call(row) for row in rows]
+    return [call_from_row(row) for row in rows]

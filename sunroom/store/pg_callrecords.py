@@ -7,12 +7,12 @@ session's row and checks the caller owns it. A call's uniqueness is also the tab
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any, Final
+from typing import Final
 
 from sunroom.errors import StoreConflictError, StoreNotFoundError
+from sunroom.store.callrecords import call_from_row
 from sunroom.store.pg_queries import Conn, require_owner
-from sunroom.store.queries import Clock, decode
+from sunroom.store.queries import Clock
 from sunroom.store.records import CallOutcome, CallRecord
 
 __all__ = ["calls", "finish_call", "get_call", "start_call"]
@@ -21,21 +21,6 @@ _CALL: Final = (
     "SELECT session_id, call_id, name, args::text, side_effect, started_at, started_by,"
     " outcome, result::text, finished_at FROM calls"
 )
-
-
-def _call(row: Sequence[Any]) -> CallRecord:
-    return CallRecord(
-        session_id=row[0],
-        call_id=row[1],
-        name=row[2],
-        args=decode(row[3]),
-        side_effect=bool(row[4]),
-        started_at=row[5],
-        started_by=row[6],
-        outcome=row[7],
-        result=None if row[8] is None else decode(row[8]),
-        finished_at=row[9],
-    )
 
 
 async def start_call(
@@ -111,7 +96,7 @@ async def get_call(conn: Conn, session_id: str, call_id: str) -> CallRecord | No
         f"{_CALL} WHERE session_id = %s AND call_id = %s", (session_id, call_id)
     )
     row = await cursor.fetchone()
-    return None if row is None else _call(row)
+    return None if row is None else call_from_row(row)
 
 
 async def _must_get_call(conn: Conn, session_id: str, call_id: str) -> CallRecord:
@@ -127,4 +112,4 @@ async def calls(conn: Conn, session_id: str, unfinished: bool) -> list[CallRecor
     cursor = await conn.execute(
         f"{_CALL} WHERE session_id = %s{where} ORDER BY position", (session_id,)
     )
-    return [_call(row) for row in await cursor.fetchall()]
+    return [call_from_row(row) for row in await cursor.fetchall()]

@@ -23,7 +23,12 @@ from psycopg import AsyncConnection
 from psycopg.rows import TupleRow
 
 from sunroom.errors import StoreConflictError, StoreNotFoundError
-from sunroom.store.queries import Clock, EventRow, decode
+from sunroom.store.queries import (
+    Clock,
+    EventRow,
+    decode,
+    session_from_row,
+)
 from sunroom.store.records import SessionRecord, SessionStatus, StoredEvent
 
 __all__ = [
@@ -60,21 +65,6 @@ _SESSION: Final = (
 )
 _LOCK: Final = "SELECT owner, lease_expires_at, generation FROM sessions WHERE id = %s FOR UPDATE"
 _PURGE_BATCH: Final = 20
-
-
-def _session(row: Sequence[Any]) -> SessionRecord:
-    return SessionRecord(
-        session_id=row[0],
-        status=row[1],
-        config=decode(row[2]),
-        result=None if row[3] is None else decode(row[3]),
-        created_at=row[4],
-        updated_at=row[5],
-        finished_at=row[6],
-        owner=row[7],
-        lease_expires_at=row[8],
-        generation=row[9],
-    )
 
 
 async def lock_session(conn: Conn, session_id: str) -> tuple[str | None, float | None, int]:
@@ -169,7 +159,7 @@ async def get_session(conn: Conn, session_id: str) -> SessionRecord | None:
     """The session's record, or None."""
     cursor = await conn.execute(f"{_SESSION} WHERE id = %s", (session_id,))
     row = await cursor.fetchone()
-    return None if row is None else _session(row)
+    return None if row is None else session_from_row(row)
 
 
 async def list_sessions(
@@ -181,7 +171,7 @@ async def list_sessions(
         cursor = await conn.execute(f"{_SESSION}{order}", (limit,))
     else:
         cursor = await conn.execute(f"{_SESSION} WHERE status = %s{order}", (status, limit))
-    return [_session(row) for row in await cursor.fetchall()]
+    return [session_from_row(row) for row in await cursor.fetchall()]
 
 
 async def finish_session(
@@ -236,7 +226,7 @@ async def orphaned_sessions(conn: Conn, clock: Clock, limit: int) -> list[Sessio
         ' ORDER BY created_at, id COLLATE "C" LIMIT %s',
         (clock(), limit),
     )
-    return [_session(row) for row in await cursor.fetchall()]
+    return [session_from_row(row) for row in await cursor.fetchall()]
 
 
 # --- ownership --------------------------------------------------------------------------------

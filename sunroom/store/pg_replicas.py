@@ -7,13 +7,16 @@ placement a conflict). Times come from the store's clock, in Python.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any, Final
+from typing import Final
 
 from sunroom.errors import StoreConflictError
 from sunroom.store.pg_queries import Conn
 from sunroom.store.queries import Clock
 from sunroom.store.records import KernelPlacement, ReplicaRecord
+from sunroom.store.replicas import (
+    kernel_from_row,
+    replica_from_row,
+)
 
 __all__ = [
     "forget_kernel",
@@ -28,22 +31,6 @@ __all__ = [
 
 _REPLICA: Final = "SELECT id, url, load, capacity, draining, heartbeat_at, expires_at FROM replicas"
 _KERNEL: Final = "SELECT id, replica, created_at FROM kernels"
-
-
-def _replica(row: Sequence[Any]) -> ReplicaRecord:
-    return ReplicaRecord(
-        replica_id=row[0],
-        url=row[1],
-        load=row[2],
-        capacity=row[3],
-        draining=row[4],
-        heartbeat_at=row[5],
-        expires_at=row[6],
-    )
-
-
-def _kernel(row: Sequence[Any]) -> KernelPlacement:
-    return KernelPlacement(kernel_id=row[0], replica_id=row[1], created_at=row[2])
 
 
 async def heartbeat(
@@ -81,7 +68,7 @@ async def replicas(conn: Conn, clock: Clock) -> list[ReplicaRecord]:
     cursor = await conn.execute(
         f'{_REPLICA} WHERE expires_at > %s ORDER BY id COLLATE "C"', (clock(),)
     )
-    return [_replica(row) for row in await cursor.fetchall()]
+    return [replica_from_row(row) for row in await cursor.fetchall()]
 
 
 async def get_replica(conn: Conn, clock: Clock, replica_id: str) -> ReplicaRecord | None:
@@ -90,7 +77,7 @@ async def get_replica(conn: Conn, clock: Clock, replica_id: str) -> ReplicaRecor
         f"{_REPLICA} WHERE id = %s AND expires_at > %s", (replica_id, clock())
     )
     row = await cursor.fetchone()
-    return None if row is None else _replica(row)
+    return None if row is None else replica_from_row(row)
 
 
 async def leave(conn: Conn, replica_id: str) -> bool:
@@ -118,7 +105,7 @@ async def kernel_placement(conn: Conn, kernel_id: str) -> KernelPlacement | None
     """Where kernel *kernel_id* lives, or None."""
     cursor = await conn.execute(f"{_KERNEL} WHERE id = %s", (kernel_id,))
     row = await cursor.fetchone()
-    return None if row is None else _kernel(row)
+    return None if row is None else kernel_from_row(row)
 
 
 async def forget_kernel(conn: Conn, kernel_id: str) -> bool:
@@ -132,4 +119,4 @@ async def kernels_of(conn: Conn, replica_id: str) -> list[KernelPlacement]:
     cursor = await conn.execute(
         f'{_KERNEL} WHERE replica = %s ORDER BY created_at, id COLLATE "C"', (replica_id,)
     )
-    return [_kernel(row) for row in await cursor.fetchall()]
+    return [kernel_from_row(row) for row in await cursor.fetchall()]

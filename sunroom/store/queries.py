@@ -23,6 +23,7 @@ from sunroom.store.records import (
 )
 
 __all__ = [
+    "session_from_row",
     "Clock",
     "EventRow",
     "decode",
@@ -83,7 +84,8 @@ def transaction(conn: sqlite3.Connection) -> Iterator[None]:
         raise
 
 
-def _session(row: Sequence[Any]) -> SessionRecord:
+def session_from_row(row: Sequence[Any]) -> SessionRecord:
+    """A run record from a row of ``_SESSION``'s columns (JSON as text; both backends)."""
     return SessionRecord(
         session_id=row[0],
         status=row[1],
@@ -176,7 +178,7 @@ def create_session(
 def get_session(conn: sqlite3.Connection, session_id: str) -> SessionRecord | None:
     """The session's record, or None."""
     row = conn.execute(f"{_SESSION} WHERE id = ?", (session_id,)).fetchone()
-    return None if row is None else _session(row)
+    return None if row is None else session_from_row(row)
 
 
 def list_sessions(
@@ -189,7 +191,7 @@ def list_sessions(
         rows = conn.execute(
             f"{_SESSION} WHERE status = ? ORDER BY created_at DESC, id LIMIT ?", (status, limit)
         ).fetchall()
-    return [_session(row) for row in rows]
+    return [session_from_row(row) for row in rows]
 
 
 def finish_session(
@@ -249,7 +251,7 @@ def orphaned_sessions(conn: sqlite3.Connection, clock: Clock, limit: int) -> lis
         " ORDER BY created_at, id LIMIT ?",
         (clock(), limit),
     ).fetchall()
-    return [_session(row) for row in rows]
+    return [session_from_row(row) for row in rows]
 
 
 # --- ownership --------------------------------------------------------------------------------

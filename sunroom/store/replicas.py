@@ -17,6 +17,8 @@ from sunroom.store.queries import Clock, transaction
 from sunroom.store.records import KernelPlacement, ReplicaRecord
 
 __all__ = [
+    "kernel_from_row",
+    "replica_from_row",
     "forget_kernel",
     "get_replica",
     "heartbeat",
@@ -31,7 +33,8 @@ _REPLICA: Final = "SELECT id, url, load, capacity, draining, heartbeat_at, expir
 _KERNEL: Final = "SELECT id, replica, created_at FROM kernels"
 
 
-def _replica(row: Sequence[Any]) -> ReplicaRecord:
+def replica_from_row(row: Sequence[Any]) -> ReplicaRecord:
+    """A replica record from a row of ``_REPLICA``'s columns (both backends)."""
     return ReplicaRecord(
         replica_id=row[0],
         url=row[1],
@@ -43,7 +46,8 @@ def _replica(row: Sequence[Any]) -> ReplicaRecord:
     )
 
 
-def _kernel(row: Sequence[Any]) -> KernelPlacement:
+def kernel_from_row(row: Sequence[Any]) -> KernelPlacement:
+    """A placement from a row of ``_KERNEL``'s columns (both backends)."""
     return KernelPlacement(kernel_id=row[0], replica_id=row[1], created_at=row[2])
 
 
@@ -81,7 +85,7 @@ def heartbeat(
 def replicas(conn: sqlite3.Connection, clock: Clock) -> list[ReplicaRecord]:
     """The replicas whose heartbeat has not lapsed, by id."""
     rows = conn.execute(f"{_REPLICA} WHERE expires_at > ? ORDER BY id", (clock(),)).fetchall()
-    return [_replica(row) for row in rows]
+    return [replica_from_row(row) for row in rows]
 
 
 def get_replica(conn: sqlite3.Connection, clock: Clock, replica_id: str) -> ReplicaRecord | None:
@@ -89,7 +93,7 @@ def get_replica(conn: sqlite3.Connection, clock: Clock, replica_id: str) -> Repl
     row = conn.execute(
         f"{_REPLICA} WHERE id = ? AND expires_at > ?", (replica_id, clock())
     ).fetchone()
-    return None if row is None else _replica(row)
+    return None if row is None else replica_from_row(row)
 
 
 def leave(conn: sqlite3.Connection, replica_id: str) -> bool:
@@ -116,7 +120,7 @@ def place_kernel(
 def kernel_placement(conn: sqlite3.Connection, kernel_id: str) -> KernelPlacement | None:
     """Where kernel *kernel_id* lives, or None."""
     row = conn.execute(f"{_KERNEL} WHERE id = ?", (kernel_id,)).fetchone()
-    return None if row is None else _kernel(row)
+    return None if row is None else kernel_from_row(row)
 
 
 def forget_kernel(conn: sqlite3.Connection, kernel_id: str) -> bool:
@@ -130,4 +134,4 @@ def kernels_of(conn: sqlite3.Connection, replica_id: str) -> list[KernelPlacemen
     rows = conn.execute(
         f"{_KERNEL} WHERE replica = ? ORDER BY created_at, id", (replica_id,)
     ).fetchall()
-    return [_kernel(row) for row in rows]
+    return [kernel_from_row(row) for row in rows]
