@@ -55,6 +55,7 @@ _HOP: Final = frozenset(
         b"upgrade",
     }
 )
+_FORWARDED: Final = FORWARDED.encode()
 _NO_AUTO: Final = frozenset({"User-Agent", "Accept-Encoding", "Content-Type"})
 """Headers the client library must not add: the request goes on as the client sent it."""
 _SESSION: Final = re.compile(r"^/sessions/(?P<id>[^/]+)(?P<rest>/.*)?$")
@@ -142,9 +143,13 @@ class Forwarding:
             await self.app(scope, receive, send)
             return
         route, client = self._route(), self._client()
-        target = target_of(scope["method"], scope["path"])
-        headers = dict(scope["headers"])
-        if route is None or client is None or target is None or FORWARDED.encode() in headers:
+        target = None if route is None else target_of(scope["method"], scope["path"])
+        if (
+            route is None  # no cluster: every request is served here, at no cost
+            or client is None
+            or target is None
+            or any(name == _FORWARDED for name, _ in scope["headers"])
+        ):
             await self.app(scope, receive, send)
             return
         try:
