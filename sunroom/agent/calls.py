@@ -101,8 +101,10 @@ _NODE: contextvars.ContextVar[NodeSpend | None] = contextvars.ContextVar(
 
 @contextlib.contextmanager
 def spending() -> Iterator[NodeSpend]:
-    """Count every model call made in this context (and tasks it starts) until one starts
-    its own count: a sub-call counts its own reply, a nested session its root-model turns.
+    """Count every model call made in this context, and in the tasks it starts.
+
+    A nested :func:`spending` starts a count of its own: so a sub-call counts its own reply,
+    and a nested session its root-model turns, not its children's.
     """
     node = NodeSpend()
     token = _NODE.set(node)

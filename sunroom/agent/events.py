@@ -445,6 +445,7 @@ def preview(text: str, limit: int = PREVIEW_CHARS) -> str:
     """
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
+
 CONTROL_EVENTS: tuple[type[Event], ...] = (
     TurnEnded,
     SubmitAccepted,

@@ -54,6 +54,7 @@ class TreeLink:
     parent: str | None = None
     depth: int = 1
 
+
 _JSON_NOTE: Final = (
     "\n\nReply with exactly one JSON value that matches the given schema, and nothing else."
 )

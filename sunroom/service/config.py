@@ -183,6 +183,10 @@ class ServiceConfig(pydantic.BaseModel):
             --metrics-public``, ``SUNROOM_METRICS_PUBLIC=1``). Off by default: the metrics
             then need the token like every route but ``/healthz``. They carry counts, route
             templates, host function and model names, never a request's data or a secret.
+        ui: serve the web view at ``/`` (docs/service.md, "The web view"; ``sunroom serve
+            --no-ui`` turns it off: ``/`` and ``/ui/*`` then answer 404 and no cookie is
+            accepted).
+        ui_session_s: how long a web view login lasts (its cookie's lifetime; default 12 h).
     """
 
     model_config = pydantic.ConfigDict(frozen=True, extra="forbid")
@@ -225,6 +229,8 @@ class ServiceConfig(pydantic.BaseModel):
     advertise_url: str | None = pydantic.Field(default=None, pattern=r"^https?://[^/\s]+$")
     drain_grace_s: float = pydantic.Field(default=20.0, ge=0, le=3600, allow_inf_nan=False)
     placement_sample: int = pydantic.Field(default=2, ge=1, le=16)
+    ui: bool = True
+    ui_session_s: float = pydantic.Field(default=43200.0, gt=0, le=30 * 86400, allow_inf_nan=False)
 
     @pydantic.model_validator(mode="before")
     @classmethod

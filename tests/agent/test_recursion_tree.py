@@ -108,9 +108,7 @@ async def test_previews_are_redacted_before_they_are_cut_and_bounded() -> None:
 
     cell = f"echo({long_arg!r}); echo('short')"
     root = ScriptedModel([code(cell), "done"])
-    async with AsyncSession(
-        model=root, backend=FAST, functions=[echo], secrets={"K": secret}
-    ) as s:
+    async with AsyncSession(model=root, backend=FAST, functions=[echo], secrets={"K": secret}) as s:
         events = s.events()
         await s.run("go")
         seen = await collect(events)
