@@ -12,12 +12,26 @@ from collections.abc import Callable, Iterator
 import httpx
 import pytest
 
-from sunroom.providers import AssistantMessage, FunctionModel, Price, Request, ScriptedModel
+from sunroom.providers import (
+    AssistantMessage,
+    FunctionModel,
+    Price,
+    Request,
+    ScriptedModel,
+    UserMessage,
+)
 from sunroom.service.login import COOKIE, CookieSigner, LoginThrottle, same_origin
 from tests.service.conftest import TOKEN, Server, code
 from tests.service.test_routes import sse
 
 CSRF = {"X-Sunroom-CSRF": "1"}
+
+
+def _last_text(request: Request) -> str:
+    """The text of the request's last message (a sub-call's input)."""
+    message = request.messages[-1]
+    assert isinstance(message, UserMessage)
+    return message.text
 
 
 @contextlib.contextmanager
@@ -221,7 +235,7 @@ def _agent(cell: str, price: Price | None = None) -> FunctionModel:
 
     def reply(request: Request) -> str | AssistantMessage:
         if not request.tools:  # a predict sub-call
-            return "leaf:" + request.messages[-1].text
+            return "leaf:" + _last_text(request)
         turns = sum(isinstance(m, AssistantMessage) for m in request.messages)
         return code(cell) if turns == 0 else "done"
 
