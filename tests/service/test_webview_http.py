@@ -240,3 +240,15 @@ def _agent(cell: str, price: Price | None = None) -> FunctionModel:
         return code(cell) if turns == 0 else "done"
 
     return FunctionModel(reply, price=price)
+
+
+def test_the_ui_setting_comes_from_the_environment_and_the_flag(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from sunroom.service import ServiceConfig
+
+    assert ServiceConfig.from_env().ui is True
+    monkeypatch.setenv("SUNROOM_UI", "0")
+    assert ServiceConfig.from_env().ui is False
+    monkeypatch.setenv("SUNROOM_UI", "1")
+    assert ServiceConfig.from_env(ui=False).ui is False  # the flag wins
