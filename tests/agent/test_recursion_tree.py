@@ -12,25 +12,18 @@ from sunroom.providers import (
     Price,
     Request,
     ScriptedModel,
-    UserMessage,
 )
 from tests.agent.conftest import code, collect
+from tests.service.conftest import sub_input
 
 FAST = "subprocess"
 PRICE = Price(input=1, output=2)
 
 
-def _last_text(request: Request) -> str:
-    """The text of the request's last message (a sub-call's input)."""
-    message = request.messages[-1]
-    assert isinstance(message, UserMessage)
-    return message.text
-
-
 async def test_predict_many_over_5_items_is_5_children_of_its_host_call() -> None:
     cell = "print(predict_many('shout', ['a', 'b', 'c', 'd', 'e']))"
     root = ScriptedModel([code(cell), "done"])
-    sub = FunctionModel(lambda r: _last_text(r).upper(), name="leaf", price=PRICE)
+    sub = FunctionModel(lambda r: sub_input(r).upper(), name="leaf", price=PRICE)
     async with AsyncSession(model=root, sub_model=sub, backend=FAST) as s:
         events = s.events()
         result = await s.run("go")
@@ -61,7 +54,7 @@ async def test_predict_many_over_5_items_is_5_children_of_its_host_call() -> Non
 
 async def test_a_failed_item_is_a_node_with_its_error_and_no_output() -> None:
     def leaf(request: Request) -> str:
-        if _last_text(request) == "bad":
+        if sub_input(request) == "bad":
             raise ValueError("no good")
         return "fine"
 
@@ -81,7 +74,7 @@ async def test_nested_sessions_report_their_sub_calls_under_their_node_three_lev
 
     def model(request: Request) -> str | AssistantMessage:
         if not request.tools:  # a leaf sub-call
-            return "leaf:" + _last_text(request)
+            return "leaf:" + sub_input(request)
         turns = sum(isinstance(m, AssistantMessage) for m in request.messages)
         if turns == 0:  # the nested session's first turn
             return code("submit(' '.join(predict_many('leaf', ['p', 'q'])))")

@@ -13,7 +13,15 @@ import pytest
 import uvicorn
 import uvloop
 
-from sunroom.providers import AssistantMessage, Model, ToolCall
+from sunroom.providers import (
+    AssistantMessage,
+    FunctionModel,
+    Model,
+    Price,
+    Request,
+    ToolCall,
+    UserMessage,
+)
 from sunroom.service import ServiceConfig, bind, serve
 
 TOKEN = "test-token-0123456789abcdef"
@@ -21,6 +29,26 @@ TOKEN = "test-token-0123456789abcdef"
 
 def code(text: str, i: int = 0) -> AssistantMessage:
     return AssistantMessage([ToolCall(f"call_{i}", "execute_code", {"code": text})])
+
+
+def sub_input(request: Request) -> str:
+    """The input a ``predict`` sub-call was given (its last message's text)."""
+    message = request.messages[-1]
+    assert isinstance(message, UserMessage)
+    return message.text
+
+
+def agent_model(cells: list[str], price: Price | None = None) -> FunctionModel:
+    """One model for a root and its sub-calls: the root runs *cells*, one per turn, then
+    answers "done"; a sub-call (a request offering no tools) answers ``leaf:<input>``."""
+
+    def reply(request: Request) -> str | AssistantMessage:
+        if not request.tools:
+            return "leaf:" + sub_input(request)
+        turns = sum(isinstance(m, AssistantMessage) for m in request.messages)
+        return code(cells[turns]) if turns < len(cells) else "done"
+
+    return FunctionModel(reply, name="agent", price=price)
 
 
 class Server:

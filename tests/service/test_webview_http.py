@@ -13,25 +13,14 @@ import httpx
 import pytest
 
 from sunroom.providers import (
-    AssistantMessage,
-    FunctionModel,
     Price,
-    Request,
     ScriptedModel,
-    UserMessage,
 )
 from sunroom.service.login import COOKIE, CookieSigner, LoginThrottle, same_origin
-from tests.service.conftest import TOKEN, Server, code
+from tests.service.conftest import TOKEN, Server, agent_model, code
 from tests.service.test_routes import sse
 
 CSRF = {"X-Sunroom-CSRF": "1"}
-
-
-def _last_text(request: Request) -> str:
-    """The text of the request's last message (a sub-call's input)."""
-    message = request.messages[-1]
-    assert isinstance(message, UserMessage)
-    return message.text
 
 
 @contextlib.contextmanager
@@ -171,7 +160,7 @@ def test_the_log_is_what_sse_sends_and_the_list_sums_each_session(
     make_server: Callable[..., Server],
 ) -> None:
     cell = "print(predict_many('up', ['a', 'b', 'c']))"
-    server = make_server(_agent(cell, Price(input=1, output=1)))
+    server = make_server(agent_model([cell], Price(input=1, output=1)))
     sid = server.client.post("/sessions", json={"task": "go"}).json()["session_id"]
     streamed = [e["data"] for e in sse(server, sid) if e["event"] != "end"]
     with _login(server) as browser:
@@ -217,7 +206,7 @@ def test_an_html_output_is_served_alone_in_a_sandbox(make_server: Callable[..., 
 
 
 def test_sub_calls_reach_the_log_as_nodes(make_server: Callable[..., Server]) -> None:
-    server = make_server(_agent("print(predict_many('x', ['a', 'b']))"))
+    server = make_server(agent_model(["print(predict_many('x', ['a', 'b']))"]))
     sid = server.client.post("/sessions", json={"task": "go"}).json()["session_id"]
     data = [e["data"] for e in sse(server, sid)]
     nodes = sorted((d for d in data if d.get("type") == "SubCallEnded"), key=lambda d: d["index"])
@@ -228,18 +217,6 @@ def test_sub_calls_reach_the_log_as_nodes(make_server: Callable[..., Server]) ->
     started = next(d for d in data if d.get("type") == "HostCallStarted")
     assert started["arguments"].startswith('{"instructions": "x", "inputs": ["a", "b"]')
     assert {n["call_id"] for n in nodes} == {started["call_id"]}
-
-
-def _agent(cell: str, price: Price | None = None) -> FunctionModel:
-    """One model for the root (runs *cell*, then answers "done") and its sub-calls."""
-
-    def reply(request: Request) -> str | AssistantMessage:
-        if not request.tools:  # a predict sub-call
-            return "leaf:" + _last_text(request)
-        turns = sum(isinstance(m, AssistantMessage) for m in request.messages)
-        return code(cell) if turns == 0 else "done"
-
-    return FunctionModel(reply, price=price)
 
 
 def test_the_ui_setting_comes_from_the_environment_and_the_flag(

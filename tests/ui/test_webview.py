@@ -17,31 +17,23 @@ from pathlib import Path
 from PIL import Image
 from playwright.sync_api import Page, expect
 
-from sunroom.providers import AssistantMessage, FunctionModel, Price, Request, UserMessage
-from tests.service.conftest import TOKEN, Server, code
+from sunroom.providers import Price
+from tests.service.conftest import TOKEN, Server, agent_model
 from tests.service.test_routes import sse
 from tests.ui.conftest import PageFor
 
 Shot = Callable[[Page, str], Path]
 
 
-def _last_text(request: Request) -> str:
-    """The text of the request's last message (a sub-call's input)."""
-    message = request.messages[-1]
-    assert isinstance(message, UserMessage)
-    return message.text
+def _gate() -> tuple[threading.Event, Callable[[], bool]]:
+    """An event and the host function ``wait_for_host`` that blocks a cell until it is set."""
+    release = threading.Event()
 
+    def wait_for_host() -> bool:
+        """Returns when the test lets the cell go on."""
+        return release.wait(120)
 
-def _agent(cells: list[str], price: Price | None = None) -> FunctionModel:
-    """The root runs *cells* one per turn, then answers "done"; sub-calls answer "leaf:<input>"."""
-
-    def reply(request: Request) -> str | AssistantMessage:
-        if not request.tools:  # a predict sub-call
-            return "leaf:" + _last_text(request)
-        turns = sum(isinstance(m, AssistantMessage) for m in request.messages)
-        return code(cells[turns]) if turns < len(cells) else "done"
-
-    return FunctionModel(reply, name="agent", price=price)
+    return release, wait_for_host
 
 
 def _create(server: Server, **body: object) -> str:
@@ -64,7 +56,7 @@ def _log_seqs(server: Server, sid: str) -> list[int]:
 def test_only_the_login_form_shows_until_the_token_is_given(
     make_server: Callable[..., Server], page_for: PageFor, shot: Shot
 ) -> None:
-    server = make_server(_agent(["print('hello')"]))
+    server = make_server(agent_model(["print('hello')"]))
     sid = _create(server)
     list(sse(server, sid))
     page = page_for(server, login=False)
@@ -88,14 +80,9 @@ def test_only_the_login_form_shows_until_the_token_is_given(
 def test_a_running_cell_streams_its_output_into_the_open_page(
     make_server: Callable[..., Server], page_for: PageFor, shot: Shot
 ) -> None:
-    release = threading.Event()
-
-    def wait_for_host() -> bool:
-        """Returns when the test lets the cell go on."""
-        return release.wait(120)
-
+    release, wait_for_host = _gate()
     cell = "print('first line', flush=True)\nprint('released:', wait_for_host())\nsubmit('ok')"
-    server = make_server(_agent([cell]), functions=[wait_for_host])
+    server = make_server(agent_model([cell]), functions=[wait_for_host])
     page = page_for(server)
     sid = _create(server)
     _open_session(page, sid)
@@ -118,7 +105,7 @@ def test_a_cell_with_an_image_output_shows_the_image(
     Image.new("RGB", (120, 60), (200, 40, 40)).save(buffer, format="PNG")
     png = base64.b64encode(buffer.getvalue()).decode()
     cell = f"display({{'image/png': {png!r}, 'text/plain': 'a red box'}}, raw=True)"
-    server = make_server(_agent([cell]))
+    server = make_server(agent_model([cell]))
     sid = _create(server)
     list(sse(server, sid))
     page = page_for(server)
@@ -134,7 +121,7 @@ def test_predict_many_over_5_items_is_5_children_with_cost(
     make_server: Callable[..., Server], page_for: PageFor, shot: Shot
 ) -> None:
     cell = "print(predict_many('up', ['a', 'b', 'c', 'd', 'e']))"
-    server = make_server(_agent([cell], price=Price(input=3, output=15)))
+    server = make_server(agent_model([cell], price=Price(input=3, output=15)))
     sid = _create(server)
     events = [e["data"] for e in sse(server, sid) if e["event"] != "end"]
     nodes = [e for e in events if e["type"] == "SubCallEnded"]
@@ -169,7 +156,7 @@ def test_a_pending_approval_is_answered_from_the_page(
         return f"deleted {name}"
 
     cell = "print(delete_repo(name='demo'))\nsubmit('finished')"
-    server = make_server(_agent([cell]), functions=[delete_repo])
+    server = make_server(agent_model([cell]), functions=[delete_repo])
     page = page_for(server)
     sid = _create(server, approvals={"delete_*": "ask"}, approval_timeout_s=120)
     _open_session(page, sid)
@@ -188,19 +175,14 @@ def test_a_pending_approval_is_answered_from_the_page(
 def test_a_reload_mid_run_continues_with_no_gap_and_no_duplicate(
     make_server: Callable[..., Server], page_for: PageFor, shot: Shot
 ) -> None:
-    release = threading.Event()
-
-    def wait_for_host() -> bool:
-        """Returns when the test lets the cell go on."""
-        return release.wait(120)
-
+    release, wait_for_host = _gate()
     cell = (
         "for i in range(5):\n    print('before', i, flush=True)\n"
         "wait_for_host()\n"
         "for i in range(5):\n    print('after', i, flush=True)\n"
         "submit('done')"
     )
-    server = make_server(_agent([cell]), functions=[wait_for_host])
+    server = make_server(agent_model([cell]), functions=[wait_for_host])
     page = page_for(server)
     sid = _create(server)
     _open_session(page, sid)
@@ -221,7 +203,7 @@ def test_a_reload_mid_run_continues_with_no_gap_and_no_duplicate(
 def test_no_token_in_any_url_page_or_storage_and_the_cookie_is_locked(
     make_server: Callable[..., Server], page_for: PageFor
 ) -> None:
-    server = make_server(_agent(["print('x')"]))
+    server = make_server(agent_model(["print('x')"]))
     sid = _create(server)
     list(sse(server, sid))
     page = page_for(server, login=False)
@@ -266,7 +248,7 @@ def test_an_html_output_with_a_script_cannot_reach_the_page_cookie_or_api(
     make_server: Callable[..., Server], page_for: PageFor, shot: Shot
 ) -> None:
     cell = f"display({{'text/html': {PROBE!r}}}, raw=True)"
-    server = make_server(_agent([cell]))
+    server = make_server(agent_model([cell]))
     sid = _create(server)
     list(sse(server, sid))
     page = page_for(server)
@@ -293,7 +275,7 @@ def test_a_cross_site_form_post_is_refused(
     401. From ``127.0.0.1`` on another port (the same site, another origin) it does, and the
     missing CSRF header and the foreign Origin refuse it: 403. Either way nothing is created.
     """
-    server = make_server(_agent(["print('x')"]))
+    server = make_server(agent_model(["print('x')"]))
     page = page_for(server)  # logged in: the browser holds the cookie
     before = len(server.client.get("/sessions").json()["sessions"])
     target = f"{server.url}/sessions"
