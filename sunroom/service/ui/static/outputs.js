@@ -35,7 +35,6 @@ export function renderOutput(item, sid, seq, index) {
       testid: "output-html-frame",
       sandbox: "allow-scripts",
       referrerpolicy: "no-referrer",
-      loading: "lazy",
       title: "HTML output",
       src: `/ui/frame/${encodeURIComponent(sid)}/${seq}/${index}`,
     });

@@ -69,6 +69,7 @@ export class SessionView {
     this.seenOrder = [];
     this.selectedBranch = null;
     this.destroyed = false;
+    this.restartOnEnd = false;
     this.follower = new Follower(sid, {
       onEvent: (ev) => this.onLive(ev),
       onEnd: () => this.onEnd(),
@@ -123,7 +124,13 @@ export class SessionView {
   }
 
   async onEnd() {
-    this.setStream("idle");
+    if (this.restartOnEnd && !this.destroyed) {
+      this.restartOnEnd = false;
+      this.follower.start(this.model.lastSeq);
+      this.setStream("live");
+    } else {
+      this.setStream("idle");
+    }
     try {
       const record = await api.session(this.sid);
       if (!this.destroyed) { this.setRecord(record); this.schedule(); }
@@ -176,7 +183,9 @@ export class SessionView {
       try {
         await api.message(this.sid, value);
         text.value = "";
-        if (!this.follower.open) { this.follower.start(this.model.lastSeq); this.setStream("live"); }
+        // a stream still open may be about to end (the previous run): follow again after it
+        if (this.follower.open) this.restartOnEnd = true;
+        else { this.follower.start(this.model.lastSeq); this.setStream("live"); }
       } catch (ex) {
         err.textContent = ex.message;
       } finally {
