@@ -4,7 +4,7 @@
 import { h, clear } from "/ui/static/dom.js";
 import { dur, micro } from "/ui/static/format.js";
 
-const LANE_PX = 2;
+const LANE_PX = 3;
 const MAX_LANES = 60;
 
 export class TimelineView {
@@ -53,7 +53,20 @@ export class TimelineView {
   }
 
   canvas(items, t0, span) {
-    const lanes = Math.min(items.length, MAX_LANES);
+    // pack items into lanes by start time (an item takes the first lane free by then), so the
+    // picture shows how many ran at once; past MAX_LANES the earliest-free lane is shared
+    items.sort((a, b) => a.start - b.start);
+    const laneEnd = [];
+    for (const it of items) {
+      let lane = laneEnd.findIndex((end) => end <= it.start);
+      if (lane === -1) {
+        if (laneEnd.length < MAX_LANES) lane = laneEnd.length;
+        else lane = laneEnd.indexOf(Math.min(...laneEnd));
+      }
+      laneEnd[lane] = it.end;
+      it.lane = lane;
+    }
+    const lanes = Math.max(1, laneEnd.length);
     const cv = h("canvas", { class: "tl-items", testid: "timeline-items", title: `${items.length} sub-calls` });
     const cssH = lanes * LANE_PX + 2;
     cv.style.height = `${cssH}px`;
@@ -68,7 +81,7 @@ export class TimelineView {
       const ok = style.getPropertyValue("--bar-ok").trim() || "#4a8";
       const bad = style.getPropertyValue("--bar-bad").trim() || "#c44";
       for (const it of items) {
-        const lane = (it.index ?? 0) % lanes;
+        const lane = it.lane;
         const x = ((it.start - t0) / span) * w;
         const bw = Math.max(1, ((it.end - it.start) / span) * w);
         g.fillStyle = it.error ? bad : ok;
@@ -82,7 +95,7 @@ export class TimelineView {
       const lane = Math.floor((e.clientY - r.top - 1) / LANE_PX);
       let best = null;
       for (const it of items) {
-        if ((it.index ?? 0) % lanes !== lane) continue;
+        if (it.lane !== lane) continue;
         if (t >= it.start && t <= it.end) { best = it; break; }
       }
       cv.title = best
