@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Install the system packages the isolated backends need (bubblewrap, libseccomp), PostgreSQL's
-# server binaries (the PostgreSQL store's tests start throwaway clusters of their own) and, through
+# server binaries (the PostgreSQL store's tests start throwaway clusters of their own), Chromium
+# (the web view's browser tests drive it through Playwright; no browser download) and, through
 # scripts/docker-setup.sh, Docker with a running daemon and the offline kernel image.
 # Needs root and apt-get; elsewhere it says what is missing and leaves the machine alone.
 # SUNROOM_SETUP_DOCKER=0 skips Docker.
@@ -12,6 +13,7 @@ ldconfig -p 2>/dev/null | grep -q 'libseccomp.so.2' || need+=(libseccomp2)
 # the server binaries live in /usr/lib/postgresql/N/bin (Debian), not on PATH
 compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null || command -v initdb >/dev/null 2>&1 \
   || need+=(postgresql)
+[ -x /usr/bin/chromium ] || command -v chromium >/dev/null 2>&1 || need+=(chromium)
 if [ "${#need[@]}" -gt 0 ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
     echo "system-setup: installing ${need[*]}"

@@ -11,18 +11,20 @@ from __future__ import annotations
 
 import asyncio
 import builtins
+import contextlib
 import contextvars
 import dataclasses
 import functools
 import itertools
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Protocol, TypeVar, final
 
 from sunroom import tracing
 from sunroom.agent import events as ev
 from sunroom.agent.budget import BudgetTracker
 from sunroom.agent.hooks import Hooks, ask
+from sunroom.agent.previews import json_preview
 from sunroom.agent.trace_content import request_content, response_content
 from sunroom.errors import BudgetExceededError
 from sunroom.providers import Model, Request, Response
@@ -31,11 +33,13 @@ from sunroom.sandbox.functions import HostFunction
 __all__ = [
     "CURRENT_CALL",
     "ModelGate",
+    "NodeSpend",
     "Publish",
     "Redact",
     "RedactValue",
     "complete_traced",
     "instrument",
+    "spending",
 ]
 
 T = TypeVar("T")
@@ -64,6 +68,50 @@ CURRENT_CALL: contextvars.ContextVar[int] = contextvars.ContextVar("sunroom_call
 _COSTS: contextvars.ContextVar[list[int | None] | None] = contextvars.ContextVar(
     "sunroom_costs", default=None
 )
+
+
+@final
+class NodeSpend:
+    """What the model calls of one recursion-tree node spent (see :func:`spending`).
+
+    ``cost_micro_usd`` is None once any call's price was unknown.
+    """
+
+    __slots__ = ("cost_micro_usd", "input_tokens", "output_tokens")
+
+    def __init__(self) -> None:
+        self.input_tokens = 0
+        self.output_tokens = 0
+        self.cost_micro_usd: int | None = 0
+
+    def add(self, response: Response) -> None:
+        """Count one reply."""
+        self.input_tokens += response.usage.input_tokens
+        self.output_tokens += response.usage.output_tokens
+        if self.cost_micro_usd is not None and response.cost_micro_usd is not None:
+            self.cost_micro_usd += response.cost_micro_usd
+        else:
+            self.cost_micro_usd = None
+
+
+_NODE: contextvars.ContextVar[NodeSpend | None] = contextvars.ContextVar(
+    "sunroom_node", default=None
+)
+
+
+@contextlib.contextmanager
+def spending() -> Iterator[NodeSpend]:
+    """Count every model call made in this context, and in the tasks it starts.
+
+    A nested :func:`spending` starts a count of its own: so a sub-call counts its own reply,
+    and a nested session its root-model turns, not its children's.
+    """
+    node = NodeSpend()
+    token = _NODE.set(node)
+    try:
+        yield node
+    finally:
+        _NODE.reset(token)
 
 
 @final
@@ -107,6 +155,9 @@ class ModelGate:
         costs = _COSTS.get()
         if costs is not None:
             costs.append(response.cost_micro_usd)
+        node = _NODE.get()
+        if node is not None:
+            node.add(response)
         self._publish(
             ev.UsageUpdated,
             usage=spend.usage,
@@ -189,12 +240,14 @@ def instrument(
             reason = redact(veto.reason)
             publish(ev.Vetoed, what=name, reason=reason)
             raise PermissionError(f"{name}() was vetoed: {reason}")
-        publish(ev.HostCallStarted, call_id=call_id, name=name)
+        arguments = ev.preview(redact(json_preview(kwargs)))
+        publish(ev.HostCallStarted, call_id=call_id, name=name, arguments=arguments)
         costs: list[int | None] = []
         token_call = CURRENT_CALL.set(call_id)
         token_costs = _COSTS.set(costs)
         started = time.perf_counter()
         error: str | None = None
+        shown: str | None = None
         try:
             with tracing.tool_span(name=name, call_id=call_id):  # current: predict's chats
                 if is_async:
@@ -203,7 +256,9 @@ def instrument(
                     loop = asyncio.get_running_loop()
                     ctx = contextvars.copy_context()
                     result = await loop.run_in_executor(None, lambda: ctx.run(fn, **kwargs))
-            return result if redact_value is None else redact_value(result)
+            clean_result = result if redact_value is None else redact_value(result)
+            shown = ev.preview(redact(json_preview(clean_result)))
+            return clean_result
         except Exception as exc:
             clean = _redacted_exception(exc, redact)
             error = f"{type(exc).__name__}: {clean}"
@@ -221,6 +276,7 @@ def instrument(
                 duration_s=time.perf_counter() - started,
                 cost_micro_usd=cost,
                 error=error,
+                result=shown,
             )
 
     return dataclasses.replace(hf, fn=wrapper)

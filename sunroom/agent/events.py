@@ -41,9 +41,12 @@ __all__ = [
     "HostCallStarted",
     "NetworkConnection",
     "OutputChunk",
+    "PREVIEW_CHARS",
+    "preview",
     "PredictProgress",
     "SessionEnded",
     "SessionError",
+    "SubCallEnded",
     "SubmitAccepted",
     "SubmitRejected",
     "Thinking",
@@ -146,10 +149,15 @@ class ExecutionFinished(_Base):
 @final
 @dataclass(frozen=True, slots=True, kw_only=True)
 class HostCallStarted(_Base):
-    """Code in the kernel called a host function (``call_id`` pairs it with its finish)."""
+    """Code in the kernel called a host function (``call_id`` pairs it with its finish).
+
+    ``arguments`` is a preview of the validated arguments as JSON: redacted, then cut to
+    :data:`PREVIEW_CHARS` characters (ending in ``…`` when cut).
+    """
 
     call_id: int
     name: str
+    arguments: str = ""
 
 
 @final
@@ -158,7 +166,9 @@ class HostCallFinished(_Base):
     """A host function returned or raised.
 
     ``cost_micro_usd`` is the model cost it incurred (``predict``), 0 for plain functions and
-    None when a price is unknown; ``error`` is the redacted error text, or None.
+    None when a price is unknown; ``error`` is the redacted error text, or None; ``result`` a
+    preview of what it returned, as JSON (redacted, cut like ``arguments``), or None when it
+    raised.
     """
 
     call_id: int
@@ -166,6 +176,7 @@ class HostCallFinished(_Base):
     duration_s: float
     cost_micro_usd: int | None
     error: str | None
+    result: str | None = None
 
 
 @final
@@ -198,6 +209,41 @@ class PredictProgress(_Base):
     done: int
     total: int
     failed: int
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SubCallEnded(_Base):
+    """One sub-model call of ``predict``/``predict_many`` ended: a node of the recursion tree.
+
+    ``node`` names it within the session (``"<call_id>.<index>"``: the host call that made it
+    and the item's position, 0 for ``predict``). ``parent`` is None for a call made by the
+    session's own kernel; for a call made inside a nested session (``recursive=True``) it is
+    the node that runs that session, so the log holds the whole tree, however deep; ``depth``
+    is 1 for the session's own sub-calls. ``input_tokens``, ``output_tokens`` and
+    ``cost_micro_usd`` (None: a price is unknown) are the node's own model calls: for a
+    recursive node, its nested session's root-model turns, not its children's (sum them up the
+    tree). ``input`` and ``output`` are previews (redacted, cut to :data:`PREVIEW_CHARS`
+    characters); ``output`` is empty when ``error`` (redacted) says why it failed. It started
+    ``duration_s`` before ``ts``. A nested session publishes these to its root session's
+    events.
+    """
+
+    node: str
+    parent: str | None
+    call_id: int
+    index: int
+    name: str
+    depth: int
+    recursive: bool
+    model: str
+    duration_s: float
+    input_tokens: int
+    output_tokens: int
+    cost_micro_usd: int | None
+    error: str | None
+    input: str
+    output: str
 
 
 @final
@@ -368,6 +414,7 @@ Event: TypeAlias = (
     | HostCallFinished
     | NetworkConnection
     | PredictProgress
+    | SubCallEnded
     | SubmitAccepted
     | SubmitRejected
     | Vetoed
@@ -385,6 +432,19 @@ Event: TypeAlias = (
     | BranchChosen
 )
 """Every event a session publishes (a closed union)."""
+
+PREVIEW_CHARS = 2000
+"""The most characters of a preview in an event (host-call arguments and results, sub-call
+input and output); a cut preview ends in ``…``."""
+
+
+def preview(text: str, limit: int = PREVIEW_CHARS) -> str:
+    """*text* cut to *limit* characters, the last one ``…`` when it was cut.
+
+    Redact before cutting: a secret cut in half would no longer be recognised.
+    """
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
 
 CONTROL_EVENTS: tuple[type[Event], ...] = (
     TurnEnded,

@@ -15,24 +15,45 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
 from typing import Any, Final, TypeVar, final
 
 from sunroom.agent import events as ev
-from sunroom.agent.calls import CURRENT_CALL, ModelGate, Publish, Redact
+from sunroom.agent.calls import CURRENT_CALL, ModelGate, Publish, Redact, spending
+from sunroom.agent.previews import json_preview
 from sunroom.agent.schema import JsonSchema, OutputCheck, parse_json_reply, structured
 from sunroom.agent.shim import ERROR_MARKER
 from sunroom.errors import BudgetExceededError, UsageError
 from sunroom.providers import Model, OutputSchema, Request, SystemMessage, UserMessage
 from sunroom.sandbox.functions import HostFunction, host_function
 
-__all__ = ["Nested", "Predictor", "render_input"]
+__all__ = ["Nested", "Predictor", "TreeLink", "render_input"]
 
 T = TypeVar("T")
 
-Nested = Callable[[str, object, JsonSchema | None], Awaitable[object]]
-"""``nested(instructions, input, output) -> value``: runs a sub-session (recursion); *output*
-is a :class:`~sunroom.agent.schema.JsonSchema` or None."""
+Nested = Callable[[str, object, JsonSchema | None, "TreeLink"], Awaitable[object]]
+"""``nested(instructions, input, output, tree) -> value``: runs a sub-session (recursion);
+*output* is a :class:`~sunroom.agent.schema.JsonSchema` or None, *tree* where the sub-session's
+own sub-calls go in the recursion tree."""
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class TreeLink:
+    """Where a session's sub-calls are reported: its root session's recursion tree.
+
+    Attributes:
+        publish: the root session's publisher (``SubCallEnded`` events go to its log).
+        parent: the node that runs this session (None: this is the root session).
+        depth: the depth of this session's sub-calls (1 for the root session's).
+    """
+
+    publish: Publish
+    parent: str | None = None
+    depth: int = 1
+
 
 _JSON_NOTE: Final = (
     "\n\nReply with exactly one JSON value that matches the given schema, and nothing else."
@@ -61,6 +82,8 @@ class Predictor:
         redact: the session's redactor.
         concurrency: most ``predict_many`` items in flight at once.
         nested: runs a recursive sub-session, or None when recursion is not allowed here.
+        tree: where each sub-call is reported as a ``SubCallEnded`` event (default: *publish*,
+            as the root of the tree).
     """
 
     def __init__(
@@ -72,6 +95,7 @@ class Predictor:
         redact: Redact,
         concurrency: int = 8,
         nested: Nested | None = None,
+        tree: TreeLink | None = None,
     ) -> None:
         if concurrency <= 0:
             raise UsageError("predict concurrency must be positive")
@@ -81,6 +105,7 @@ class Predictor:
         self._redact = redact
         self._concurrency = concurrency
         self._nested = nested
+        self._tree = tree or TreeLink(publish)
 
     def functions(self) -> list[HostFunction]:
         """The two host functions, ready for a kernel."""
@@ -102,7 +127,7 @@ class Predictor:
         Raises ValueError for an invalid schema or a reply that does not match it.
         """
         check = _schema(output)
-        return await self._one(instructions, input, check, recursive=recursive)
+        return await self._one(instructions, input, check, recursive=recursive, index=0)
 
     async def predict_many(  # type: ignore[explicit-any]  # a wire contract (kernel code, schema)
         self,
@@ -123,10 +148,12 @@ class Predictor:
         gate = asyncio.Semaphore(self._concurrency)
         counts = {"done": 0, "failed": 0}
 
-        async def item(value: object) -> object:
+        async def item(index: int, value: object) -> object:
             async with gate:
                 try:
-                    return await self._one(instructions, value, check, recursive=recursive)
+                    return await self._one(
+                        instructions, value, check, recursive=recursive, index=index, many=True
+                    )
                 except Exception as exc:
                     counts["failed"] += 1
                     message = self._redact(str(exc))
@@ -141,7 +168,7 @@ class Predictor:
                         failed=counts["failed"],
                     )
 
-        results = await asyncio.gather(*(item(v) for v in inputs))
+        results = await asyncio.gather(*(item(i, v) for i, v in enumerate(inputs)))
         for row in results:
             failure = row.get(ERROR_MARKER) if isinstance(row, dict) else None
             if failure is not None and failure["type"] == BudgetExceededError.__name__:
@@ -149,15 +176,71 @@ class Predictor:
         return results
 
     async def _one(
-        self, instructions: str, value: object, check: JsonSchema | None, *, recursive: bool
+        self,
+        instructions: str,
+        value: object,
+        check: JsonSchema | None,
+        *,
+        recursive: bool,
+        index: int,
+        many: bool = False,
     ) -> object:
-        if recursive:
-            if self._nested is None:
-                raise RecursionError(
-                    "predict(recursive=True): the session's max_depth allows no deeper session"
+        """One sub-call, reported as a ``SubCallEnded`` node of the recursion tree."""
+        tree = self._tree
+        call_id = CURRENT_CALL.get()
+        node = f"{call_id}.{index}"
+        started = time.perf_counter()
+        shown_input = ""
+        shown_output = ""
+        error: str | None = None
+        with spending() as spend:
+            try:
+                if recursive:
+                    shown_input = ev.preview(self._redact(render_input(value)))
+                    if self._nested is None:
+                        raise RecursionError(
+                            "predict(recursive=True): the session's max_depth allows no "
+                            "deeper session"
+                        )
+                    link = TreeLink(tree.publish, parent=node, depth=tree.depth + 1)
+                    result = await self._nested(instructions, value, check, link)
+                    answer = result if check is None else _validated(check, result)
+                else:
+                    user_text = self._redact(render_input(value))
+                    shown_input = ev.preview(user_text)
+                    answer = await self._complete(instructions, user_text, check)
+                shown_output = ev.preview(self._redact(json_preview(answer)))
+                return answer
+            except asyncio.CancelledError:
+                error = "cancelled"
+                raise
+            except Exception as exc:
+                error = ev.preview(self._redact(f"{type(exc).__name__}: {exc}"))
+                raise
+            finally:
+                tree.publish(
+                    ev.SubCallEnded,
+                    node=node,
+                    parent=tree.parent,
+                    call_id=call_id,
+                    index=index,
+                    name="predict_many" if many else "predict",
+                    depth=tree.depth,
+                    recursive=recursive,
+                    model=self._model.name,
+                    duration_s=time.perf_counter() - started,
+                    input_tokens=spend.input_tokens,
+                    output_tokens=spend.output_tokens,
+                    cost_micro_usd=spend.cost_micro_usd,
+                    error=error,
+                    input=shown_input,
+                    output=shown_output,
                 )
-            result = await self._nested(instructions, value, check)
-            return result if check is None else _validated(check, result)
+
+    async def _complete(
+        self, instructions: str, user_text: str, check: JsonSchema | None
+    ) -> object:
+        """Ask the sub-model once (*user_text* already redacted); its checked answer."""
         schema: OutputSchema | None = None
         wrapped = False
         system = instructions
@@ -166,10 +249,7 @@ class Predictor:
             schema = OutputSchema(json_schema, name=_schema_name(check))
             system += _JSON_NOTE
         request = Request(
-            [
-                SystemMessage(self._redact(system)),
-                UserMessage(self._redact(render_input(value))),
-            ],
+            [SystemMessage(self._redact(system)), UserMessage(user_text)],
             output_schema=schema,
         )
         response = await self._gate.complete(self._model, request, sub_call=True)

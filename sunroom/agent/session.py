@@ -39,7 +39,7 @@ from sunroom.agent.hooks import Hooks
 from sunroom.agent.live import LiveOutput
 from sunroom.agent.loop import Loop, LoopConfig
 from sunroom.agent.options import Functions, Inputs, OutputSpec, SessionOptions
-from sunroom.agent.predict import Predictor
+from sunroom.agent.predict import Predictor, TreeLink
 from sunroom.agent.presets import Preset, bind_inputs
 from sunroom.agent.prompts import describe_functions, system_prompt_for
 from sunroom.agent.redaction import Secrets
@@ -88,6 +88,8 @@ class _Links:
     approval_publish: Publish | None = None
     branch: str | None = None
     parent_id: str | None = None
+    tree: TreeLink | None = None
+    """Where a nested session's sub-calls go: its root's recursion tree (None: its own)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -362,6 +364,7 @@ class AsyncSession:
             redact=wiring.redact,
             concurrency=o.predict_concurrency,
             nested=self._nested if links.depth + 1 < o.max_depth else None,
+            tree=links.tree,
         )
         parts = _Parts(
             options=dataclasses.replace(o, secrets=secrets),
@@ -795,7 +798,9 @@ class AsyncSession:
 
     # -- nested sessions -------------------------------------------------------------------
 
-    async def _nested(self, instructions: str, value: object, output: OutputSpec) -> object:
+    async def _nested(
+        self, instructions: str, value: object, output: OutputSpec, tree: TreeLink
+    ) -> object:
         """Run a nested ``rlm`` session on *value* (``predict(recursive=True)``); its output.
 
         It runs on the sub-model, one level deeper, with this session's budget tracker,
@@ -831,6 +836,7 @@ class AsyncSession:
                 depth=p.depth + 1,
                 broker=p.approvals,
                 approval_publish=p.wiring.approval_publish,
+                tree=tree,
             ),
         )
         async with sub:

@@ -134,6 +134,13 @@ def serve(
             help="Serve GET /metrics (Prometheus) without the bearer token (docs/observability.md)."
         ),
     ] = False,
+    ui: Annotated[
+        bool,
+        typer.Option(
+            "--ui/--no-ui",
+            help="Serve the web view at / (log in with the token; docs/service.md). [default: on]",
+        ),
+    ] = True,
     otlp_endpoint: Annotated[
         str | None,
         typer.Option(
@@ -167,7 +174,7 @@ def serve(
             max_sessions=max_sessions, max_kernels=max_kernels, session_idle_s=session_idle_s,
             templates=templates or None, mcp_servers=mcp_servers(mcp),
             networks=named_networks(network or []), client_network=client_network or None,
-            e2b_pool=e2b_pool, metrics_public=metrics_public or None,
+            e2b_pool=e2b_pool, metrics_public=metrics_public or None, ui=None if ui else False,
             advertise_url=advertise_url, drain_grace_s=drain_grace_s,
         )  # fmt: skip
         _check_service(base)
@@ -187,6 +194,8 @@ def serve(
     else:
         typer.echo(f"token: {config.token}")
     typer.echo(f"store: {config.store_label()}")
+    if config.ui:
+        typer.echo(f"web view: http://{shown}:{bound_port}/ (log in with the token)")
     sys.stdout.flush()
     logging.basicConfig(  # the service's errors, with their tracebacks, on stderr
         level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s"

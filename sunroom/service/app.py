@@ -32,6 +32,8 @@ Routes (all but ``/healthz`` and ``/readyz`` need ``Authorization: Bearer <token
 - ``DELETE /kernels/{id}``: kill it → 200
 - ``PUT|GET|DELETE /kernels/{id}/files/{path}``, ``GET /kernels/{id}/files?glob=``, and the same
   under ``/sessions/{id}``: the kernel's workdir (:mod:`sunroom.service.files`)
+- ``GET /`` and ``/ui/*``: the web view (:mod:`sunroom.service.webview`; off with ``ui=False``),
+  whose login exchanges the token for a session cookie the routes above accept too
 
 Errors are ``{"error": {"type", "message"}}`` with the status of
 :func:`~sunroom.service.problems.status_for`; the message is one sentence and never echoes a
@@ -105,6 +107,7 @@ from sunroom.service.sessions import ModelResolver, SessionManager
 from sunroom.service.signals import Signals
 from sunroom.service.sse import EventStream
 from sunroom.service.templates import Templates
+from sunroom.service.webview import WebView
 from sunroom.store import AppendFollower, EventStore, SessionRecord
 
 __all__ = ["create_app"]
@@ -165,11 +168,17 @@ def create_app(
         raise UsageError("the service needs a token (ServiceConfig.with_token())")
     every = [as_host_function(f) for f in functions] + load_functions(config.functions)
     service = _Service(config, resolve=resolve, functions=every)
+    view = service.webview
     routes = [
         Route(path, _answered(endpoint), methods=[method])
-        for path, method, endpoint in service.routes()
+        for path, method, endpoint in [*service.routes(), *(view.routes() if view else [])]
     ]
-    open_paths = ("/healthz", "/readyz", *(("/metrics",) if config.metrics_public else ()))
+    open_paths = (
+        "/healthz",
+        "/readyz",
+        *(("/metrics",) if config.metrics_public else ()),
+        *(WebView.OPEN_PATHS if view else ()),
+    )
     handlers: dict[Any, Callable[..., Any]] = {
         HTTPException: _on_error,
         pydantic.ValidationError: _on_error,
@@ -185,7 +194,13 @@ def create_app(
             Middleware(HeaderLimit, max_bytes=MAX_HEADER_BYTES),
             Middleware(HostCheck, allowed=config.host_allowed),
             Middleware(E2BRoutes, facade=E2BFacade(config, service.sandboxes)),
-            Middleware(BearerAuth, token=config.token, open_paths=open_paths),
+            Middleware(
+                BearerAuth,
+                token=config.token,
+                open_paths=open_paths,
+                open_prefixes=WebView.OPEN_PREFIXES if view else (),
+                cookies=view.cookies if view else None,
+            ),
             Middleware(
                 BodyLimit, max_bytes=config.max_body_bytes, file_max_bytes=config.max_file_bytes
             ),
@@ -228,6 +243,9 @@ class _Service:
         self._openapi: bytes | None = None
         self.metrics = Metrics()
         self.sandboxes = Sandboxes(config=config, functions=functions, probe=self.metrics)
+        self.webview = (
+            WebView(config, store=self.store, sessions=self.sessions) if config.ui else None
+        )
 
     def routes(self) -> list[tuple[str, str, Endpoint]]:
         """Every route: (path, method, endpoint)."""

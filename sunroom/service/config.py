@@ -183,6 +183,10 @@ class ServiceConfig(pydantic.BaseModel):
             --metrics-public``, ``SUNROOM_METRICS_PUBLIC=1``). Off by default: the metrics
             then need the token like every route but ``/healthz``. They carry counts, route
             templates, host function and model names, never a request's data or a secret.
+        ui: serve the web view at ``/`` (docs/service.md, "The web view"; ``sunroom serve
+            --no-ui`` or ``SUNROOM_UI=0`` turns it off: ``/`` and ``/ui/*`` then answer 401
+            or 404 and no cookie is accepted).
+        ui_session_s: how long a web view login lasts (its cookie's lifetime; default 12 h).
     """
 
     model_config = pydantic.ConfigDict(frozen=True, extra="forbid")
@@ -225,6 +229,8 @@ class ServiceConfig(pydantic.BaseModel):
     advertise_url: str | None = pydantic.Field(default=None, pattern=r"^https?://[^/\s]+$")
     drain_grace_s: float = pydantic.Field(default=20.0, ge=0, le=3600, allow_inf_nan=False)
     placement_sample: int = pydantic.Field(default=2, ge=1, le=16)
+    ui: bool = True
+    ui_session_s: float = pydantic.Field(default=43200.0, gt=0, le=30 * 86400, allow_inf_nan=False)
 
     @pydantic.model_validator(mode="before")
     @classmethod
@@ -377,8 +383,8 @@ class ServiceConfig(pydantic.BaseModel):
         ``SUNROOM_BACKEND``, ``SUNROOM_KERNEL_NAME``, ``SUNROOM_MAX_FILE_BYTES``,
         ``SUNROOM_READ_TIMEOUT_S``, ``SUNROOM_SESSION_IDLE_S``, ``SUNROOM_MAX_CONNECTIONS``,
         ``SUNROOM_MAX_CONNECTIONS_PER_CLIENT``, ``SUNROOM_E2B_POOL``, ``SUNROOM_METRICS_PUBLIC``
-        (``1``/``0``, ``true``/``false``), ``SUNROOM_ADVERTISE_URL``, ``SUNROOM_DRAIN_GRACE_S``,
-        ``SUNROOM_MAX_KERNELS``,
+        and ``SUNROOM_UI`` (``1``/``0``, ``true``/``false``), ``SUNROOM_ADVERTISE_URL``,
+        ``SUNROOM_DRAIN_GRACE_S``, ``SUNROOM_MAX_KERNELS``,
         ``SUNROOM_ALLOWED_BASE_URLS``, ``SUNROOM_ALLOWED_HOSTS`` and ``SUNROOM_FUNCTIONS`` (the
         last three comma-separated).
         Raises UsageError with one line naming each bad setting (never its value: the token is
@@ -403,6 +409,7 @@ class ServiceConfig(pydantic.BaseModel):
             ("max_connections_per_client", "SUNROOM_MAX_CONNECTIONS_PER_CLIENT"),
             ("e2b_pool", "SUNROOM_E2B_POOL"),
             ("metrics_public", "SUNROOM_METRICS_PUBLIC"),
+            ("ui", "SUNROOM_UI"),
         ):
             if env.get(var):
                 values[field] = env[var]
