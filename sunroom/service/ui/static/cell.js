@@ -102,10 +102,18 @@ export class CellView {
     }
     if (c.finished && !this.finishedShown) {
       this.finishedShown = true;
-      if (c.output) {
-        // what the model was shown replaces the live stream (it is the whole story: value, error)
-        clear(this.out);
-        this.out.textContent = c.output;
+      const streamed = this.out.textContent;
+      if (!streamed) {
+        this.out.textContent = c.output; // nothing streamed: what the model was shown
+      } else if (c.output && c.output !== streamed) {
+        // the stream stays; what the model saw besides it (a value, an error, a notice) follows
+        const rest = c.output.startsWith(streamed) ? c.output.slice(streamed.length) : null;
+        if (rest !== null) {
+          if (rest.trim()) this.outWrap.appendChild(h("pre", { class: "output result", testid: "cell-result", text: rest }));
+        } else {
+          this.outWrap.appendChild(h("details", { class: "model-saw", testid: "cell-result" },
+            h("summary", { text: "what the model was shown" }), h("pre", { class: "output", text: c.output })));
+        }
       }
       if (c.dropped) this.outWrap.appendChild(h("div", { class: "muted", text: `${c.dropped} bytes were not streamed` }));
       if (c.truncatedChars || c.truncatedBytes) {

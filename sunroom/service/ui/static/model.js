@@ -314,12 +314,11 @@ const HANDLERS = {
     if (ev.parent === null || ev.parent === undefined) {
       const call = lane.calls.get(String(ev.call_id));
       const cell = call ? call.cell : null;
-      const cellKey = cell ? cell.key : `${lane.key}/?`;
-      const cellLabel = cell
-        ? `${lane.key ? `branch ${lane.key} · ` : ""}cell ${cell.cell ?? "?"} (turn ${cell.turn})`
+      const where = cell
+        ? `${lane.key ? `branch ${lane.key} · ` : ""}cell ${cell.cell ?? "?"}, turn ${cell.turn}`
         : "outside a cell";
       const name = call ? call.name : (ev.name || "predict");
-      parentCall = m.tree.call(m.callKey(lane, ev.call_id), `${name} #${ev.call_id}`, cellKey, cellLabel);
+      parentCall = m.tree.call(m.callKey(lane, ev.call_id), `${name} #${ev.call_id} · ${where}`);
       if (call) {
         if (parentCall.latency === null && call.duration !== null) parentCall.latency = call.duration;
         call.items.push({ index: ev.index, start: ev.ts - (ev.duration_s || 0), end: ev.ts,

@@ -167,7 +167,7 @@ export class SessionView {
     this.approvalsEl = h("section", { class: "approvals", testid: "approvals" });
     this.branchesEl = h("section", { class: "panel branches", testid: "branches", hidden: true });
     this.turnsEl = h("div", { class: "turns", testid: "turns" });
-    this.finalEl = h("section", { class: "panel final", testid: "final-answer", hidden: true });
+    this.finalEl = h("div", { class: "final-slot" }); // the answer's section appears at the end
     this.timeline = new TimelineView(this.model);
     this.tree = new TreeView(this.model.tree, this.timings);
     const text = h("textarea", { class: "msg-text", testid: "message-text", rows: 2, placeholder: "a follow-up message…" });
@@ -334,14 +334,13 @@ export class SessionView {
 
   renderFinal() {
     const f = this.model.final;
-    if (!f) { this.finalEl.hidden = true; return; }
-    this.finalEl.hidden = false;
     clear(this.finalEl);
+    if (!f) return;
     const st = f.status || "ended";
-    append(this.finalEl, [
+    this.finalEl.appendChild(h("section", { class: "panel final", testid: "final-answer" },
       h("h3", {}, "final answer ", h("span", { class: `badge ${statusClass(st)}`, testid: "final-status", text: st })),
       h("pre", { class: "final-output", testid: "final-output", text: f.output === undefined || f.output === null ? "(no output)" : pretty(f.output) }),
-      f.error ? h("pre", { class: "hc-error", testid: "final-error", text: typeof f.error === "string" ? f.error : pretty(f.error) }) : null]);
+      f.error ? h("pre", { class: "hc-error", testid: "final-error", text: typeof f.error === "string" ? f.error : pretty(f.error) }) : null));
   }
 }
 

@@ -67,7 +67,7 @@ export class TreeView {
     const title = [node.label, node.input ? `input: ${node.input}` : "", node.output ? `output: ${node.output}` : "",
       node.error ? `error: ${node.error}` : ""].filter(Boolean).join("\n");
     return h("div", { class: `tree-node${node.error ? " has-error" : ""}`, testid: "tree-node", title,
-      data: { node: node.id, depth: node.depth, kind: node.kind } },
+      data: { node: node.id, depth: node.level, kind: node.kind } },
       label,
       h("span", { class: "num", text: dur(node.latency) }),
       h("span", { class: "num", text: tokTxt }),

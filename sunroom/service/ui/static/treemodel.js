@@ -1,19 +1,20 @@
-// The recursion tree's data: session -> cells -> predict calls -> items -> nested items.
+// The recursion tree's data: session -> predict calls (labelled with their cell) -> items ->
+// nested items. A node's level is its depth in this tree (root 0, call 1, item 2, ...).
 // Rollups (own + all descendants) are kept incrementally: adding a node adds its totals to its
 // ancestors once (O(depth)); nothing walks the tree per event.
 
 export class TreeNode {
   constructor(id, kind, label) {
     this.id = id;
-    this.kind = kind;            // "root" | "cell" | "call" | "item"
+    this.kind = kind;            // "root" | "call" | "item"
     this.label = label;
     this.parent = null;
     this.attached = false;       // linked under its parent (placeholders are not, yet)
     this.children = [];
     this.sorted = true;
     this.expanded = false;
-    this.depth = 0;              // recursion depth (items: 1 = sub-call of the root session)
-    this.level = 0;              // indentation level in the tree
+    this.depth = 0;              // the SubCallEnded's depth (1 = a sub-call of the root session)
+    this.level = 0;              // depth in this tree (root 0, call 1, item 2, nested item 3)
     this.index = null;
     this.latency = null;
     this.inTok = null;
@@ -27,6 +28,7 @@ export class TreeNode {
     this.rollErrors = 0;
     this.error = null;
     this.filled = kind !== "item";
+    this.recursive = false;
     this.input = null;
     this.output = null;
   }
@@ -68,27 +70,17 @@ export class TreeModel {
     }
   }
 
-  /** The cell group node (created on first use). */
-  cell(key, label) {
-    const id = `cell:${key}`;
-    let n = this.nodes.get(id);
-    if (!n) {
-      n = new TreeNode(id, "cell", label);
-      n.expanded = true;
-      this.nodes.set(id, n);
-      this._attach(n, this.root);
-    }
-    return n;
-  }
-
-  /** The predict/predict_many host call node under its cell (created on first use). */
-  call(key, label, cellKey, cellLabel) {
+  /**
+   * The predict/predict_many host call node (created on first use), a child of the root; its
+   * label names its cell, and calls come in cell order.
+   */
+  call(key, label) {
     const id = `call:${key}`;
     let n = this.nodes.get(id);
     if (!n) {
       n = new TreeNode(id, "call", label);
       this.nodes.set(id, n);
-      this._attach(n, this.cell(cellKey, cellLabel));
+      this._attach(n, this.root);
     }
     return n;
   }
