@@ -60,6 +60,9 @@ export const api = {
   answer: (sid, callId, allow, reason) =>
     request("POST", `/sessions/${enc(sid)}/approvals/${enc(callId)}`, { allow, reason }),
   message: (sid, text) => request("POST", `/sessions/${enc(sid)}/messages`, { text }),
+  /** One page of the log after seq `after` (at most `limit` events). */
+  logPage: (sid, after, limit) =>
+    request("GET", `/ui/api/sessions/${enc(sid)}/log?after=${after}&limit=${Math.max(1, limit)}`),
   /** The whole log after seq `after`, following `more` until done; calls onPage(events). */
   async log(sid, after, onPage, limit = 10000) {
     let seq = after;
@@ -73,20 +76,26 @@ export const api = {
   },
 };
 
-/** Every event type the stream may name (EventSource only dispatches named events to listeners). */
+/**
+ * Every event type the stream may name (EventSource dispatches a named event only to its own
+ * listeners). A type missing here is still shown: the session view fetches the seqs the stream
+ * skipped from the log (see SessionView.fillGaps).
+ */
 export const EVENT_TYPES = [
   "AssistantText", "Thinking", "CodeSubmitted", "CellStarted", "OutputChunk", "ExecutionFinished",
   "HostCallStarted", "HostCallFinished", "NetworkConnection", "PredictProgress", "SubmitAccepted",
   "SubmitRejected", "Vetoed", "ApprovalRequested", "ApprovalAnswered", "UsageUpdated",
   "BudgetWarning", "ContextWarning", "ContextCompacted", "SessionError", "TurnEnded",
   "SessionEnded", "BranchesStarted", "BranchEnded", "BranchChosen", "KernelRestarted",
-  "CallOutcomeUnknown", "UserMessage", "SubCallEnded", "message",
+  "CallOutcomeUnknown", "UserMessage", "SubCallEnded", "MessageReceived", "KernelStarted",
+  "KernelStartFailed", "message",
 ];
 
 /**
- * A session's live stream from seq `after`: onEvent(parsed) per message, onEnd() at
- * `event: end` (the stream is closed then; call open() again to resume), onBroken() when the
- * browser gave up reconnecting. EventSource resends Last-Event-ID on reconnect by itself.
+ * A session's live stream from seq `after`: onEvent(parsed) per message, onEnd(data) at
+ * `event: end` (data: {status, last_seq}; the stream is closed then: call start() again to
+ * follow on), onBroken() when the browser gave up reconnecting. EventSource resends
+ * Last-Event-ID on reconnect by itself.
  */
 export class Follower {
   constructor(sid, { onEvent, onEnd, onBroken }) {
@@ -109,9 +118,11 @@ export class Follower {
       if (data && typeof data === "object") this.onEvent(data);
     };
     for (const t of EVENT_TYPES) es.addEventListener(t, handle);
-    es.addEventListener("end", () => {
+    es.addEventListener("end", (msg) => {
       this.stop();
-      this.onEnd();
+      let data = {};
+      try { data = JSON.parse(msg.data) || {}; } catch { data = {}; }
+      this.onEnd(data);
     });
     es.addEventListener("error", () => {
       if (es.readyState === EventSource.CLOSED && this.es === es) {

@@ -25,6 +25,7 @@ export class SessionModel {
   constructor(sid) {
     this.sid = sid;
     this.lastSeq = 0;
+    this.missed = new Set();     // seqs applied out of order (see applyMissed)
     this.count = 0;
     this.status = null;
     this.record = null;
@@ -90,6 +91,20 @@ export class SessionModel {
   apply(ev, live = false) {
     if (!ev || typeof ev.seq !== "number" || ev.seq <= this.lastSeq) return false;
     this.lastSeq = ev.seq;
+    return this._fold(ev, live);
+  }
+
+  /**
+   * Applies an event the live stream skipped (a seq below the last applied one, fetched from
+   * the log afterwards: a type this page does not listen for); each seq at most once.
+   */
+  applyMissed(ev) {
+    if (!ev || typeof ev.seq !== "number" || ev.seq >= this.lastSeq || this.missed.has(ev.seq)) return false;
+    this.missed.add(ev.seq);
+    return this._fold(ev, false);
+  }
+
+  _fold(ev, live) {
     if (IGNORED.has(ev.type)) return false;
     this.count++;
     if (typeof ev.ts === "number") {
@@ -308,6 +323,15 @@ const HANDLERS = {
   },
   UserMessage(m, lane, ev) {
     m.note(lane, ev, "user-message", str(ev.text ?? ev.message ?? ""), "user");
+  },
+  MessageReceived(m, lane, ev) {
+    m.note(lane, ev, "user-message", str(ev.text), "user");
+  },
+  KernelStarted(m, lane, ev) {
+    m.note(lane, ev, "kernel-started", `kernel started${typeof ev.seconds === "number" ? ` in ${ev.seconds} s` : ""}`, "quiet");
+  },
+  KernelStartFailed(m, lane, ev) {
+    m.note(lane, ev, "session-error", `the kernel did not start: ${str(ev.error)}`, "error");
   },
   SubCallEnded(m, lane, ev) {
     let parentCall = null;

@@ -12,6 +12,7 @@ import { dur, num, pretty, statusClass, tokens, usd, when } from "/ui/static/for
 
 const MAX_NOTES = 200;
 const MAX_SEEN = 2000;
+const GAP_MS = 200;
 
 class TurnView {
   constructor(turn, ctx) {
@@ -70,6 +71,17 @@ export class SessionView {
     this.selectedBranch = null;
     this.destroyed = false;
     this.restartOnEnd = false;
+    this.endStatus = undefined;
+    this.idleTimer = 0;
+    this.idleSince = null;
+    this.onVisible = () => {
+      if (document.visibilityState === "visible" && !this.follower.open && !this.destroyed && this.el.dataset.ready) {
+        this.follower.start(this.model.lastSeq);
+      }
+    };
+    document.addEventListener("visibilitychange", this.onVisible);
+    this.gaps = [];
+    this.gapTimer = 0;
     this.follower = new Follower(sid, {
       onEvent: (ev) => this.onLive(ev),
       onEnd: () => this.onEnd(),
@@ -95,8 +107,7 @@ export class SessionView {
     this.flush();
     this.el.dataset.ready = "1";
     if (this.timings.firstView === null) this.timings.firstView = performance.now();
-    this.follower.start(m.lastSeq);
-    this.setStream("live");
+    this.follow();
   }
 
   setRecord(record) {
@@ -112,31 +123,91 @@ export class SessionView {
     this.follower.stop();
     if (this.frame) cancelAnimationFrame(this.frame);
     clearTimeout(this.retry);
+    clearTimeout(this.idleTimer);
+    clearTimeout(this.gapTimer);
+    document.removeEventListener("visibilitychange", this.onVisible);
   }
 
   // ---- live ----
   onLive(ev) {
     if (this.destroyed) return;
+    if (this.streamText !== "live") this.setStream("live");
+    this.idleSince = null;
+    const last = this.model.lastSeq;
+    if (typeof ev.seq === "number" && ev.seq > last + 1 && last > 0) {
+      this.gaps.push([last, ev.seq]); // seqs in between were skipped: internal, or unknown here
+      if (!this.gapTimer) this.gapTimer = setTimeout(() => this.fillGaps(), GAP_MS);
+    }
     if (this.model.apply(ev, true)) {
       this.pendingSeen.push(ev.seq);
       this.schedule();
     }
   }
 
-  async onEnd() {
-    if (this.restartOnEnd && !this.destroyed) {
+  /**
+   * The stream ended: no run in progress. While the page is open and visible it opens the
+   * stream again from time to time (one cheap request that ends at once while idle), so a run
+   * started elsewhere (another client's message) is followed too: every 150 ms for the first
+   * 30 s of quiet (a follow-up is likeliest then), every second up to 5 minutes, then every 3 s.
+   */
+  /** Fetches the seqs the stream skipped and applies the ones the page shows (rarely any). */
+  async fillGaps() {
+    this.gapTimer = 0;
+    const gaps = this.gaps.splice(0);
+    for (const [after, before] of gaps) {
+      if (this.destroyed) return;
+      try {
+        const page = await api.logPage(this.sid, after, before - after - 1);
+        let any = false;
+        for (const ev of page.events || []) if (ev.seq < before && this.model.applyMissed(ev)) any = true;
+        if (any) this.schedule();
+      } catch (e) {
+        if (e instanceof AuthError) return;
+        this.gaps.push([after, before]); // try again later
+        if (!this.gapTimer) this.gapTimer = setTimeout(() => this.fillGaps(), GAP_MS * 10);
+        return;
+      }
+    }
+  }
+
+  async onEnd(data) {
+    if (this.destroyed) return;
+    if (this.restartOnEnd) {
       this.restartOnEnd = false;
-      this.follower.start(this.model.lastSeq);
-      this.setStream("live");
-    } else {
-      this.setStream("idle");
+      this.follow();
+      return;
     }
-    try {
-      const record = await api.session(this.sid);
-      if (!this.destroyed) { this.setRecord(record); this.schedule(); }
-    } catch (e) {
-      if (!(e instanceof AuthError)) this.setStream(`idle (status refresh failed: ${e.message})`);
+    this.setStream("idle");
+    const status = data && data.status;
+    if (status !== this.endStatus || this.model.status === "running") {
+      this.endStatus = status;
+      try {
+        const record = await api.session(this.sid);
+        if (!this.destroyed) { this.setRecord(record); this.schedule(); }
+      } catch (e) {
+        if (!(e instanceof AuthError)) this.setStream(`idle (status refresh failed: ${e.message})`);
+      }
     }
+    this.watchIdle();
+  }
+
+  follow() {
+    clearTimeout(this.idleTimer);
+    this.follower.start(this.model.lastSeq);
+    this.setStream("live");
+  }
+
+  watchIdle() {
+    clearTimeout(this.idleTimer);
+    if (this.destroyed) return;
+    if (this.idleSince === null) this.idleSince = performance.now();
+    const quiet = performance.now() - this.idleSince;
+    const delay = quiet < 30_000 ? 150 : quiet < 300_000 ? 1000 : 3000;
+    this.idleTimer = setTimeout(() => {
+      if (this.destroyed || this.follower.open) return;
+      if (document.visibilityState === "visible") this.follower.start(this.model.lastSeq);
+      else this.watchIdle();
+    }, delay);
   }
 
   async onBroken() {
@@ -146,10 +217,11 @@ export class SessionView {
     } catch (e) {
       if (e instanceof AuthError) { this.destroy(); window.dispatchEvent(new Event("sunroom-logged-out")); return; }
     }
-    this.retry = setTimeout(() => { if (!this.destroyed) { this.follower.start(this.model.lastSeq); this.setStream("live"); } }, 2000);
+    this.retry = setTimeout(() => { if (!this.destroyed) this.follow(); }, 2000);
   }
 
   setStream(text) {
+    this.streamText = text;
     if (this.streamEl) this.streamEl.textContent = text;
   }
 
@@ -185,7 +257,7 @@ export class SessionView {
         text.value = "";
         // a stream still open may be about to end (the previous run): follow again after it
         if (this.follower.open) this.restartOnEnd = true;
-        else { this.follower.start(this.model.lastSeq); this.setStream("live"); }
+        else this.follow();
       } catch (ex) {
         err.textContent = ex.message;
       } finally {
