@@ -105,11 +105,12 @@ export class CellView {
       const streamed = this.out.textContent;
       if (!streamed) {
         this.out.textContent = c.output; // nothing streamed: what the model was shown
-      } else if (c.output && c.output !== streamed) {
+      } else if (c.output && c.output.trimEnd() !== streamed.trimEnd()) {
         // the stream stays; what the model saw besides it (a value, an error, a notice) follows
-        const rest = c.output.startsWith(streamed) ? c.output.slice(streamed.length) : null;
+        const head = streamed.trimEnd();
+        const rest = c.output.startsWith(head) ? c.output.slice(head.length) : null;
         if (rest !== null) {
-          if (rest.trim()) this.outWrap.appendChild(h("pre", { class: "output result", testid: "cell-result", text: rest }));
+          if (rest.trim()) this.outWrap.appendChild(h("pre", { class: "output result", testid: "cell-result", text: rest.replace(/^\n+/, "") }));
         } else {
           this.outWrap.appendChild(h("details", { class: "model-saw", testid: "cell-result" },
             h("summary", { text: "what the model was shown" }), h("pre", { class: "output", text: c.output })));
@@ -130,7 +131,7 @@ export class CellView {
         this.outWrap.appendChild(btn);
       }
       c.outputs.forEach((item, i) => this.rich.appendChild(renderOutput(item, this.ctx.sid, c.finishSeq, i)));
-      if (c.stateLost) this.badges.appendChild(h("span", { class: "badge st-failed", testid: "state-lost", text: "state lost" }));
+      if (c.stateLost) this.badges.appendChild(h("span", { class: "badge st-bad", testid: "state-lost", text: "state lost" }));
     }
     if (!this.out.firstChild) this.out.classList.add("empty");
     else this.out.classList.remove("empty");

@@ -59,9 +59,16 @@ export function pretty(value) {
   try { return JSON.stringify(value, null, 2); } catch { return String(value); }
 }
 
-/** A status name's CSS class ("st-running"); unknown statuses share "st-other". */
+/** A status name's CSS class (st-running, st-ok, st-bad, st-warn, st-idle; else st-other). */
 export function statusClass(status) {
-  const known = ["running", "idle", "finished", "failed", "interrupted", "ok", "error", "timeout",
-    "died", "vetoed", "completed", "cancelled", "budget", "max_turns"];
-  return known.includes(status) ? `st-${status}` : "st-other";
+  return CLASSES[status] || "st-other";
 }
+
+// sessions (running, idle, finished, failed, interrupted), cells (ok, error, timeout, died,
+// vetoed) and run results (success, max_turns, budget_exceeded, ...)
+const CLASSES = {
+  running: "st-running", idle: "st-idle", finished: "st-ok", ok: "st-ok", success: "st-ok",
+  failed: "st-bad", error: "st-bad", died: "st-bad", timeout: "st-bad", model_error: "st-bad",
+  internal_error: "st-bad", interrupted: "st-warn", vetoed: "st-warn", cancelled: "st-warn",
+  max_turns: "st-warn", budget_exceeded: "st-warn", length: "st-warn",
+};

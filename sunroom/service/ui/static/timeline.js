@@ -28,6 +28,7 @@ export class TimelineView {
     const width = (a, b) => `${Math.max(0.3, ((Math.max(b, a) - a) / span) * 100)}%`;
     for (const turn of m.turns) {
       const cells = turn.items.filter((it) => it.kind === "cell");
+      if (turn.turn === 0 && !cells.length) continue; // session notices only: no bar to draw
       const track = h("div", { class: "tl-track" });
       const tEnd = turn.end ?? m.lastTs ?? turn.start;
       const band = h("div", { class: "tl-turn" });
