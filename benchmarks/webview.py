@@ -129,7 +129,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             page.goto(server.url + "/")
             page.get_by_test_id("login-token").fill(server.token)
             page.get_by_test_id("login-submit").click()
-            page.wait_for_function("document.body.dataset.view === 'list'")
+            page.wait_for_selector("body[data-view='list']", state="attached")
             _open(page, server.url, sid)  # warm: the files are cached from here on
             firsts = []
             for _ in range(args.repeat):

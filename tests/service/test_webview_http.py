@@ -145,8 +145,10 @@ def test_the_page_is_served_open_with_a_strict_policy(make_server: Callable[...,
     assert script.status_code == 200 and script.headers["content-type"].startswith(
         "text/javascript"
     )
-    for bad in ("/ui/static/../app.py", "/ui/static/nope.js", "/ui/static/"):
+    for bad in ("/ui/static/nope.js", "/ui/static/", "/ui/static/%2e%2e/app.py"):
         assert server.anon.get(bad).status_code == 404, bad
+    # a client resolves "..": it asks for /ui/app.py, which is no open path
+    assert server.anon.get("/ui/static/../app.py").status_code == 401
 
 
 def test_without_the_ui_there_is_no_page_and_no_cookie(make_server: Callable[..., Server]) -> None:

@@ -17,7 +17,9 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import Browser, Page, sync_playwright
 
-from tests.service.conftest import TOKEN, Server
+from tests.service.conftest import TOKEN, Server, make_server
+
+__all__ = ["make_server"]  # the service tests' fixture: a real server on loopback
 
 SCREENSHOTS = Path(
     os.environ.get("SUNROOM_SCREENSHOTS", Path(__file__).parents[2] / "build" / "screenshots")
@@ -80,7 +82,15 @@ def log_in(page: Page, token: str = TOKEN) -> None:
     """Type the token into the login form and wait for the sessions list."""
     page.get_by_test_id("login-token").fill(token)
     page.get_by_test_id("login-submit").click()
-    page.wait_for_function("document.body.dataset.view === 'list'")
+    wait_view(page, "list")
+
+
+def wait_view(page: Page, view: str) -> None:
+    """Wait until the page shows *view* (``login``, ``list`` or ``session``).
+
+    A selector, not ``wait_for_function``: the page's CSP forbids the eval that needs.
+    """
+    page.wait_for_selector(f"body[data-view='{view}']", state="attached")
 
 
 @pytest.fixture

@@ -20,7 +20,7 @@ from playwright.sync_api import Page, expect
 from sunroom.providers import Price
 from tests.service.conftest import TOKEN, Server, agent_model
 from tests.service.test_routes import sse
-from tests.ui.conftest import PageFor
+from tests.ui.conftest import PageFor, wait_view
 
 Shot = Callable[[Page, str], Path]
 
@@ -45,7 +45,7 @@ def _create(server: Server, **body: object) -> str:
 
 def _open_session(page: Page, sid: str) -> None:
     page.get_by_test_id("session-row").and_(page.locator(f"[data-session-id='{sid}']")).click()
-    page.wait_for_function("document.body.dataset.view === 'session'")
+    wait_view(page, "session")
     expect(page.locator("[data-ready='1']")).to_have_count(1)
 
 
@@ -70,7 +70,7 @@ def test_only_the_login_form_shows_until_the_token_is_given(
     assert page.evaluate("document.body.dataset.view") == "login"
     page.get_by_test_id("login-token").fill(TOKEN)
     page.get_by_test_id("login-submit").click()
-    page.wait_for_function("document.body.dataset.view === 'list'")
+    wait_view(page, "list")
     row = page.locator(f"[data-testid='session-row'][data-session-id='{sid}']")
     expect(row).to_be_visible()
     expect(page.get_by_test_id("login-token")).to_have_count(0)  # the form is gone
@@ -188,7 +188,7 @@ def test_a_reload_mid_run_continues_with_no_gap_and_no_duplicate(
     _open_session(page, sid)
     expect(page.get_by_test_id("cell-output").first).to_contain_text("before 4")
     page.reload()
-    page.wait_for_function("document.body.dataset.view === 'session'")
+    wait_view(page, "session")
     expect(page.locator("[data-ready='1']")).to_have_count(1)
     release.set()
     expect(page.get_by_test_id("final-answer")).to_contain_text("done")
@@ -211,7 +211,7 @@ def test_no_token_in_any_url_page_or_storage_and_the_cookie_is_locked(
     page.on("request", lambda r: urls.append(r.url))
     page.get_by_test_id("login-token").fill(TOKEN)
     page.get_by_test_id("login-submit").click()
-    page.wait_for_function("document.body.dataset.view === 'list'")
+    wait_view(page, "list")
     _open_session(page, sid)
     assert urls and all(TOKEN not in u for u in urls)
     assert TOKEN not in page.url and TOKEN not in page.content()
