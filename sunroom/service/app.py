@@ -12,7 +12,8 @@ Routes (all but ``/healthz`` and ``/readyz`` need ``Authorization: Bearer <token
 - ``POST /sessions``: :class:`~.schemas.CreateSession` → 201 ``{"session_id"}``
 - ``GET /sessions``: the newest session records; ``GET /sessions/{id}``: one record
 - ``POST /sessions/{id}/messages``: :class:`~.schemas.MessageIn` → 202
-- ``GET /sessions/{id}/events``: SSE from the log (``Last-Event-ID`` or ``?after=``)
+- ``GET /sessions/{id}/events``: SSE from the log (``Last-Event-ID`` or ``?after=``; with
+  ``?follow=1`` it stays open across runs, see :mod:`sunroom.service.sse`)
 - ``GET /sessions/{id}/result?timeout=``: 200 with the result, or 202 while running
 - ``GET /sessions/{id}/approvals``: the approval requests waiting for an answer
 - ``POST /sessions/{id}/approvals/{call_id}``: :class:`~.schemas.ApprovalIn` → 200 (404 for an
@@ -476,6 +477,9 @@ class _Service:
         name = "Last-Event-ID" if header else "after"
         raw = header or request.query_params.get("after") or "0"
         after = int(_number(raw, name=name, low=0, high=MAX_SEQ, whole=True, unit="(an event seq)"))
+        follow = request.query_params.get("follow", "0")
+        if follow not in ("0", "1"):
+            raise UsageError("follow must be 0 or 1")
         stream = EventStream(
             store=self.store(),
             signals=self.sessions().signals,
@@ -483,8 +487,10 @@ class _Service:
             sid=sid,
             after=after,
             closing=self.closing,
-            hold=lambda: self.sessions().holding(sid),
+            # a following reader (the web view) waits across runs: it must not pin the session
+            hold=None if follow == "1" else lambda: self.sessions().holding(sid),
             followed=self._followed,
+            follow=follow == "1",
         )
         return _Raw(stream)
 

@@ -98,6 +98,9 @@ _LIMIT = Query("limit", {"type": "integer", "minimum": 1, "maximum": 1000, "defa
                "At most this many sessions, newest first.")  # fmt: skip
 _AFTER = Query("after", {"type": "integer", "minimum": 0, "default": 0},
                "Replay the events after this seq (Last-Event-ID wins over it).")  # fmt: skip
+_FOLLOW = Query("follow", {"type": "integer", "enum": [0, 1], "default": 0},
+                "1: stay open across runs, sending `event: idle` instead of `end` while the "
+                "session has no run in progress.")  # fmt: skip
 _LAST_ID = Query("Last-Event-ID", {"type": "string", "pattern": "^[0-9]+$"},
                  "The last event seq the client saw (SSE resume).", header=True)  # fmt: skip
 _TIMEOUT = Query("timeout", {"type": "number", "minimum": 0, "maximum": 3600, "default": 0},
@@ -110,7 +113,8 @@ _SSE_TEXT = (
     "seq), `event` (its type) and `data` (JSON: `seq`, `ts`, `type` and the event's fields); "
     "comment lines are keepalives. The stream ends with `event: end` and data "
     '`{"status", "last_seq"}` once the session has no run in progress. Reconnect with '
-    "`Last-Event-ID` (or `?after=`) to resume without loss or repeats."
+    "`Last-Event-ID` (or `?after=`) to resume without loss or repeats. With `?follow=1` it "
+    "sends `event: idle` (the same data) instead and stays open for the next run."
 )
 
 
@@ -168,7 +172,7 @@ OPERATIONS: Final[Mapping[tuple[str, str], Operation]] = {
     ),
     ("GET", "/sessions/{sid}/events"): Operation(
         "The session's events (SSE), resumable", {200: None}, errors=(404, 422),
-        params=(_AFTER, _LAST_ID), stream="sse", description=_SSE_TEXT,
+        params=(_AFTER, _FOLLOW, _LAST_ID), stream="sse", description=_SSE_TEXT,
     ),
     ("GET", "/sessions/{sid}/result"): Operation(
         "The run's result: 200 once it ended, 202 while it runs",

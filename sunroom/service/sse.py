@@ -8,6 +8,12 @@ loses nothing and gets nothing twice. Each SSE ``id`` is the event's seq in the 
 to take each chunk: a stalled client is disconnected and resumes from the log. The stream ends
 (``event: end``) when the session has no run in progress and everything was sent; when the
 server shuts down it ends at once (a comment line, then the end of the response).
+
+A *following* stream (``?follow=1``: the web view) does not end there: it sends ``event:
+idle`` (the same data as ``end``) each time the session stops running with everything sent,
+and goes on waiting, so a run another client starts is followed without a new request. It
+does not keep the session from being released while idle, and ends only when the client
+leaves, stalls, or the server shuts down.
 """
 
 from __future__ import annotations
@@ -63,6 +69,7 @@ class EventStream:
         closing: asyncio.Event | None = None,
         hold: Callable[[], contextlib.AbstractContextManager[None]] | None = None,
         followed: bool = False,
+        follow: bool = False,
     ) -> None:
         self._store = store
         self._signals = signals
@@ -72,6 +79,7 @@ class EventStream:
         self._closing = closing or asyncio.Event()
         self._hold = hold or contextlib.nullcontext
         self._followed = followed
+        self._follow = follow
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Stream until the session has nothing more, the client leaves or stalls."""
@@ -135,11 +143,13 @@ class EventStream:
         )
         after = self._after
         quiet = 0.0
+        idle_sent = False
         while True:
             token = self._signals.token(sid)  # before reading: a later append wakes us
             events = await self._store.events(sid, after_seq=after, limit=cfg.sse_batch)
             if events:
                 quiet = 0.0
+                idle_sent = False
                 chunk = b"".join(format_event(e) for e in events if e.kind != TRANSCRIPT)
                 if chunk:
                     await self._send(send, chunk)
@@ -150,9 +160,14 @@ class EventStream:
                 if not await self._store.events(sid, after_seq=after, limit=1):
                     status = record.status if record else "deleted"
                     end = json.dumps({"status": status, "last_seq": after})
-                    await self._send(send, f"event: end\ndata: {end}\n\n".encode(), more=False)
-                    return
-                continue
+                    if not self._follow or record is None:
+                        await self._send(send, f"event: end\ndata: {end}\n\n".encode(), more=False)
+                        return
+                    if not idle_sent:
+                        await self._send(send, f"event: idle\ndata: {end}\n\n".encode())
+                        idle_sent = True
+                else:
+                    continue
             # other processes' appends wake us when the store follows them (PostgreSQL's
             # LISTEN/NOTIFY); otherwise they are polled for
             poll = cfg.sse_keepalive_s if self._followed else min(cfg.sse_keepalive_s, 1.0)

@@ -96,7 +96,7 @@ def test_streams_errors_and_bodies_are_described() -> None:
     document = openapi_document(routes, version="0")
     events = document["paths"]["/sessions/{sid}/events"]["get"]
     assert list(events["responses"]["200"]["content"]) == ["text/event-stream"]
-    assert {p["name"] for p in events["parameters"]} == {"sid", "after", "Last-Event-ID"}
+    assert {p["name"] for p in events["parameters"]} == {"sid", "after", "follow", "Last-Event-ID"}
     put = document["paths"]["/kernels/{kid}/files/{path}"]["put"]
     assert list(put["requestBody"]["content"]) == ["application/octet-stream"]
     execute = document["paths"]["/kernels/{kid}/execute"]["post"]

@@ -7,6 +7,7 @@ rule at the HTTP level, where each refusal is one request.
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Callable, Iterator
 
 import httpx
@@ -231,3 +232,39 @@ def test_the_ui_setting_comes_from_the_environment_and_the_flag(
     assert ServiceConfig.from_env().ui is False
     monkeypatch.setenv("SUNROOM_UI", "1")
     assert ServiceConfig.from_env(ui=False).ui is False  # the flag wins
+
+
+def test_a_following_stream_stays_open_across_runs_and_pins_nothing(
+    make_server: Callable[..., Server],
+) -> None:
+    server = make_server(agent_model(["print('one')", "print('two')"]), session_idle_s=1.0)
+    sid = server.client.post("/sessions", json={"task": "go"}).json()["session_id"]
+    kinds: list[str] = []
+    seqs: list[int] = []
+    released_while_followed = False
+    with server.client.stream("GET", f"/sessions/{sid}/events?follow=1") as answer:
+        assert answer.status_code == 200
+        name = ""
+        for line in answer.iter_lines():
+            if line.startswith("event: "):
+                name = line.removeprefix("event: ")
+            elif line.startswith("id: "):
+                seqs.append(int(line.removeprefix("id: ")))
+            elif line.startswith("data: ") and name:
+                kinds.append(name)
+                if name == "idle" and kinds.count("idle") == 1:
+                    deadline = time.monotonic() + 20
+                    while server.client.get("/healthz").json()["sessions_released"] == 0:
+                        assert time.monotonic() < deadline, "a following reader pinned the session"
+                        time.sleep(0.1)
+                    released_while_followed = True
+                    sent = server.client.post(f"/sessions/{sid}/messages", json={"text": "again"})
+                    assert sent.status_code == 202
+                elif name == "idle":
+                    break
+    assert released_while_followed and "end" not in kinds
+    first = kinds.index("idle")
+    assert "SessionEnded" in kinds[:first] and "SessionEnded" in kinds[first + 1 :]
+    assert "KernelRestarted" in kinds[first + 1 :]  # the released session came back
+    assert seqs == sorted(set(seqs))  # no repeat across the runs
+    assert server.client.get(f"/sessions/{sid}/events?follow=2").status_code == 422

@@ -1,6 +1,6 @@
 """The web view in a real browser: Debian's Chromium driven by Playwright for Python.
 
-``browser`` (session): headless Chromium at ``SUNROOM_CHROMIUM`` or ``/usr/bin/chromium``,
+``browser`` (per test): headless Chromium at ``SUNROOM_CHROMIUM`` or ``/usr/bin/chromium``,
 launched by Playwright's own driver (no browser download). Where it is missing the test is
 skipped with the reason, or fails when ``SUNROOM_REQUIRE_BROWSER=1`` (CI). ``page_for``
 opens a fresh browser context (its own cookies) on a server, logged in or not. ``shot``
@@ -37,9 +37,13 @@ def chromium_path() -> str | None:
     return shutil.which("chromium")
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture
 def browser() -> Iterator[Browser]:
-    """Headless Debian Chromium (see the module docstring)."""
+    """Headless Debian Chromium (see the module docstring).
+
+    One per test: Playwright's sync API keeps an event loop running in this thread while it
+    is started, which would break the asyncio tests a worker runs next.
+    """
     path = chromium_path()
     if path is None:
         reason = "no Chromium here (apt-get install chromium, or set SUNROOM_CHROMIUM)"

@@ -92,15 +92,17 @@ export const EVENT_TYPES = [
 ];
 
 /**
- * A session's live stream from seq `after`: onEvent(parsed) per message, onEnd(data) at
- * `event: end` (data: {status, last_seq}; the stream is closed then: call start() again to
- * follow on), onBroken() when the browser gave up reconnecting. EventSource resends
- * Last-Event-ID on reconnect by itself.
+ * A session's live stream from seq `after`, following it across runs (`?follow=1`):
+ * onEvent(parsed) per message, onIdle(data) at `event: idle` (no run in progress, everything
+ * sent: data {status, last_seq}; the stream stays open), onEnd(data) at `event: end` (the
+ * session is gone; the stream is closed), onBroken() when the browser gave up reconnecting.
+ * EventSource resends Last-Event-ID on reconnect by itself.
  */
 export class Follower {
-  constructor(sid, { onEvent, onEnd, onBroken }) {
+  constructor(sid, { onEvent, onIdle, onEnd, onBroken }) {
     this.sid = sid;
     this.onEvent = onEvent;
+    this.onIdle = onIdle;
     this.onEnd = onEnd;
     this.onBroken = onBroken;
     this.es = null;
@@ -110,7 +112,7 @@ export class Follower {
 
   start(after) {
     this.stop();
-    const es = new EventSource(`/sessions/${enc(this.sid)}/events?after=${after}`);
+    const es = new EventSource(`/sessions/${enc(this.sid)}/events?after=${after}&follow=1`);
     this.es = es;
     const handle = (msg) => {
       let data;
@@ -118,6 +120,11 @@ export class Follower {
       if (data && typeof data === "object") this.onEvent(data);
     };
     for (const t of EVENT_TYPES) es.addEventListener(t, handle);
+    es.addEventListener("idle", (msg) => {
+      let data = {};
+      try { data = JSON.parse(msg.data) || {}; } catch { data = {}; }
+      this.onIdle(data);
+    });
     es.addEventListener("end", (msg) => {
       this.stop();
       let data = {};

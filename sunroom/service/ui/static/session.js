@@ -70,20 +70,12 @@ export class SessionView {
     this.seenOrder = [];
     this.selectedBranch = null;
     this.destroyed = false;
-    this.restartOnEnd = false;
     this.endStatus = undefined;
-    this.idleTimer = 0;
-    this.idleSince = null;
-    this.onVisible = () => {
-      if (document.visibilityState === "visible" && !this.follower.open && !this.destroyed && this.el.dataset.ready) {
-        this.follower.start(this.model.lastSeq);
-      }
-    };
-    document.addEventListener("visibilitychange", this.onVisible);
     this.gaps = [];
     this.gapTimer = 0;
     this.follower = new Follower(sid, {
       onEvent: (ev) => this.onLive(ev),
+      onIdle: (data) => this.onIdle(data),
       onEnd: () => this.onEnd(),
       onBroken: () => this.onBroken(),
     });
@@ -123,16 +115,13 @@ export class SessionView {
     this.follower.stop();
     if (this.frame) cancelAnimationFrame(this.frame);
     clearTimeout(this.retry);
-    clearTimeout(this.idleTimer);
     clearTimeout(this.gapTimer);
-    document.removeEventListener("visibilitychange", this.onVisible);
   }
 
   // ---- live ----
   onLive(ev) {
     if (this.destroyed) return;
     if (this.streamText !== "live") this.setStream("live");
-    this.idleSince = null;
     const last = this.model.lastSeq;
     if (typeof ev.seq === "number" && ev.seq > last + 1 && last > 0) {
       this.gaps.push([last, ev.seq]); // seqs in between were skipped: internal, or unknown here
@@ -144,12 +133,6 @@ export class SessionView {
     }
   }
 
-  /**
-   * The stream ended: no run in progress. While the page is open and visible it opens the
-   * stream again from time to time (one cheap request that ends at once while idle), so a run
-   * started elsewhere (another client's message) is followed too: every 150 ms for the first
-   * 30 s of quiet (a follow-up is likeliest then), every second up to 5 minutes, then every 3 s.
-   */
   /** Fetches the seqs the stream skipped and applies the ones the page shows (rarely any). */
   async fillGaps() {
     this.gapTimer = 0;
@@ -170,13 +153,13 @@ export class SessionView {
     }
   }
 
-  async onEnd(data) {
+  /**
+   * The session has no run in progress and everything was sent. The stream stays open (it
+   * follows the session across runs: `?follow=1`), so a run another client starts shows up
+   * by itself; only the record is read again, when the status may have changed.
+   */
+  async onIdle(data) {
     if (this.destroyed) return;
-    if (this.restartOnEnd) {
-      this.restartOnEnd = false;
-      this.follow();
-      return;
-    }
     this.setStream("idle");
     const status = data && data.status;
     if (status !== this.endStatus || this.model.status === "running") {
@@ -188,26 +171,17 @@ export class SessionView {
         if (!(e instanceof AuthError)) this.setStream(`idle (status refresh failed: ${e.message})`);
       }
     }
-    this.watchIdle();
+  }
+
+  /** The stream ended for good: the session was deleted. */
+  onEnd() {
+    if (this.destroyed) return;
+    this.setStream("ended (the session is gone)");
   }
 
   follow() {
-    clearTimeout(this.idleTimer);
     this.follower.start(this.model.lastSeq);
     this.setStream("live");
-  }
-
-  watchIdle() {
-    clearTimeout(this.idleTimer);
-    if (this.destroyed) return;
-    if (this.idleSince === null) this.idleSince = performance.now();
-    const quiet = performance.now() - this.idleSince;
-    const delay = quiet < 30_000 ? 150 : quiet < 300_000 ? 1000 : 3000;
-    this.idleTimer = setTimeout(() => {
-      if (this.destroyed || this.follower.open) return;
-      if (document.visibilityState === "visible") this.follower.start(this.model.lastSeq);
-      else this.watchIdle();
-    }, delay);
   }
 
   async onBroken() {
@@ -255,9 +229,7 @@ export class SessionView {
       try {
         await api.message(this.sid, value);
         text.value = "";
-        // a stream still open may be about to end (the previous run): follow again after it
-        if (this.follower.open) this.restartOnEnd = true;
-        else this.follow();
+        if (!this.follower.open) this.follow(); // the stream follows the new run by itself
       } catch (ex) {
         err.textContent = ex.message;
       } finally {
