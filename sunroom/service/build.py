@@ -143,6 +143,7 @@ class SessionBuilder:
                 output=output,
                 budget=budget,
                 max_turns=request.max_turns,
+                max_depth=request.max_depth,
                 system_prompt=request.system_prompt,
                 code_tool=request.code_mode == "tool",
                 hooks=Hooks(before_execute=checkpoint),

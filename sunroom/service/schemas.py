@@ -220,6 +220,12 @@ def network_spec(value: str | NetworkIn | None) -> str | NetworkSpec | None:
     return value
 
 
+MAX_DEPTH = 3
+"""The deepest nesting a session over HTTP may ask for (``max_depth``): each nested session
+(``predict(recursive=True)``) starts a kernel of its own, at most ``predict_concurrency`` (8)
+at once per level, so depth 3 bounds one session at 1 + 8 + 64 kernels."""
+
+
 class CreateSession(pydantic.BaseModel):
     """``POST /sessions``: a session, and optionally its first task (which starts a run)."""
 
@@ -235,6 +241,7 @@ class CreateSession(pydantic.BaseModel):
     budget: BudgetIn | None = None
     output_schema: dict[str, object] | None = None
     max_turns: Annotated[int, _N] = pydantic.Field(default=20, gt=0, le=1000)
+    max_depth: Annotated[int, _N] = pydantic.Field(default=1, ge=1, le=MAX_DEPTH)
     system_prompt: str | None = None
     backend: str | None = None
     kernel_name: KernelName | None = None

@@ -5,7 +5,9 @@ Each test saves screenshots of the views it reached (tests/ui/conftest.py says w
 
 from __future__ import annotations
 
+import asyncio
 import base64
+import concurrent.futures
 import http.server
 import io
 import json
@@ -17,8 +19,12 @@ from pathlib import Path
 from PIL import Image
 from playwright.sync_api import Page, expect
 
-from sunroom.providers import Price
-from tests.service.conftest import TOKEN, Server, agent_model
+from sunroom.agent import AsyncSession
+from sunroom.providers import AssistantMessage, FunctionModel, Price, Request
+from sunroom.service.codec import event_to_json
+from sunroom.store import NewEvent, SQLiteStore
+from tests.agent.test_branches import branch_model, drain
+from tests.service.conftest import TOKEN, Server, agent_model, code, sub_input
 from tests.service.test_routes import sse
 from tests.ui.conftest import PageFor, wait_view
 
@@ -309,3 +315,97 @@ def test_a_cross_site_form_post_is_refused(
         evil.server_close()
     time.sleep(0.2)
     assert len(server.client.get("/sessions").json()["sessions"]) == before
+
+
+async def _branched_log(db: Path) -> str:
+    """Run a real branched session (library) and store its events as the service would."""
+    model = branch_model(
+        [
+            ["rows = [3, 4]\ntotal = sum(rows)\nsubmit(total)"],
+            ["rows = [3, 4]\nsubmit(rows[0] + rows[1])"],
+        ]
+    )
+    async with AsyncSession(model=model, backend="subprocess", output=int) as s:
+        sub = s.events()
+        result = await s.run("add them", branches=2, choose="vote")
+        events = drain(sub)
+    assert result.ok
+    sid = s.session_id
+    async with SQLiteStore(db) as store:
+        config = {"task": "add them", "preset": "codeact", "model": "branches"}
+        await store.create_session(sid, config=config, owner="test", lease_s=60)
+        rows = []
+        for i, event in enumerate(events, start=1):
+            kind, payload = event_to_json(event, session_id=sid)
+            rows.append(NewEvent(seq=i, kind=kind, payload=payload, ts=event.ts))
+        await store.append(sid, rows, owner="test")
+        ended = [p for k, p in (event_to_json(e, session_id=sid) for e in events)
+                 if k == "SessionEnded"]  # fmt: skip
+        await store.finish_session(sid, status="finished", result=ended[-1]["result"],  # type: ignore[arg-type]
+                                   owner="test")  # fmt: skip
+        await store.release(sid, owner="test")
+    return sid
+
+
+def test_branches_show_the_chosen_one_and_a_diff_of_their_final_cells(
+    make_server: Callable[..., Server], page_for: PageFor, shot: Shot, tmp_path: Path
+) -> None:
+    db = tmp_path / "branches.db"
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:  # Playwright's loop runs here
+        sid = pool.submit(asyncio.run, _branched_log(db)).result(timeout=120)
+    server = make_server(db_path=db)
+    page = page_for(server)
+    _open_session(page, sid)
+    tabs = page.get_by_test_id("branch")
+    expect(tabs).to_have_count(2)
+    chosen = page.get_by_test_id("branch-chosen")
+    expect(chosen).to_have_count(1)
+    diff = page.get_by_test_id("branch-diff")
+    expect(diff).to_contain_text("total = sum(rows)")
+    expect(diff).to_contain_text("submit(rows[0] + rows[1])")
+    expect(page.get_by_test_id("final-answer")).to_contain_text("7")
+    shot(page, "branches")
+
+
+def test_a_nested_run_is_a_tree_three_levels_deep_rolled_up(
+    make_server: Callable[..., Server], page_for: PageFor, shot: Shot
+) -> None:
+    """root -> predict(recursive=True) x2 -> each nested session -> predict_many over 3."""
+
+    def reply(request: Request) -> str | AssistantMessage:
+        if not request.tools:  # a leaf
+            return "leaf:" + sub_input(request)
+        turns = sum(isinstance(m, AssistantMessage) for m in request.messages)
+        nested = "deeper" in str(request.messages)  # a nested session's task is "deeper"
+        if turns == 0 and nested:
+            return code("submit(' '.join(predict_many('leaf', ['p', 'q', 'r'])))")
+        if turns == 0:
+            return code(
+                "r = predict_many('deeper', ['x', 'y'], recursive=True)\nsubmit(' | '.join(r))"
+            )
+        return "done"
+
+    model = FunctionModel(reply, name="tree", price=Price(input=1, output=1))
+    server = make_server(model)
+    refused = server.client.post("/sessions", json={"task": "go", "max_depth": 4})
+    assert refused.status_code == 422
+    sid = _create(server, max_depth=2, preset="rlm")
+    events = [e["data"] for e in sse(server, sid) if e["event"] != "end"]
+    nodes = [e for e in events if e["type"] == "SubCallEnded"]
+    assert len(nodes) == 2 + 6, [n["error"] for n in nodes]
+    top = [n for n in nodes if n["parent"] is None]
+    page = page_for(server)
+    _open_session(page, sid)
+    tree = page.get_by_test_id("tree")
+    tree.locator("[data-testid='tree-node'][data-depth='1']").get_by_test_id("tree-toggle").click()
+    for node in top:
+        row = tree.locator(f"[data-testid='tree-node'][data-node='{node['node']}']")
+        row.get_by_test_id("tree-toggle").click()
+        kids = [n for n in nodes if n["parent"] == node["node"]]
+        rolled = node["cost_micro_usd"] + sum(k["cost_micro_usd"] for k in kids)
+        expect(row.get_by_test_id("tree-rollup")).to_have_text(f"{rolled:,}")
+        expect(row.get_by_test_id("tree-own")).to_have_text(f"{node['cost_micro_usd']:,}")
+    deepest = tree.locator("[data-testid='tree-node'][data-depth='3']")
+    expect(deepest).to_have_count(6)
+    expect(page.get_by_test_id("final-answer")).to_contain_text("leaf:p leaf:q leaf:r |")
+    shot(page, "nested")

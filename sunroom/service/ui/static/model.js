@@ -265,6 +265,7 @@ const HANDLERS = {
     m.totals.model_calls = ev.model_calls ?? m.totals.model_calls;
     m.totals.cost_micro_usd = ev.cost_micro_usd ?? null;
     m.costSeen = true;
+    m.tree.version++; // the root row shows the session's totals
   },
   BudgetWarning(m, lane, ev) { m.note(lane, ev, "budget-warning", `budget (${str(ev.limit)}): ${str(ev.message)}`, "warn"); },
   ContextWarning(m, lane, ev) { m.note(lane, ev, "context-warning", `context: ${ev.tokens} of ${ev.context_window} tokens`, "warn"); },

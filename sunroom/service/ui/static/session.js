@@ -215,7 +215,7 @@ export class SessionView {
     this.turnsEl = h("div", { class: "turns", testid: "turns" });
     this.finalEl = h("div", { class: "final-slot" }); // the answer's section appears at the end
     this.timeline = new TimelineView(this.model);
-    this.tree = new TreeView(this.model.tree, this.timings);
+    this.tree = new TreeView(this.model.tree, this.timings, () => this.model.totals);
     const text = h("textarea", { class: "msg-text", testid: "message-text", rows: 2, placeholder: "a follow-up message…" });
     const send = h("button", { type: "submit", class: "btn", testid: "message-send", text: "send" });
     const err = h("span", { class: "error-text", testid: "message-error" });

@@ -8,8 +8,10 @@ import { dur, num, DASH } from "/ui/static/format.js";
 const ROW = 24;
 
 export class TreeView {
-  constructor(tree, timings) {
+  /** `totals()`: the session's totals so far (the root row: every model call, the root's own). */
+  constructor(tree, timings, totals) {
     this.tree = tree;
+    this.totals = totals;
     this.timings = timings;
     this.rows = [];
     this.seenStructure = -1;
@@ -61,9 +63,17 @@ export class TreeView {
       node.error ? h("span", { class: "tree-error", testid: "tree-error", title: node.error, text: " ✖" }) : null,
       node.rollErrors > (node.error ? 1 : 0) ? h("span", { class: "tree-errs", title: "errors in this subtree", text: ` ${node.rollErrors - (node.error ? 1 : 0)} ✖ below` }) : null);
     label.style.paddingLeft = `${node.level * 14}px`;
-    const ownTxt = node.kind === "item" ? (node.own === null ? "unknown" : num(node.own)) : DASH;
-    const rollTxt = `${num(node.rollCost)}${node.rollUnknown ? ` +${node.rollUnknown} unknown` : ""}`;
-    const tokTxt = node.kind === "item" ? `${num(node.inTok)} / ${num(node.outTok)}` : `${num(node.rollIn)} / ${num(node.rollOut)}`;
+    let ownTxt = node.kind === "item" ? (node.own === null ? "unknown" : num(node.own)) : DASH;
+    let rollTxt = `${num(node.rollCost)}${node.rollUnknown ? ` +${node.rollUnknown} unknown` : ""}`;
+    let tokTxt = node.kind === "item" ? `${num(node.inTok)} / ${num(node.outTok)}` : `${num(node.rollIn)} / ${num(node.rollOut)}`;
+    const t = node.kind === "root" && this.totals ? this.totals() : null;
+    if (t && t.input_tokens !== null) {
+      // the session: its own (root-model) spend is what the sub-calls below did not spend
+      tokTxt = `${num(t.input_tokens)} / ${num(t.output_tokens)}`;
+      const total = t.cost_micro_usd;
+      rollTxt = total === null ? "unknown" : num(total);
+      ownTxt = total === null || node.rollUnknown ? "unknown" : num(Math.max(0, total - node.rollCost));
+    }
     const title = [node.label, node.input ? `input: ${node.input}` : "", node.output ? `output: ${node.output}` : "",
       node.error ? `error: ${node.error}` : ""].filter(Boolean).join("\n");
     return h("div", { class: `tree-node${node.error ? " has-error" : ""}`, testid: "tree-node", title,
