@@ -174,7 +174,7 @@ def _free_port() -> int:
 
 
 def test_serve_answers_raw_kernels(extras: Venv, workdir: Path) -> None:
-    """``sunroom serve`` from the service extra: a raw bwrap kernel over HTTP."""
+    """``sunroom serve`` from the service extra: a raw bwrap kernel over HTTP, and the web view."""
     port = _free_port()
     env = {**extras.env, "SUNROOM_TOKEN": "t" * 40}
     server = subprocess.Popen(
@@ -199,6 +199,11 @@ def test_serve_answers_raw_kernels(extras: Venv, workdir: Path) -> None:
             r = client.post(f"/kernels/{kid}/execute", json={"code": "6 * 7"}, headers=headers)
             assert r.status_code == 200 and r.json()["value"] == "42", r.text
             assert client.delete(f"/kernels/{kid}", headers=headers).status_code in (200, 204)
+            # the web view's files came with the wheel: the page and every script it loads
+            page = client.get("/")
+            assert page.status_code == 200 and "/ui/static/app.js" in page.text, page.text
+            for name in ("app.js", "session.js", "tree.js", "style.css"):
+                assert client.get(f"/ui/static/{name}").status_code == 200, name
     finally:
         server.send_signal(signal.SIGTERM)
         server.wait(30)
