@@ -267,6 +267,8 @@ class WebView:
                 item = outputs[index]
                 data = item.get("data") if isinstance(item, dict) else None
                 html = data.get("text/html") if isinstance(data, dict) else None
+        if isinstance(html, list) and all(isinstance(line, str) for line in html):
+            html = "".join(html)  # a notebook's list of lines
         if not isinstance(html, str):
             raise NotFoundError("no such HTML output")
         headers = {
