@@ -14,8 +14,8 @@
 * ``dspy-rlm``: DSPy's own ``dspy.RLM`` on the same models, through sunroom's DSPy
   interpreter (:mod:`sunroom.eval.dspy_arm`; needs the ``dspy`` extra).
 
-Every arm returns a :class:`~sunroom.eval.results.Run`. Time is measured on the host:
-``wall_s`` is the run (for sessions: from ``run()`` to its result, the kernel's start is
+:func:`sunroom.eval.runner.run_arm` picks the function of an arm. Every arm returns a
+:class:`~sunroom.eval.results.Run`. Time is measured on the host: ``wall_s`` is the run (for sessions: from ``run()`` to its result, the kernel's start is
 ``startup_s``), ``model_s`` the time at least one model call (root or sub) was in flight
 (:class:`ModelClock`), and ``overhead_s = wall_s - model_s``: what sunroom itself took (kernel,
 channel, host functions, the session's bookkeeping), see docs/eval.md.
@@ -44,7 +44,7 @@ __all__ = [
     "TimedModel",
     "long_prompt",
     "rlm_task",
-    "run_arm",
+    "run_record",
     "run_session",
 ]
 
@@ -157,7 +157,8 @@ def rlm_task(task: Task) -> str:
     )
 
 
-def _run(task: Task, arm: str, **fields: object) -> Run:
+def run_record(task: Task, arm: str, **fields: object) -> Run:
+    """A :class:`Run` of *arm* on *task* with *fields* (the rest from the task or defaults)."""
     return Run.model_validate(
         {
             "task": task.name,
@@ -185,11 +186,11 @@ async def run_long_prompt(task: Task, model: Model, config: ArmConfig) -> Run:
         response = await timed.complete(request)
     except Exception as exc:  # a failed call is a failed run, recorded with its reason
         wall = time.perf_counter() - start
-        return _run(task, "long-prompt", wall_s=wall, model_s=clock.busy_s, error=_error(exc))
+        return run_record(task, "long-prompt", wall_s=wall, model_s=clock.busy_s, error=_error(exc))
     wall = time.perf_counter() - start
     text = response.text.strip()
     finished = response.finish_reason in ("stop", "tool_use")
-    return _run(
+    return run_record(
         task,
         "long-prompt",
         score=score(task, text),
@@ -242,7 +243,7 @@ async def run_session(
             )
     except Exception as exc:  # a session that cannot start or breaks is a failed run
         now = time.perf_counter()
-        return _run(
+        return run_record(
             task,
             arm,
             wall_s=now - started,
@@ -252,7 +253,7 @@ async def run_session(
         )
     wall = time.perf_counter() - started
     answer = "" if result.output is None else str(result.output)
-    return _run(
+    return run_record(
         task,
         arm,
         score=score(task, result.output) if result.ok else 0.0,
@@ -268,16 +269,3 @@ async def run_session(
         model_s=clock.busy_s,
         error=None if result.ok else f"{result.status}: {result.error}"[:500],
     )
-
-
-async def run_arm(task: Task, arm: str, model: Model, sub_model: Model, config: ArmConfig) -> Run:
-    """Run *arm* on *task*; every failure is a run with ``error`` set (score 0), never raised."""
-    if arm == "long-prompt":
-        return await run_long_prompt(task, model, config)
-    if arm in ("rlm-no-sub", "rlm", "best-of-k"):
-        return await run_session(task, arm, model, sub_model, config)
-    if arm == "dspy-rlm":
-        from sunroom.eval.dspy_arm import run_dspy_rlm
-
-        return await run_dspy_rlm(task, model, sub_model, config)
-    raise ValueError(f"unknown arm {arm!r}; the arms are {', '.join(ARMS)}")

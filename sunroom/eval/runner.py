@@ -28,9 +28,9 @@ from sunroom.agent import Budget
 from sunroom.errors import UsageError
 from sunroom.eval import report
 from sunroom.eval import results as files
-from sunroom.eval.arms import ARMS, ArmConfig, run_arm
+from sunroom.eval.arms import ARMS, ArmConfig, run_long_prompt, run_session
 from sunroom.eval.results import Cell, Config, Results, Run
-from sunroom.eval.tasks import ALL_TASKS, SEMANTIC_TASKS, TASKS, make_task
+from sunroom.eval.tasks import ALL_TASKS, SEMANTIC_TASKS, TASKS, Task, make_task
 from sunroom.providers import Model
 from sunroom.providers import model as build_model
 from sunroom.sandbox.backends import DEFAULT_BACKEND
@@ -39,11 +39,24 @@ if TYPE_CHECKING:
     from sunroom.embeddings.functions import Embedder
     from sunroom.sandbox.backend import Backend
 
-__all__ = ["DEFAULT_ARMS", "DEFAULT_LENGTHS", "Progress", "evaluate", "evaluate_sync"]
+__all__ = ["DEFAULT_ARMS", "DEFAULT_LENGTHS", "Progress", "evaluate", "evaluate_sync", "run_arm"]
 
 DEFAULT_ARMS: Final = ("long-prompt", "rlm-no-sub", "rlm", "best-of-k")
 DEFAULT_LENGTHS: Final = (8_000, 32_000)
 _SAVE_EVERY_S: Final = 1.0
+
+
+async def run_arm(task: Task, arm: str, model: Model, sub_model: Model, config: ArmConfig) -> Run:
+    """Run *arm* on *task*; every failure is a run with ``error`` set (score 0), never raised."""
+    if arm == "long-prompt":
+        return await run_long_prompt(task, model, config)
+    if arm in ("rlm-no-sub", "rlm", "best-of-k"):
+        return await run_session(task, arm, model, sub_model, config)
+    if arm == "dspy-rlm":
+        from sunroom.eval.dspy_arm import run_dspy_rlm  # imports dspy: only when asked for
+
+        return await run_dspy_rlm(task, model, sub_model, config)
+    raise ValueError(f"unknown arm {arm!r}; the arms are {', '.join(ARMS)}")
 
 
 class Progress:
