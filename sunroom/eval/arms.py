@@ -16,9 +16,10 @@
 
 :func:`sunroom.eval.runner.run_arm` picks the function of an arm. Every arm returns a
 :class:`~sunroom.eval.results.Run`. Time is measured on the host: ``wall_s`` is the run (for
-sessions: from ``run()`` to its result, the kernel's start is ``startup_s``), ``model_s`` the time at least one model call (root or sub) was in flight
-(:class:`ModelClock`), and ``overhead_s = wall_s - model_s``: what sunroom itself took (kernel,
-channel, host functions, the session's bookkeeping), see docs/eval.md.
+sessions: from ``run()`` to its result; the kernel's start is ``startup_s``), ``model_s`` the
+time at least one model call (root or sub) was in flight (:class:`ModelClock`), and
+``overhead_s = wall_s - model_s``: what sunroom itself took (kernel, channel, host functions,
+the session's bookkeeping), see docs/eval.md.
 """
 
 from __future__ import annotations
