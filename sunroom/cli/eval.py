@@ -94,6 +94,13 @@ def eval_command(
         str, typer.Option(help=f"Kernel backend of the sessions: {', '.join(NAMES)}.")
     ] = DEFAULT_BACKEND,
     max_turns: Annotated[int, typer.Option(help="Root model turns per session run.")] = 20,
+    code_mode: Annotated[
+        str,
+        typer.Option(
+            help="tool: the execute_code tool; fenced: ```python blocks, for models without "
+            "tool calling (small local models)."
+        ),
+    ] = "tool",
     max_model_calls: Annotated[int, typer.Option(help="Model calls per session run.")] = 200,
     max_tokens: Annotated[int | None, typer.Option(help="Tokens per session run.")] = None,
     max_cost_micro_usd: Annotated[
@@ -135,6 +142,8 @@ def eval_command(
         raise fail("give --out DIR: the directory for results.json, table.md and plot.png")
     if choose not in ("vote", "first"):
         raise fail(f"--choose is vote or first, not {choose!r}")
+    if code_mode not in ("tool", "fenced"):
+        raise fail(f"--code-mode is tool or fenced, not {code_mode!r}")
     if not 0.0 <= fake_error_rate <= 1.0:
         raise fail("--fake-error-rate must be from 0 to 1")
     if fake_error_rate and not fake:
@@ -173,7 +182,7 @@ def eval_command(
                 max_turns=max_turns, timeout_s=timeout,
                 max_total_cost_micro_usd=max_total_cost_micro_usd,
                 base_url=base_url or os.environ.get("SUNROOM_BASE_URL"), embeddings=embedder,
-                progress=progress, plot=plot,
+                progress=progress, plot=plot, code_tool=code_mode == "tool",
             )
         )  # fmt: skip
     except KeyboardInterrupt:

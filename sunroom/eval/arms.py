@@ -74,6 +74,9 @@ class ArmConfig:
     choose: Literal["first", "vote"] = "vote"
     embeddings: object = None
     """An :class:`~sunroom.embeddings.OnnxEmbedder` for ``niah-semantic`` (or None)."""
+    code_tool: bool = True
+    """Sessions offer the ``execute_code`` tool (False: fenced code blocks, for models without
+    tool calling)."""
 
 
 class ModelClock:
@@ -232,6 +235,7 @@ async def run_session(
             output=None,
             budget=config.budget,
             max_turns=config.max_turns,
+            code_tool=config.code_tool,
             hooks=Hooks(before_host_call=_refuse_sub_calls) if no_sub else None,
             system_prompt=NO_SUB_NOTE if no_sub else None,
             embeddings=config.embeddings,  # type: ignore[arg-type]  # an Embedder or None

@@ -269,13 +269,17 @@ def _dspy_program(code: str) -> str:
 def fake_root(request: Request, *, wrong: bool = False) -> str | AssistantMessage:
     """The fake root model: answers a long prompt, acts through code in a session or in DSPy.
 
+    In a session it calls the ``execute_code`` tool, or writes a fenced block when the session
+    offers no tool (``code_tool=False``).
+
     *wrong*: its first program has a bug (the submit line of ``_WRONG_SUBMIT``).
     """
     users = [m for m in request.messages if isinstance(m, UserMessage)]
     system = " ".join(m.text for m in request.messages if isinstance(m, SystemMessage))
     if "[[ ## code ## ]]" in system:
         return _dspy_reply(users[-1].text, wrong=wrong)
-    if not any(tool.name == "execute_code" for tool in request.tools):
+    tool = any(tool.name == "execute_code" for tool in request.tools)
+    if not tool and "You act by writing Python" not in system:
         kind, params = _which(users[-1].text[-600:])  # long prompt: the question ends it
         return _solve(kind, params, users[-1].text)
     kind, params = _which(users[0].text)
@@ -284,6 +288,8 @@ def fake_root(request: Request, *, wrong: bool = False) -> str | AssistantMessag
         return "I could not solve it."
     fallback = attempts > 0 or _NO_SUB in system
     code = _program(kind, params, fallback=fallback, wrong=wrong and attempts == 0)
+    if not tool:  # a session without the tool: fenced code blocks
+        return f"```python\n{code}\n```"
     return AssistantMessage([ToolCall(f"call_{attempts + 1}", "execute_code", {"code": code})])
 
 

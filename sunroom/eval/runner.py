@@ -162,6 +162,7 @@ async def evaluate(
     embeddings: Embedder | None = None,
     progress: TextIO | bool = False,
     plot: bool = True,
+    code_tool: bool = True,
 ) -> Results:
     """Run every arm on every (task, length, seed) item and return the results.
 
@@ -191,6 +192,8 @@ async def evaluate(
         base_url: the endpoint of models given as strings.
         embeddings: an embedder for ``niah-semantic`` (bound as ``embed``/``search``).
         progress: a stream for the progress bar, True for stderr, False for none.
+        code_tool: sessions offer the ``execute_code`` tool; False: the model writes fenced
+            ```` ```python ```` blocks (for models without tool calling).
         plot: write ``out/plot.png`` (needs matplotlib: without it the plot is skipped with a
             warning on the progress stream, or stderr, and everything else is written).
 
@@ -227,7 +230,7 @@ async def evaluate(
             parallel=parallel, budget=max_total_cost_micro_usd, progress=progress, plot=plot,
             arm_config=ArmConfig(
                 backend=backend, budget=budget, max_turns=max_turns, timeout_s=timeout_s,
-                k=k, choose=choose, embeddings=embeddings,
+                k=k, choose=choose, embeddings=embeddings, code_tool=code_tool,
             ),
         )  # fmt: skip
     finally:
@@ -414,6 +417,7 @@ def evaluate_sync(
     embeddings: Embedder | None = None,
     progress: TextIO | bool = False,
     plot: bool = True,
+    code_tool: bool = True,
 ) -> Results:
     """:func:`evaluate` on a fresh event loop (not from inside a running one); same arguments."""
     return asyncio.run(
@@ -423,5 +427,6 @@ def evaluate_sync(
             choose=choose, backend=backend, budget=budget, max_turns=max_turns,
             timeout_s=timeout_s, max_total_cost_micro_usd=max_total_cost_micro_usd,
             base_url=base_url, embeddings=embeddings, progress=progress, plot=plot,
+            code_tool=code_tool,
         )
     )  # fmt: skip

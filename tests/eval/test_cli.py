@@ -59,6 +59,7 @@ def test_usage_errors_are_one_line_and_exit_2(tmp_path: Path) -> None:
         (["--fake", "--out", out, "--arms", "rlm,nope"], "unknown task or arm 'nope'"),
         (["--fake", "--out", out, "--lengths", "8x"], "a length is a number of characters"),
         (["--fake", "--out", out, "--choose", "best"], "--choose is vote or first"),
+        (["--fake", "--out", out, "--code-mode", "json"], "--code-mode is tool or fenced"),
         (["--fake", "--out", out, "--k", "1"], "k must be from 2 to 64"),
         (["--out", out, "--fake-error-rate", "0.5"], "--fake-error-rate applies to --fake only"),
         (["--fake", "--out", out, "--tasks", "niah-semantic"], "needs an embedder"),

@@ -202,3 +202,13 @@ def test_the_sync_twin_has_the_same_signature_and_runs(tmp_path: Path) -> None:
     )  # fmt: skip
     assert [r.score for r in results.runs] == [1.0, 1.0]
     assert not (tmp_path / "plot.png").exists()
+
+
+async def test_fenced_code_sessions_for_models_without_tool_calling() -> None:
+    root, sub = fake_models()
+    results = await evaluate(
+        model=root, sub_model=sub, tasks=["oolong-count"], lengths=[4_000],
+        arms=["rlm-no-sub", "rlm"], seeds=1, backend=FAST, code_tool=False,
+    )  # fmt: skip
+    assert [r.score for r in results.runs] == [1.0, 1.0]
+    assert all(not request.tools for request in root.requests)
