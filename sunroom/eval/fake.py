@@ -336,8 +336,10 @@ def fake_sub(request: Request) -> str:
             value = labels[m.group(1)]
         else:
             value = dict(labels)
-    if request.output_schema is not None:
-        return json.dumps({"value": value})
+    if request.output_schema is not None:  # a scalar or list type is wrapped as {"value": ...}
+        properties = request.output_schema.schema.get("properties")
+        wrapped = isinstance(properties, dict) and "value" in properties
+        return json.dumps({"value": value} if wrapped else value)
     return value if isinstance(value, str) else json.dumps(value)
 
 

@@ -33,6 +33,7 @@ import importlib.util
 import itertools
 import random
 import re
+import threading
 from collections import Counter
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -353,6 +354,16 @@ CODE_MODULES: Final = (
     "webbrowser",
 )  # fmt: skip
 """Standard-library modules whose top-level definitions make ``code-qa`` contexts."""
+_AST_LOCK: Final = threading.Lock()
+"""Held around ``ast.parse``: on CPython 3.11 two threads parsing at once can fail with
+"AST constructor recursion depth mismatch" (tasks are generated in worker threads)."""
+
+
+def _parse(source: str) -> ast.Module:
+    with _AST_LOCK:
+        return ast.parse(source)
+
+
 CODE_QUESTION = "Which function or method in the provided source code calls `{callee}`?"
 _CODE_FORMAT = (
     "Answer with its qualified name only: `function` for a top-level function, "
@@ -370,7 +381,7 @@ def _definitions(module: str) -> tuple[str, ...]:
         source = f.read()
     lines = source.splitlines()
     out = []
-    for node in ast.parse(source).body:
+    for node in _parse(source).body:
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
             first = min([node.lineno, *(d.lineno for d in node.decorator_list)])
             assert node.end_lineno is not None
@@ -391,7 +402,7 @@ def _called_names(node: ast.AST) -> set[str]:
 
 def _defined(source: str) -> Iterator[tuple[str, ast.AST]]:
     """(qualified name, node) of each top-level function and method of *source*, in order."""
-    for node in ast.parse(source).body:
+    for node in _parse(source).body:
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
             yield node.name, node
         elif isinstance(node, ast.ClassDef):

@@ -42,6 +42,8 @@ async def test_a_fake_evaluation_of_every_task_and_arm(tmp_path: Path) -> None:
     assert all(r.score == 1.0 and r.error is None for r in results.runs), [
         (r.task, r.arm, r.answer, r.error) for r in results.runs if r.score < 1
     ]
+    # each session's first program is right: one root turn, the rest sub-calls
+    assert all(r.model_calls == r.sub_calls + 1 for r in results.runs if r.arm == "rlm")
     data = json.loads((tmp_path / "results.json").read_text())
     assert data["stopped"] is None and len(data["runs"]) == len(results.runs)
     cell = data["summary"][0]

@@ -107,3 +107,10 @@ def test_the_legacy_scores_are_unchanged() -> None:
     other = next(label for label in ("billing", "shipping") if label != common.expected)
     assert score(common, f"{common.expected} or {other}") == 0.0
     assert set(TASKS) < set(ALL_TASKS)
+
+
+@pytest.mark.parametrize("name", TASKS)
+def test_a_million_characters(name: str) -> None:
+    task = make_task(name, 1_000_000, 0, seed=5)
+    assert 0.9e6 <= len(task.context) <= 1.01e6
+    assert score(task, task.expected) == 1.0
