@@ -109,6 +109,9 @@ def eval_command(
     max_total_cost_micro_usd: Annotated[
         int | None, typer.Option(help="Stop starting runs once the whole evaluation cost this.")
     ] = None,
+    max_output_tokens: Annotated[
+        int | None, typer.Option(help="A cap on each reply's tokens (e.g. for a base model).")
+    ] = None,
     timeout: Annotated[
         float, typer.Option(help="Seconds per long-prompt call and per session run.")
     ] = 600.0,
@@ -183,6 +186,7 @@ def eval_command(
                 max_total_cost_micro_usd=max_total_cost_micro_usd,
                 base_url=base_url or os.environ.get("SUNROOM_BASE_URL"), embeddings=embedder,
                 progress=progress, plot=plot, code_tool=code_mode == "tool",
+                max_output_tokens=max_output_tokens,
             )
         )  # fmt: skip
     except KeyboardInterrupt:

@@ -31,7 +31,7 @@ from sunroom.eval import results as files
 from sunroom.eval.arms import ARMS, ArmConfig, run_long_prompt, run_session
 from sunroom.eval.results import Cell, Config, Results, Run
 from sunroom.eval.tasks import ALL_TASKS, SEMANTIC_TASKS, TASKS, Task, make_task
-from sunroom.providers import Model
+from sunroom.providers import Model, Settings
 from sunroom.providers import model as build_model
 from sunroom.sandbox.backends import DEFAULT_BACKEND
 
@@ -163,6 +163,7 @@ async def evaluate(
     progress: TextIO | bool = False,
     plot: bool = True,
     code_tool: bool = True,
+    max_output_tokens: int | None = None,
 ) -> Results:
     """Run every arm on every (task, length, seed) item and return the results.
 
@@ -192,6 +193,8 @@ async def evaluate(
         base_url: the endpoint of models given as strings.
         embeddings: an embedder for ``niah-semantic`` (bound as ``embed``/``search``).
         progress: a stream for the progress bar, True for stderr, False for none.
+        max_output_tokens: a cap on each reply's tokens for the models built from strings (a
+            reply cut there ends with ``length``); Model objects keep their own settings.
         code_tool: sessions offer the ``execute_code`` tool; False: the model writes fenced
             ```` ```python ```` blocks (for models without tool calling).
         plot: write ``out/plot.png`` (needs matplotlib: without it the plot is skipped with a
@@ -201,15 +204,16 @@ async def evaluate(
     whose config differs. A run that fails is recorded (score 0, ``error`` set), not raised.
     """
     _check(tasks, lengths, arms, seeds, parallel, k, embeddings)
+    settings = Settings(max_output_tokens=max_output_tokens)
     if isinstance(model, str):
-        root = build_model(model, base_url=base_url)
+        root = build_model(model, base_url=base_url, settings=settings)
         owned: list[Model] = [root]
     else:
         root, owned = model, []
     if sub_model is None:
         sub = root
     elif isinstance(sub_model, str):
-        sub = build_model(sub_model, base_url=base_url)
+        sub = build_model(sub_model, base_url=base_url, settings=settings)
         owned.append(sub)
     else:
         sub = sub_model
@@ -418,6 +422,7 @@ def evaluate_sync(
     progress: TextIO | bool = False,
     plot: bool = True,
     code_tool: bool = True,
+    max_output_tokens: int | None = None,
 ) -> Results:
     """:func:`evaluate` on a fresh event loop (not from inside a running one); same arguments."""
     return asyncio.run(
@@ -427,6 +432,6 @@ def evaluate_sync(
             choose=choose, backend=backend, budget=budget, max_turns=max_turns,
             timeout_s=timeout_s, max_total_cost_micro_usd=max_total_cost_micro_usd,
             base_url=base_url, embeddings=embeddings, progress=progress, plot=plot,
-            code_tool=code_tool,
+            code_tool=code_tool, max_output_tokens=max_output_tokens,
         )
     )  # fmt: skip

@@ -35,10 +35,10 @@ FAST = "subprocess"
 async def test_a_fake_evaluation_of_every_task_and_arm(tmp_path: Path) -> None:
     root, sub = fake_models()
     results = await evaluate(
-        model=root, sub_model=sub, tasks=TASKS, lengths=[8_000], seeds=2, out=tmp_path,
+        model=root, sub_model=sub, tasks=TASKS, lengths=[8_000], seeds=1, out=tmp_path,
         parallel=2, backend=FAST,
     )  # fmt: skip
-    assert len(results.runs) == len(TASKS) * 4 * 2
+    assert len(results.runs) == len(TASKS) * 4
     assert all(r.score == 1.0 and r.error is None for r in results.runs), [
         (r.task, r.arm, r.answer, r.error) for r in results.runs if r.score < 1
     ]
@@ -48,7 +48,7 @@ async def test_a_fake_evaluation_of_every_task_and_arm(tmp_path: Path) -> None:
     assert data["stopped"] is None and len(data["runs"]) == len(results.runs)
     cell = data["summary"][0]
     assert {"task", "length", "arm", "accuracy", "ci_low", "ci_high", "n"} <= set(cell)
-    assert (cell["accuracy"], cell["n"]) == (1.0, 2)
+    assert (cell["accuracy"], cell["n"]) == (1.0, 1)
     assert files.read(tmp_path / "results.json") == results
     by = {(c.task, c.arm): c for c in results.summary}
     for task in TASKS:
@@ -214,3 +214,17 @@ async def test_fenced_code_sessions_for_models_without_tool_calling() -> None:
     )  # fmt: skip
     assert [r.score for r in results.runs] == [1.0, 1.0]
     assert all(not request.tools for request in root.requests)
+
+
+async def test_a_model_named_by_a_spec_is_built_with_the_output_cap(
+    tmp_path: Path,
+) -> None:
+    replies = tmp_path / "replies.json"
+    replies.write_text(json.dumps(["I do not know."]))
+    results = await evaluate(
+        model=f"scripted:{replies}", tasks=["niah"], lengths=[4_000], arms=["long-prompt"],
+        seeds=1, backend=FAST, max_output_tokens=16,
+    )  # fmt: skip
+    (run,) = results.runs
+    assert (run.answer, run.score, run.error) == ("I do not know.", 0.0, None)
+    assert results.config.model == f"scripted:{replies}"
