@@ -205,18 +205,14 @@ async def evaluate(
     """
     _check(tasks, lengths, arms, seeds, parallel, k, embeddings)
     settings = Settings(max_output_tokens=max_output_tokens)
-    if isinstance(model, str):
-        root = build_model(model, base_url=base_url, settings=settings)
-        owned: list[Model] = [root]
-    else:
-        root, owned = model, []
-    if sub_model is None:
-        sub = root
-    elif isinstance(sub_model, str):
-        sub = build_model(sub_model, base_url=base_url, settings=settings)
-        owned.append(sub)
-    else:
-        sub = sub_model
+    owned: list[Model] = []  # built here from strings: closed here
+
+    def built(spec: Model | str) -> Model:
+        if not isinstance(spec, str):
+            return spec
+        owned.append(build_model(spec, base_url=base_url, settings=settings))
+        return owned[-1]
+
     config = Config(
         model=_name(model),
         sub_model=_name(sub_model if sub_model is not None else model),
@@ -229,6 +225,8 @@ async def evaluate(
         choose=choose,
     )
     try:
+        root = built(model)
+        sub = root if sub_model is None else built(sub_model)
         return await _evaluate(
             config, root, sub, out=None if out is None else Path(out), resume=resume,
             parallel=parallel, budget=max_total_cost_micro_usd, progress=progress, plot=plot,
@@ -238,8 +236,8 @@ async def evaluate(
             ),
         )  # fmt: skip
     finally:
-        for built in owned:
-            await built.aclose()
+        for owned_model in owned:
+            await owned_model.aclose()
 
 
 _SAME_ON_RESUME: Final = ("model", "sub_model", "seed", "k", "choose")
