@@ -16,13 +16,16 @@ from __future__ import annotations
 import asyncio
 import os
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Literal
 
 import typer
 
 from sunroom.cli.support import fail, one_line
 from sunroom.errors import SunroomError
 from sunroom.sandbox.backends import DEFAULT_BACKEND, NAMES
+
+if TYPE_CHECKING:
+    from sunroom.providers import Model
 
 __all__ = ["eval_command", "parse_lengths"]
 
@@ -155,15 +158,15 @@ def eval_command(
         lengths_list = parse_lengths(lengths)
     except ValueError as exc:
         raise fail(str(exc)) from None
-    root: Any
-    sub: Any
+    root: Model | str
+    sub: Model | str | None
     if fake:
         root, sub = fake_models(seed=seed, error_rate=fake_error_rate)
     else:
-        root = model or os.environ.get("SUNROOM_MODEL")
-        if not root:
+        spec = model or os.environ.get("SUNROOM_MODEL")
+        if not spec:
             raise fail("no model: pass --model provider:name, set SUNROOM_MODEL, or use --fake")
-        sub = sub_model
+        root, sub = spec, sub_model
     embedder = None
     try:
         if embeddings is not None:

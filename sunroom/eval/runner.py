@@ -33,7 +33,7 @@ from sunroom.eval.results import Cell, Config, Results, Run
 from sunroom.eval.tasks import ALL_TASKS, SEMANTIC_TASKS, TASKS, Task, make_task
 from sunroom.providers import Model, Settings
 from sunroom.providers import model as build_model
-from sunroom.sandbox.backends import DEFAULT_BACKEND
+from sunroom.sandbox.backends import DEFAULT_BACKEND, NAMES
 
 if TYPE_CHECKING:
     from sunroom.embeddings.functions import Embedder
@@ -113,7 +113,7 @@ class Progress:
 
 
 def _check(tasks: Sequence[str], lengths: Sequence[int], arms: Sequence[str], seeds: int,
-           parallel: int, k: int, embeddings: object) -> None:  # fmt: skip
+           parallel: int, k: int, embeddings: object, backend: object) -> None:  # fmt: skip
     bad = [t for t in tasks if t not in ALL_TASKS] + [a for a in arms if a not in ARMS]
     if bad:
         raise UsageError(
@@ -126,6 +126,8 @@ def _check(tasks: Sequence[str], lengths: Sequence[int], arms: Sequence[str], se
         raise UsageError("every length must be at least 1,000 characters")
     if seeds < 1 or parallel < 1:
         raise UsageError("seeds and parallel must be at least 1")
+    if isinstance(backend, str) and backend not in NAMES:
+        raise UsageError(f"unknown backend {backend!r}: the backends are {', '.join(NAMES)}")
     if "best-of-k" in arms and not 2 <= k <= 64:
         raise UsageError(f"k must be from 2 to 64, got {k}")
     semantic = [t for t in tasks if t in SEMANTIC_TASKS]
@@ -203,7 +205,7 @@ async def evaluate(
     Raises UsageError for bad arguments, an existing results file without *resume*, or one
     whose config differs. A run that fails is recorded (score 0, ``error`` set), not raised.
     """
-    _check(tasks, lengths, arms, seeds, parallel, k, embeddings)
+    _check(tasks, lengths, arms, seeds, parallel, k, embeddings, backend)
     settings = Settings(max_output_tokens=max_output_tokens)
     owned: list[Model] = []  # built here from strings: closed here
 

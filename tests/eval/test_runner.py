@@ -8,6 +8,7 @@ from __future__ import annotations
 import inspect
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -183,16 +184,18 @@ async def test_a_failing_model_is_a_failed_run_not_an_error() -> None:
 
 async def test_bad_arguments_are_usage_errors() -> None:
     root, _ = fake_models()
-    for kwargs in (
+    cases: list[dict[str, Any]] = [
         {"tasks": ["nope"]},
         {"arms": ["best-of-all"]},
         {"lengths": [10]},
         {"seeds": 0},
         {"arms": ["best-of-k"], "k": 1},
         {"tasks": ["niah-semantic"]},
-    ):
+        {"backend": "firecracker"},
+    ]
+    for kwargs in cases:
         with pytest.raises(UsageError):
-            await evaluate(model=root, backend=FAST, **kwargs)
+            await evaluate(model=root, **{"backend": FAST, **kwargs})
 
 
 def test_the_sync_twin_has_the_same_signature_and_runs(tmp_path: Path) -> None:
