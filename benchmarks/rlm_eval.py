@@ -1,5 +1,9 @@
 """Long-context evaluation: a plain long-prompt baseline beside an RLM session, per length.
 
+This is the original script, now a thin wrapper over :mod:`sunroom.eval` (the tasks, the fake
+models and the arms live there); ``sunroom eval`` is the full command, with more tasks and
+arms, seeds, confidence intervals, a results file, ``--resume`` and a plot (docs/eval.md).
+
 Tasks are generated locally and seeded, so a run is reproducible and needs no data set:
 
 * ``niah``: single-needle retrieval in the style of RULER's S-NIAH. An essay-like haystack
@@ -50,11 +54,7 @@ import argparse
 import asyncio
 import json
 import os
-import random
-import re
 import sys
-import time
-from collections import Counter
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -64,29 +64,25 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from sunroom.agent import AsyncSession, Budget  # noqa: E402
-from sunroom.providers import (  # noqa: E402
-    AssistantMessage,
-    FunctionModel,
-    Model,
-    Request,
-    Settings,
-    SystemMessage,
-    ToolCall,
-    UserMessage,
-)
-from sunroom.providers import model as build_model  # noqa: E402
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from rlm_tasks import (  # noqa: E402  (generated tasks live in their own module)
+from sunroom.agent import Budget  # noqa: E402
+from sunroom.eval.arms import ArmConfig, run_long_prompt, run_session  # noqa: E402
+from sunroom.eval.fake import fake_models, fake_root, fake_sub  # noqa: E402
+from sunroom.eval.report import format_cost  # noqa: E402
+from sunroom.eval.results import Run  # noqa: E402
+from sunroom.eval.tasks import (  # noqa: E402
     ALL_TASKS,
+    LEGACY_TASKS,
     SEMANTIC_TASKS,
-    TASKS,
     Task,
     make_tasks,
     score,
 )
+from sunroom.providers import Model  # noqa: E402
+from sunroom.providers import model as build_model  # noqa: E402
 
+__all__ = ["fake_root", "fake_sub", "format_cost", "main", "make_tasks", "run_rlm", "score"]
+
+TASKS = LEGACY_TASKS
 METHODS = ("baseline", "rlm", "rlm-best-of-k")
 DEFAULT_LENGTHS = "8k,32k,128k,1m"
 
@@ -112,60 +108,29 @@ class Outcome:
     error: str | None = None
 
     @classmethod
-    def of(cls, task: Task, method: str, **fields: Any) -> Outcome:
+    def of(cls, run: Run, method: str) -> Outcome:
+        """The outcome of a :class:`sunroom.eval.results.Run`."""
         return cls(
-            task=task.name,
-            length=task.length,
-            sample=task.sample,
+            task=run.task,
+            length=run.length,
+            sample=run.seed,
             method=method,
-            expected=task.expected,
-            **{"correct": False, **fields},
+            correct=run.score >= 1.0,
+            expected=run.expected,
+            answer=run.answer[:200],
+            input_tokens=run.input_tokens,
+            output_tokens=run.output_tokens,
+            cost_micro_usd=run.cost_micro_usd,
+            sub_calls=run.sub_calls,
+            latency_s=run.wall_s,
+            error=run.error,
         )
 
 
-def baseline_prompt(task: Task) -> str:
-    intro = (
-        "A special magic number is hidden within the following text. Make sure to memorize it. "
-        "I will quiz you about the number afterwards."
-        if task.name == "niah"
-        else "A passcode is hidden within the following text. Read it carefully; I will ask "
-        "about it afterwards."
-        if task.name == "niah-semantic"
-        else "Below is a list of records. Read all of them; you will be asked about them."
-    )
-    return f"{intro}\n\n{task.context}\n\n{task.question} {task.answer_format}"
-
-
-def rlm_task(task: Task) -> str:
-    what = "text" if task.name.startswith("niah") else "records (one per line)"
-    return (
-        f"The variable `context` holds the {what}. {task.question} "
-        f"{task.answer_format} Call submit() with the answer."
-    )
-
-
 async def run_baseline(task: Task, model: Model, *, timeout_s: float | None) -> Outcome:
-    request = Request(
-        [UserMessage(baseline_prompt(task))],
-        settings=Settings(timeout=timeout_s),
-    )
-    start = time.perf_counter()
-    try:
-        response = await model.complete(request)
-    except Exception as exc:
-        latency = time.perf_counter() - start
-        return Outcome.of(task, "baseline", latency_s=latency, error=f"{type(exc).__name__}: {exc}")
-    return Outcome.of(
-        task,
-        "baseline",
-        correct=score(task, response.text),
-        answer=response.text.strip()[:200],
-        input_tokens=response.usage.input_tokens,
-        output_tokens=response.usage.output_tokens,
-        cost_micro_usd=response.cost_micro_usd,
-        latency_s=time.perf_counter() - start,
-        error=None if response.finish_reason in ("stop", "tool_use") else response.finish_reason,
-    )
+    """The whole context in one prompt (``sunroom eval``'s ``long-prompt`` arm)."""
+    run = await run_long_prompt(task, model, ArmConfig(timeout_s=timeout_s))
+    return Outcome.of(run, "baseline")
 
 
 async def run_rlm(
@@ -181,185 +146,17 @@ async def run_rlm(
     embeddings: Any = None,
 ) -> Outcome:
     """One RLM run of *task*; with *branches* (k) the best-of-k arm: k branches, *choose*."""
-    method = "rlm" if branches is None else "rlm-best-of-k"
-    start = time.perf_counter()
-    try:
-        async with AsyncSession(
-            model=model,
-            preset="rlm",
-            sub_model=sub_model,
-            backend=backend,
-            inputs={"context": task.context},
-            output=None,
-            budget=budget,
-            max_turns=max_turns,
-            embeddings=embeddings,
-        ) as session:
-            start = time.perf_counter()  # the run itself, not the kernel's start
-            result = await session.run(rlm_task(task), branches=branches, choose=choose)
-    except Exception as exc:
-        latency = time.perf_counter() - start
-        return Outcome.of(task, method, latency_s=latency, error=f"{type(exc).__name__}: {exc}")
-    return Outcome.of(
-        task,
-        method,
-        correct=result.ok and score(task, result.output),
-        answer="" if result.output is None else str(result.output)[:200],
-        input_tokens=result.usage.input_tokens,
-        output_tokens=result.usage.output_tokens,
-        cost_micro_usd=result.cost_micro_usd,
-        sub_calls=result.sub_calls,
-        latency_s=time.perf_counter() - start,
-        error=None if result.ok else f"{result.status}: {result.error}",
+    config = ArmConfig(
+        backend=backend,
+        budget=budget,
+        max_turns=max_turns,
+        k=branches or 3,
+        choose=choose,
+        embeddings=embeddings,
     )
-
-
-# --- the fake models (--fake) -----------------------------------------------------------------
-
-_NIAH_KEY = re.compile(r"special magic number for ([a-z]+-[a-z]+)")
-_SEMANTIC_KEY = re.compile(r"passcode of the ([a-z]+) archive")
-_COUNT_LABEL = re.compile(r"have the label '([a-z]+)'")
-_RECORD_LABEL = re.compile(r"\| label: ([a-z]+) \|")
-
-_NIAH_CODE = """\
-import re
-key = __KEY__
-step = 4000
-chunks = [context[i:i + step + 200] for i in range(0, len(context), step)]
-hits = [chunk for chunk in chunks if "magic number for " + key in chunk]
-print(len(context), "characters,", len(chunks), "chunks,", len(hits), "with the needle")
-reply = predict("What is the special magic number for " + key + "? Reply with the number only.",
-                hits[0])
-submit(int(re.search(r"[0-9]+", reply).group()))
-"""
-_SEMANTIC_CODE = """\
-import re
-key = __KEY__
-question = "What is the passcode of the " + key + " archive?"
-paragraphs = [p for p in context.split("\\n\\n") if p.strip()]
-hits = search(question, paragraphs, k=3)
-print(len(paragraphs), "paragraphs; best:", [(h.index, round(h.score, 3)) for h in hits])
-reply = predict(question + " Reply with the number only, or none.", hits[0].text)
-submit(int(re.search(r"[0-9]+", reply).group()))
-"""
-_COUNT_CODE = """\
-label = __LABEL__
-lines = context.splitlines()
-chunks = ["\\n".join(lines[i:i + 200]) for i in range(0, len(lines), 200)]
-counts = predict_many("Count the records in this text whose label is " + repr(label)
-                      + ". Reply with the count.", chunks, output=int)
-print(len(lines), "records in", len(chunks), "chunks; counts per chunk:", counts[:10])
-submit(sum(counts))
-"""
-_COMMON_CODE = """\
-lines = context.splitlines()
-chunks = ["\\n".join(lines[i:i + 200]) for i in range(0, len(lines), 200)]
-parts = predict_many("Count the records in this text by label. Reply with a JSON object that "
-                     "maps each label to its count.", chunks, output=dict[str, int])
-totals = {}
-for part in parts:
-    for name, n in part.items():
-        totals[name] = totals.get(name, 0) + n
-print(totals)
-submit(max(totals, key=totals.get))
-"""
-# Second attempts (after an error) solve the task in the kernel, without sub-calls.
-_FALLBACK_CODE = {
-    "niah": (
-        "import re\n"
-        "found = re.search('magic number for ' + re.escape(__KEY__) + ' is ([0-9]+)', context)\n"
-        "submit(int(found.group(1)))"
-    ),
-    "niah-semantic": (
-        "import re\n"
-        "found = re.search('the ' + re.escape(__KEY__) + ' document store opens with the secret"
-        " PIN ([0-9]+)', context)\n"
-        "submit(int(found.group(1)))"
-    ),
-    "oolong-count": "submit(context.count('| label: ' + __LABEL__ + ' |'))",
-    "oolong-common": (
-        "import collections, re\n"
-        "labels = re.findall(r'\\| label: ([a-z]+) \\|', context)\n"
-        "submit(collections.Counter(labels).most_common(1)[0][0])"
-    ),
-}
-
-
-def _which(question: str) -> tuple[str, dict[str, str]]:
-    if (m := _NIAH_KEY.search(question)) is not None:
-        return "niah", {"key": m.group(1)}
-    if (m := _SEMANTIC_KEY.search(question)) is not None:
-        return "niah-semantic", {"key": m.group(1)}
-    if (m := _COUNT_LABEL.search(question)) is not None:
-        return "oolong-count", {"label": m.group(1)}
-    return "oolong-common", {}
-
-
-def _solve(kind: str, params: dict[str, str], text: str) -> str:
-    """What the fake reads off a text it was given whole."""
-    if kind == "niah":
-        found = re.search(rf"magic number for {params['key']} is (\d+)", text)
-        return found.group(1) if found else "I could not find it."
-    if kind == "niah-semantic":
-        pattern = rf"the {params['key']} document store opens with the secret PIN (\d+)"
-        found = re.search(pattern, text)
-        return found.group(1) if found else "none"
-    labels = Counter(_RECORD_LABEL.findall(text))
-    if kind == "oolong-count":
-        return str(labels[params["label"]])
-    return labels.most_common(1)[0][0] if labels else "none"
-
-
-# Wrong first programs (--fake-error-rate): each changes the last line to a plausible bug.
-_WRONG_SUBMIT = {
-    "niah": 'submit(int(re.search(r"[0-9]+", reply).group()[::-1]))',  # digits reversed
-    "niah-semantic": 'submit(int(re.search(r"[0-9]+", reply).group()[::-1]))',
-    "oolong-count": "submit(sum(counts) + 1)",  # off by one
-    "oolong-common": "submit(min(totals, key=totals.get))",  # the rarest label
-}
-
-
-def fake_root(request: Request, *, wrong: bool = False) -> str | AssistantMessage:
-    """The fake root model: answers a long prompt directly, or acts through code in a session.
-
-    *wrong*: its first program in a session has a bug (the submit line of ``_WRONG_SUBMIT``).
-    """
-    users = [m for m in request.messages if isinstance(m, UserMessage)]
-    if not any(tool.name == "execute_code" for tool in request.tools):
-        kind, params = _which(users[-1].text[-400:])  # baseline: the question ends the prompt
-        return _solve(kind, params, users[-1].text)
-    kind, params = _which(users[0].text)
-    attempts = sum(1 for m in request.messages if isinstance(m, AssistantMessage))
-    if attempts >= 2:
-        return "I could not solve it."
-    template = {
-        "niah": _NIAH_CODE,
-        "niah-semantic": _SEMANTIC_CODE,
-        "oolong-count": _COUNT_CODE,
-        "oolong-common": _COMMON_CODE,
-    }
-    code = template[kind] if attempts == 0 else _FALLBACK_CODE[kind]
-    if wrong and attempts == 0:
-        code = code.rstrip().rsplit("\n", 1)[0] + "\n" + _WRONG_SUBMIT[kind] + "\n"
-    for name, value in params.items():
-        code = code.replace(f"__{name.upper()}__", repr(value))
-    return AssistantMessage([ToolCall(f"call_{attempts + 1}", "execute_code", {"code": code})])
-
-
-def fake_sub(request: Request) -> str:
-    """The fake sub-model: reads the instructions and its input, and answers from the input."""
-    system = next(m.text for m in request.messages if isinstance(m, SystemMessage))
-    text = request.messages[-1].text if isinstance(request.messages[-1], UserMessage) else ""
-    if (m := _NIAH_KEY.search(system)) is not None:
-        return _solve("niah", {"key": m.group(1)}, text)
-    if (m := _SEMANTIC_KEY.search(system)) is not None:
-        return _solve("niah-semantic", {"key": m.group(1)}, text)
-    labels = Counter(_RECORD_LABEL.findall(text))
-    if (m := re.search(r"whose label is '([a-z]+)'", system)) is not None:
-        value: Any = labels[m.group(1)]
-    else:
-        value = dict(labels)
-    return json.dumps({"value": value}) if request.output_schema is not None else str(value)
+    arm = "rlm" if branches is None else "best-of-k"
+    run = await run_session(task, arm, model, sub_model, config)
+    return Outcome.of(run, "rlm" if branches is None else "rlm-best-of-k")
 
 
 # --- the table --------------------------------------------------------------------------------
@@ -381,13 +178,6 @@ def _label(length: int) -> str:
     if length >= 1_000 and length % 1_000 == 0:
         return f"{length // 1_000}K"
     return str(length)
-
-
-def format_cost(costs: Sequence[int | None]) -> str:
-    """Total micro-USD, or "unknown" when any cost is unknown."""
-    if not costs or any(c is None for c in costs):
-        return "unknown"
-    return f"{sum(c for c in costs if c is not None):,}"
 
 
 def table(outcomes: Sequence[Outcome]) -> str:
@@ -484,14 +274,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def _models(args: argparse.Namespace) -> tuple[Model, Model]:
     if args.fake:
-        draw = random.Random(args.seed)
-        rate = args.fake_error_rate
-
-        def root(request: Request) -> str | AssistantMessage:
-            first = not any(isinstance(m, AssistantMessage) for m in request.messages)
-            return fake_root(request, wrong=first and draw.random() < rate)
-
-        return FunctionModel(root, name="fake-root"), FunctionModel(fake_sub, name="fake-sub")
+        return fake_models(seed=args.seed, error_rate=args.fake_error_rate)
     root = build_model(args.model, base_url=args.base_url)
     sub = root if not args.sub_model else build_model(args.sub_model, base_url=args.base_url)
     return root, sub

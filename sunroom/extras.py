@@ -35,6 +35,7 @@ EXTRAS: Final[Mapping[str, tuple[str, ...]]] = {
     "client": ("httpx",),
     "rlm": ("rlm",),
     "dspy": ("dspy",),
+    "eval": ("matplotlib",),
     "e2b": ("e2b_code_interpreter",),
     "postgres": ("psycopg", "psycopg_pool"),
     "otel": ("opentelemetry.sdk", "opentelemetry.exporter.otlp.proto.http"),

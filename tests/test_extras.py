@@ -42,6 +42,7 @@ MODULE_OF = {
     "smolagents": "smolagents",
     "rlms": "rlm",
     "dspy": "dspy",
+    "matplotlib": "matplotlib",
     "e2b-code-interpreter": "e2b_code_interpreter",
     "prometheus-client": "prometheus_client",
     "aiohttp": "aiohttp",

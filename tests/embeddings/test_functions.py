@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import ast
-import importlib.util
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -14,17 +11,12 @@ from sunroom import AsyncKernel
 from sunroom.embeddings import OnnxEmbedder
 from sunroom.embeddings import functions as ef
 from sunroom.embeddings.functions import embedding_functions
+from sunroom.eval import tasks as rlm_tasks
 from sunroom.sandbox.codegen import generate
 from tests.conftest import _require
 from tests.embeddings import testmodel
 from tests.embeddings.fake_embedder import HashingEmbedder
 from tests.embeddings.test_model import PUBLISHED_SENTENCES, PUBLISHED_SIMILARITIES
-
-_TASKS_PY = Path(__file__).resolve().parents[2] / "benchmarks" / "rlm_tasks.py"
-_spec = importlib.util.spec_from_file_location("rlm_tasks", _TASKS_PY)
-assert _spec is not None and _spec.loader is not None
-rlm_tasks = sys.modules.setdefault("rlm_tasks", importlib.util.module_from_spec(_spec))
-_spec.loader.exec_module(rlm_tasks)
 
 
 @pytest.fixture(params=["subprocess", "bwrap"])
