@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import os
+import shutil
 import socket
+import tempfile
 import time
 from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
 
 import httpx
 import pytest
@@ -186,37 +189,71 @@ def test_file_settings_come_from_the_environment(monkeypatch: pytest.MonkeyPatch
     assert config.max_file_bytes == 12345 and config.read_timeout_s == 60
 
 
-CHANGE_SOON = """
+CHANGE_WHEN_TOLD = """
 import os, threading, time
 def change():
-    time.sleep(1.5)
+    while not os.path.exists({go!r}):
+        time.sleep(0.01)
     {action}
+    open({done!r}, "w").close()
 threading.Thread(target=change, daemon=True).start()
 """
 
 
-def _slow_get(server: Server, url: str) -> tuple[dict[str, str], bytes]:
-    """GET *url*, taking 64 KiB, then the rest after 3 s (the kernel acts meanwhile).
+class Cue:
+    """Files on the host through which a test tells the kernel when to act, and hears back.
 
-    CHANGE_SOON acts 1.5 s after its cell: the GET may start up to 1.5 s late (a loaded
-    machine) and the change still falls inside the pause (0.5 s and 1 s lost that race).
+    The servers here run subprocess kernels, which see the host's files: a cell started with
+    :meth:`code` waits in a thread until the test calls :meth:`act`, does *action*, and says
+    so. A download can then be changed at an exact point, however loaded the machine is.
     """
+
+    def __init__(self) -> None:
+        self.dir = Path(tempfile.mkdtemp(prefix="sunroom-cue-"))
+        self.dir.chmod(0o777)  # the kernel runs as a uid of its own
+        self.go = self.dir / "go"
+        self.done = self.dir / "done"
+
+    def code(self, action: str) -> str:
+        """A cell that does *action* once told to."""
+        return CHANGE_WHEN_TOLD.format(go=str(self.go), done=str(self.done), action=action)
+
+    def act(self) -> None:
+        """Tell the kernel to act, and wait until it has."""
+        self.go.touch()
+        deadline = time.monotonic() + 60
+        while not self.done.exists():
+            assert time.monotonic() < deadline, "the kernel never acted"
+            time.sleep(0.01)
+        shutil.rmtree(self.dir)
+
+
+def _slow_get(server: Server, url: str, cue: Cue | None = None) -> tuple[dict[str, str], bytes]:
+    """GET *url*: take 64 KiB, let the kernel act (*cue*), then take the rest."""
     with server.client.stream("GET", url) as resp:
         assert resp.status_code == 200
         chunks = resp.iter_raw(65536)
         got = next(chunks)
-        time.sleep(3.0)
+        if cue is not None:
+            cue.act()
         return dict(resp.headers), got + b"".join(chunks)
+
+
+def _changed_while_sent(
+    server: Server, base: str, name: str, action: str
+) -> tuple[dict[str, str], bytes]:
+    """Download *name* while the kernel does *action* after the first 64 KiB went out."""
+    cue = Cue()
+    answer = server.client.post(f"{base}/execute", json={"code": cue.code(action)}).json()
+    assert answer["status"] == "ok"
+    return _slow_get(server, f"{base}/files/{name}", cue)
 
 
 def _shrinks_while_sent(server: Server, base: str, name: str) -> None:
     """*name* cut to 1000 bytes mid-download ends the connection: the body is short, never
     padded; a HEAD request then gets the new length and no body."""
-    shrink = f"os.truncate({name!r}, 1000)"
-    code = CHANGE_SOON.format(action=shrink)
-    assert server.client.post(f"{base}/execute", json={"code": code}).json()["status"] == "ok"
     with pytest.raises(httpx.RemoteProtocolError):
-        _slow_get(server, f"{base}/files/{name}")
+        _changed_while_sent(server, base, name, f"os.truncate({name!r}, 1000)")
     r = server.client.head(f"{base}/files/{name}")
     assert r.status_code == 200 and r.headers["content-length"] == "1000" and r.content == b""
 
@@ -235,18 +272,14 @@ def test_a_download_is_the_file_as_opened(
     assert server.client.put(f"{base}/files/f.bin", content=data).status_code == 200
     # replaced by a link out of the workdir during the download: the download is unchanged
     swap = "os.symlink('/etc/passwd', 'l'); os.replace('l', 'f.bin')"
-    code = CHANGE_SOON.format(action=swap)
-    assert server.client.post(f"{base}/execute", json={"code": code}).json()["status"] == "ok"
-    headers, got = _slow_get(server, f"{base}/files/f.bin")
+    headers, got = _changed_while_sent(server, base, "f.bin", swap)
     assert headers["content-length"] == str(len(data)) and got == data
     r = server.client.get(f"{base}/files/f.bin")
     assert r.status_code == 422 and "symbolic link" in r.json()["error"]["message"]
     # a file that grows meanwhile is cut at its Content-Length
     assert server.client.put(f"{base}/files/g.bin", content=data).status_code == 200
     grow = "open('g.bin', 'ab').write(b'more' * 1000)"
-    code = CHANGE_SOON.format(action=grow)
-    assert server.client.post(f"{base}/execute", json={"code": code}).json()["status"] == "ok"
-    headers, got = _slow_get(server, f"{base}/files/g.bin")
+    headers, got = _changed_while_sent(server, base, "g.bin", grow)
     assert headers["content-length"] == str(len(data)) and got == data
     _shrinks_while_sent(server, base, "g.bin")
     # a client that goes away mid-way frees the kernel too

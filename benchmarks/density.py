@@ -1,0 +1,199 @@
+"""Density: N idle kernels on one machine, what each costs, and a live kernel meanwhile.
+
+Starts one live kernel and measures its execute round trip (``x += 1``, p50/p99) with no other
+kernel; then starts ``--n`` idle kernels (``--batch`` at a time), and reports:
+
+* the time to start them all, and the host's MemAvailable before and after;
+* PSS per idle kernel (``/proc/<pid>/smaps_rollup`` of every process under this one, divided
+  by N), broken down by what the processes are (bwrap, the supervisor, the runtime, other),
+  with each kind's process count, threads and open file descriptors per kernel;
+* the live kernel's execute p50/p99 again with the N idle kernels alive, and the ratio;
+* processes left under this one, and processes left with a kernel uid, after closing all.
+
+    .venv/bin/python benchmarks/density.py [--n 1000] [--backend bwrap] [--batch 16]
+
+Issue 31's targets on a 2-core machine with bwrap: PSS <= 6 MB per idle kernel, all started
+<= 90 s, execute p99 with 999 idle <= 2x its p99 alone, 0 processes left after closing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import platform
+import resource
+import statistics
+import sys
+import time
+from collections import defaultdict
+from collections.abc import Sequence
+from pathlib import Path
+
+import psutil
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from sunroom import AsyncKernel  # noqa: E402
+from sunroom.sandbox.identity import uid_range  # noqa: E402
+
+
+def _mem_available() -> int:
+    for line in Path("/proc/meminfo").read_text().splitlines():
+        if line.startswith("MemAvailable:"):
+            return int(line.split()[1]) * 1024
+    raise RuntimeError("no MemAvailable in /proc/meminfo")
+
+
+def _pss(pid: int) -> int:
+    try:
+        for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+            if line.startswith("Pss:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        return 0
+    return 0
+
+
+def _name(proc: psutil.Process) -> str:
+    try:
+        return proc.name()
+    except psutil.Error:
+        return "gone"
+
+
+def _kind(proc: psutil.Process) -> str:
+    """bwrap, or what a process is by its place under bwrap: supervisor, runtime, other."""
+    if _name(proc) == "bwrap":
+        return "bwrap"
+    try:
+        chain = [p for p in proc.parents()]
+    except psutil.Error:
+        return "gone"
+    for level, parent in enumerate(chain):
+        if _name(parent) == "bwrap":
+            return ("supervisor", "runtime")[level] if level < 2 else "a runtime's child"
+    return "other: " + _name(proc)
+
+
+def _breakdown(n: int, uids: set[int]) -> None:
+    kinds: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0, 0])  # procs, pss, threads, fds
+    for proc in psutil.Process().children(recursive=True):
+        kind = _kind(proc)
+        with contextlib.suppress(psutil.Error):
+            uids.add(proc.uids().real)
+        row = kinds[kind]
+        row[0] += 1
+        row[1] += _pss(proc.pid)
+        try:
+            row[2] += proc.num_threads()
+            row[3] += proc.num_fds()
+        except psutil.Error:
+            pass
+    total = sum(row[1] for row in kinds.values())
+    print(f"PSS per idle kernel: {total / n / 1e6:.2f} MB (all kernel processes / {n})")
+    for kind, (procs, pss, threads, fds) in sorted(kinds.items(), key=lambda kv: -kv[1][1]):
+        print(f"  {kind:<28} {procs / n:5.2f} procs  {pss / n / 1e6:6.2f} MB  "
+              f"{threads / n:5.2f} threads  {fds / n:5.1f} fds  per kernel")  # fmt: skip
+    me = psutil.Process()
+    print(f"host process: {me.num_fds()} fds, {me.num_threads()} threads, "
+          f"RSS {me.memory_info().rss / 1e6:.0f} MB")  # fmt: skip
+
+
+async def _executes(kernel: AsyncKernel, samples: int) -> list[float]:
+    await kernel.execute("x = 0")
+    out = []
+    for _ in range(samples):
+        t0 = time.perf_counter()
+        result = await kernel.execute("x += 1")
+        out.append((time.perf_counter() - t0) * 1000)
+        if not result.ok:
+            raise RuntimeError(f"execute failed: {result.error}")
+    return out
+
+
+def _p(values: Sequence[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
+
+
+async def main(args: argparse.Namespace) -> int:
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    print(f"machine: {platform.machine()}, {os.cpu_count()} cores, "
+          f"{psutil.virtual_memory().total / 2**30:.0f} GiB; backend {args.backend}; "
+          f"RLIMIT_NOFILE {soft} -> {hard}")  # fmt: skip
+    live = AsyncKernel(backend=args.backend)
+    await live.start()
+    await _executes(live, 50)  # warm
+    alone = await _executes(live, args.samples)
+    print(f"live execute alone: p50 {statistics.median(alone):.3f} ms, "
+          f"p99 {_p(alone, 0.99):.3f} ms")  # fmt: skip
+    before = _mem_available()
+    idle: list[AsyncKernel] = []
+    started = time.perf_counter()
+    failed = 0
+    for i in range(0, args.n, args.batch):
+        batch = [AsyncKernel(backend=args.backend) for _ in range(min(args.batch, args.n - i))]
+        results = await asyncio.gather(*(k.start() for k in batch), return_exceptions=True)
+        for k, r in zip(batch, results, strict=True):
+            if isinstance(r, BaseException):
+                failed += 1
+                if failed <= 3:
+                    print(f"  a kernel failed to start: {type(r).__name__}: {r}")
+            else:
+                idle.append(k)
+        if failed > 10:
+            print("too many failures; stopping the starts")
+            break
+        if (i // args.batch) % 10 == 0:
+            print(f"  {len(idle)} started ({time.perf_counter() - started:.1f} s)", flush=True)
+    took = time.perf_counter() - started
+    after = _mem_available()
+    print(f"started {len(idle)} idle kernels in {took:.1f} s ({failed} failed); "
+          f"MemAvailable {before / 1e9:.2f} -> {after / 1e9:.2f} GB "
+          f"({(before - after) / max(1, len(idle)) / 1e6:.2f} MB per kernel)")  # fmt: skip
+    await asyncio.sleep(2)  # let the starts settle
+    seen_uids: set[int] = set()
+    _breakdown(len(idle) + 1, seen_uids)
+    crowded = await _executes(live, args.samples)
+    print(f"live execute with {len(idle)} idle: p50 {statistics.median(crowded):.3f} ms, "
+          f"p99 {_p(crowded, 0.99):.3f} ms; p99 ratio {_p(crowded, 0.99) / _p(alone, 0.99):.2f}x "
+          "(target <= 2x)")  # fmt: skip
+    closing = time.perf_counter()
+    for i in range(0, len(idle), 64):
+        await asyncio.gather(*(k.aclose() for k in idle[i : i + 64]))
+    await live.aclose()
+    print(f"closed all in {time.perf_counter() - closing:.1f} s")
+    left = psutil.Process().children(recursive=True)
+    ours = seen_uids & set(uid_range())  # other programs' kernels may run meanwhile
+
+    def lingering() -> list[psutil.Process]:
+        found = []
+        for proc in psutil.process_iter(["uids"]):
+            uids = proc.info["uids"]
+            if uids is not None and uids.real in ours:
+                found.append(proc)
+        return found
+
+    at_close = len(lingering())
+    waited = time.perf_counter()
+    count = len(lingering())
+    while count and time.perf_counter() - waited < 30:  # polling the process table: no event
+        await asyncio.sleep(0.1)
+        count = len(lingering())
+    print(f"left after closing: {len(left)} processes under this one; with its kernels' uids "
+          f"{at_close} when aclose() returned, {count} after "
+          f"{time.perf_counter() - waited:.1f} s (target 0)")  # fmt: skip
+    return 0
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--n", type=int, default=1000)
+    parser.add_argument("--backend", default="bwrap")
+    parser.add_argument("--batch", type=int, default=16)
+    parser.add_argument("--samples", type=int, default=500)
+    raise SystemExit(asyncio.run(main(parser.parse_args())))
