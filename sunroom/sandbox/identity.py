@@ -152,8 +152,8 @@ def lease_identity() -> IdentityLease:
     lock_dir = _lock_dir()
     busy: set[int] | None = None
     for uid in uids:
-        if _known(uid):
-            continue
+        # the lock first: it is two syscalls, while a user-database lookup reads the files
+        # (uids held by other kernels, most of those tried, never reach it)
         try:
             fd = os.open(lock_dir / str(uid), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
         except OSError as exc:
@@ -169,6 +169,9 @@ def lease_identity() -> IdentityLease:
             raise SandboxUnavailableError(
                 f"cannot lease a kernel uid in {lock_dir}: {exc.strerror}"
             ) from None
+        if _known(uid):
+            os.close(fd)
+            continue
         if busy is None:
             busy = live_uids()
         if uid in busy:

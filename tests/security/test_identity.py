@@ -418,3 +418,32 @@ async def test_a_lease_is_taken_off_the_loop_and_a_cancelled_one_is_given_back(
             await asyncio.sleep(0.05)
     assert lease.identity.uid == base
     lease.release()
+
+
+@root_only
+def test_a_uid_that_names_a_user_or_group_is_never_leased(monkeypatch: pytest.MonkeyPatch) -> None:
+    """65534 is ``nobody`` (and ``nogroup``) on Debian: the range 65534-65535 leases 65535 only.
+
+    The user databases are read only for a uid whose lock was free (the lookup costs far more
+    than the lock: issue 31's density baseline); a known uid's lock is let go at once.
+    """
+    import pwd
+
+    try:
+        pwd.getpwuid(65534)
+    except KeyError:
+        pytest.skip("no user 65534 on this host")
+    monkeypatch.setenv("SUNROOM_UID_BASE", "65534")
+    monkeypatch.setenv("SUNROOM_UID_COUNT", "2")
+    lease = lease_identity()
+    try:
+        assert lease.identity.uid == 65535
+        with pytest.raises(SandboxUnavailableError, match="are in use"):
+            lease_identity()
+        fd = os.open(identity.ROOT_LOCK_DIR / "65534", os.O_RDWR)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # not held by the skipped lease
+        finally:
+            os.close(fd)
+    finally:
+        lease.release()
