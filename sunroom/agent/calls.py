@@ -72,7 +72,7 @@ _COSTS: contextvars.ContextVar[list[int | None] | None] = contextvars.ContextVar
 
 @final
 class NodeSpend:
-    """What the model calls of one recursion-tree node spent (see :func:`spending`).
+    """What some model calls spent: tokens and micro-USD (a recursion-tree node, :func:`spending`).
 
     ``cost_micro_usd`` is None once any call's price was unknown.
     """

@@ -29,6 +29,7 @@ extras.require("dspy", "the dspy-rlm arm")
 import dspy  # noqa: E402  (after the extra is checked)
 from dspy import lm15  # noqa: E402
 
+from sunroom.agent.calls import NodeSpend  # noqa: E402
 from sunroom.eval.arms import ArmConfig, ModelClock, TimedModel, run_record  # noqa: E402
 from sunroom.eval.results import Run  # noqa: E402
 from sunroom.eval.tasks import Task, score  # noqa: E402
@@ -58,7 +59,8 @@ class SunroomEngine:
     """A DSPy custom engine that answers with a sunroom model, on the loop that owns it.
 
     Called from a worker thread (``dspy.RLM`` is synchronous); the call runs on *loop*.
-    Counts calls, tokens and cost (``cost_micro_usd`` None once any call's price was unknown).
+    Counts ``calls``, and tokens and cost in ``spend`` (its ``cost_micro_usd`` None once any
+    call's price was unknown).
     """
 
     def __init__(
@@ -68,9 +70,7 @@ class SunroomEngine:
         self.loop = loop
         self.timeout_s = timeout_s
         self.calls = 0
-        self.input_tokens = 0
-        self.output_tokens = 0
-        self.cost_micro_usd: int | None = 0
+        self.spend = NodeSpend()
         self._lock = threading.Lock()
 
     def _request(self, request: lm15.Request) -> Request:
@@ -95,12 +95,7 @@ class SunroomEngine:
         response = future.result()
         with self._lock:
             self.calls += 1
-            self.input_tokens += response.usage.input_tokens
-            self.output_tokens += response.usage.output_tokens
-            if self.cost_micro_usd is not None and response.cost_micro_usd is not None:
-                self.cost_micro_usd += response.cost_micro_usd
-            else:
-                self.cost_micro_usd = None
+            self.spend.add(response)
         return lm15.Response(
             id=None,
             model=request.model,
@@ -147,8 +142,9 @@ async def run_dspy_rlm(task: Task, model: Model, sub_model: Model, config: ArmCo
     except Exception as exc:  # a failed run is recorded with its reason, like the other arms
         error = f"{type(exc).__name__}: {exc}"[:500]
     wall = time.perf_counter() - start
-    cost = None if root.cost_micro_usd is None or sub.cost_micro_usd is None else (
-        root.cost_micro_usd + sub.cost_micro_usd
+    mine, theirs = root.spend, sub.spend
+    cost = None if mine.cost_micro_usd is None or theirs.cost_micro_usd is None else (
+        mine.cost_micro_usd + theirs.cost_micro_usd
     )  # fmt: skip
     return run_record(
         task,
@@ -156,8 +152,8 @@ async def run_dspy_rlm(task: Task, model: Model, sub_model: Model, config: ArmCo
         score=0.0 if error else score(task, answer),
         answer=answer[:300],
         status="error" if error else "success",
-        input_tokens=root.input_tokens + sub.input_tokens,
-        output_tokens=root.output_tokens + sub.output_tokens,
+        input_tokens=mine.input_tokens + theirs.input_tokens,
+        output_tokens=mine.output_tokens + theirs.output_tokens,
         cost_micro_usd=cost,
         model_calls=root.calls + sub.calls,
         sub_calls=sub.calls,
