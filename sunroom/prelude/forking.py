@@ -3,16 +3,26 @@
 The host asks with a ``fork`` request naming one ``{"nonce", "workdir"}`` per copy. The runtime
 refuses if code it ran left Python threads running (a copy would inherit their locks, not the
 threads), says ``fork_ready``, and receives the copies' ends of their sockets and status pipes in
-one ``SCM_RIGHTS`` message. For each copy it then forks the copy's supervisor (a subreaper),
-whose pid goes to the kernel supervisor's registry so that it outlives this kernel (when this
-runtime ends, it is re-parented to that supervisor); the copy's supervisor forks the copy's
-runtime, which takes its new socket, new output pipes and a copy of the workdir, and says
-``hello`` with its nonce. A copy that asks to be isolated (``"isolate"``: a template's tenant)
-makes itself a tenant of its own first (:mod:`sunroom.prelude.isolation`), and forks its runtime
-only once the host has opened its gate (a third descriptor: the host has moved the supervisor
-into the copy's cgroup by then). This runtime reaps the supervisors of its copies that end.
-Nothing of the state is pickled or replayed: it is the same memory, shared until written (the
-collector's objects are frozen across the fork so that a collection does not touch every page).
+one ``SCM_RIGHTS`` message. Nothing of the state is pickled or replayed: it is the same memory,
+shared until written (the collector's objects are frozen across the fork so that a collection
+does not touch every page). A copy then comes in one of two shapes:
+
+* **single** (``"single": true``, which the host asks for when the copy has a cgroup of its own):
+  the runtime forks once, and the child *is* the copy's runtime. It takes its new socket, new
+  output pipes and a copy of the workdir and says ``hello`` with its nonce. It is this
+  runtime's child: this runtime reaps it (on ``SIGCHLD``, and before each request) and writes
+  its status on its status pipe. The kernel's supervisor owns it too (the registry carries it
+  with a copy of its status pipe, :mod:`sunroom.prelude.watch`): when this runtime ends, the
+  copy is re-parented to that supervisor, which reaps it and reports. Every process the copy
+  makes stays in its cgroup, which the host kills to close it; the supervisor's sweep spares
+  other cgroups' processes. One ``fork()`` of the heap per copy.
+* **supervised** (otherwise): for each copy the runtime forks the copy's supervisor (a
+  subreaper), whose pid goes to the kernel supervisor's registry so that it outlives this
+  kernel; the copy's supervisor forks the copy's runtime, which proceeds as above. A copy that
+  asks to be isolated (``"isolate"``: a template's tenant) makes itself a tenant of its own
+  first (:mod:`sunroom.prelude.isolation`), and forks its runtime only once the host has opened
+  its gate (a third descriptor: the host has moved the supervisor into the copy's cgroup by
+  then). This runtime reaps the supervisors of its copies that end.
 
 Sockets opened by cells, files outside the workdir and threads are not copied (see docs/fork.md).
 """
@@ -30,11 +40,12 @@ import threading
 
 from sunroom.prelude import isolation
 from sunroom.prelude.prctl import PR_SET_CHILD_SUBREAPER, PR_SET_DUMPABLE, prctl
-from sunroom.prelude.watch import supervise
+from sunroom.prelude.watch import registry_pair, supervise
 
 TYPE_CHECKING = False  # typing costs the kernel ~10 ms to import; annotations are lazy
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    import types
+    from collections.abc import Callable, Iterator
     from typing import Any, Protocol
 
     from sunroom.rpc.blocking import BlockingChannel
@@ -46,8 +57,9 @@ if TYPE_CHECKING:
         """
 
         channel: BlockingChannel
-        copies: set[int]
+        copies: dict[int, int | None]
         own_fds: frozenset[int]
+        registry_fd: int | None
 
         def capture_threads(self) -> list[threading.Thread]:
             """The runtime's own threads, quieted (not refused) across a fork."""
@@ -58,10 +70,12 @@ if TYPE_CHECKING:
         def note_copy(self, pid: int) -> None:
             """Tell the kernel's supervisor that *pid* supervises a copy (it outlives us)."""
 
-        def forget_parent_links(self) -> None:
+        def forget_parent_links(self, *, keep_registry: bool = False) -> None:
             """In a forked child: close the fds that belong to the kernel, not to the child."""
 
-        def become_copy(self, fd: int, *, nonce: str, workdir: str, registry_fd: int) -> None:
+        def become_copy(
+            self, fd: int, *, nonce: str, workdir: str, registry_fd: int | None
+        ) -> None:
             """In a copy's runtime: take socket *fd* and a copy of the workdir, say hello."""
 
         def serve(self) -> None:
@@ -87,6 +101,10 @@ def fork(runtime: Runtime, params: dict[str, object]) -> list[int]:
             raise ValueError("each copy needs a nonce and a workdir")
         if spec.get("isolate") is not None and not isinstance(spec["isolate"], dict):
             raise ValueError("a copy's isolation is a map")
+        if spec.get("single") is not None and (
+            spec["single"] is not True or spec.get("isolate") is not None
+        ):
+            raise ValueError("only a copy that is not isolated may be a single process")
     reap(runtime)
     _refuse_threads(runtime)
     if any(spec.get("isolate") is not None for spec in copies):
@@ -99,18 +117,24 @@ def fork(runtime: Runtime, params: dict[str, object]) -> list[int]:
     fds = _receive_fds(runtime, sum(widths))
     _flush()
     pids: list[int] = []
+    kept: set[int] = set()  # the single copies' status pipes: this runtime reports on them
     gc.freeze()  # a collection in a copy must not write to every tracked object's page
     try:
         at = 0
         for spec, width in zip(copies, widths, strict=True):
             own = fds[at : at + width]
             at += width
-            pids.append(_spawn(runtime, spec, own, fds))
+            if spec.get("single"):
+                pids.append(_spawn_single(runtime, spec, own, fds))
+                kept.add(own[1])
+            else:
+                pids.append(_spawn(runtime, spec, own, fds))
     finally:
         gc.unfreeze()
         for fd in fds:
-            with contextlib.suppress(OSError):
-                os.close(fd)
+            if fd not in kept:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
     return pids
 
 
@@ -210,20 +234,115 @@ def _spawn(runtime: Runtime, spec: dict[str, object], own: list[int], fds: list[
             _copy_supervisor(runtime, spec, own, fds, gated=isolated)
         if direct:
             isolation.restore_pid_namespace()
-    runtime.copies.add(pid)
+    runtime.copies[pid] = None
     runtime.note_copy(pid)  # the kernel's supervisor spares it when this kernel ends
     return pid
 
 
 def reap(runtime: Runtime) -> None:
-    """Reap the supervisors of this kernel's copies that have ended (they are its children)."""
-    for pid in list(runtime.copies):
+    """Reap this kernel's copies that have ended; a single copy's status goes on its pipe.
+
+    They are its children: single copies, or the supervisors of supervised ones. ``SIGCHLD``
+    is blocked meanwhile, so that its handler (this function) does not reap a copy under us.
+    """
+    held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGCHLD})
+    try:
+        _reap(runtime)
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)
+
+
+def _reap(runtime: Runtime) -> None:
+    for pid, status_fd in list(runtime.copies.items()):
         try:
-            done, _ = os.waitpid(pid, os.WNOHANG)
+            done, code = os.waitpid(pid, os.WNOHANG)
         except ChildProcessError:  # a cell reaped it (os.wait) or it is gone
-            done = pid
-        if done:
-            runtime.copies.discard(pid)
+            done, code = pid, -1
+        if not done:
+            continue
+        del runtime.copies[pid]
+        if status_fd is None:  # a supervised copy: its supervisor reported already
+            continue
+        if code >= 0:
+            word = (
+                f"signal:{os.WTERMSIG(code)}"
+                if os.WIFSIGNALED(code)
+                else f"exit:{os.waitstatus_to_exitcode(code)}"
+            )
+            with contextlib.suppress(OSError):  # the host let go of the copy already
+                os.write(status_fd, word.encode())
+        with contextlib.suppress(OSError):
+            os.close(status_fd)
+        runtime.own_fds = runtime.own_fds - {status_fd}
+
+
+def _on_child(runtime: Runtime) -> Callable[[int, types.FrameType | None], None]:
+    """A ``SIGCHLD`` handler that reaps the copies (only theirs: a cell's children are its own)."""
+
+    def handler(signum: int, frame: types.FrameType | None) -> None:
+        reap(runtime)
+
+    return handler
+
+
+_HANDLER: dict[int, object] = {}
+"""The ``SIGCHLD`` handler this process installed for its runtime (a cell may replace it)."""
+
+
+def _spawn_single(runtime: Runtime, spec: dict[str, Any], own: list[int], fds: list[int]) -> int:
+    """Fork one single copy (the module's docstring); return its pid (this runtime's child)."""
+    status_fd = own[1]
+    if signal.getsignal(signal.SIGCHLD) is not _HANDLER.get(id(runtime)):
+        _HANDLER[id(runtime)] = handler = _on_child(runtime)
+        # not SA_RESTART: the runtime waits for requests in a blocking read, which must return
+        # for the handler to run (Python retries it then, PEP 475)
+        signal.signal(signal.SIGCHLD, handler)
+    with _quiet(runtime):
+        pid = os.fork()
+        if pid == 0:
+            _single_copy(runtime, spec, own, fds)
+    runtime.copies[pid] = status_fd
+    runtime.own_fds = runtime.own_fds | {status_fd}
+    registry = runtime.registry_fd
+    if registry is not None:  # the kernel's supervisor owns it too (it outlives this runtime)
+        sock = socket.socket(fileno=registry)
+        try:
+            message = f"{pid}\t{spec['workdir']}".encode()
+            socket.send_fds(sock, [message], [status_fd])
+        finally:
+            sock.detach()
+    return pid
+
+
+def _single_copy(runtime: Runtime, spec: dict[str, Any], own: list[int], fds: list[int]) -> None:
+    """A single copy's runtime, just forked: never returns."""
+    try:
+        sock_fd = own[0]
+        for fd in fds:
+            if fd != sock_fd:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+        for status_fd in runtime.copies.values():  # the parent's other copies' status pipes
+            if status_fd is not None:
+                with contextlib.suppress(OSError):
+                    os.close(status_fd)
+        runtime.copies = {}
+        runtime.forget_parent_links(keep_registry=True)
+        prctl(PR_SET_DUMPABLE, 1)  # the runtime is the user's own process
+        runtime.become_copy(
+            sock_fd,
+            nonce=spec["nonce"],
+            workdir=spec["workdir"],
+            registry_fd=runtime.registry_fd,
+        )
+        runtime.serve()
+        _flush()
+    except BaseException:
+        import traceback
+
+        traceback.print_exc()
+        os._exit(1)
+    os._exit(0)
 
 
 def _middle(runtime: Runtime, spec: dict[str, object], own: list[int], fds: list[int]) -> None:
@@ -286,7 +405,7 @@ def _copy_supervisor(
         prctl(PR_SET_DUMPABLE, 0)
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         hangup = os.dup(sock_fd)
-        registry_r, registry_w = os.pipe()
+        registry_r, registry_w = registry_pair()
         kernel = os.fork()
         if kernel == 0:
             os.close(registry_r)

@@ -42,7 +42,9 @@ class Runtime:
     ) -> None:
         self.max_frame = max_frame
         self.registry_fd = registry_fd  # the supervisor learns our copies' pids here
-        self.copies: set[int] = set()  # our copies' supervisors: our children, reaped by us
+        # our copies (children, reaped by us): a single copy's pid -> its status pipe, or a
+        # copy's supervisor's pid -> None (sunroom.prelude.forking)
+        self.copies: dict[int, int | None] = {}
         self.channel = BlockingChannel(sock, max_frame=max_frame)
         self.namespace: dict[str, object] = {"__name__": "__main__", "__builtins__": builtins}
         self.executor = Executor(self.namespace)
@@ -92,20 +94,24 @@ class Runtime:
         if self.registry_fd is not None:
             os.write(self.registry_fd, f"{pid}\n".encode())
 
-    def forget_parent_links(self) -> None:
-        """In a forked child: close the fds that belong to this kernel, not to the child."""
+    def forget_parent_links(self, *, keep_registry: bool = False) -> None:
+        """In a forked child: close the fds that belong to this kernel, not to the child.
+
+        With *keep_registry* the registry stays open: a single copy names its own copies to
+        the same supervisor.
+        """
         fd = self.channel.raw_socket().fileno()
         self.channel.detach()
         with contextlib.suppress(OSError):
             os.close(fd)
-        if self.registry_fd is not None:
+        if self.registry_fd is not None and not keep_registry:
             with contextlib.suppress(OSError):
                 os.close(self.registry_fd)
             self.registry_fd = None
         self.out.close_inherited()
         self.err.close_inherited()
 
-    def become_copy(self, fd: int, *, nonce: str, workdir: str, registry_fd: int) -> None:
+    def become_copy(self, fd: int, *, nonce: str, workdir: str, registry_fd: int | None) -> None:
         """In a copy's runtime: take socket *fd* and a copy of the workdir, then say hello.
 
         Called after :meth:`forget_parent_links` (in the copy's supervisor, before its fork).
@@ -113,7 +119,7 @@ class Runtime:
         import shutil
 
         self.registry_fd = registry_fd
-        self.copies = set()  # the parent's copies are not ours
+        self.copies = {}  # the parent's copies are not ours
         self.channel = BlockingChannel(_socket.socket(fileno=fd), max_frame=self.max_frame)
         hostcall.attach(self.channel)
         self.out.after_fork()

@@ -27,7 +27,7 @@ import sys
 import time
 
 from sunroom.prelude.prctl import PR_SET_CHILD_SUBREAPER, PR_SET_DUMPABLE, PR_SET_PDEATHSIG, prctl
-from sunroom.prelude.watch import descendants, on_term, supervise
+from sunroom.prelude.watch import descendants, on_term, registry_pair, supervise
 
 __all__ = ["CHANNEL_ENV", "EXEC_FAILED", "NO_WAY_OUT", "descendants", "main"]
 
@@ -105,7 +105,7 @@ def main(config_json: str) -> None:
         os._exit(code)
     from sunroom.prelude import runtime  # import before fork: the kernel starts warm
 
-    registry_r, registry_w = os.pipe()  # the runtime names its copies' supervisors here
+    registry_r, registry_w = registry_pair()  # the runtime names its copies here
     kernel = os.fork()
     if kernel == 0:
         try:

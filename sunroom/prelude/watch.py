@@ -6,21 +6,42 @@ copy's own, :mod:`sunroom.prelude.forking`). Kernel side: standard library only.
 
 from __future__ import annotations
 
+import _socket
 import contextlib
 import os
 import signal
+import sys
 import time
 
 TYPE_CHECKING = False  # typing costs the kernel ~10 ms to import; annotations are lazy
 if TYPE_CHECKING:
     import types
+    from collections.abc import Callable
 
 
-def descendants(root: int, spare: frozenset[int] | set[int] = frozenset()) -> list[int]:
+def registry_pair() -> tuple[int, int]:
+    """A new registry: (the supervisor's end, the runtime's end), both close-on-exec."""
+    a, b = _socket.socketpair(_socket.AF_UNIX, _socket.SOCK_SEQPACKET)
+    return a.detach(), b.detach()
+
+
+def _cgroup_of(pid: int | str) -> str | None:
+    try:
+        with open(f"/proc/{pid}/cgroup") as f:
+            return f.read()
+    except OSError:
+        return None
+
+
+def descendants(
+    root: int, spare: frozenset[int] | set[int] = frozenset(), *, own_cgroup: bool = False
+) -> list[int]:
     """Every live descendant of *root*, read from ``/proc/<pid>/task/*/children``.
 
-    The processes in *spare* and their own descendants are left out.
+    The processes in *spare* and their own descendants are left out; with *own_cgroup*, so are
+    the processes in a cgroup other than this process's (an owned copy's, and theirs).
     """
+    mine = _cgroup_of("self") if own_cgroup else None
     found: list[int] = []
     stack = [root]
     while stack:
@@ -36,31 +57,43 @@ def descendants(root: int, spare: frozenset[int] | set[int] = frozenset()) -> li
             except OSError:
                 continue
             kids = [k for k in kids if k not in spare]
+            if mine is not None:
+                kids = [k for k in kids if _cgroup_of(k) in (mine, None)]
             found.extend(kids)
             stack.extend(kids)
     return found
 
 
-def sweep(deadline_s: float = 10.0, spare: frozenset[int] | set[int] = frozenset()) -> None:
+def sweep(
+    deadline_s: float = 10.0,
+    spare: frozenset[int] | set[int] = frozenset(),
+    *,
+    own_cgroup: bool = False,
+    on_reaped: Callable[[int, int], None] | None = None,
+) -> None:
     """Stop, kill and reap every descendant until none is left (or the deadline passes).
 
-    The processes in *spare* (copies' supervisors) and their descendants are left alone.
+    The processes in *spare* (copies) and their descendants are left alone, and with
+    *own_cgroup* every process in another cgroup too (see :func:`descendants`). Each child
+    reaped is passed to *on_reaped* with its wait status.
     """
     me = os.getpid()
     end = time.monotonic() + deadline_s
     while True:
-        pids = descendants(me, spare)
+        pids = descendants(me, spare, own_cgroup=own_cgroup)
         for sig in (signal.SIGSTOP, signal.SIGKILL):
             for pid in pids:
                 with contextlib.suppress(OSError):
                     os.kill(pid, sig)
         while True:
             try:
-                pid, _ = os.waitpid(-1, os.WNOHANG)
+                pid, code = os.waitpid(-1, os.WNOHANG)
             except ChildProcessError:
                 return
             if pid == 0:
                 break
+            if on_reaped is not None:
+                on_reaped(pid, code)
         if not pids or time.monotonic() > end:
             return
         time.sleep(0.001)
@@ -109,7 +142,8 @@ def supervise(
         watch.wait()
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    sweep()
+    sweep(on_reaped=watch.reaped)
+    watch.let_go()
     if watch.status is None:
         _report(status_fd, "terminated")
     return 0 if status_fd is not None else watch.exit_code
@@ -132,7 +166,9 @@ class _Watch:
         os.set_blocking(self.wake_w, False)
         self.poller = select.poll()
         self.copies: set[int] = set()
-        self.registry = _Registry(registry_fd, self.copies)
+        self.owned: dict[int, _Owned] = {}  # single-process copies in cgroups of their own
+        self.by_pidfd: dict[int, int] = {}  # an owned copy's pidfd -> its pid
+        self.registry = _Registry(registry_fd, self)
         self.status: str | None = None  # "exit:N" or "signal:N" once the kernel has ended
         self.reported = False
         self.exit_code = 0
@@ -148,6 +184,56 @@ class _Watch:
             os.set_blocking(self.registry_fd, False)
             self.poller.register(self.registry_fd, select.POLLIN)
 
+    def own(self, pid: int, status_fd: int, workdir: str) -> None:
+        """Take charge of an owned copy (see the module's docstring); watch for its end."""
+        import select
+
+        try:
+            pidfd = os.pidfd_open(pid)
+        except OSError:  # already gone and reaped by the runtime that made it
+            os.close(status_fd)
+            _remove(workdir)
+            return
+        self.copies.add(pid)
+        self.owned[pid] = _Owned(status_fd, workdir, pidfd)
+        self.by_pidfd[pidfd] = pid
+        self.poller.register(pidfd, select.POLLIN)
+
+    def reaped(self, pid: int, code: int) -> None:
+        """Note a child this process reaped: the kernel's status, or an owned copy's."""
+        self.copies.discard(pid)
+        if pid == self.kernel:
+            if os.WIFSIGNALED(code):
+                self.status = f"signal:{os.WTERMSIG(code)}"
+                self.exit_code = 128 + os.WTERMSIG(code)
+            else:
+                self.exit_code = os.waitstatus_to_exitcode(code)
+                self.status = f"exit:{self.exit_code}"
+            return
+        owned = self.owned.get(pid)
+        if owned is not None:  # re-parented here once the runtime that made it was gone
+            _report(owned.status_fd, _status_word(code))
+            self._gone(pid)
+
+    def _gone(self, pid: int) -> None:
+        """An owned copy has ended: let go of its status pipe and pidfd, remove its workdir."""
+        owned = self.owned.pop(pid, None)
+        self.copies.discard(pid)
+        if owned is None:
+            return
+        self.by_pidfd.pop(owned.pidfd, None)
+        with contextlib.suppress(KeyError, ValueError):
+            self.poller.unregister(owned.pidfd)
+        for fd in (owned.status_fd, owned.pidfd):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        _remove(owned.workdir)
+
+    def let_go(self) -> None:
+        """At the end: let go of every owned copy still held (they were killed by the sweep)."""
+        for pid in list(self.owned):
+            self._gone(pid)
+
     def reap(self) -> None:
         """Reap every child that has ended: the kernel (its status noted), orphans, copies."""
         while True:
@@ -157,20 +243,16 @@ class _Watch:
                 pid = 0
             if pid == 0:
                 return
-            self.copies.discard(pid)
-            if pid == self.kernel:
-                if os.WIFSIGNALED(code):
-                    self.status = f"signal:{os.WTERMSIG(code)}"
-                    self.exit_code = 128 + os.WTERMSIG(code)
-                else:
-                    self.exit_code = os.waitstatus_to_exitcode(code)
-                    self.status = f"exit:{self.exit_code}"
+            self.reaped(pid, code)
 
     def kernel_ended(self) -> bool:
         """After the kernel's end: kill all but the copies, report once; True when none is left."""
         self.registry.drain()  # every copy the kernel made is named before it ended
-        self.copies &= set(descendants(os.getpid()))
-        sweep(spare=self.copies)
+        alive = set(descendants(os.getpid()))
+        for pid in [p for p in self.owned if p not in alive]:
+            self._gone(pid)
+        self.copies &= alive
+        sweep(spare=self.copies, own_cgroup=bool(self.owned), on_reaped=self.reaped)
         if not self.reported and self.status is not None:  # its processes are gone: say so now
             _report(self.status_fd, self.status)
             self.reported = True
@@ -194,31 +276,98 @@ class _Watch:
                 if self.status is None:
                     with contextlib.suppress(OSError):
                         os.kill(self.kernel, signal.SIGKILL)
+            elif fd in self.by_pidfd:  # an owned copy ended; if it is our child, reap() has it
+                self.reap()
+                pid = self.by_pidfd.get(fd)
+                if pid is not None and not _is_child(pid):
+                    self._gone(pid)  # the runtime that made it reaps it and reports
+
+
+class _Owned:
+    """What the supervisor holds of an owned copy: its status pipe, its workdir, its pidfd."""
+
+    __slots__ = ("pidfd", "status_fd", "workdir")
+
+    def __init__(self, status_fd: int, workdir: str, pidfd: int) -> None:
+        self.status_fd = status_fd
+        self.workdir = workdir
+        self.pidfd = pidfd
 
 
 class _Registry:
-    """The read end of the pipe the runtime names its copies' supervisors on, one pid a line."""
+    """The supervisor's end of the registry socket: one message per copy (module docstring)."""
 
-    def __init__(self, fd: int | None, copies: set[int]) -> None:
+    def __init__(self, fd: int | None, watch: _Watch) -> None:
         self.fd = fd
-        self.copies = copies
-        self.pending = b""
+        self.watch = watch
+        self.sock = _socket.socket(fileno=fd) if fd is not None else None
 
     def drain(self) -> bool:
-        """Read what is there into the copies; False once the pipe is closed (or absent)."""
-        if self.fd is None:
+        """Take in the messages waiting; False once the socket is closed (or absent)."""
+        sock = self.sock
+        if sock is None:
             return False
         while True:
             try:
-                data = os.read(self.fd, 4096)
+                data, ancillary, _, _ = sock.recvmsg(4096, _FDS_SPACE)
             except BlockingIOError:
                 return True
+            except OSError:
+                data, ancillary = b"", []
+            fds = _fds_of(ancillary)
             if not data:
-                os.close(self.fd)
-                self.fd = None
+                for fd in fds:
+                    os.close(fd)
+                sock.close()
+                self.sock = self.fd = None
                 return False
-            *lines, self.pending = (self.pending + data).split(b"\n")
-            self.copies.update(int(x) for x in lines if x.strip().isdigit())
+            head, _, workdir = data.decode("utf-8", "surrogateescape").partition("\t")
+            pid = int(head.strip()) if head.strip().isdigit() else None
+            if pid is None:
+                for fd in fds:
+                    os.close(fd)
+            elif fds:
+                for extra in fds[1:]:
+                    os.close(extra)
+                self.watch.own(pid, fds[0], workdir)
+            else:
+                self.watch.copies.add(pid)
+
+
+_FDS_SPACE = _socket.CMSG_SPACE(4 * 4)
+"""Room for the descriptors one registry message may carry (one is expected)."""
+
+
+def _fds_of(ancillary: list[tuple[int, int, bytes]]) -> list[int]:
+    fds: list[int] = []
+    for level, kind, data in ancillary:
+        if level == _socket.SOL_SOCKET and kind == _socket.SCM_RIGHTS:
+            usable = len(data) - len(data) % 4
+            fds.extend(int.from_bytes(data[i : i + 4], sys.byteorder) for i in range(0, usable, 4))
+    return fds
+
+
+def _is_child(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return int(f.read().rpartition(")")[2].split()[1]) == os.getpid()
+    except (OSError, ValueError, IndexError):
+        return False
+
+
+def _status_word(code: int) -> str:
+    if os.WIFSIGNALED(code):
+        return f"signal:{os.WTERMSIG(code)}"
+    return f"exit:{os.waitstatus_to_exitcode(code)}"
+
+
+def _remove(workdir: str) -> None:
+    """Remove an owned copy's workdir (an isolated copy's has none here: empty)."""
+    if workdir:
+        import shutil
+
+        with contextlib.suppress(OSError):  # best effort: the sandbox goes with the family
+            shutil.rmtree(workdir)
 
 
 def _report(status_fd: int | None, status: str) -> None:

@@ -180,7 +180,12 @@ class RootMember(KernelProcessBase):
 
 @final
 class ForkedProcess(KernelProcessBase):
-    """A copy's handle: its supervisor and runtime (host pids), status pipe and cgroup."""
+    """A copy's handle: its supervisor and runtime (host pids), status pipe and cgroup.
+
+    A *single* copy is one process in a cgroup of its own (its supervisor is its runtime): the
+    forking runtime, or once that is gone the kernel's supervisor, reaps it and writes its
+    status; closing it kills its cgroup (see :mod:`sunroom.prelude.forking`).
+    """
 
     def __init__(
         self,
@@ -191,8 +196,12 @@ class ForkedProcess(KernelProcessBase):
         status_fd: int,
         cgroup: Cgroup | None,
         memory_mb: int,
+        single: bool = False,
     ) -> None:
+        if single and cgroup is None:
+            raise ValueError("a single-process copy needs a cgroup of its own")
         self.family = family
+        self.single = single
         self._supervisor = supervisor_pid
         self._supervisor_fd = os.pidfd_open(supervisor_pid)
         self._runtime_fd = os.pidfd_open(runtime_pid)
@@ -243,6 +252,9 @@ class ForkedProcess(KernelProcessBase):
         await asyncio.shield(self._teardown)
 
     async def _kill_ladder(self) -> None:
+        if self.single:
+            await self._kill_single()
+            return
         try:
             # the runtime, not the supervisor: it then kills the copy's processes but spares
             # the copies' own copies, reports, and stays on until they are gone too
@@ -266,11 +278,31 @@ class ForkedProcess(KernelProcessBase):
                     os.close(fd)
             await self.family.leave(self)
 
+    async def _kill_single(self) -> None:
+        """Kill a single copy: its runtime, then whatever else its cgroup holds."""
+        cgroup = self.cgroup
+        assert cgroup is not None
+        try:
+            with contextlib.suppress(OSError):
+                signal.pidfd_send_signal(self._runtime_fd, signal.SIGKILL)
+            if not await asyncio.to_thread(cgroup.kill_all, 3.0):
+                log.warning("a copy's cgroup still held processes 3 s after it was killed")
+            if not await _wait_ended(self._runtime_fd, 3.0):
+                log.warning("a copy's runtime outlived SIGKILL for 3 s")
+            await asyncio.to_thread(cgroup.remove)
+        finally:
+            for fd in (self._status_fd, self._supervisor_fd, self._runtime_fd):
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+            await self.family.leave(self)
+
     async def _wait_status(self, within_s: float) -> bool:
         end = time.monotonic() + within_s
         while True:
             self._read_status()
-            if self._status is not None or _ended(self._supervisor_fd):
+            if self._status is not None:
+                return True
+            if not self.single and _ended(self._supervisor_fd):  # it reported, or never will
                 return True
             if time.monotonic() > end:
                 return False
@@ -289,7 +321,8 @@ class ForkedProcess(KernelProcessBase):
             return
         with contextlib.suppress(OSError):  # BlockingIOError: not yet
             os.set_blocking(self._status_fd, False)
-            self._status = os.read(self._status_fd, 64).decode("ascii", "replace") or None
+            # b"" (every writer gone, none wrote) is an answer too: the status is unknown
+            self._status = os.read(self._status_fd, 64).decode("ascii", "replace")
 
     async def exit_reason(self) -> str:
         """Classify the copy's death: out of memory, a signal, or an exit status."""
@@ -356,7 +389,9 @@ async def fork(
     if parent_pid is None:
         raise KernelStartError("the kernel's runtime is gone")
     forks_dir = await asyncio.to_thread(family.forks_dir, backend)
-    forking = _Forking(family, n, limits, tenants is not None)
+    # a copy with a cgroup of its own is one process: its cgroup holds whatever it starts
+    single = tenants is None and family.cgroup is not None
+    forking = _Forking(family, n, limits, tenants is not None, single=single)
     try:
         await forking.open_channels()
         copies = forking.describe(forks_dir, tenants, share)
@@ -381,8 +416,11 @@ class _Forking:
     handles; :meth:`abandon` closes and removes whatever is still held.
     """
 
-    def __init__(self, family: Family, n: int, limits: Limits, gated: bool) -> None:
+    def __init__(
+        self, family: Family, n: int, limits: Limits, gated: bool, *, single: bool
+    ) -> None:
         self.family = family
+        self.single = single
         self.n = n
         self.limits = limits
         self.nonces = [secrets.token_hex(16) for _ in range(n)]
@@ -415,7 +453,10 @@ class _Forking:
         copies: list[dict[str, object]] = []
         for i, nonce in enumerate(self.nonces):
             if tenants is None:
-                copies.append({"nonce": nonce, "workdir": f"{forks_dir}/{nonce[:16]}"})
+                copy: dict[str, object] = {"nonce": nonce, "workdir": f"{forks_dir}/{nonce[:16]}"}
+                if self.single:
+                    copy["single"] = True
+                copies.append(copy)
             else:
                 isolate = _isolation(tenants[i], share)
                 copies.append({"nonce": nonce, "workdir": WORKDIR, "isolate": isolate})
@@ -477,7 +518,7 @@ class _Forking:
         self.cgroups = await self.making
         infos = [r.hello.result() for r in self.routers]
         found = await asyncio.to_thread(
-            _find_copies, parent_pid, supervisors, [i["pid"] for i in infos]
+            _find_copies, parent_pid, supervisors, [i["pid"] for i in infos], single=self.single
         )
         runtimes = [runtime for _, runtime in found]
         if not self.gates:
@@ -493,6 +534,7 @@ class _Forking:
                 status_fd=self.pipes[i][0],
                 cgroup=self.cgroups[i],
                 memory_mb=limits.memory_mb,
+                single=self.single,
             )
             self.pipes[i] = (-1, -1)
             self.cgroups[i] = None
@@ -614,7 +656,7 @@ def _supervisor_hosts(parent: int, supervisors: list[int]) -> list[int]:
 
 
 def _find_copies(
-    parent: int, supervisors: list[int], hello_pids: list[int]
+    parent: int, supervisors: list[int], hello_pids: list[int], *, single: bool = False
 ) -> list[tuple[int, int]]:
     """The host pids of each copy's supervisor and runtime.
 
@@ -622,11 +664,17 @@ def _find_copies(
     it sees them (its children: the fork request's answer), *hello_pids* the copies' runtimes
     as they see themselves. A copy's runtime is its supervisor's only child at hello time
     (or that child's only child, when a middle process made an isolated copy's namespace).
+    A *single* copy is its own supervisor: the runtime is the forking runtime's child.
     Raises KernelStartError when a copy is not where it must be.
     """
     found: list[tuple[int, int]] = []
     hosts = _supervisor_hosts(parent, supervisors)
     for supervisor, hello_pid in zip(hosts, hello_pids, strict=True):
+        if single:
+            if _ns_pids(supervisor)[-1:] != [hello_pid]:
+                raise KernelStartError("a copy said hello from a process that is not the copy")
+            found.append((supervisor, supervisor))
+            continue
         runtimes = _children(supervisor)
         if len(runtimes) == 1 and _ns_pids(runtimes[0])[-1:] == [1]:
             runtimes = _children(runtimes[0])  # a middle process made the copy's namespace

@@ -95,6 +95,11 @@ async def test_a_copy_has_its_own_process_supervisor_and_cgroup(kernel: AsyncKer
             assert proc.cgroup is not None
             assert proc.runtime_pid in proc.cgroup.pids()
             assert proc.runtime_pid not in root_cgroup.pids()
+            # one fork per copy: the copy is one process, its cgroup is what holds the rest
+            assert proc.single and proc.pid == proc.runtime_pid
+            assert proc.cgroup.pids() == {proc.runtime_pid}
+        else:  # no cgroup of its own (docker): a supervisor of its own reaps for it
+            assert not proc.single and proc.pid != proc.runtime_pid
     finally:
         await copy.aclose()
 
@@ -217,3 +222,49 @@ def test_the_sync_twin_forks(fork_backend: str) -> None:
         k.close()
         assert copy.execute("x + 1").value == "2"
         copy.close()
+
+
+def _strays(tag: str) -> list[int]:
+    return [
+        p.pid
+        for p in psutil.process_iter(["cmdline"])
+        if p.info["cmdline"] and p.info["cmdline"][-1:] == [tag]
+    ]
+
+
+async def _gone(tag: str) -> list[int]:
+    deadline = time.monotonic() + 5
+    while _strays(tag) and time.monotonic() < deadline:  # noqa: ASYNC110 - polling the OS
+        await asyncio.sleep(0.05)
+    return _strays(tag)
+
+
+async def test_a_copys_daemon_outlives_the_parent_and_dies_with_the_copy(
+    kernel: AsyncKernel,
+) -> None:
+    daemon = "import subprocess\nsubprocess.Popen(['/bin/sh', '-c', '(setsid sleep {} &) ; exit 0']).wait()"
+    (copy,) = await kernel.fork()
+    assert (await copy.execute(daemon.format(1021))).ok
+    assert (await kernel.execute(daemon.format(1022))).ok
+    await asyncio.sleep(0.2)
+    assert _strays("1021") and _strays("1022")
+    await kernel.aclose()  # the parent's daemon goes with it; the copy's stays with the copy
+    assert await _gone("1022") == []
+    assert _strays("1021")
+    assert (await copy.execute("1 + 1")).value == "2"
+    await copy.aclose()
+    assert await _gone("1021") == []
+
+
+async def test_a_copy_that_outlived_its_parent_reports_how_it_died(kernel: AsyncKernel) -> None:
+    a, b = await kernel.fork(2)
+    await kernel.aclose()
+    try:
+        r = await a.execute("import os\nos._exit(5)")
+        assert r.status == "died" and r.error is not None
+        assert "status 5" in r.error.message
+        r = await b.execute("import os, signal\nos.kill(os.getpid(), signal.SIGKILL)")
+        assert r.status == "died" and r.error is not None
+        assert "SIGKILL" in r.error.message
+    finally:
+        await _close(a, b)
