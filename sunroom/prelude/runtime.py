@@ -114,7 +114,9 @@ class Runtime:
     def become_copy(self, fd: int, *, nonce: str, workdir: str, registry_fd: int | None) -> None:
         """In a copy's runtime: take socket *fd* and a copy of the workdir, then say hello.
 
-        Called after :meth:`forget_parent_links` (in the copy's supervisor, before its fork).
+        Called after :meth:`forget_parent_links`. The hello goes out before the copy's output
+        pipes and their readers are made, so the host adopts the copy meanwhile; no request is
+        read before they are.
         """
         import shutil
 
@@ -122,8 +124,6 @@ class Runtime:
         self.copies = {}  # the parent's copies are not ours
         self.channel = BlockingChannel(_socket.socket(fileno=fd), max_frame=self.max_frame)
         hostcall.attach(self.channel)
-        self.out.after_fork()
-        self.err.after_fork()
         if workdir != self.workdir:  # an isolated copy has its own copy at the same path
             shutil.copytree(self.workdir, workdir, symlinks=True, dirs_exist_ok=True)
             os.chmod(workdir, 0o700)
@@ -132,8 +132,10 @@ class Runtime:
                     os.environ[key] = workdir
             os.chdir(workdir)
             self.services.move(workdir)
-        self.own_fds = open_fds()
         self._hello(nonce)
+        self.out.after_fork()
+        self.err.after_fork()
+        self.own_fds = open_fds()
 
     def _stream(self, name: str, text: str) -> None:
         self.channel.notify("stream", {"name": name, "text": text})

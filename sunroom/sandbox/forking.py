@@ -285,11 +285,9 @@ class ForkedProcess(KernelProcessBase):
         try:
             with contextlib.suppress(OSError):
                 signal.pidfd_send_signal(self._runtime_fd, signal.SIGKILL)
-            if not await asyncio.to_thread(cgroup.kill_all, 3.0):
-                log.warning("a copy's cgroup still held processes 3 s after it was killed")
-            if not await _wait_ended(self._runtime_fd, 3.0):
+            if not await _until_readable(self._runtime_fd, 3.0):
                 log.warning("a copy's runtime outlived SIGKILL for 3 s")
-            await asyncio.to_thread(cgroup.remove)
+            await asyncio.to_thread(cgroup.remove)  # kills what else it holds, then removes it
         finally:
             for fd in (self._status_fd, self._supervisor_fd, self._runtime_fd):
                 with contextlib.suppress(OSError):
@@ -738,6 +736,27 @@ async def _wait_gone(pid: int, within_s: float) -> bool:
         if time.monotonic() > end:
             return False
         await asyncio.sleep(0.005)
+    return True
+
+
+async def _until_readable(fd: int, within_s: float) -> bool:
+    """Wait until *fd* (a pidfd: its process has ended) is readable; False after *within_s*."""
+    if _ended(fd):
+        return True
+    loop = asyncio.get_running_loop()
+    ready: asyncio.Future[None] = loop.create_future()
+
+    def wake() -> None:
+        if not ready.done():
+            ready.set_result(None)
+
+    loop.add_reader(fd, wake)
+    try:
+        await asyncio.wait_for(ready, within_s)
+    except TimeoutError:
+        return False
+    finally:
+        loop.remove_reader(fd)
     return True
 
 
