@@ -185,9 +185,25 @@ class _Watch:
             self.poller.register(self.registry_fd, select.POLLIN)
 
     def own(self, pid: int, status_fd: int, workdir: str) -> None:
-        """Take charge of an owned copy (see the module's docstring); watch for its end."""
+        """Take charge of an owned copy (see the module's docstring); watch for its end.
+
+        A copy is the child of this kernel's runtime or of another owned copy (or already
+        re-parented here); a message naming any other process is dropped. Past
+        :data:`MAX_OWNED` a copy is only spared, like a copy with a supervisor of its own:
+        nobody reports its status once its parent is gone (the host then says so).
+        """
         import select
 
+        parent = _ppid(pid)
+        if pid in (self.kernel, os.getpid()) or (
+            parent is not None and parent not in (self.kernel, os.getpid(), *self.owned)
+        ):
+            os.close(status_fd)  # not a copy of this kernel's: a forged message
+            return
+        if len(self.owned) >= MAX_OWNED:
+            os.close(status_fd)
+            self.copies.add(pid)
+            return
         try:
             pidfd = os.pidfd_open(pid)
         except OSError:  # already gone and reaped by the runtime that made it
@@ -347,12 +363,20 @@ def _fds_of(ancillary: list[tuple[int, int, bytes]]) -> list[int]:
     return fds
 
 
-def _is_child(pid: int) -> bool:
+MAX_OWNED = 256
+"""The most copies one supervisor owns at once (each holds two of its descriptors)."""
+
+
+def _ppid(pid: int) -> int | None:
     try:
         with open(f"/proc/{pid}/stat") as f:
-            return int(f.read().rpartition(")")[2].split()[1]) == os.getpid()
+            return int(f.read().rpartition(")")[2].split()[1])
     except (OSError, ValueError, IndexError):
-        return False
+        return None
+
+
+def _is_child(pid: int) -> bool:
+    return _ppid(pid) == os.getpid()
 
 
 def _status_word(code: int) -> str:

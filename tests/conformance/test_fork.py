@@ -268,3 +268,36 @@ async def test_a_copy_that_outlived_its_parent_reports_how_it_died(kernel: Async
         assert "SIGKILL" in r.error.message
     finally:
         await _close(a, b)
+
+
+FORGE = """
+import gc, os, socket
+from sunroom.prelude.runtime import Runtime
+rt = next(o for o in gc.get_objects() if isinstance(o, Runtime))
+reg = socket.socket(fileno=os.dup(rt.registry_fd))
+r, w = os.pipe()
+sent = 0
+for message in (b"", b"junk", b"\\t", b"-1\\t/", b"99999999\\t/", f"{os.getpid()}\\t/".encode(),
+                f"{os.getppid()}\\t/".encode(), b"1\\t/"):
+    try:
+        socket.send_fds(reg, [message or b"x"], [w, w, w])
+        sent += 1
+    except OSError:
+        pass
+for _ in range(300):  # past the supervisor's cap on owned copies
+    socket.send_fds(reg, [f"{os.getpid()}\\t".encode()], [w])
+reg.close()
+sent
+"""
+
+
+async def test_forged_registry_messages_change_nothing(kernel: AsyncKernel) -> None:
+    await kernel.execute("x = 1")
+    r = await kernel.execute(FORGE)
+    assert r.ok, r
+    assert r.value == "8"
+    (copy,) = await kernel.fork()
+    assert (await copy.execute("x + 1")).value == "2"
+    assert (await kernel.execute("x + 2")).value == "3"
+    await copy.aclose()
+    await kernel.aclose()  # and the fixture checks that no process is left
