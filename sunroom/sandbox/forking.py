@@ -85,6 +85,11 @@ class Family:
                 await asyncio.to_thread(cgroup.remove)
             self._deferred.clear()
 
+    @property
+    def known_forks_dir(self) -> str | None:
+        """:meth:`forks_dir` once it has been made (no file system call), else None."""
+        return self._forks_dir
+
     def forks_dir(self, backend: str) -> str:
         """The directory (as the kernel sees it) under which copies' workdirs are made."""
         if self._forks_dir is None:
@@ -386,7 +391,9 @@ async def fork(
     parent_pid = member.host_pid if isinstance(member, RootMember | ForkedProcess) else None
     if parent_pid is None:
         raise KernelStartError("the kernel's runtime is gone")
-    forks_dir = await asyncio.to_thread(family.forks_dir, backend)
+    forks_dir = family.known_forks_dir
+    if forks_dir is None:
+        forks_dir = await asyncio.to_thread(family.forks_dir, backend)
     # a copy with a cgroup of its own is one process: its cgroup holds whatever it starts
     single = tenants is None and family.cgroup is not None
     forking = _Forking(family, n, limits, tenants is not None, single=single)
@@ -516,13 +523,14 @@ class _Forking:
         self.cgroups = await self.making
         infos = [r.hello.result() for r in self.routers]
         found = await asyncio.to_thread(
-            _find_copies, parent_pid, supervisors, [i["pid"] for i in infos], single=self.single
+            _find_and_move,
+            parent_pid,
+            supervisors,
+            [i["pid"] for i in infos],
+            self.cgroups if not self.gates else None,
+            single=self.single,
         )
         runtimes = [runtime for _, runtime in found]
-        if not self.gates:
-            # the runtimes only, back to back: a supervisor just waits, and every move is an
-            # RCU-synchronised migration that the next one, close behind, may share
-            await asyncio.to_thread(_move_all, self.cgroups, runtimes)
         ready: list[Ready] = []
         for i in range(self.n):
             proc = ForkedProcess(
@@ -679,6 +687,25 @@ def _find_copies(
         if len(runtimes) != 1 or _ns_pids(runtimes[0])[-1:] != [hello_pid]:
             raise KernelStartError("a copy said hello from a process outside its kernel's sandbox")
         found.append((supervisor, runtimes[0]))
+    return found
+
+
+def _find_and_move(
+    parent: int,
+    supervisors: list[int],
+    hello_pids: list[int],
+    cgroups: list[Cgroup | None] | None,
+    *,
+    single: bool,
+) -> list[tuple[int, int]]:
+    """:func:`_find_copies`, then each runtime into its cgroup (unless *cgroups* is None).
+
+    The runtimes only, back to back: a supervisor just waits, and every move is an
+    RCU-synchronised migration that the next one, close behind, may share.
+    """
+    found = _find_copies(parent, supervisors, hello_pids, single=single)
+    if cgroups is not None:
+        _move_all(cgroups, [runtime for _, runtime in found])
     return found
 
 
