@@ -142,7 +142,7 @@ def supervise(
         watch.wait()
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    sweep(on_reaped=watch.reaped)
+    sweep(on_reaped=watch.reaped_copy)  # a kernel killed here was "terminated"
     watch.let_go()
     if watch.status is None:
         _report(status_fd, "terminated")
@@ -230,6 +230,11 @@ class _Watch:
         if owned is not None:  # re-parented here once the runtime that made it was gone
             _report(owned.status_fd, _status_word(code))
             self._gone(pid)
+
+    def reaped_copy(self, pid: int, code: int) -> None:
+        """:meth:`reaped`, for anything but the kernel (the last sweep's)."""
+        if pid != self.kernel:
+            self.reaped(pid, code)
 
     def _gone(self, pid: int) -> None:
         """An owned copy has ended: let go of its status pipe and pidfd, remove its workdir."""
