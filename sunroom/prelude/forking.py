@@ -120,15 +120,16 @@ def fork(runtime: Runtime, params: dict[str, object]) -> list[int]:
     kept: set[int] = set()  # the single copies' status pipes: this runtime reports on them
     gc.freeze()  # a collection in a copy must not write to every tracked object's page
     try:
+        owns: list[list[int]] = []
         at = 0
-        for spec, width in zip(copies, widths, strict=True):
-            own = fds[at : at + width]
+        for width in widths:
+            owns.append(fds[at : at + width])
             at += width
-            if spec.get("single"):
-                pids.append(_spawn_single(runtime, spec, own, fds))
-                kept.add(own[1])
-            else:
-                pids.append(_spawn(runtime, spec, own, fds))
+        if all(spec.get("single") for spec in copies):
+            kept.update(own[1] for own in owns)
+            pids = _spawn_singles(runtime, copies, owns, fds)
+        else:
+            pids = [_spawn(runtime, s, own, fds) for s, own in zip(copies, owns, strict=True)]
     finally:
         gc.unfreeze()
         for fd in fds:
@@ -289,29 +290,38 @@ _HANDLER: dict[int, object] = {}
 """The ``SIGCHLD`` handler this process installed for its runtime (a cell may replace it)."""
 
 
-def _spawn_single(runtime: Runtime, spec: dict[str, Any], own: list[int], fds: list[int]) -> int:
-    """Fork one single copy (the module's docstring); return its pid (this runtime's child)."""
-    status_fd = own[1]
+def _spawn_singles(
+    runtime: Runtime, specs: list[dict[str, Any]], owns: list[list[int]], fds: list[int]
+) -> list[int]:
+    """Fork the single copies (the module's docstring); return their pids (our children).
+
+    The forks run back to back, with nothing in between: after each one every page this
+    process writes is copied first, so the bookkeeping waits until the last.
+    """
     if signal.getsignal(signal.SIGCHLD) is not _HANDLER.get(id(runtime)):
         _HANDLER[id(runtime)] = handler = _on_child(runtime)
         # not SA_RESTART: the runtime waits for requests in a blocking read, which must return
         # for the handler to run (Python retries it then, PEP 475)
         signal.signal(signal.SIGCHLD, handler)
+    pids: list[int] = []
     with _quiet(runtime):
-        pid = os.fork()
-        if pid == 0:
-            _single_copy(runtime, spec, own, fds)
-    runtime.copies[pid] = status_fd
-    runtime.own_fds = runtime.own_fds | {status_fd}
+        for spec, own in zip(specs, owns, strict=True):
+            pid = os.fork()
+            if pid == 0:
+                _single_copy(runtime, spec, own, fds)
+            pids.append(pid)
+    for pid, own in zip(pids, owns, strict=True):
+        runtime.copies[pid] = own[1]
+    runtime.own_fds = runtime.own_fds | {own[1] for own in owns}
     registry = runtime.registry_fd
-    if registry is not None:  # the kernel's supervisor owns it too (it outlives this runtime)
+    if registry is not None:  # the kernel's supervisor owns them too (they outlive us)
         sock = socket.socket(fileno=registry)
         try:
-            message = f"{pid}\t{spec['workdir']}".encode()
-            socket.send_fds(sock, [message], [status_fd])
+            for pid, spec, own in zip(pids, specs, owns, strict=True):
+                socket.send_fds(sock, [f"{pid}\t{spec['workdir']}".encode()], [own[1]])
         finally:
             sock.detach()
-    return pid
+    return pids
 
 
 def _single_copy(runtime: Runtime, spec: dict[str, Any], own: list[int], fds: list[int]) -> None:
