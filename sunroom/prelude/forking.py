@@ -243,25 +243,37 @@ def _spawn(runtime: Runtime, spec: dict[str, object], own: list[int], fds: list[
 def reap(runtime: Runtime) -> None:
     """Reap this kernel's copies that have ended; a single copy's status goes on its pipe.
 
-    They are its children: single copies, or the supervisors of supervised ones. ``SIGCHLD``
-    is blocked meanwhile, so that its handler (this function) does not reap a copy under us.
+    They are its children: single copies, or the supervisors of supervised ones. Not
+    reentrant, on purpose: the ``SIGCHLD`` handler (:func:`_on_child`) calls it, and Python
+    runs that handler on the main thread whatever its signal mask (another thread may take the
+    signal), so a call that finds one running asks it to go round once more instead.
     """
-    held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGCHLD})
+    if _REAPING["now"]:
+        _REAPING["again"] = True
+        return
+    _REAPING["now"] = True
     try:
-        _reap(runtime)
+        _REAPING["again"] = True
+        while _REAPING["again"]:
+            _REAPING["again"] = False
+            _reap(runtime)
     finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, held)
+        _REAPING["now"] = False
+
+
+_REAPING = {"now": False, "again": False}
+"""Whether :func:`reap` is running, and whether a call came meanwhile (see there)."""
 
 
 def _reap(runtime: Runtime) -> None:
-    for pid, status_fd in list(runtime.copies.items()):
+    for pid in list(runtime.copies):
         try:
             done, code = os.waitpid(pid, os.WNOHANG)
         except ChildProcessError:  # a cell reaped it (os.wait) or it is gone
             done, code = pid, -1
         if not done:
             continue
-        del runtime.copies[pid]
+        status_fd = runtime.copies.pop(pid, None)
         if status_fd is None:  # a supervised copy: its supervisor reported already
             continue
         if code >= 0:
