@@ -350,6 +350,7 @@ async def _spawn(
             memory_mb=limits.memory_mb,
             extra_fds=(seccomp_fd, *(mapping.kernel_fds() if mapping is not None else ())),
             stop_signal=signal.SIGKILL,
+            stop_inner=True,  # the namespace's first process: bubblewrap exits once all are gone
         )
     except BaseException:
         if proxy is not None:
