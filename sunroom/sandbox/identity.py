@@ -111,15 +111,27 @@ def live_uids() -> set[int]:
     for name in os.listdir("/proc"):
         if not name.isdigit():
             continue
+        # os.open and one read, not a file object read by lines: half the cost per process
         try:
-            with open(f"/proc/{name}/status", "rb") as f:
-                for line in f:
-                    if line.startswith(b"State:") and line.split()[1:2] == [b"Z"]:
-                        break
-                    if line.startswith(b"Uid:"):
-                        found.update(int(x) for x in line.split()[1:])
-                        break
-        except (OSError, ValueError):
+            fd = os.open(f"/proc/{name}/status", os.O_RDONLY | os.O_CLOEXEC)
+        except OSError:
+            continue
+        try:
+            head = os.read(fd, 4096)  # State and Uid are among the first dozen lines
+        except OSError:
+            continue
+        finally:
+            os.close(fd)
+        state = head.find(b"\nState:\t")  # "State:\tZ (zombie)"
+        if state >= 0 and head[state + 8 : state + 9] == b"Z":
+            continue
+        at = head.find(b"\nUid:")
+        end = head.find(b"\n", at + 1)
+        if at < 0 or end < 0:
+            continue
+        try:
+            found.update(map(int, head[at + 5 : end].split()))
+        except ValueError:
             continue
     return found
 
