@@ -17,6 +17,7 @@ use until it is gone). uids that name a user or group in the host's databases ar
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import errno
 import fcntl
@@ -298,12 +299,33 @@ async def lease_if_root_off_loop() -> IdentityLease | None:
     """
     if os.geteuid() != 0:
         return None
-    leasing = asyncio.ensure_future(asyncio.to_thread(lease_identity))
+    loop = asyncio.get_running_loop()
+    leasing = asyncio.ensure_future(loop.run_in_executor(_lease_threads(), lease_identity))
     try:
         return await asyncio.shield(leasing)
     except asyncio.CancelledError:
         leasing.add_done_callback(_release_unwanted)
         raise
+
+
+_THREADS: list[concurrent.futures.ThreadPoolExecutor] = []
+
+
+def _lease_threads() -> concurrent.futures.ThreadPoolExecutor:
+    """The threads leases run in, made on first use: not the loop's default executor.
+
+    A burst of leases waiting for one shared scan would hold its few threads (six on two
+    cores) while the launches queue their cgroup and run-directory work behind them.
+    """
+    with _THREADS_LOCK:
+        if not _THREADS:
+            _THREADS.append(
+                concurrent.futures.ThreadPoolExecutor(16, thread_name_prefix="sunroom-lease")
+            )
+        return _THREADS[0]
+
+
+_THREADS_LOCK = threading.Lock()
 
 
 def _release_unwanted(leasing: asyncio.Future[IdentityLease]) -> None:
