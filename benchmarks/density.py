@@ -6,9 +6,13 @@ kernel; then starts ``--n`` idle kernels (``--batch`` at a time), and reports:
 * the time to start them all, and the host's MemAvailable before and after;
 * PSS per idle kernel (``/proc/<pid>/smaps_rollup`` of every process under this one, divided
   by N), broken down by what the processes are (bwrap, the supervisor, the runtime, other),
-  with each kind's process count, threads and open file descriptors per kernel;
+  with each kind's private dirty memory (pages it alone holds: the supervisor and the runtime
+  share the rest, the runtime being a fork of the supervisor), process count, threads and
+  open file descriptors per kernel;
 * the live kernel's execute p50/p99 again with the N idle kernels alive, and the ratio;
-* processes left under this one, and processes left with a kernel uid, after closing all.
+* the time to close them all (64 at a time; each ``aclose()``'s p50/p99, and the live
+  kernel's alone), processes left under this one, and processes left with a kernel uid,
+  when the last ``aclose()`` returned and after.
 
     .venv/bin/python benchmarks/density.py [--n 1000] [--backend bwrap] [--batch 16]
 
@@ -47,14 +51,18 @@ def _mem_available() -> int:
     raise RuntimeError("no MemAvailable in /proc/meminfo")
 
 
-def _pss(pid: int) -> int:
+def _rollup(pid: int) -> tuple[int, int]:
+    """(Pss, Private_Dirty) of *pid* in bytes, from ``smaps_rollup`` ((0, 0) once it is gone)."""
+    pss = private = 0
     try:
         for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
             if line.startswith("Pss:"):
-                return int(line.split()[1]) * 1024
+                pss = int(line.split()[1]) * 1024
+            elif line.startswith("Private_Dirty:"):
+                private = int(line.split()[1]) * 1024
     except OSError:
-        return 0
-    return 0
+        return 0, 0
+    return pss, private
 
 
 def _name(proc: psutil.Process) -> str:
@@ -79,14 +87,17 @@ def _kind(proc: psutil.Process) -> str:
 
 
 def _breakdown(n: int, uids: set[int]) -> None:
-    kinds: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0, 0])  # procs, pss, threads, fds
+    # procs, pss, threads, fds, private dirty
+    kinds: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0, 0, 0])
     for proc in psutil.Process().children(recursive=True):
         kind = _kind(proc)
         with contextlib.suppress(psutil.Error):
             uids.add(proc.uids().real)
         row = kinds[kind]
         row[0] += 1
-        row[1] += _pss(proc.pid)
+        pss, private = _rollup(proc.pid)
+        row[1] += pss
+        row[4] += private
         try:
             row[2] += proc.num_threads()
             row[3] += proc.num_fds()
@@ -94,8 +105,11 @@ def _breakdown(n: int, uids: set[int]) -> None:
             pass
     total = sum(row[1] for row in kinds.values())
     print(f"PSS per idle kernel: {total / n / 1e6:.2f} MB (all kernel processes / {n})")
-    for kind, (procs, pss, threads, fds) in sorted(kinds.items(), key=lambda kv: -kv[1][1]):
-        print(f"  {kind:<28} {procs / n:5.2f} procs  {pss / n / 1e6:6.2f} MB  "
+    for kind, (procs, pss, threads, fds, private) in sorted(
+        kinds.items(), key=lambda kv: -kv[1][1]
+    ):
+        print(f"  {kind:<28} {procs / n:5.2f} procs  {pss / n / 1e6:6.2f} MB "
+              f"({private / n / 1e6:.2f} private dirty)  "
               f"{threads / n:5.2f} threads  {fds / n:5.1f} fds  per kernel")  # fmt: skip
     me = psutil.Process()
     print(f"host process: {me.num_fds()} fds, {me.num_threads()} threads, "
@@ -163,22 +177,39 @@ async def main(args: argparse.Namespace) -> int:
           f"p99 {_p(crowded, 0.99):.3f} ms; p99 ratio {_p(crowded, 0.99) / _p(alone, 0.99):.2f}x "
           "(target <= 2x)")  # fmt: skip
     closing = time.perf_counter()
+    closing_at = time.time()  # a process of another program's kernel that reuses a uid is newer
+    closes: list[float] = []
+
+    async def timed_close(kernel: AsyncKernel) -> None:
+        t0 = time.perf_counter()
+        await kernel.aclose()
+        closes.append((time.perf_counter() - t0) * 1000)
+
     for i in range(0, len(idle), 64):
-        await asyncio.gather(*(k.aclose() for k in idle[i : i + 64]))
+        await asyncio.gather(*(timed_close(k) for k in idle[i : i + 64]))
+    alone_close = time.perf_counter()
     await live.aclose()
-    print(f"closed all in {time.perf_counter() - closing:.1f} s")
+    alone_close_ms = (time.perf_counter() - alone_close) * 1000
+    print(f"closed all in {time.perf_counter() - closing:.1f} s; one aclose() 64 at a time: "
+          f"p50 {statistics.median(closes or [0]):.1f} ms, p99 {_p(closes or [0], 0.99):.1f} ms; "
+          f"the live kernel's alone: {alone_close_ms:.1f} ms")  # fmt: skip
     left = psutil.Process().children(recursive=True)
     ours = seen_uids & set(uid_range())  # other programs' kernels may run meanwhile
 
     def lingering() -> list[psutil.Process]:
         found = []
-        for proc in psutil.process_iter(["uids"]):
+        for proc in psutil.process_iter(["uids", "create_time"]):
             uids = proc.info["uids"]
-            if uids is not None and uids.real in ours:
+            born = proc.info["create_time"]
+            if uids is not None and uids.real in ours and born is not None and born < closing_at:
                 found.append(proc)
         return found
 
-    at_close = len(lingering())
+    left_at_close = lingering()
+    at_close = len(left_at_close)
+    for proc in left_at_close[:5]:
+        with contextlib.suppress(psutil.Error):
+            print(f"  left: pid {proc.pid} ({_name(proc)}, ppid {proc.ppid()}, {proc.status()})")
     waited = time.perf_counter()
     count = len(lingering())
     while count and time.perf_counter() - waited < 30:  # polling the process table: no event

@@ -13,8 +13,6 @@ become a :class:`pathlib.Path` or the loaded data.
 
 from __future__ import annotations
 
-import pathlib
-
 from sunroom.rpc.codec import DEFAULT_MAX_DEPTH, decode
 
 TYPE_CHECKING = False  # typing costs the kernel ~10 ms to import; annotations are lazy
@@ -70,6 +68,8 @@ class Incoming:
 
 def load_file(spec: dict[str, Any]) -> Any:
     """The value bound for one file input: a Path, or its contents per ``load``."""
+    import pathlib  # here, not at the top: an idle kernel never pays for it (~0.5 MB)
+
     path = pathlib.Path(spec["path"])
     load = spec.get("load")
     if spec.get("kind") == "dir" or load is None:
