@@ -481,13 +481,29 @@ def _token_pattern() -> bytes:
 _RUN_LENGTH: Final = 1024
 _LONGEST_SHORT_VALUE: Final = 2 + 255 + 5
 """Bytes the counter may need past a position to judge the value there."""
-_TOKEN_SOURCE = _token_pattern()
-_TOKEN = re.compile(_TOKEN_SOURCE)
-# Plain bounded repeats, not possessive ones: CPython 3.11.2's possessive repeat can match a
-# byte the repeated group does not. Nothing follows the repeat and each lead byte fixes its
-# value's length, so there is no other way to split the run to backtrack into.
-_FULL_RUN = re.compile(b"(?:%s){%d}" % (_TOKEN_SOURCE, _RUN_LENGTH))
-_RUN = re.compile(b"(?:%s){0,%d}" % (_TOKEN_SOURCE, _RUN_LENGTH))
+_PATTERNS: list[tuple[re.Pattern[bytes], re.Pattern[bytes], re.Pattern[bytes]]] = []
+"""The counter's compiled patterns (:func:`_patterns`), once made."""
+
+
+def _patterns() -> tuple[re.Pattern[bytes], re.Pattern[bytes], re.Pattern[bytes]]:
+    """One value, exactly ``_RUN_LENGTH`` values, and up to that many, compiled on first use.
+
+    Compiling them takes ~15 ms and ~0.5 MB: at import they were half of a kernel's start.
+    """
+    if not _PATTERNS:
+        source = _token_pattern()
+        # Plain bounded repeats, not possessive ones: CPython 3.11.2's possessive repeat can
+        # match a byte the repeated group does not. Nothing follows the repeat and each lead
+        # byte fixes its value's length, so there is no other way to split the run to
+        # backtrack into.
+        _PATTERNS.append(
+            (
+                re.compile(source),
+                re.compile(b"(?:%s){%d}" % (source, _RUN_LENGTH)),
+                re.compile(b"(?:%s){0,%d}" % (source, _RUN_LENGTH)),
+            )
+        )
+    return _PATTERNS[0]
 
 
 class _Counter:
@@ -508,19 +524,20 @@ class _Counter:
         True when the whole payload is counted. Values that may reach past *end* wait.
         """
         view, size, limit = self.view, len(self.view), self.limit
+        token, full_run, some_run = _patterns()
         end = size if end is None else min(end, size)
         pos, count = self.pos, self.count
         goal = count + budget
         while pos < end and count < goal:
             start = pos
-            full = _FULL_RUN.match(view, pos, end)
+            full = full_run.match(view, pos, end)
             if full is not None:
                 pos, count = full.end(), count + _RUN_LENGTH
             else:
-                run = _RUN.match(view, pos, end)  # matches always: it may be empty
+                run = some_run.match(view, pos, end)  # matches always: it may be empty
                 stop = pos if run is None else run.end()
                 if stop > pos:
-                    count += _TOKEN.subn(b"", view[pos:stop])[1]
+                    count += token.subn(b"", view[pos:stop])[1]
                     pos = stop
                 while pos < end:  # strings and binaries of 256 bytes or more
                     lead = view[pos]
