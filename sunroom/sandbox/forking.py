@@ -397,15 +397,22 @@ async def fork(
     # a copy with a cgroup of its own is one process: its cgroup holds whatever it starts
     single = tenants is None and family.cgroup is not None
     forking = _Forking(family, n, limits, tenants is not None, single=single)
+    # the host's ends of the copies' sockets are opened while the kernel forks (a copy's
+    # hello waits in its socket until then)
+    opening = asyncio.ensure_future(forking.open_channels())
     try:
-        await forking.open_channels()
         copies = forking.describe(forks_dir, tenants, share)
         supervisors = await forking.ask(channel, router, copies)
+        await opening
         forking.close_kernel_ends()
         if tenants is not None:
             await forking.admit_tenants(parent_pid, supervisors)
         return await forking.ready(parent_pid, supervisors)
     except BaseException:
+        if not opening.done():
+            opening.cancel()
+        with contextlib.suppress(BaseException):  # its failure is this one's, or moot
+            await opening
         await forking.abandon()
         raise
     finally:
