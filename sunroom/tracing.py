@@ -125,6 +125,17 @@ def _api() -> _Otel | None:
     return _otel
 
 
+def _provided(otel: _Otel) -> bool:
+    """Whether a tracer provider is set: without one every span would be a no-op.
+
+    A cell then gets no span at all (None, as inside :func:`quiet`): starting a no-op span
+    and making it current cost about a fifth of the host's work per ``execute``. Asked at
+    each call, since a provider may be set at any time.
+    """
+    provider = otel.trace.get_tracer_provider()
+    return not isinstance(provider, otel.trace.ProxyTracerProvider | otel.trace.NoOpTracerProvider)
+
+
 def _start(
     otel: _Otel, name: str, *, kind: Kind, attributes: Attributes, links: Sequence[Link] = ()
 ) -> Span:
@@ -348,10 +359,11 @@ def cell_span(
     """The span of one cell: ``sunroom.cell``, current for the block (never the code).
 
     *index* counts the kernel handle's cells from 1; *links* point at the fork or template
-    the kernel came from. Record the outcome with :func:`annotate`. None inside :func:`quiet`.
+    the kernel came from. Record the outcome with :func:`annotate`. None inside :func:`quiet`
+    and while no tracer provider is set (nothing would record it).
     """
     otel = _api()
-    if otel is None or _QUIET.get():
+    if otel is None or _QUIET.get() or not _provided(otel):
         return _NULL
     attributes = {"sunroom.cell.index": index, "sunroom.cell.code_length": code_length}
     return _span(otel, "sunroom.cell", kind="internal", attributes=attributes, links=links)
@@ -435,13 +447,24 @@ def current_context() -> Context | None:
     return current
 
 
-@contextlib.contextmanager
-def _attached(otel: _Otel, context: Context) -> Iterator[None]:
-    token = otel.context.attach(context)
-    try:
-        yield
-    finally:
-        otel.context.detach(token)
+class _Attached:
+    """*context* attached for the block.
+
+    A class: a generator's context manager cost each host call four more Python calls.
+    """
+
+    __slots__ = ("_context", "_otel", "_token")
+
+    def __init__(self, otel: _Otel, context: Context) -> None:
+        self._otel = otel
+        self._context = context
+        self._token: object = None
+
+    def __enter__(self) -> None:
+        self._token = self._otel.context.attach(self._context)
+
+    def __exit__(self, *exc: object) -> None:
+        self._otel.context.detach(self._token)
 
 
 def within(context: Context | None) -> contextlib.AbstractContextManager[None]:
@@ -454,7 +477,7 @@ def within(context: Context | None) -> contextlib.AbstractContextManager[None]:
     otel = _api()
     if otel is None:
         return _NULL
-    return _attached(otel, otel.context.Context() if context is None else context)
+    return _Attached(otel, otel.context.Context() if context is None else context)
 
 
 def export_otlp(endpoint: str | None) -> Callable[[], None]:

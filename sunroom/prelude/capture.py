@@ -32,10 +32,13 @@ BETWEEN_CELLS_CAP: Final = 64 * 1024
 """Bytes written outside any cell (background threads, daemons) streamed per quiet period."""
 
 
-def _pending_bytes(fd: int) -> int:
-    buf = bytearray(4)
-    fcntl.ioctl(fd, termios.FIONREAD, buf)
-    return int.from_bytes(buf, sys.byteorder)
+_NONE_PENDING: Final = bytes(4)
+
+
+def _pending(fd: int, count: bytearray) -> bool:
+    """Whether the pipe *fd* holds unread bytes (FIONREAD into *count*, 4 bytes)."""
+    fcntl.ioctl(fd, termios.FIONREAD, count)
+    return count != _NONE_PENDING
 
 
 class StreamCapture:
@@ -60,6 +63,7 @@ class StreamCapture:
         self._tail_cap = 0
         self._dropped = 0
         self._idle_sent = 0
+        self._count = bytearray(4)  # FIONREAD's answer (under the lock)
         self._target_fd = target_fd
         self.thread = threading.Thread(target=self._run, name=f"sunroom-{name}", daemon=True)
         self.thread.start()
@@ -98,29 +102,40 @@ class StreamCapture:
         """Start a cell: stream up to ``cap // 2`` bytes, keep a ``cap // 2`` tail."""
         with self._lock:
             self._active = True
-            self._head, self._head_left = [], cap - cap // 2
-            self._tail, self._tail_size, self._tail_cap = deque(), 0, cap // 2
+            if self._head or self._tail:  # (end() leaves both empty)
+                self._head, self._tail, self._tail_size = [], deque(), 0
+            self._head_left, self._tail_cap = cap - cap // 2, cap // 2
             self._dropped = 0
 
     def end(self) -> tuple[str, int]:
-        """Finish a cell: drain what was written, return (text, dropped bytes)."""
-        deadline = time.monotonic() + 0.5
+        """Finish a cell: drain what was written, return (text, dropped bytes).
+
+        Waits up to 0.5 s for the reader to take what is still in the pipe. Starts a new quiet
+        period for output written between cells.
+        """
+        deadline = 0.0
         while True:
             with self._lock:
-                if _pending_bytes(self._rfd) == 0 or time.monotonic() > deadline:
+                if not _pending(self._rfd, self._count) or (
+                    deadline and time.monotonic() > deadline
+                ):
                     self._active = False
-                    head = b"".join(self._head)
-                    tail = b"".join(self._tail)
-                    dropped = self._dropped
-                    self._head, self._tail, self._tail_size = [], deque(), 0
-                    self._decoder.reset()
+                    self._idle_sent = 0
+                    head, tail, dropped = self._head, self._tail, self._dropped
+                    if head or tail:
+                        self._head, self._tail, self._tail_size = [], deque(), 0
+                        self._decoder.reset()
                     break
+            if not deadline:
+                deadline = time.monotonic() + 0.5
             time.sleep(0.0002)
-        text = head.decode("utf-8", "replace")
+        if not head and not tail and not dropped:  # a cell that wrote nothing: most of them
+            return "", 0
+        text = b"".join(head).decode("utf-8", "replace")
         if dropped:
             text += f"\n[... {dropped} bytes of {self.name} dropped ...]\n"
         if tail:
-            text += tail.decode("utf-8", "replace")
+            text += b"".join(tail).decode("utf-8", "replace")
         return text, dropped
 
     def _run(self) -> None:
@@ -170,10 +185,6 @@ class StreamCapture:
             # the host may be gone: output is best effort, the cell goes on
             with contextlib.suppress(Exception):
                 self._send(self.name, text)
-
-    def reset_idle(self) -> None:
-        """Start a new quiet period for output written between cells."""
-        self._idle_sent = 0
 
 
 def install(send: Callable[[str, str], None]) -> tuple[StreamCapture, StreamCapture]:

@@ -200,8 +200,6 @@ class Runtime:
         _flush(sys.stderr)
         stdout, dropped_out = self.out.end()
         stderr, dropped_err = self.err.end()
-        self.out.reset_idle()
-        self.err.reset_idle()
         return {
             "stdout": stdout,
             "stderr": stderr,

@@ -86,6 +86,7 @@ class BlockingChannel:
         self._lock = threading.Lock()
         self._cond = threading.Condition(self._lock)
         self._reading = False
+        self._followers = 0  # threads waiting on _cond: nobody to notify when none
         self._buf = bytearray()
         self._chunk = bytearray(65536)
         self._view = memoryview(self._chunk)
@@ -202,7 +203,11 @@ class BlockingChannel:
                     if not self._reading:
                         self._reading = True
                         break
-                    self._cond.wait()
+                    self._followers += 1
+                    try:
+                        self._cond.wait()
+                    finally:
+                        self._followers -= 1
                 else:
                     return
             self._read_once()
@@ -244,7 +249,8 @@ class BlockingChannel:
                         self._take(size)
                     except WireError as exc:
                         self._closed = exc
-                self._cond.notify_all()
+                if self._followers:  # (Condition.notify_all is Python code: skipped when idle)
+                    self._cond.notify_all()
         finally:
             if masked:
                 _sigmask(_signal.SIG_UNBLOCK, _SIGINT)
@@ -264,6 +270,13 @@ class BlockingChannel:
             self._route(parse_message(message))
             return
         buf = self._buf
+        if not buf and size > 4:
+            (length,) = HEADER.unpack_from(self._chunk)
+            if length + 4 == size and length < BIG_FRAME and length <= self._max_frame:
+                # exactly one frame (the common case): decoded without buffering it
+                payload = bytes(self._view[4:size])
+                self._route(parse_message(decode(payload, max_depth=self._max_depth)))
+                return
         buf += self._view[:size]
         for payload in take_frames(buf, self._max_frame):
             self._route(parse_message(decode(payload, max_depth=self._max_depth)))

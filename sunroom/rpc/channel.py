@@ -39,7 +39,13 @@ from typing import Final, Generic, Protocol, TypedDict, TypeVar, Unpack, cast, f
 
 from sunroom.errors import ClosedError, ProtocolError
 from sunroom.rpc import schema
-from sunroom.rpc.channel_receive import BIG_FRAME, INLINE_FRAME, SPARE_FRAME, SPARE_IDLE_S
+from sunroom.rpc.channel_receive import (
+    BIG_FRAME,
+    INLINE_FRAME,
+    SPARE_FRAME,
+    SPARE_IDLE_S,
+    receive_buffer,
+)
 from sunroom.rpc.channel_serve import (
     MAX_ERROR_TEXT,
     MAX_INCOMING_REQUESTS,
@@ -101,7 +107,7 @@ class RemoteError(Exception):
 
 
 @final
-class Channel(ChannelServing, asyncio.Protocol):
+class Channel(ChannelServing, asyncio.BufferedProtocol):
     """Async msgpack-RPC endpoint. Build with :meth:`open`; close with :meth:`aclose`.
 
     Args:
@@ -177,9 +183,15 @@ class Channel(ChannelServing, asyncio.Protocol):
         # uvloop's transports do not subclass asyncio.Transport; they provide its methods
         self._transport = cast(asyncio.Transport, transport)
 
-    def data_received(self, data: bytes) -> None:  # noqa: D102
+    def get_buffer(self, sizehint: int) -> memoryview:  # noqa: D102
+        # the thread's receive buffer: _take copies what it keeps before it hands anything on,
+        # so no other read can overwrite bytes still needed (a Protocol's recv() allocated a
+        # fresh 256 KiB bytes per read: mmap, mremap and munmap each time)
+        return receive_buffer()
+
+    def buffer_updated(self, nbytes: int) -> None:  # noqa: D102
         try:
-            self._take(memoryview(data))
+            self._take(receive_buffer()[:nbytes])
         except (WireError, ProtocolError) as exc:
             self._fail(exc if isinstance(exc, ProtocolError) else ProtocolError(str(exc)))
             return

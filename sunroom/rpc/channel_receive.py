@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import mmap
+import threading
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -47,6 +48,25 @@ SPARE_IDLE_S: Final = 1.0
 """How long a kept mapping waits for its next frame."""
 
 _Payload = bytes | mmap.mmap
+
+RECEIVE_BUFFER: Final = 256 * 1024
+"""Bytes one read of a channel's socket may bring (what asyncio's own transports read)."""
+
+_buffers = threading.local()
+
+
+def receive_buffer() -> memoryview:
+    """The calling thread's receive buffer: every channel whose loop runs there reads into it.
+
+    One read fills it and :meth:`ChannelReceiving._take` consumes it before the next read on
+    the thread, so channels can share it: a buffer per thread, not per kernel, and no
+    allocation per read.
+    """
+    view: memoryview | None = getattr(_buffers, "view", None)
+    if view is None:
+        view = _buffers.view = memoryview(bytearray(RECEIVE_BUFFER))
+    return view
+
 
 _RELEASER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sunroom-release")
 """Unmaps large frames: munmap of a filled 16 MiB mapping takes ~4 ms, off the event loop."""
@@ -123,7 +143,12 @@ class ChannelReceiving:
         self._paused: set[str] = set()
 
     def _take(self, data: memoryview) -> None:
-        """Split *data* into frames and hand each complete one on, in order."""
+        """Split *data* into frames and hand each complete one on, in order.
+
+        *data* may be the thread's :func:`receive_buffer`, which the next read overwrites:
+        whatever is kept is copied out of it before any message is handed on (a handler may
+        run a nested loop that reads).
+        """
         if not self._buf and self._big is None and len(data) > 4:
             (size,) = HEADER.unpack_from(data)
             if len(data) == 4 + size and size < BIG_FRAME and size <= self._max_frame:

@@ -241,6 +241,8 @@ def display_items(value: object, max_display_bytes: int) -> list[DisplayItemRepl
     """
     if type(value) is not list:
         raise WireError(f"execute.outputs must be a list, got {_kind(value)}")
+    if not value:  # most cells show nothing
+        return []
     if len(value) > MAX_DISPLAY_ITEMS:
         raise WireError(f"execute.outputs holds {len(value)} items, over {MAX_DISPLAY_ITEMS}")
     used = 0

@@ -19,7 +19,7 @@ from sunroom.rpc import schema
 from sunroom.rpc.channel import RemoteError, cut
 from sunroom.rpc.codec import WireError
 from sunroom.rpc.shapes import ExecuteReply
-from sunroom.sandbox.cellclock import CellClock, CellLost
+from sunroom.sandbox.cellclock import Alarm, CellClock, CellLost
 from sunroom.sandbox.kernel_lifecycle import KernelCore
 from sunroom.sandbox.kernel_serving import KernelServing
 from sunroom.sandbox.result import CellError, DisplayItem, ExecutionResult, Status
@@ -39,6 +39,7 @@ class KernelCells:
         self._core = core
         self._serving = serving
         self._count = 0
+        self._alarm: Alarm | None = None  # the cells' clocks', one after another
         self._check_execute = schema.execute_result(
             core.limits.max_output_bytes, core.limits.display_bytes
         )
@@ -108,7 +109,9 @@ class KernelCells:
         core.running_cell = True
         try:
             call = self._start_cell(code, params)
-            clock = CellClock(call, core.proc, limit_s, core.limits.interrupt_grace_s)
+            clock = CellClock(
+                call, core.proc, limit_s, core.limits.interrupt_grace_s, alarm=self._alarm_for(call)
+            )
             core.clock = clock
             try:
                 await call  # the clock interrupts the cell, then gives up on it
@@ -131,6 +134,16 @@ class KernelCells:
             return await self._after_death(exc, started)
         finally:
             core.running_cell = False
+
+    def _alarm_for(self, call: Started) -> Alarm:
+        """The alarm of the cells' clocks on *call*'s loop (a new loop gets a new one)."""
+        loop = call.get_loop()
+        alarm = self._alarm
+        if alarm is None or alarm.loop is not loop:
+            if alarm is not None:
+                alarm.close()
+            alarm = self._alarm = Alarm(loop)
+        return alarm
 
     def _start_cell(self, code: str, params: dict[str, object]) -> Started:
         """Send the cell: over the channel, or as a Jupyter ``execute_request`` (jupyter)."""

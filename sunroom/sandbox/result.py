@@ -9,6 +9,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Literal, final, get_args
 
 Status = Literal["ok", "error", "timeout", "died"]
+_STATUSES = frozenset(get_args(Status))
 
 
 @final
@@ -98,7 +99,7 @@ class ExecutionResult:
     dropped_outputs: int = 0
 
     def __post_init__(self) -> None:
-        if self.status not in get_args(Status):
+        if self.status not in _STATUSES:
             raise TypeError(f"ExecutionResult.status must be one of {get_args(Status)}")
         for name in ("stdout", "stderr"):
             if type(getattr(self, name)) is not str:
