@@ -29,6 +29,10 @@ compare CPU work alone.
 ``--profile`` adds where each round trip's time goes: the host's CPU, the kernel's, and the
 rest (waiting for the other side to wake and answer), per round trip.
 
+The cold start is also printed as a ratio to a bare interpreter's start measured in the same run
+(``benchmarks/_startfloor.py``: ``python -I -S -c pass``, and with ``--backend bwrap`` the same in
+a minimal bwrap sandbox; issue 31's targets: <= 2x on subprocess, <= 2.5x on bwrap).
+
 ``--fork`` runs ``benchmarks/fork.py`` (forking a live kernel; its own flags may follow).
 
 ``--compare subprocess,bwrap,docker`` adds start, execute and host call p50 per backend, each as a
@@ -64,6 +68,7 @@ from sunroom.sandbox.backend import Backend
 from sunroom.sandbox.pool import KernelPool
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _startfloor  # noqa: E402  (a bare interpreter's start, the floor under a cold start)
 import jupyter_baseline  # noqa: E402  (the plain jupyter-client side lives in its own module)
 
 WARMUP = 200
@@ -476,6 +481,23 @@ def main() -> None:
         print(
             f"{'  the same from a warm KernelPool':36} {statistics.median(pooled):8.1f}ms "
             f"{pct(pooled, 0.9):8.1f}ms"
+        )
+        bare = [t * 1000 for t in runner.run(_startfloor.bare_start(args.starts))]
+        print(
+            f"{'bare `python -I -S -c pass` (floor)':36} {statistics.median(bare):8.1f}ms "
+            f"{pct(bare, 0.9):8.1f}ms"
+        )
+        if args.backend == "bwrap":
+            boxed = [t * 1000 for t in runner.run(_startfloor.bare_start(args.starts, bwrap=True))]
+            print(
+                f"{'  the same in a minimal bwrap':36} {statistics.median(boxed):8.1f}ms "
+                f"{pct(boxed, 0.9):8.1f}ms"
+            )
+        limit = 2.5 if args.backend == "bwrap" else 2.0
+        print(
+            f"{'cold start / bare interpreter':36} "
+            f"{statistics.median(starts) / statistics.median(bare):9.2f}x "
+            f"{pct(starts, 0.9) / pct(bare, 0.9):9.2f}x  {f'<= {limit:g}x':>9}"
         )
         print()
         print("round trips: p50 and p90 are medians over the rounds; 'x echo' is the median of")
