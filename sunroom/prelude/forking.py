@@ -350,7 +350,8 @@ def _single_copy(runtime: Runtime, spec: dict[str, Any], own: list[int], fds: li
                     os.close(status_fd)
         runtime.copies = {}
         runtime.forget_parent_links(keep_registry=True)
-        prctl(PR_SET_DUMPABLE, 1)  # the runtime is the user's own process
+        # dumpable or not as the runtime it was forked from (a kernel's: yes; a tenant's: no):
+        # the flag is inherited, so nothing to set
         runtime.become_copy(
             sock_fd,
             nonce=spec["nonce"],

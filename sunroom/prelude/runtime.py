@@ -125,7 +125,10 @@ class Runtime:
         self.channel = BlockingChannel(_socket.socket(fileno=fd), max_frame=self.max_frame)
         hostcall.attach(self.channel)
         if workdir != self.workdir:  # an isolated copy has its own copy at the same path
-            shutil.copytree(self.workdir, workdir, symlinks=True, dirs_exist_ok=True)
+            if os.listdir(self.workdir):
+                shutil.copytree(self.workdir, workdir, symlinks=True, dirs_exist_ok=True)
+            else:  # nothing to copy (copytree would still copy the directory's times, xattrs)
+                os.makedirs(workdir, exist_ok=True)
             os.chmod(workdir, 0o700)
             for key in ("HOME", "TMPDIR"):
                 if os.environ.get(key) == self.workdir:
