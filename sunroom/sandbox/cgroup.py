@@ -76,8 +76,16 @@ class Cgroup:
         own = _own_paths()
         made: list[Path] = []
         mem_dir: Path | None = None
+        # the memory controller always (out-of-memory kills are read there); the others only
+        # with a limit to set: on v1 each controller is one more migration per process moved,
+        # and each migration waits for an RCU grace period
+        wanted = [
+            c
+            for c in V1_CONTROLLERS
+            if c == "memory" or (c == "pids" and pids is not None) or (c == "cpu" and cpu_quota)
+        ]
         try:
-            for ctrl in V1_CONTROLLERS:
+            for ctrl in wanted:
                 base = ROOT / ctrl / own.get(ctrl, "/").lstrip("/")
                 if not base.is_dir():
                     base = ROOT / ctrl
