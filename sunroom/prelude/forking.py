@@ -352,11 +352,21 @@ def _single_copy(runtime: Runtime, spec: dict[str, Any], own: list[int], fds: li
         runtime.forget_parent_links(keep_registry=True)
         # dumpable or not as the runtime it was forked from (a kernel's: yes; a tenant's: no):
         # the flag is inherited, so nothing to set
+    except BaseException:
+        import traceback
+
+        traceback.print_exc()
+        os._exit(1)
+    _serve_copy(runtime, spec, sock_fd, runtime.registry_fd)
+
+
+def _serve_copy(
+    runtime: Runtime, spec: dict[str, Any], sock_fd: int, registry_fd: int | None
+) -> None:
+    """A copy's runtime: take its socket and workdir, say hello and serve; never returns."""
+    try:
         runtime.become_copy(
-            sock_fd,
-            nonce=spec["nonce"],
-            workdir=spec["workdir"],
-            registry_fd=runtime.registry_fd,
+            sock_fd, nonce=spec["nonce"], workdir=spec["workdir"], registry_fd=registry_fd
         )
         runtime.serve()
         _flush()
@@ -460,14 +470,9 @@ def _copy_runtime(runtime: Runtime, spec: dict[str, Any], sock_fd: int, registry
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         signal.set_wakeup_fd(-1)
         gc.enable()
-        runtime.become_copy(
-            sock_fd, nonce=spec["nonce"], workdir=spec["workdir"], registry_fd=registry_fd
-        )
-        runtime.serve()
-        _flush()
     except BaseException:
         import traceback
 
         traceback.print_exc()
         os._exit(1)
-    os._exit(0)
+    _serve_copy(runtime, spec, sock_fd, registry_fd)
