@@ -40,7 +40,7 @@ import threading
 
 from sunroom.prelude import isolation
 from sunroom.prelude.prctl import PR_SET_CHILD_SUBREAPER, PR_SET_DUMPABLE, prctl
-from sunroom.prelude.watch import registry_pair, supervise
+from sunroom.prelude.watch import registry_pair, status_word, supervise
 
 TYPE_CHECKING = False  # typing costs the kernel ~10 ms to import; annotations are lazy
 if TYPE_CHECKING:
@@ -277,13 +277,8 @@ def _reap(runtime: Runtime) -> None:
         if status_fd is None:  # a supervised copy: its supervisor reported already
             continue
         if code >= 0:
-            word = (
-                f"signal:{os.WTERMSIG(code)}"
-                if os.WIFSIGNALED(code)
-                else f"exit:{os.waitstatus_to_exitcode(code)}"
-            )
             with contextlib.suppress(OSError):  # the host let go of the copy already
-                os.write(status_fd, word.encode())
+                os.write(status_fd, status_word(code).encode())
         with contextlib.suppress(OSError):
             os.close(status_fd)
         runtime.own_fds = runtime.own_fds - {status_fd}

@@ -45,23 +45,28 @@ def descendants(
     found: list[int] = []
     stack = [root]
     while stack:
-        pid = stack.pop()
-        try:
-            tids = os.listdir(f"/proc/{pid}/task")
-        except OSError:
-            continue
-        for tid in tids:
-            try:
-                with open(f"/proc/{pid}/task/{tid}/children") as f:
-                    kids = [int(x) for x in f.read().split()]
-            except OSError:
-                continue
-            kids = [k for k in kids if k not in spare]
-            if mine is not None:
-                kids = [k for k in kids if _cgroup_of(k) in (mine, None)]
-            found.extend(kids)
-            stack.extend(kids)
+        kids = [k for k in children(stack.pop()) if k not in spare]
+        if mine is not None:
+            kids = [k for k in kids if _cgroup_of(k) in (mine, None)]
+        found.extend(kids)
+        stack.extend(kids)
     return found
+
+
+def children(pid: int) -> list[int]:
+    """The children of *pid*, of every thread of it ([] when it is gone)."""
+    kids: list[int] = []
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return kids
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/children") as f:
+                kids.extend(int(x) for x in f.read().split())
+        except (OSError, ValueError):
+            continue
+    return kids
 
 
 def sweep(
@@ -219,16 +224,14 @@ class _Watch:
         """Note a child this process reaped: the kernel's status, or an owned copy's."""
         self.copies.discard(pid)
         if pid == self.kernel:
-            if os.WIFSIGNALED(code):
-                self.status = f"signal:{os.WTERMSIG(code)}"
-                self.exit_code = 128 + os.WTERMSIG(code)
-            else:
-                self.exit_code = os.waitstatus_to_exitcode(code)
-                self.status = f"exit:{self.exit_code}"
+            self.status = status_word(code)
+            self.exit_code = (
+                128 + os.WTERMSIG(code) if os.WIFSIGNALED(code) else os.waitstatus_to_exitcode(code)
+            )
             return
         owned = self.owned.get(pid)
         if owned is not None:  # re-parented here once the runtime that made it was gone
-            _report(owned.status_fd, _status_word(code))
+            _report(owned.status_fd, status_word(code))
             self._gone(pid)
 
     def reaped_copy(self, pid: int, code: int) -> None:
@@ -384,7 +387,8 @@ def _is_child(pid: int) -> bool:
     return _ppid(pid) == os.getpid()
 
 
-def _status_word(code: int) -> str:
+def status_word(code: int) -> str:
+    """A wait status as the status pipes carry it: ``exit:N`` or ``signal:N``."""
     if os.WIFSIGNALED(code):
         return f"signal:{os.WTERMSIG(code)}"
     return f"exit:{os.waitstatus_to_exitcode(code)}"

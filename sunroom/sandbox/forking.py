@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Final, final
 
 from sunroom.errors import KernelStartError, UsageError
-from sunroom.prelude.supervisor import descendants
+from sunroom.prelude.watch import children, descendants
 from sunroom.rpc import schema
 from sunroom.rpc.channel import Channel
 from sunroom.sandbox.backend import KERNEL_SITE, KernelProcess, KernelProcessBase, Tenancy
@@ -272,7 +272,7 @@ class ForkedProcess(KernelProcessBase):
                     await asyncio.to_thread(self.cgroup.remove)
                 else:  # the supervisors of its copies were born in it; removed with the family
                     self.family.defer(self.cgroup)
-            if self.on_gone and await _wait_ended(self._supervisor_fd, 3.0):
+            if self.on_gone and await _until_readable(self._supervisor_fd, 3.0):
                 for callback in self.on_gone:
                     callback()
             elif self.on_gone:
@@ -636,20 +636,6 @@ def _ns_pids(pid: int) -> list[int]:
     return [pid]
 
 
-def _children(pid: int) -> list[int]:
-    kids: list[int] = []
-    try:
-        for tid in os.listdir(f"/proc/{pid}/task"):
-            with (
-                contextlib.suppress(OSError, ValueError),
-                open(f"/proc/{pid}/task/{tid}/children") as f,
-            ):
-                kids.extend(int(x) for x in f.read().split())
-    except OSError:
-        return []
-    return kids
-
-
 def _supervisor_hosts(parent: int, supervisors: list[int]) -> list[int]:
     """The host pids of the copies' *supervisors* (as the forking runtime *parent* sees them).
 
@@ -659,7 +645,7 @@ def _supervisor_hosts(parent: int, supervisors: list[int]) -> list[int]:
     if level < 0:
         raise KernelStartError("the forking kernel's runtime is gone")
     by_ns = {}
-    for kid in _children(parent):
+    for kid in children(parent):
         ns = _ns_pids(kid)
         if len(ns) > level:
             by_ns[ns[level]] = kid
@@ -688,9 +674,9 @@ def _find_copies(
                 raise KernelStartError("a copy said hello from a process that is not the copy")
             found.append((supervisor, supervisor))
             continue
-        runtimes = _children(supervisor)
+        runtimes = children(supervisor)
         if len(runtimes) == 1 and _ns_pids(runtimes[0])[-1:] == [1]:
-            runtimes = _children(runtimes[0])  # a middle process made the copy's namespace
+            runtimes = children(runtimes[0])  # a middle process made the copy's namespace
         if len(runtimes) != 1 or _ns_pids(runtimes[0])[-1:] != [hello_pid]:
             raise KernelStartError("a copy said hello from a process outside its kernel's sandbox")
         found.append((supervisor, runtimes[0]))
@@ -791,13 +777,4 @@ async def _until_readable(fd: int, within_s: float) -> bool:
         return False
     finally:
         loop.remove_reader(fd)
-    return True
-
-
-async def _wait_ended(pidfd: int, within_s: float) -> bool:
-    end = time.monotonic() + within_s
-    while not _ended(pidfd):
-        if time.monotonic() > end:
-            return False
-        await asyncio.sleep(0.005)
     return True

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Final, Protocol, final
 
 from sunroom.errors import KernelStartError
-from sunroom.prelude.watch import descendants
+from sunroom.prelude.watch import children, descendants
 from sunroom.sandbox.backend import IPC_TOKEN, PYTHON_TOKEN, ExecSpec, KernelProcessBase, Tenancy
 from sunroom.sandbox.cgroup import Cgroup
 from sunroom.sandbox.identity import Identity, IdentityLease
@@ -185,7 +185,7 @@ class SupervisedProcess(KernelProcessBase):
         The child is named by a pidfd, checked to be still the launcher's child once opened.
         """
         pid = self._proc.pid
-        kids = _children(pid)
+        kids = children(pid)
         if len(kids) != 1:
             return False
         try:
@@ -193,7 +193,7 @@ class SupervisedProcess(KernelProcessBase):
         except OSError:
             return False
         try:
-            if _children(pid) != kids:  # it ended (and its pid may be another's) meanwhile
+            if children(pid) != kids:  # it ended (and its pid may be another's) meanwhile
                 return False
             signal.pidfd_send_signal(pidfd, sig)
         except OSError:
@@ -284,15 +284,6 @@ class SupervisedProcess(KernelProcessBase):
         if not oom and not self._status:
             return f"the kernel's supervisor ended (return code {self._proc.returncode})"
         return describe_status(self._status or "", oom=oom, memory_mb=self._memory_mb)
-
-
-def _children(pid: int) -> list[int]:
-    """The children of single-threaded process *pid* ([] when it is gone)."""
-    try:
-        with open(f"/proc/{pid}/task/{pid}/children") as f:
-            return [int(x) for x in f.read().split()]
-    except (OSError, ValueError):
-        return []
 
 
 def _pidfd(pid: int) -> int | None:
