@@ -16,7 +16,6 @@ import _socket
 import builtins
 import contextlib
 import os
-import signal
 import sys
 import threading
 import time
@@ -62,7 +61,7 @@ class Runtime:
         sys.stdin = open(os.devnull)  # noqa: SIM115 - input() must raise EOFError
         os.dup2(sys.stdin.fileno(), 0)
         self._sigint_handler = self._on_sigint  # one bound method, compared by identity
-        signal.signal(signal.SIGINT, self._sigint_handler)
+        _signal.signal(_signal.SIGINT, self._sigint_handler)
         self.own_fds = open_fds()  # the runtime's own; any other was opened by a cell
         self._hello(nonce)
 
@@ -183,7 +182,7 @@ class Runtime:
         self.err.begin(cap)
         # a cell may have replaced it (_signal: signal.getsignal raises and catches per call)
         if _signal.getsignal(_signal.SIGINT) is not self._sigint_handler:
-            signal.signal(signal.SIGINT, self._sigint_handler)
+            _signal.signal(_signal.SIGINT, self._sigint_handler)
         display.OUTPUTS.begin(int(params.get("max_display_bytes", display.DEFAULT_MAX_BYTES)))
         started = time.perf_counter()
         self.executing = True

@@ -1,13 +1,15 @@
 """The supervisor: the first process of every kernel, which reaps and kills all descendants.
 
-Started by the host as ``python -I -c ... supervisor.main(config_json)``. It makes itself a
-child subreaper (``PR_SET_CHILD_SUBREAPER``) so that every orphaned descendant, double-forked
-``setsid`` daemons included, is re-parented to it; asks for ``SIGTERM`` when its parent dies
-(``PR_SET_PDEATHSIG``); applies rlimits (the host has already put it in the kernel's cgroup);
-then forks the kernel runtime (no second interpreter start). When the kernel exits, or on
-``SIGTERM``, it stops and kills every descendant, reaps them all, reports the kernel's exit on
-the status fd and exits. A kernel's copies (:mod:`sunroom.prelude.forking`) outlive it: each
-has a supervisor of its own, and this one waits for them before it exits.
+Started by the host as ``python -I -S -c BOOT ...`` (``boot_argv`` in
+``sunroom.sandbox.backends.subprocess``). It makes itself a child subreaper
+(``PR_SET_CHILD_SUBREAPER``) so that every orphaned descendant, double-forked ``setsid``
+daemons included, is re-parented to it; asks for ``SIGTERM`` when its parent dies
+(``PR_SET_PDEATHSIG``); imports the runtime; waits, where it is the gate, until the host has
+moved it into the kernel's cgroup; then forks the kernel runtime (no second interpreter
+start). When the kernel exits, or on ``SIGTERM``, it stops and kills every descendant, reaps
+them all, reports the kernel's exit on the status fd and exits. A kernel's copies
+(:mod:`sunroom.prelude.forking`) outlive it: each has a supervisor of its own, or is owned
+by this one, which waits for them before it exits.
 
 In exec mode (config key ``exec``: a foreign kernel program, e.g. a Jupyter kernel) the kernel
 is a child that ``execvpe``s the program instead, with default signal dispositions and an
@@ -18,18 +20,19 @@ inherited and named in ``SUNROOM_CHANNEL``), or a second child runs
 
 from __future__ import annotations
 
+import _signal  # type: ignore[import-not-found]  # no stub; unlike signal, no enum import
 import contextlib
-import json
 import os
 import resource
-import signal
 import sys
 import time
+
+import msgpack
 
 from sunroom.prelude.prctl import PR_SET_CHILD_SUBREAPER, PR_SET_DUMPABLE, PR_SET_PDEATHSIG, prctl
 from sunroom.prelude.watch import descendants, on_term, registry_pair, supervise
 
-__all__ = ["CHANNEL_ENV", "EXEC_FAILED", "NO_WAY_OUT", "descendants", "main"]
+__all__ = ["CHANNEL_ENV", "EXEC_FAILED", "GATE_CLOSED", "NO_WAY_OUT", "descendants", "main"]
 
 TYPE_CHECKING = False  # typing costs the kernel ~10 ms to import; annotations are lazy
 if TYPE_CHECKING:
@@ -68,8 +71,8 @@ def _connect(path: str) -> int:
     return sock.detach()
 
 
-def main(config_json: str) -> None:
-    """Supervise one kernel described by *config_json*; never returns.
+def main(config_hex: str) -> None:
+    """Supervise one kernel described by *config_hex* (msgpack, in hex); never returns.
 
     Config keys: ``fd`` (inherited socket) or ``connect`` (a socket path to connect to),
     ``nonce``, ``max_frame``, ``rlimits``; ``status_fd`` (a pipe for the
@@ -81,31 +84,37 @@ def main(config_json: str) -> None:
     optional ``"name"`` for messages, resolved by the host; see :func:`_run_program`);
     ``forward`` (a network policy: ``{"port": int, "socket": path}``: the listener is bound
     and given to the host's proxy before the kernel starts, see :mod:`sunroom.prelude.egress`);
-    ``close_fds`` (descriptors the launcher needed and the kernel must not keep, closed first).
+    ``close_fds`` (descriptors the launcher needed and the kernel must not keep, closed first);
+    ``gate`` (wait for the host's ``go`` on stdin before making any process: see
+    :func:`_await_gate`).
     """
-    config = json.loads(config_json)
+    config = msgpack.unpackb(bytes.fromhex(config_hex))
     for stray in config.get("close_fds", ()):  # the launcher's, not the kernel's (bwrap's pipes)
         with contextlib.suppress(OSError):
             os.close(stray)
     status_fd: int | None = config.get("status_fd")
-    signal.signal(signal.SIGTERM, on_term)  # noted now, acted on once supervise() runs
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _signal.signal(_signal.SIGTERM, on_term)  # noted now, acted on once supervise() runs
+    _signal.signal(_signal.SIGINT, _signal.SIG_IGN)
     prctl(PR_SET_CHILD_SUBREAPER, 1)
     prctl(PR_SET_DUMPABLE, 0)  # the kernel's code may not ptrace or read our memory
     parent = config.get("parent_pid")
     if parent is not None:
-        prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+        prctl(PR_SET_PDEATHSIG, _signal.SIGTERM)
         if os.getppid() != parent:
             os._exit(70)  # the host died before we could ask to be told
     fd: int = config["fd"] if "fd" in config else _connect(config["connect"])
     _open_way_out(config.get("forward"))
     if "exec" in config:
+        if config.get("gate"):
+            _await_gate()
         code = _run_program(config, fd, status_fd)
         sys.stdout.flush()
         os._exit(code)
     from sunroom.prelude import runtime  # import before fork: the kernel starts warm
 
     registry_r, registry_w = registry_pair()  # the runtime names its copies here
+    if config.get("gate"):
+        _await_gate()  # the imports above ran while the host moved us into the cgroup
     kernel = os.fork()
     if kernel == 0:
         try:
@@ -113,8 +122,8 @@ def main(config_json: str) -> None:
             prctl(PR_SET_DUMPABLE, 1)  # the runtime is the user's own process
             if status_fd is not None:
                 os.close(status_fd)
-            signal.signal(signal.SIGTERM, signal.SIG_DFL)
-            signal.signal(signal.SIGINT, signal.default_int_handler)
+            _signal.signal(_signal.SIGTERM, _signal.SIG_DFL)
+            _signal.signal(_signal.SIGINT, _signal.default_int_handler)
             _apply_rlimits(config.get("rlimits", {}))
             runtime.main(fd, config["nonce"], config["max_frame"], registry_fd=registry_w)
         except BaseException:
@@ -133,6 +142,30 @@ def main(config_json: str) -> None:
     sys.stdout.flush()
     os._exit(code)
 
+
+def _await_gate() -> None:
+    """Wait until the host says ``go`` on stdin, then put ``/dev/null`` there.
+
+    The host moves this process into the kernel's cgroup while it starts (on cgroup v1 that
+    move waits out an RCU grace period, 3 to 30 ms here, which the interpreter's start and
+    the imports now hide); every process of the kernel is forked after the gate, so each is
+    born in the cgroup. Exits with :data:`GATE_CLOSED` if the host closes the gate instead.
+    """
+    line = b""
+    while not line.endswith(b"\n"):
+        chunk = os.read(0, 16)
+        if not chunk:
+            os._exit(GATE_CLOSED)
+        line += chunk
+    if line != b"go\n":
+        os._exit(GATE_CLOSED)
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.close(null)
+
+
+GATE_CLOSED = 72
+"""The supervisor's exit status when the host closed its gate without saying ``go``."""
 
 EXEC_FAILED = 127
 """The exit status of an exec-mode kernel whose program could not be started."""
@@ -155,6 +188,8 @@ def _run_program(config: dict[str, Any], fd: int, status_fd: int | None) -> int:
     env = dict(os.environ)
     env.update(spec.get("env") or {})
     if attach:
+        import json  # exec mode only: a runtime's start never pays for it
+
         env[CHANNEL_ENV] = json.dumps(
             {"fd": fd, "nonce": config["nonce"], "max_frame": config["max_frame"]}
         )
@@ -186,7 +221,7 @@ def _run_program(config: dict[str, Any], fd: int, status_fd: int | None) -> int:
             try:
                 if status_fd is not None:
                     os.close(status_fd)
-                signal.signal(signal.SIGTERM, signal.SIG_DFL)  # SIGINT stays ignored
+                _signal.signal(_signal.SIGTERM, _signal.SIG_DFL)  # SIGINT stays ignored
                 _apply_rlimits(rlimits)
                 keeper.main(
                     fd,
@@ -235,11 +270,11 @@ def _exec_child(
             os.close(channel_fd)
         prctl(PR_SET_DUMPABLE, 1)  # the program is the user's own process
         _apply_rlimits(rlimits)
-        for sig in signal.valid_signals():  # an ignored signal would stay ignored across exec
-            if sig not in (signal.SIGKILL, signal.SIGSTOP):
+        for sig in _signal.valid_signals():  # an ignored signal would stay ignored across exec
+            if sig not in (_signal.SIGKILL, _signal.SIGSTOP):
                 with contextlib.suppress(OSError, ValueError):
-                    signal.signal(sig, signal.SIG_DFL)
-        signal.pthread_sigmask(signal.SIG_SETMASK, ())
+                    _signal.signal(sig, _signal.SIG_DFL)
+        _signal.pthread_sigmask(_signal.SIG_SETMASK, ())
         os.execvpe(argv[0], argv, env)
     except BaseException as exc:  # noqa: BLE001 - reported on stderr, then exit 127
         # BaseException on purpose, here and below: this forked child must reach os._exit

@@ -6,10 +6,10 @@ copy's own, :mod:`sunroom.prelude.forking`). Kernel side: standard library only.
 
 from __future__ import annotations
 
+import _signal  # type: ignore[import-not-found]  # no stub; unlike signal, no enum import
 import _socket
 import contextlib
 import os
-import signal
 import sys
 import time
 
@@ -86,7 +86,7 @@ def sweep(
     end = time.monotonic() + deadline_s
     while True:
         pids = descendants(me, spare, own_cgroup=own_cgroup)
-        for sig in (signal.SIGSTOP, signal.SIGKILL):
+        for sig in (_signal.SIGSTOP, _signal.SIGKILL):
             for pid in pids:
                 with contextlib.suppress(OSError):
                     os.kill(pid, sig)
@@ -135,18 +135,20 @@ def supervise(
     signal), else 0.
     """
     watch = _Watch(kernel, status_fd=status_fd, registry_fd=registry_fd, hangup_fd=hangup_fd)
-    signal.set_wakeup_fd(watch.wake_w)
-    signal.signal(signal.SIGTERM, on_term)
-    signal.signal(signal.SIGCHLD, lambda *_: None)  # a handler, so the wakeup fd is written
-    signal.signal(signal.SIGINT, (lambda *_: _relay(kernel)) if forward_sigint else signal.SIG_IGN)
+    _signal.set_wakeup_fd(watch.wake_w)
+    _signal.signal(_signal.SIGTERM, on_term)
+    _signal.signal(_signal.SIGCHLD, lambda *_: None)  # a handler, so the wakeup fd is written
+    _signal.signal(
+        _signal.SIGINT, (lambda *_: _relay(kernel)) if forward_sigint else _signal.SIG_IGN
+    )
     watch.listen()
     while not _STOP[0]:
         watch.reap()
         if watch.status is not None and watch.kernel_ended():
             break
         watch.wait()
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _signal.signal(_signal.SIGTERM, _signal.SIG_IGN)
+    _signal.signal(_signal.SIGINT, _signal.SIG_IGN)
     sweep(on_reaped=watch.reaped_copy)  # a kernel killed here was "terminated"
     watch.let_go()
     if watch.status is None:
@@ -299,7 +301,7 @@ class _Watch:
                 self.poller.unregister(fd)
                 if self.status is None:
                     with contextlib.suppress(OSError):
-                        os.kill(self.kernel, signal.SIGKILL)
+                        os.kill(self.kernel, _signal.SIGKILL)
             elif fd in self.by_pidfd:  # an owned copy ended; if it is our child, reap() has it
                 self.reap()
                 pid = self.by_pidfd.get(fd)
@@ -411,4 +413,4 @@ def _report(status_fd: int | None, status: str) -> None:
 
 def _relay(kernel: int) -> None:
     with contextlib.suppress(OSError):
-        os.kill(kernel, signal.SIGINT)
+        os.kill(kernel, _signal.SIGINT)

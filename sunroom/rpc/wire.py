@@ -12,7 +12,6 @@ the annotation a generated wrapper declares as its return type.
 from __future__ import annotations
 
 import datetime
-import enum
 import sys
 import types
 from collections.abc import Callable
@@ -32,7 +31,9 @@ def to_wire(value: object, fallback: Callable[[object], object] | None = None) -
     """
     if isinstance(value, _SCALARS):
         return value
-    if isinstance(value, enum.Enum):
+    # no value is an Enum before something imports enum (a kernel's start skips its ~1 ms)
+    enum = sys.modules.get("enum")
+    if enum is not None and isinstance(value, enum.Enum):
         return to_wire(value.value, fallback)
     fields = getattr(type(value), "__dataclass_fields__", None)
     if fields is not None:
@@ -136,7 +137,8 @@ def _from_class(tp: type, value: object) -> object:
             if name in value:
                 kwargs[name] = from_wire(f.type, value[name])
         return tp(**kwargs)
-    if issubclass(tp, enum.Enum):
+    enum = sys.modules.get("enum")
+    if enum is not None and issubclass(tp, enum.Enum):
         return tp(value)
     if tp is datetime.datetime and isinstance(value, str):
         return datetime.datetime.fromisoformat(value)
@@ -147,7 +149,7 @@ def _from_class(tp: type, value: object) -> object:
     if tp is datetime.timedelta and isinstance(value, int | float):
         return datetime.timedelta(seconds=value)
     if isinstance(value, str) and tp.__module__ in ("decimal", "uuid", "pathlib"):
-        return tp(value)  # type: ignore[call-arg]
+        return tp(value)
     if tp in (tuple, set, frozenset) and isinstance(value, list):
         return tp(value)
     if tp is float and isinstance(value, int):

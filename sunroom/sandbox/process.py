@@ -16,13 +16,16 @@ import select
 import shutil
 import signal
 import socket
+import subprocess
 from pathlib import Path
 from typing import Any, Final, Protocol, final
 
 from sunroom.errors import KernelStartError
 from sunroom.prelude.watch import children, descendants
+from sunroom.sandbox import child
 from sunroom.sandbox.backend import IPC_TOKEN, PYTHON_TOKEN, ExecSpec, KernelProcessBase, Tenancy
 from sunroom.sandbox.cgroup import Cgroup
+from sunroom.sandbox.child import Child
 from sunroom.sandbox.identity import Identity, IdentityLease
 from sunroom.sandbox.limits import Limits
 from sunroom.sandbox.rundirs import make_rundir, remove_tree
@@ -38,7 +41,7 @@ class SupervisedProcess(KernelProcessBase):
 
     def __init__(
         self,
-        proc: asyncio.subprocess.Process,
+        proc: Child,
         *,
         status_fd: int,
         rundir: Path,
@@ -50,7 +53,6 @@ class SupervisedProcess(KernelProcessBase):
         lease: IdentityLease | None = None,
     ) -> None:
         self._proc = proc
-        self._pidfd = _pidfd(proc.pid)
         self._lease = lease
         self._status_fd = status_fd
         self._rundir = rundir
@@ -78,7 +80,7 @@ class SupervisedProcess(KernelProcessBase):
 
     @property
     def returncode(self) -> int | None:
-        """The supervisor's exit code once asyncio's child watcher reaped it (None before).
+        """The supervisor's exit code once the event loop reaped it (None before).
 
         0 after a clean teardown, whatever the kernel's own end (that is :meth:`exit_reason`).
         """
@@ -168,9 +170,10 @@ class SupervisedProcess(KernelProcessBase):
         """
         if self._proc.returncode is not None:
             return
+        pidfd = self._proc.pidfd
         with contextlib.suppress(ProcessLookupError):
-            if self._pidfd is not None:
-                signal.pidfd_send_signal(self._pidfd, sig)
+            if pidfd is not None:
+                signal.pidfd_send_signal(pidfd, sig)
             else:
                 os.kill(self._proc.pid, sig)
 
@@ -212,9 +215,7 @@ class SupervisedProcess(KernelProcessBase):
                 await asyncio.to_thread(self._hard_kill)
                 await self._proc.wait()
         self._read_status()
-        if self._pidfd is not None:
-            os.close(self._pidfd)
-            self._pidfd = None
+        self._proc.close()
         await close_companions(self.companions)
         if self._cgroup is not None:
             await asyncio.to_thread(self._cgroup.remove)
@@ -284,17 +285,6 @@ class SupervisedProcess(KernelProcessBase):
         if not oom and not self._status:
             return f"the kernel's supervisor ended (return code {self._proc.returncode})"
         return describe_status(self._status or "", oom=oom, memory_mb=self._memory_mb)
-
-
-def _pidfd(pid: int) -> int | None:
-    """A pidfd of our child *pid* (not yet reaped: only asyncio's watcher reaps it), or None.
-
-    None when the kernel has no ``pidfd_open`` (Linux before 5.3) or the child is already gone.
-    """
-    try:
-        return os.pidfd_open(pid)
-    except OSError:
-        return None
 
 
 class Companion(Protocol):
@@ -410,15 +400,27 @@ class LocalLaunch:
     resource is released and KernelStartError is raised.
 
     With a leased identity the process is started as that uid/gid with no supplementary
-    groups; with a cgroup it first waits in a shell gate until the host (which may be root,
-    while the process no longer is) has written its pid into the cgroup, so every process of
-    the kernel is counted from its first instruction.
+    groups; with a cgroup, the host (which may be root, while the process no longer is) writes
+    its pid into the cgroup before any process of the kernel is forked. Where it waits meanwhile
+    is :attr:`supervisor_gates`: in sunroom's supervisor, which starts its interpreter and its
+    imports during the move and forks nothing before the host's ``go`` (the ``subprocess``
+    backend: the move costs the start nothing), or in a one-line shell gate before the first
+    program (bubblewrap, which forks as it starts: every process of the kernel is counted from
+    its first instruction).
     """
 
-    def __init__(self, rundir: Path, cgroup: Cgroup | None, lease: IdentityLease | None) -> None:
+    def __init__(
+        self,
+        rundir: Path,
+        cgroup: Cgroup | None,
+        lease: IdentityLease | None,
+        *,
+        supervisor_gates: bool = False,
+    ) -> None:
         self.rundir = rundir
         self.cgroup = cgroup
         self.lease = lease
+        self.supervisor_gates = supervisor_gates
         self.host_sock, self.kernel_sock = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         self.status_r, self.status_w = os.pipe()
 
@@ -436,10 +438,13 @@ class LocalLaunch:
         limits: Limits,
         cgroups: bool,
         lease: IdentityLease | None = None,
+        supervisor_gates: bool = False,
     ) -> LocalLaunch:
         """Create the run directory and, if *cgroups*, try to create the kernel's cgroup.
 
         Takes ownership of *lease*: it is released with the kernel (or by :meth:`abandon`).
+        With *supervisor_gates* the first program started is sunroom's supervisor, which
+        waits for the cgroup move itself (:attr:`supervisor_gates`).
         """
         cgroup = None
         try:
@@ -460,7 +465,7 @@ class LocalLaunch:
             if lease is not None:
                 lease.release()
             raise
-        return cls(rundir, cgroup, lease)
+        return cls(rundir, cgroup, lease, supervisor_gates=supervisor_gates)
 
     def make_workdir(self) -> Path:
         """Create ``<rundir>/work``, private to the kernel's uid (mode 0700)."""
@@ -509,6 +514,8 @@ class LocalLaunch:
             "max_frame": limits.max_frame_bytes,
             "rlimits": limits.rlimits(),
         }
+        if self.cgroup is not None and self.supervisor_gates:
+            config["gate"] = True  # the supervisor waits for the host's "go" on stdin
         if program is not None:
             config["exec"] = exec_config(program, python=python, ipc=ipc)
         return config
@@ -546,24 +553,24 @@ class LocalLaunch:
         ident = self.identity
         creds: dict[str, Any] = {}
         gated = self.cgroup is not None
-        if gated:
+        if gated and not self.supervisor_gates:
             argv = ["/bin/sh", "-c", GATE, "sunroom-gate", *argv]
         if ident is not None:
             setpriv = shutil.which("setpriv")
-            # setpriv first, where installed: asked for a user, Python forks this process
-            # (page tables, thread stacks: O(kernels)) and waits for the exec; without, it
-            # vforks (with 384 kernels, 10 ms -> 4 ms of the event loop per start)
-            if setpriv is None and _spawns_as_user(asyncio.get_running_loop()):
+            # setpriv first, where installed: asked for a user, Popen forks this process (page
+            # tables, thread stacks: O(kernels)) and waits for the exec; without, it vforks
+            # (with 384 kernels, 10 ms -> 4 ms of the event loop per start)
+            if setpriv is None:
                 creds = {"user": ident.uid, "group": ident.gid, "extra_groups": []}
-            else:  # uvloop and others can only drop to the identity with setpriv
+            else:
                 argv = [*_setpriv(setpriv, ident.uid, ident.gid), *argv]
         gate_r, gate_w = os.pipe() if gated else (-1, -1)
         try:
             with open(self.rundir / "kernel.log", "wb") as log:  # noqa: ASYNC230 - local create
-                proc = await asyncio.create_subprocess_exec(
-                    *argv,
-                    stdin=gate_r if gated else asyncio.subprocess.DEVNULL,
-                    stdout=asyncio.subprocess.DEVNULL,
+                proc = child.spawn(
+                    argv,
+                    stdin=gate_r if gated else subprocess.DEVNULL,
+                    stdout=subprocess.DEVNULL,
                     stderr=log,
                     pass_fds=(self.kernel_sock.fileno(), self.status_w, *extra_fds),
                     cwd=cwd,
@@ -571,7 +578,7 @@ class LocalLaunch:
                     start_new_session=True,
                     **creds,
                 )
-        except BaseException as exc:  # cancelled too: nothing of the launch may leak
+        except BaseException as exc:  # nothing of the launch may leak
             if gated:
                 os.close(gate_r)
                 os.close(gate_w)
@@ -612,23 +619,10 @@ class LocalLaunch:
         return handle, self.host_sock
 
 
-def _spawns_as_user(loop: asyncio.AbstractEventLoop) -> bool:
-    """Whether *loop*'s ``subprocess_exec`` takes ``user``/``group`` (asyncio's own loops do).
-
-    uvloop's does not (it raises ValueError on those keywords).
-    """
-    return isinstance(loop, asyncio.BaseEventLoop)
-
-
-def _setpriv(path: str | None, uid: int, gid: int) -> list[str]:
+def _setpriv(path: str, uid: int, gid: int) -> list[str]:
     """The argv prefix that runs a program as *uid*:*gid* with no supplementary groups.
 
-    *path* is ``setpriv`` (util-linux), required only on loops that cannot set a child's user
-    themselves; without it the kernel cannot start there (KernelStartError says so).
+    *path* is ``setpriv`` (util-linux); it sets the real, effective and saved ids before the
+    program runs.
     """
-    if path is None:
-        raise KernelStartError(
-            "this event loop cannot start a process as another user and setpriv (util-linux) "
-            "is not installed: install util-linux, or run sunroom on asyncio's own event loop"
-        )
     return [path, f"--reuid={uid}", f"--regid={gid}", "--clear-groups", "--"]

@@ -48,7 +48,7 @@ from sunroom.sandbox.backend import (
     kernel_env,
 )
 from sunroom.sandbox.backends.subprocess import (
-    BOOT,
+    boot_argv,
     installed_in_site,
     kernel_sys_path,
     package_root,
@@ -531,7 +531,7 @@ class BwrapBackend:
         for key, value in env.items():
             argv += ["--setenv", key, value]
         argv += ["--seccomp", str(seccomp_fd), "--"]
-        argv += [python_inside, "-I", "-S", "-c", BOOT, json.dumps(sys_path), json.dumps(config)]
+        argv += boot_argv(python_inside, sys_path, config)
         proc, sock = await _spawn(local, argv, limits, seccomp_fd, mapping, proxy, block)
         if zygote:
             if block is not None:

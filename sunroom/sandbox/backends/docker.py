@@ -53,7 +53,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import os
 import shutil
 import socket
@@ -76,7 +75,7 @@ from sunroom.sandbox.backends.docker_janitor import (
 )
 from sunroom.sandbox.backends.docker_layout import LIB_DIR, host_layout
 from sunroom.sandbox.backends.docker_process import DockerKernelProcess, _logs, _remove
-from sunroom.sandbox.backends.subprocess import BOOT
+from sunroom.sandbox.backends.subprocess import boot_argv
 from sunroom.sandbox.identity import Identity, IdentityLease, lease_identity
 from sunroom.sandbox.network import NET_DIR
 from sunroom.sandbox.process import Companion, exec_config, make_ipc_dir
@@ -258,7 +257,7 @@ class DockerBackend:
         if spec.network is not None:
             env.update(spec.network.environment())
             config["forward"] = spec.network.supervisor_config()
-        argv = [python, "-I", "-S", "-c", BOOT, json.dumps(sys_path), json.dumps(config)]
+        argv = boot_argv(python, sys_path, config)
         return argv, mounts, env
 
     def _make_socket(self, ident: Identity) -> tuple[Path, Path, socket.socket]:

@@ -12,7 +12,6 @@ isolation. Use it for trusted code and development; ask for it by name.
 from __future__ import annotations
 
 import functools
-import json
 import os
 import site
 import socket
@@ -20,15 +19,29 @@ import sys
 from pathlib import Path
 from typing import final
 
+import msgpack
+
 from sunroom.errors import SandboxUnavailableError
 from sunroom.sandbox.backend import SITE_ENV, KernelProcess, LaunchSpec, kernel_env
 from sunroom.sandbox.identity import lease_if_root_off_loop, require_reachable
 from sunroom.sandbox.process import LocalLaunch
 
 BOOT = (
-    "import sys, json; sys.path[0:0] = json.loads(sys.argv[1]); "
-    "from sunroom.prelude.supervisor import main; main(sys.argv[2])"
+    "import sys; n = int(sys.argv[1]); sys.path[0:0] = sys.argv[2 : 2 + n]; "
+    "from sunroom.prelude.supervisor import main; main(sys.argv[2 + n])"
 )
+"""The supervisor's start line: no json (with the ``re`` and ``enum`` it imports, ~4 ms of a
+kernel's start); :func:`boot_argv` gives it its arguments."""
+
+
+def boot_argv(python: str, sys_path: list[str], config: dict[str, object]) -> list[str]:
+    """The argv that starts the supervisor with *config* under *python* (``-I -S``).
+
+    *sys_path* goes first on the kernel's ``sys.path``, one argument per entry; *config* is
+    msgpack in hex (:func:`sunroom.prelude.supervisor.main`).
+    """
+    config_hex = msgpack.packb(config).hex()
+    return [python, "-I", "-S", "-c", BOOT, str(len(sys_path)), *sys_path, config_hex]
 
 
 def package_root() -> str:
@@ -106,6 +119,7 @@ class SubprocessBackend:
             limits=limits,
             cgroups=self._use_cgroups,
             lease=lease,
+            supervisor_gates=True,
         )
         workdir = local.make_workdir()
         env = kernel_env(workdir, spec.env)
@@ -122,8 +136,7 @@ class SubprocessBackend:
             nonce=spec.nonce, limits=limits, program=spec.program, python=self._python, ipc=ipc
         )
         config["parent_pid"] = os.getpid()
-        argv = [self._python, "-I", "-S", "-c", BOOT]
-        argv += [json.dumps(kernel_sys_path()), json.dumps(config)]
+        argv = boot_argv(self._python, kernel_sys_path(), config)
         proc, sock = await local.spawn(
             argv, cwd=workdir, env=env, workdir=workdir, memory_mb=limits.memory_mb
         )

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import os
 import secrets
 import signal
@@ -28,7 +27,7 @@ from sunroom.prelude.ipython import IPYTHON_NAMES
 from sunroom.prelude.supervisor import CHANNEL_ENV, EXEC_FAILED
 from sunroom.rpc.channel import Channel, RemoteError
 from sunroom.rpc.codec import DEFAULT_MAX_FRAME, PROTOCOL_VERSION
-from sunroom.sandbox.backends.subprocess import BOOT, kernel_sys_path, package_root
+from sunroom.sandbox.backends.subprocess import boot_argv, kernel_sys_path, package_root
 from sunroom.sandbox.codegen import generate
 from sunroom.sandbox.functions import as_host_function
 from sunroom.sandbox.limits import Limits
@@ -100,15 +99,7 @@ def _start_supervisor(
     env = {"PATH": "/usr/bin:/bin", "HOME": str(workdir), "LANG": "C.UTF-8"}
     with log.open("ab") as out:
         return subprocess.Popen(
-            [
-                sys.executable,
-                "-I",
-                "-S",
-                "-c",
-                BOOT,
-                json.dumps(kernel_sys_path()),
-                json.dumps(config),
-            ],
+            boot_argv(sys.executable, kernel_sys_path(), config),
             pass_fds=[kernel_end.fileno()],
             cwd=workdir,
             env=env,
