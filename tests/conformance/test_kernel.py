@@ -375,3 +375,21 @@ async def test_a_kernel_that_dies_during_a_call_raises_kernel_died(backend: str)
         assert "status 3" in info.value.reason or "exit" in info.value.reason, info.value.reason
         assert (await k.execute("1 + 1")).value == "2"  # a fresh kernel on next use
         assert k.restarts == 1
+
+
+async def test_every_process_of_the_kernel_is_in_its_cgroup(backend: str) -> None:
+    """The launch is moved into the kernel's cgroup before anything of the kernel is forked
+    (the supervisor waits at its gate, or a shell gate before bubblewrap): the launched
+    process, the runtime and a child of a cell are all inside."""
+    async with AsyncKernel(backend=backend) as k:
+        cgroup = getattr(k.process, "cgroup", None)
+        if cgroup is None:
+            pytest.skip("this kernel has no cgroup of its own here (docker: the container's)")
+        r = await k.execute("import subprocess; p = subprocess.Popen(['sleep', '30']); 1")
+        assert r.ok, r.error
+        proc = k.process
+        assert proc is not None
+        tree = {proc.pid, *proc.descendants()}  # type: ignore[attr-defined]
+        assert len(tree) >= 3  # the launch, the runtime, the sleep (and bwrap's own)
+        assert proc.host_pid in tree
+        assert tree <= cgroup.pids()
