@@ -499,6 +499,20 @@ def main() -> None:
             f"{statistics.median(starts) / statistics.median(bare):9.2f}x "
             f"{pct(starts, 0.9) / pct(bare, 0.9):9.2f}x  {f'<= {limit:g}x':>9}"
         )
+        try:
+            caged = [t * 1000 for t in runner.run(_startfloor.bare_start_in_cgroup(args.starts))]
+        except RuntimeError as exc:
+            print(f"(no floor with a cgroup: {exc})")
+        else:
+            print(
+                f"{'bare, moved into its own cgroup':36} {statistics.median(caged):8.1f}ms "
+                f"{pct(caged, 0.9):8.1f}ms"
+            )
+            print(
+                f"{'cold start / bare in a cgroup':36} "
+                f"{statistics.median(starts) / statistics.median(caged):9.2f}x "
+                f"{pct(starts, 0.9) / pct(caged, 0.9):9.2f}x"
+            )
         print()
         print("round trips: p50 and p90 are medians over the rounds; 'x echo' is the median of")
         print("the per-round ratios to the raw echo measured in the same round (p50 to p50, p90")
