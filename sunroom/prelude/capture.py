@@ -1,7 +1,9 @@
 """Output capture at the file-descriptor level, capped at the source.
 
 fd 1 and fd 2 are replaced by pipes, so ``print``, C extensions writing to ``stdout`` and child
-processes are all captured. A reader thread per pipe streams what a cell writes to the host as
+processes are all captured. A reader thread per pipe (a bare ``_thread``: none of
+``threading``'s bookkeeping, and its start does not wait for the thread to run, which a fork's
+copy pays on its way to its first answer) streams what a cell writes to the host as
 ``stream`` notifications, up to the head cap; beyond it only a bounded tail is kept and the
 dropped byte count is reported. Invalid UTF-8 is replaced, never fatal. Nothing read here is
 ever parsed as protocol.
@@ -9,6 +11,7 @@ ever parsed as protocol.
 
 from __future__ import annotations
 
+import _thread
 import codecs
 import contextlib
 import fcntl
@@ -65,8 +68,8 @@ class StreamCapture:
         self._idle_sent = 0
         self._count = bytearray(4)  # FIONREAD's answer (under the lock)
         self._target_fd = target_fd
-        self.thread = threading.Thread(target=self._run, name=f"sunroom-{name}", daemon=True)
-        self.thread.start()
+        self.ident = _thread.start_new_thread(self._run, ())
+        """The reader thread's ident (``threading`` does not list it)."""
 
     @property
     def lock(self) -> threading.Lock:
@@ -95,8 +98,7 @@ class StreamCapture:
         self._head, self._head_left = [], 0
         self._tail, self._tail_size = deque(), 0
         self._dropped = self._idle_sent = 0
-        self.thread = threading.Thread(target=self._run, name=f"sunroom-{self.name}", daemon=True)
-        self.thread.start()
+        self.ident = _thread.start_new_thread(self._run, ())
 
     def begin(self, cap: int) -> None:
         """Start a cell: stream up to ``cap // 2`` bytes, keep a ``cap // 2`` tail."""

@@ -61,8 +61,8 @@ if TYPE_CHECKING:
         own_fds: frozenset[int]
         registry_fd: int | None
 
-        def capture_threads(self) -> list[threading.Thread]:
-            """The runtime's own threads, quieted (not refused) across a fork."""
+        def capture_threads(self) -> set[int]:
+            """The idents of the runtime's own threads, quieted (not refused) across a fork."""
 
         def fork_locks(self) -> list[threading.Lock]:
             """Every lock the runtime's own threads take, in a fixed order."""
@@ -140,8 +140,8 @@ def fork(runtime: Runtime, params: dict[str, object]) -> list[int]:
 
 
 def _refuse_threads(runtime: Runtime) -> None:
-    ours = {threading.main_thread(), *runtime.capture_threads()}
-    others = [t for t in threading.enumerate() if t not in ours]
+    main, ours = threading.main_thread(), runtime.capture_threads()
+    others = [t for t in threading.enumerate() if t is not main and t.ident not in ours]
     if others:
         names = ", ".join(sorted(t.name for t in others)[:5])
         raise RuntimeError(

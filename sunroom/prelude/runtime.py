@@ -80,9 +80,9 @@ class Runtime:
 
         return forking.fork(self, params)
 
-    def capture_threads(self) -> list[threading.Thread]:
-        """The runtime's own threads (output readers): a fork quiets them, not refuses."""
-        return [self.out.thread, self.err.thread]
+    def capture_threads(self) -> set[int]:
+        """The idents of the runtime's own threads (output readers): a fork quiets them."""
+        return {self.out.ident, self.err.ident}
 
     def fork_locks(self) -> list[threading.Lock]:
         """Every lock the runtime's own threads take, in a fixed order."""
@@ -117,18 +117,21 @@ class Runtime:
         pipes and their readers are made, so the host adopts the copy meanwhile; no request is
         read before they are.
         """
-        import shutil
-
         self.registry_fd = registry_fd
         self.copies = {}  # the parent's copies are not ours
-        self.channel = BlockingChannel(_socket.socket(fileno=fd), max_frame=self.max_frame)
+        self.channel.rebind(_socket.socket(fileno=fd))  # the same object: no new buffers
         hostcall.attach(self.channel)
         if workdir != self.workdir:  # an isolated copy has its own copy at the same path
             if os.listdir(self.workdir):
+                import shutil
+
                 shutil.copytree(self.workdir, workdir, symlinks=True, dirs_exist_ok=True)
+                os.chmod(workdir, 0o700)
             else:  # nothing to copy (copytree would still copy the directory's times, xattrs)
-                os.makedirs(workdir, exist_ok=True)
-            os.chmod(workdir, 0o700)
+                try:
+                    os.mkdir(workdir, 0o700)  # its parent, the kernel's forks directory, exists
+                except FileExistsError:
+                    os.chmod(workdir, 0o700)
             for key in ("HOME", "TMPDIR"):
                 if os.environ.get(key) == self.workdir:
                     os.environ[key] = workdir

@@ -98,6 +98,29 @@ class BlockingChannel:
         self._requests: deque[Request] = deque()
         self._closed: BaseException | None = None
 
+    def rebind(self, sock: _socket.socket) -> None:
+        """In a forked copy of the kernel: serve *sock* from now on, as a channel just made.
+
+        Fresh locks (a fork holds :attr:`send_lock` across it) and nothing pending (the
+        parent's channel was idle: ``input_idle``); the buffers and the packer are kept,
+        copied on write page by page as they are used (a new channel would zero 64 KiB of
+        them in every copy). Called after :meth:`detach`.
+        """
+        sock.setblocking(True)
+        self._sock = sock
+        self._send_lock = threading.Lock()
+        self._main = threading.main_thread().ident
+        self._lock = threading.Lock()
+        self._cond = threading.Condition(self._lock)
+        self._reading = False
+        self._followers = 0
+        self._buf = bytearray()
+        self._frame = None
+        self._fill = 0
+        self._waiting = {}
+        self._requests = deque()
+        self._closed = None
+
     @property
     def send_lock(self) -> threading.Lock:
         """The lock every send holds (a fork holds it, so no thread owns it in the child)."""
