@@ -1,11 +1,12 @@
 """Forking a live kernel: each copy is the runtime's own state, copied on write by ``fork()``.
 
-The host asks with a ``fork`` request naming one ``{"nonce", "workdir"}`` per copy. The runtime
-refuses if code it ran left Python threads running (a copy would inherit their locks, not the
-threads), says ``fork_ready``, and receives the copies' ends of their sockets and status pipes in
-one ``SCM_RIGHTS`` message. Nothing of the state is pickled or replayed: it is the same memory,
-shared until written (the collector's objects are frozen across the fork so that a collection
-does not touch every page). A copy then comes in one of two shapes:
+The host asks with a ``fork`` request naming one ``{"nonce", "workdir"}`` per copy; the copies'
+ends of their sockets and status pipes come with the request's frame (one ``SCM_RIGHTS``
+message, ``BlockingChannel.take_fds``). The runtime refuses if code it ran left Python threads
+running (a copy would inherit their locks, not the threads), closing them. Nothing of the
+state is pickled or replayed: it is the same memory, shared until written (the collector's
+objects are frozen across the fork so that a collection does not touch every page). A copy
+then comes in one of two shapes:
 
 * **single** (``"single": true``, which the host asks for when the copy has a cgroup of its own):
   the runtime forks once, and the child *is* the copy's runtime. It takes its new socket, new
@@ -85,12 +86,44 @@ if TYPE_CHECKING:
 MAX_COPIES = 64
 """The most copies one ``fork`` request may ask for."""
 
-FDS_TIMEOUT_S = 10.0
-"""How long the runtime waits for the host's ``SCM_RIGHTS`` message after ``fork_ready``."""
-
 
 def fork(runtime: Runtime, params: dict[str, object]) -> list[int]:
-    """Make the copies *params* asks for; return their supervisors' pids (this namespace)."""
+    """Make the copies *params* asks for; return their supervisors' pids (this namespace).
+
+    The copies' descriptors came with the request (``params["fds"]`` of them); a refused
+    fork closes them.
+    """
+    try:
+        fds = runtime.channel.take_fds(_fd_count(params))
+    except BaseException:
+        runtime.channel.drop_fds()
+        raise
+    kept: set[int] = set()  # the single copies' status pipes: this runtime reports on them
+    try:
+        copies = _checked_copies(params, len(fds))
+        reap(runtime)
+        _refuse_threads(runtime)
+        if any(spec.get("isolate") is not None for spec in copies):
+            _refuse_shared_fds(runtime, passed=fds)
+        if not runtime.channel.input_idle():
+            raise RuntimeError("the host sent more requests while asking for a fork")
+        return _fork(runtime, copies, fds, kept)
+    finally:
+        for fd in fds:
+            if fd not in kept:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+
+
+def _fd_count(params: dict[str, object]) -> int:
+    count = params.get("fds")
+    if not isinstance(count, int) or isinstance(count, bool) or count < 0:
+        raise ValueError("a fork names how many descriptors came with it")
+    return count
+
+
+def _checked_copies(params: dict[str, object], fds: int) -> list[dict[str, Any]]:
+    """The copies asked for, each checked; ValueError for a malformed request."""
     copies = params.get("copies")
     if not isinstance(copies, list) or not 1 <= len(copies) <= MAX_COPIES:
         raise ValueError(f"a fork asks for 1 to {MAX_COPIES} copies")
@@ -105,38 +138,34 @@ def fork(runtime: Runtime, params: dict[str, object]) -> list[int]:
             spec["single"] is not True or spec.get("isolate") is not None
         ):
             raise ValueError("only a copy that is not isolated may be a single process")
-    reap(runtime)
-    _refuse_threads(runtime)
-    if any(spec.get("isolate") is not None for spec in copies):
-        _refuse_shared_fds(runtime)
-    if not runtime.channel.input_idle():
-        raise RuntimeError("the host sent more requests while asking for a fork")
-    runtime.channel.notify("fork_ready", {"copies": len(copies)})
     # a socket and a status pipe per copy; an isolated copy also a gate (see _copy_supervisor)
-    widths = [3 if spec.get("isolate") is not None else 2 for spec in copies]
-    fds = _receive_fds(runtime, sum(widths))
+    if fds != sum(_width(spec) for spec in copies):
+        raise ValueError("the host passed the wrong number of descriptors for the copies")
+    return copies
+
+
+def _width(spec: dict[str, Any]) -> int:
+    return 3 if spec.get("isolate") is not None else 2
+
+
+def _fork(
+    runtime: Runtime, copies: list[dict[str, Any]], fds: list[int], kept: set[int]
+) -> list[int]:
+    """Fork the checked *copies* with their *fds*; the status pipes kept go into *kept*."""
     _flush()
-    pids: list[int] = []
-    kept: set[int] = set()  # the single copies' status pipes: this runtime reports on them
+    owns: list[list[int]] = []
+    at = 0
+    for spec in copies:
+        owns.append(fds[at : at + _width(spec)])
+        at += _width(spec)
     gc.freeze()  # a collection in a copy must not write to every tracked object's page
     try:
-        owns: list[list[int]] = []
-        at = 0
-        for width in widths:
-            owns.append(fds[at : at + width])
-            at += width
         if all(spec.get("single") for spec in copies):
             kept.update(own[1] for own in owns)
-            pids = _spawn_singles(runtime, copies, owns, fds)
-        else:
-            pids = [_spawn(runtime, s, own, fds) for s, own in zip(copies, owns, strict=True)]
+            return _spawn_singles(runtime, copies, owns, fds)
+        return [_spawn(runtime, s, own, fds) for s, own in zip(copies, owns, strict=True)]
     finally:
         gc.unfreeze()
-        for fd in fds:
-            if fd not in kept:
-                with contextlib.suppress(OSError):
-                    os.close(fd)
-    return pids
 
 
 def _refuse_threads(runtime: Runtime) -> None:
@@ -151,16 +180,17 @@ def _refuse_threads(runtime: Runtime) -> None:
         )
 
 
-def _refuse_shared_fds(runtime: Runtime) -> None:
+def _refuse_shared_fds(runtime: Runtime, *, passed: list[int]) -> None:
     """Refuse to make tenants while code this kernel ran holds descriptors open.
 
     A copy inherits every descriptor, and an inherited one is the *same* open file (offset
     and all) or socket: two tenants holding it could talk through it, or reach the file
     behind it. So a template's setup must close what it opened (or open it in each kernel).
+    The descriptors *passed* with the fork request are the copies' own, not strays.
     """
     from sunroom.prelude.fds import open_fds
 
-    stray = sorted(open_fds() - runtime.own_fds - set(isolation.held_fds()))
+    stray = sorted(open_fds() - runtime.own_fds - set(isolation.held_fds()) - set(passed))
     if stray:
         names = []
         for fd in stray[:5]:
@@ -172,22 +202,6 @@ def _refuse_shared_fds(runtime: Runtime) -> None:
             f"the template's setup left {len(stray)} descriptor(s) open ({', '.join(names)}); "
             "its kernels would all share them, so close them before the setup ends"
         )
-
-
-def _receive_fds(runtime: Runtime, count: int) -> list[int]:
-    sock = runtime.channel.raw_socket()
-    sock.settimeout(FDS_TIMEOUT_S)
-    try:
-        msg, fds, _, _ = socket.recv_fds(sock, 1, count, socket.MSG_CMSG_CLOEXEC)  # type: ignore[arg-type]
-    except TimeoutError:
-        raise RuntimeError("the host did not pass the copies' sockets in time") from None
-    finally:
-        sock.settimeout(None)
-    if msg != b"F" or len(fds) != count:
-        for fd in fds:
-            os.close(fd)
-        raise RuntimeError("the host passed the copies' sockets in a malformed message")
-    return list(fds)
 
 
 def _flush() -> None:

@@ -30,6 +30,7 @@ closing.
 
 from __future__ import annotations
 
+import array
 import asyncio
 import contextlib
 import os
@@ -324,20 +325,37 @@ class Channel(ChannelServing, asyncio.BufferedProtocol):
         await self._writable()
         return await fut
 
-    def send_fds(self, fds: list[int]) -> None:
-        """Pass *fds* to the peer in one ``SCM_RIGHTS`` message carrying the byte ``F``.
+    def request_with_fds(
+        self, method: str, params: object, fds: Sequence[int], *, check: Check[T]
+    ) -> asyncio.Future[T]:
+        """:meth:`request`, with *fds* passed in the same message (``SCM_RIGHTS``).
 
-        For the one exchange that is not framed (a fork's sockets): the peer must be waiting
-        for it, and nothing may be queued for writing, so the byte cannot land inside a frame.
-        Raises ConnectionError when the channel is closed, ProtocolError when output is queued.
+        The descriptors travel with the frame's first bytes, so the peer holds them by the
+        time it reads the request (a fork's sockets: ``BlockingChannel.take_fds``). Nothing
+        may wait to be written (the frame goes out directly, ahead of the transport):
+        ProtocolError then, and when the socket takes nothing now; ClosedError when closed.
         """
         if self._transport is None or self.closed.done():
-            raise ConnectionError("the channel is closed")
+            raise ClosedError("the channel is closed") from self._close_exc
         if self._transport.get_write_buffer_size():
             raise ProtocolError("cannot pass fds while frames wait to be written")
+        try:
+            data = self._framer.frame([0, (self._next_id + 1) & 0xFFFFFFFF, method, params])
+        except WireError as exc:
+            raise ProtocolError(f"cannot send {method!r}: {exc}") from None
         raw = self._transport.get_extra_info("socket")
+        rights = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))]
         with socket.socket(fileno=os.dup(raw.fileno())) as dup:
-            socket.send_fds(dup, [b"F"], fds)
+            try:
+                sent = dup.sendmsg([data], rights)
+            except BlockingIOError:
+                raise ProtocolError(f"the peer is not reading: cannot send {method!r}") from None
+        if sent < len(data):  # the rest of the frame as any other bytes, in order
+            self._transport.write(data[sent:])
+        self._next_id = req_id = (self._next_id + 1) & 0xFFFFFFFF
+        entry = _Call(self._loop, method, check)
+        self._pending[req_id] = entry
+        return entry.future
 
     def notify(self, method: str, params: object = None) -> None:
         """Send a notification; raises ClosedError if the channel is closed."""

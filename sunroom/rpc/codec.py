@@ -42,8 +42,9 @@ if TYPE_CHECKING:
         def unpack(self) -> object: ...
 
 
-PROTOCOL_VERSION: Final = 1
-"""Bumped on any incompatible change to frames, message shapes or methods."""
+PROTOCOL_VERSION: Final = 2
+"""Bumped on any incompatible change to frames, message shapes or methods (2: a fork's
+descriptors come with its request; no ``fork_ready``)."""
 
 DEFAULT_MAX_FRAME: Final = 16 * 1024 * 1024
 """Largest payload (bytes, excluding the 4-byte header) a peer accepts by default."""

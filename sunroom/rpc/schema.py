@@ -31,7 +31,6 @@ from sunroom.rpc.shapes import (
     DisplayData,
     DisplayItemReply,
     ExecuteReply,
-    ForkReady,
     HelloParams,
     Json,
     PackageListingReply,
@@ -118,16 +117,9 @@ def stream(raw: object) -> StreamParams:
     return {"name": name, "text": _str(params.get("text"), "stream.text")}
 
 
-def fork_ready(raw: object) -> ForkReady:
-    """The kernel waits for the copies' fds (one ``SCM_RIGHTS`` message): ``{"copies": int}``."""
-    params = _map(raw, "fork_ready")
-    return {"copies": _int(params.get("copies"), "fork_ready.copies", least=1)}
-
-
 NOTIFICATIONS: Final[Mapping[str, Check[object]]] = {
     "hello": hello,
     "stream": stream,
-    "fork_ready": fork_ready,
 }
 """Every notification a kernel may send, by method."""
 

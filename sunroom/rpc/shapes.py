@@ -18,7 +18,6 @@ __all__ = [
     "DisplayData",
     "DisplayItemReply",
     "ExecuteReply",
-    "ForkReady",
     "HelloParams",
     "Json",
     "PackageListingReply",
@@ -48,12 +47,6 @@ class StreamParams(TypedDict):
 
     name: Literal["stdout", "stderr"]
     text: str
-
-
-class ForkReady(TypedDict):
-    """The kernel waits for the fds of this many copies."""
-
-    copies: int
 
 
 class CallParams(TypedDict):

@@ -361,7 +361,6 @@ def family_of(proc: KernelProcess, backend: str) -> tuple[Family, KernelProcess]
 
 async def fork(
     channel: Channel,
-    router: Router,
     member: KernelProcess,
     family: Family,
     *,
@@ -402,7 +401,7 @@ async def fork(
     opening = asyncio.ensure_future(forking.open_channels())
     try:
         copies = forking.describe(forks_dir, tenants, share)
-        supervisors = await forking.ask(channel, router, copies)
+        supervisors = await forking.ask(channel, copies)
         await opening
         forking.close_kernel_ends()
         if tenants is not None:
@@ -415,8 +414,6 @@ async def fork(
             await opening
         await forking.abandon()
         raise
-    finally:
-        router.fork_ready = None
 
 
 @final
@@ -474,28 +471,22 @@ class _Forking:
                 copies.append({"nonce": nonce, "workdir": WORKDIR, "isolate": isolate})
         return copies
 
-    async def ask(
-        self, channel: Channel, router: Router, copies: list[dict[str, object]]
-    ) -> list[int]:
-        """Ask the kernel to fork, send the copies' fds when it is ready; their supervisors."""
-        router.fork_ready = asyncio.get_running_loop().create_future()
-        self.call = call = channel.request("fork", {"copies": copies}, check=schema.pids)
-        await asyncio.wait({router.fork_ready, call}, return_when=asyncio.FIRST_COMPLETED)
-        if router.fork_ready.done():
-            gates = self.gates
-            channel.send_fds(
-                [
-                    fd
-                    for i in range(self.n)
-                    for fd in (
-                        self.pairs[i][1].fileno(),
-                        self.pipes[i][1],
-                        *(gates[i][:1] if gates else ()),
-                    )
-                ]
+    async def ask(self, channel: Channel, copies: list[dict[str, object]]) -> list[int]:
+        """Ask the kernel to fork, the copies' fds passed with the request; their supervisors."""
+        gates = self.gates
+        fds = [
+            fd
+            for i in range(self.n)
+            for fd in (
+                self.pairs[i][1].fileno(),
+                self.pipes[i][1],
+                *(gates[i][:1] if gates else ()),
             )
-        supervisors = await call  # RemoteError when the kernel refused
-        return supervisors
+        ]
+        self.call = call = channel.request_with_fds(
+            "fork", {"copies": copies, "fds": len(fds)}, fds, check=schema.pids
+        )
+        return await call  # RemoteError when the kernel refused
 
     def close_kernel_ends(self) -> None:
         """The copies hold their ends now: close the host's copies of them."""

@@ -42,15 +42,13 @@ class KernelFork:
             await core.ensure()
             assert core.backend is not None
             assert core.proc is not None
-            channel, router = core.channel, core.router
+            channel = core.channel
             assert channel is not None
-            assert router is not None
             family, member = forking.family_of(core.proc, core.backend.name)
             core.proc = member
             try:
                 return await forking.fork(
                     channel,
-                    router,
                     member,
                     family,
                     backend=core.backend.name,

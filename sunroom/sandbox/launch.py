@@ -30,15 +30,10 @@ from sunroom.sandbox.network import Egress
 @final
 @dataclass(eq=False)
 class Router:
-    """Routes a kernel's notifications: the hello to a future, output to ``on_output``.
-
-    ``fork_ready`` (the kernel waits for a fork's fds) sets the future in :attr:`fork_ready`
-    when one is set; at any other time it is ignored.
-    """
+    """Routes a kernel's notifications: the hello to a future, output to ``on_output``."""
 
     hello: asyncio.Future[Any]
     on_output: Callable[[str, str], None] | None = None
-    fork_ready: asyncio.Future[Any] | None = None
 
     def __call__(self, method: str, params: object) -> None:
         """Handle one notification (the channel calls this)."""
@@ -49,8 +44,6 @@ class Router:
                     self.on_output(name, text)
         elif method == "hello" and not self.hello.done():
             self.hello.set_result(params)
-        elif method == "fork_ready" and self.fork_ready is not None and not self.fork_ready.done():
-            self.fork_ready.set_result(params)
 
 
 @final

@@ -301,3 +301,42 @@ async def test_forged_registry_messages_change_nothing(kernel: AsyncKernel) -> N
     assert (await kernel.execute("x + 2")).value == "3"
     await copy.aclose()
     await kernel.aclose()  # and the fixture checks that no process is left
+
+
+async def test_a_fork_refused_for_its_descriptors_keeps_none_of_them(kernel: AsyncKernel) -> None:
+    """The copies' descriptors come with the fork request; a request whose count does not
+    match its copies is refused, and the kernel closes every descriptor that came with it."""
+    import os
+    import socket
+
+    from sunroom.rpc import schema
+    from sunroom.rpc.channel import RemoteError
+
+    assert (await kernel.execute("1")).ok
+    pid = kernel.process.host_pid if kernel.process is not None else None  # docker: None
+
+    def fds() -> list[str]:
+        return sorted(os.listdir(f"/proc/{pid}/fd")) if pid is not None else []
+
+    before = fds()
+    channel = kernel._core.channel  # noqa: SLF001 - the wire itself is under test
+    assert channel is not None
+    mine, theirs = socket.socketpair()
+    r, w = os.pipe()
+    try:
+        spec = {"nonce": "ab" * 16, "workdir": "/tmp/never"}
+        call = channel.request_with_fds(
+            "fork", {"copies": [spec], "fds": 3}, [theirs.fileno(), w, w], check=schema.pids
+        )
+        with pytest.raises(RemoteError, match="wrong number of descriptors"):
+            await asyncio.wait_for(call, 20)
+        assert fds() == before
+        theirs.close()
+        os.close(w)
+        assert os.read(r, 1) == b""  # the kernel holds no copy of the pipe's write end
+        mine.settimeout(5)
+        assert mine.recv(1) == b""  # nor of the socket
+    finally:
+        mine.close()
+        os.close(r)
+    assert (await kernel.execute("1 + 1")).value == "2"
