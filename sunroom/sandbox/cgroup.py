@@ -1,10 +1,11 @@
 """Per-kernel cgroups (v1 and v2): memory, pids and CPU limits, kill-all, OOM detection.
 
 A :class:`Cgroup` is created under the host process's own cgroup, before the kernel runs; the
-host moves the launched process into it (:meth:`Cgroup.add`) while that process still waits in
-a gate, before it runs any of the kernel, so every process of the kernel is inside from the
-start. Where the tree is not writable, :meth:`Cgroup.create` returns None and
-the caller decides whether that is acceptable (the isolated backends refuse).
+host moves the launched process into it (:meth:`Cgroup.add`) while that process still waits at
+a gate (a shell's, or the supervisor's own), before any process of the kernel is forked, so
+every process that runs the kernel's code is inside from its start. Where the tree is not
+writable, :meth:`Cgroup.create` returns None and the caller decides whether that is
+acceptable (the isolated backends refuse).
 """
 
 from __future__ import annotations

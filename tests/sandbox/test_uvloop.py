@@ -1,9 +1,10 @@
 """Kernels on uvloop: started as their leased user, isolated, forked and networked as on asyncio.
 
-uvloop's ``subprocess_exec`` takes no ``user``/``group``, so there the kernel's process drops
-to its identity with ``setpriv`` (sunroom.sandbox.process). As root that path must give exactly
-what asyncio's own path gives: every uid and gid (real, effective, saved, filesystem) the
-leased one, no supplementary group, no capability.
+Kernels are started with ``subprocess.Popen`` and reaped through a pidfd on whichever loop
+runs (sunroom.sandbox.child), and drop to their identity with ``setpriv`` where it is installed
+(sunroom.sandbox.process). As root a kernel on uvloop must be exactly what one on asyncio is:
+every uid and gid (real, effective, saved, filesystem) the leased one, no supplementary group,
+no capability.
 """
 
 from __future__ import annotations
