@@ -80,6 +80,10 @@ class Executor:
             return CellOutcome(error=_describe(exc))
         return CellOutcome(value=_safe_repr(result))
 
+    def warm(self) -> None:
+        """Compile a throwaway cell (no count, no source kept): a fork's copy warms up so."""
+        self._compile("None", "<warm-up>")
+
     def _compile(self, code: str, filename: str) -> tuple[types.CodeType, types.CodeType | None]:
         flags = _ast.PyCF_ALLOW_TOP_LEVEL_AWAIT
         tree = compile(code, filename, "exec", flags | _ast.PyCF_ONLY_AST, dont_inherit=True)

@@ -141,6 +141,23 @@ class Runtime:
         self.out.after_fork()
         self.err.after_fork()
         self.own_fds = open_fds()
+        self._warm()
+
+    def _warm(self) -> None:
+        """Take a first cell's copy-on-write faults now, while the host adopts this copy.
+
+        Runs what an ``execute`` runs around a cell (the captures, the display list, the
+        compiler, the framer) on a throwaway cell that is never executed or sent, with no
+        effect a cell could see; the copy's first answer then costs what a later one does.
+        """
+        self.out.begin(1)
+        self.err.begin(1)
+        display.OUTPUTS.begin(1)
+        self.executor.warm()
+        display.OUTPUTS.end()
+        self.out.end()
+        self.err.end()
+        self.channel.warm()
 
     def _stream(self, name: str, text: str) -> None:
         self.channel.notify("stream", {"name": name, "text": text})

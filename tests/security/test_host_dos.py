@@ -34,6 +34,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ctypes
+import gc
 import json
 import socket
 import statistics
@@ -230,9 +231,14 @@ async def measure(
     """Run *attack* once while sampling the bystander; return its result and the figures.
 
     The measured window ends when the host asks to kill the attacker, when the attack returns,
-    or after *window_s* when given. RSS and stall are asserted here.
+    or after *window_s* when given. RSS and stall are asserted here. The test process's own
+    heap (pytest and every module the suite imported: ~400,000 objects, whose full collection
+    takes 100-180 ms here) is frozen first, so that a stall is the host's handling of the
+    attack and never a collection of objects that were there before it began.
     """
     base = await sample(bystander)
+    gc.collect()
+    gc.freeze()
     held.hold()
     task = asyncio.ensure_future(attack())
     handled = asyncio.ensure_future(held.kill_requested.wait())
@@ -246,6 +252,7 @@ async def measure(
     finally:
         handled.cancel()
         held.release()
+        gc.unfreeze()
     figures = Figures(
         rss_growth_mb=round(rss.growth_mb, 1),
         base_p99_ms=round(p99(base) * 1000, 3),
