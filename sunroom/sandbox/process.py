@@ -606,6 +606,10 @@ class LocalLaunch:
                 assert self.cgroup is not None
                 await asyncio.to_thread(self.cgroup.add, proc.pid)
                 os.write(gate_w, b"go\n")
+            except (ProcessLookupError, BrokenPipeError):
+                # it ended at its gate (the supervisor runs its imports there): it forked
+                # nothing, and the wait for its hello reports the end with its log
+                pass
             except BaseException as exc:
                 await handle.kill()
                 self.host_sock.close()

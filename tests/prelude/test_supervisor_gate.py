@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -92,3 +95,33 @@ def test_a_gate_closed_without_go_ends_the_supervisor_having_forked_nothing(
     assert proc.wait(timeout=20) == GATE_CLOSED
     host.settimeout(20)
     assert host.recv(1) == b""  # no hello: the runtime never existed
+
+
+@pytest.fixture
+def broken_python() -> Iterator[str]:
+    """An "interpreter" that says why it fails and exits 3, where any uid can run it."""
+    where = Path(tempfile.mkdtemp(prefix="sunroom-broken-"))
+    try:
+        where.chmod(0o755)  # as root the kernel runs as another uid, which must reach it
+        broken = where / "python"
+        broken.write_text("#!/bin/sh\necho 'this interpreter is broken on purpose' >&2\nexit 3\n")
+        broken.chmod(0o755)
+        yield str(broken)
+    finally:
+        shutil.rmtree(where)
+
+
+async def test_a_launch_that_ends_at_its_gate_is_reported_with_its_log(broken_python: str) -> None:
+    """Ending before the host's move (the supervisor imports there) or before its ``go`` is
+    the kernel's own failure, told with its log, never a failed cgroup move; ten times, as
+    the race goes one way or the other."""
+    from sunroom import AsyncKernel
+    from sunroom.errors import KernelStartError
+    from sunroom.sandbox.backends.subprocess import SubprocessBackend
+
+    for _ in range(10):
+        with pytest.raises(KernelStartError) as info:
+            async with AsyncKernel(backend=SubprocessBackend(python=broken_python)):
+                pass
+        assert "ended before saying hello" in str(info.value)
+        assert "broken on purpose" in str(info.value)
