@@ -515,19 +515,38 @@ class _Forking:
             gates[i] = (-1, -1)
 
     async def ready(self, parent_pid: int, supervisors: list[int]) -> list[Ready]:
-        """Wait for the copies' hellos and hand each what it holds, as a ready kernel."""
+        """Wait for the copies' hellos and hand each what it holds, as a ready kernel.
+
+        Single copies are moved into their cgroups while they start (their pids are the fork
+        request's answer), and checked against their hellos after; a supervised copy's
+        runtime is found, and moved, once it has said hello.
+        """
         limits = self.limits
-        await _hellos(self.routers, self.channels, self.nonces, limits.start_timeout_s)
+        placing = (
+            asyncio.ensure_future(self._place_singles(parent_pid, supervisors))
+            if self.single
+            else None
+        )
+        try:
+            await _hellos(self.routers, self.channels, self.nonces, limits.start_timeout_s)
+        except BaseException:
+            if placing is not None:  # let its thread finish before the cgroups are removed
+                await asyncio.gather(asyncio.shield(placing), return_exceptions=True)
+            raise
         self.cgroups = await self.making
         infos = [r.hello.result() for r in self.routers]
-        found = await asyncio.to_thread(
-            _find_and_move,
-            parent_pid,
-            supervisors,
-            [i["pid"] for i in infos],
-            self.cgroups if not self.gates else None,
-            single=self.single,
-        )
+        hello_pids = [i["pid"] for i in infos]
+        if placing is not None:
+            found = await placing
+            _check_singles(found, hello_pids)
+        else:
+            found = await asyncio.to_thread(
+                _find_and_move,
+                parent_pid,
+                supervisors,
+                hello_pids,
+                self.cgroups if not self.gates else None,
+            )
         runtimes = [runtime for _, runtime in found]
         ready: list[Ready] = []
         for i in range(self.n):
@@ -544,6 +563,11 @@ class _Forking:
             self.cgroups[i] = None
             ready.append(Ready(proc, self.channels[i], self.routers[i], dict(infos[i])))
         return ready
+
+    async def _place_singles(self, parent_pid: int, pids: list[int]) -> list[tuple[int, int]]:
+        """The single copies' host pids (each its own supervisor), moved into their cgroups."""
+        cgroups = await self.making
+        return await asyncio.to_thread(_place_singles, parent_pid, pids, cgroups)
 
     async def abandon(self) -> None:
         """Close and remove what no copy took (a closed gate turns its waiting copy away)."""
@@ -646,7 +670,7 @@ def _supervisor_hosts(parent: int, supervisors: list[int]) -> list[int]:
 
 
 def _find_copies(
-    parent: int, supervisors: list[int], hello_pids: list[int], *, single: bool = False
+    parent: int, supervisors: list[int], hello_pids: list[int]
 ) -> list[tuple[int, int]]:
     """The host pids of each copy's supervisor and runtime.
 
@@ -654,17 +678,12 @@ def _find_copies(
     it sees them (its children: the fork request's answer), *hello_pids* the copies' runtimes
     as they see themselves. A copy's runtime is its supervisor's only child at hello time
     (or that child's only child, when a middle process made an isolated copy's namespace).
-    A *single* copy is its own supervisor: the runtime is the forking runtime's child.
-    Raises KernelStartError when a copy is not where it must be.
+    Raises KernelStartError when a copy is not where it must be. (A single copy is its own
+    supervisor: :func:`_place_singles` and :func:`_check_singles`.)
     """
     found: list[tuple[int, int]] = []
     hosts = _supervisor_hosts(parent, supervisors)
     for supervisor, hello_pid in zip(hosts, hello_pids, strict=True):
-        if single:
-            if _ns_pids(supervisor)[-1:] != [hello_pid]:
-                raise KernelStartError("a copy said hello from a process that is not the copy")
-            found.append((supervisor, supervisor))
-            continue
         runtimes = children(supervisor)
         if len(runtimes) == 1 and _ns_pids(runtimes[0])[-1:] == [1]:
             runtimes = children(runtimes[0])  # a middle process made the copy's namespace
@@ -674,20 +693,39 @@ def _find_copies(
     return found
 
 
+def _place_singles(
+    parent: int, pids: list[int], cgroups: list[Cgroup | None]
+) -> list[tuple[int, int]]:
+    """Single copies: host pids from the forking runtime's view, each moved into its cgroup.
+
+    Before their hellos: only the forking runtime's own children can be named (a runtime
+    whose answer lies can move its own processes between its copies' cgroups, which have its
+    limits and are removed when the hellos then do not match).
+    """
+    hosts = _supervisor_hosts(parent, pids)
+    _move_all(cgroups, hosts)
+    return [(host, host) for host in hosts]
+
+
+def _check_singles(found: list[tuple[int, int]], hello_pids: list[int]) -> None:
+    """Raise KernelStartError unless each single copy said hello from its own process."""
+    for (host, _), hello_pid in zip(found, hello_pids, strict=True):
+        if _ns_pids(host)[-1:] != [hello_pid]:
+            raise KernelStartError("a copy said hello from a process that is not the copy")
+
+
 def _find_and_move(
     parent: int,
     supervisors: list[int],
     hello_pids: list[int],
     cgroups: list[Cgroup | None] | None,
-    *,
-    single: bool,
 ) -> list[tuple[int, int]]:
     """:func:`_find_copies`, then each runtime into its cgroup (unless *cgroups* is None).
 
     The runtimes only, back to back: a supervisor just waits, and every move is an
     RCU-synchronised migration that the next one, close behind, may share.
     """
-    found = _find_copies(parent, supervisors, hello_pids, single=single)
+    found = _find_copies(parent, supervisors, hello_pids)
     if cgroups is not None:
         _move_all(cgroups, [runtime for _, runtime in found])
     return found
