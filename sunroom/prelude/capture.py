@@ -1,9 +1,10 @@
 """Output capture at the file-descriptor level, capped at the source.
 
 fd 1 and fd 2 are replaced by pipes, so ``print``, C extensions writing to ``stdout`` and child
-processes are all captured. A reader thread per pipe (a bare ``_thread``: none of
+processes are all captured. One reader thread polls both pipes (a bare ``_thread``: none of
 ``threading``'s bookkeeping, and its start does not wait for the thread to run, which a fork's
-copy pays on its way to its first answer) streams what a cell writes to the host as
+copy pays on its way to its first answer; one thread, not one a pipe, for the same reason and
+one stack less in every idle kernel) and streams what a cell writes to the host as
 ``stream`` notifications, up to the head cap; beyond it only a bounded tail is kept and the
 dropped byte count is reported. Invalid UTF-8 is replaced, never fatal. Nothing read here is
 ever parsed as protocol.
@@ -68,8 +69,11 @@ class StreamCapture:
         self._idle_sent = 0
         self._count = bytearray(4)  # FIONREAD's answer (under the lock)
         self._target_fd = target_fd
-        self.ident = _thread.start_new_thread(self._run, ())
-        """The reader thread's ident (``threading`` does not list it)."""
+
+    @property
+    def fd(self) -> int:
+        """The pipe's read end (-1 once let go)."""
+        return self._rfd
 
     @property
     def lock(self) -> threading.Lock:
@@ -84,7 +88,7 @@ class StreamCapture:
             self._rfd = -1
 
     def after_fork(self) -> None:
-        """In a kernel's copy: a new pipe, a new reader thread; the parent's pipe is let go."""
+        """In a kernel's copy: a new pipe (the parent's is let go); :class:`Reader` reads it."""
         self.close_inherited()
         rfd, wfd = os.pipe()
         with contextlib.suppress(OSError):
@@ -98,7 +102,6 @@ class StreamCapture:
         self._head, self._head_left = [], 0
         self._tail, self._tail_size = deque(), 0
         self._dropped = self._idle_sent = 0
-        self.ident = _thread.start_new_thread(self._run, ())
 
     def begin(self, cap: int) -> None:
         """Start a cell: stream up to ``cap // 2`` bytes, keep a ``cap // 2`` tail."""
@@ -140,19 +143,17 @@ class StreamCapture:
             text += b"".join(tail).decode("utf-8", "replace")
         return text, dropped
 
-    def _run(self) -> None:
-        poller = select.poll()
-        poller.register(self._rfd, select.POLLIN)
-        while True:
-            poller.poll()
-            with self._lock:
-                try:
-                    data = os.read(self._rfd, READ_SIZE)
-                except BlockingIOError:
-                    continue
-                if not data:
-                    return
-                self._take(data)
+    def read_ready(self) -> bool:
+        """Take what the pipe holds (the reader found it readable); False at its end."""
+        with self._lock:
+            try:
+                data = os.read(self._rfd, READ_SIZE)
+            except BlockingIOError:
+                return True
+            if not data:
+                return False
+            self._take(data)
+            return True
 
     def _take(self, data: bytes) -> None:
         if not self._active:
@@ -189,10 +190,43 @@ class StreamCapture:
                 self._send(self.name, text)
 
 
-def install(send: Callable[[str, str], None]) -> tuple[StreamCapture, StreamCapture]:
-    """Redirect fd 1/2 into captures and rebind ``sys.stdout``/``sys.stderr`` to them."""
+class Reader:
+    """The one thread that reads both captures' pipes, each chunk handed to its capture."""
+
+    def __init__(self, out: StreamCapture, err: StreamCapture) -> None:
+        self.out = out
+        self.err = err
+        self.ident = self._start()
+        """The reader thread's ident (``threading`` does not list it)."""
+
+    def after_fork(self) -> None:
+        """In a kernel's copy: new pipes for both captures and a reader thread for them."""
+        self.out.after_fork()
+        self.err.after_fork()
+        self.ident = self._start()
+
+    def _start(self) -> int:
+        readers = {capture.fd: capture for capture in (self.out, self.err)}
+        return _thread.start_new_thread(_read, (readers,))
+
+
+def _read(readers: dict[int, StreamCapture]) -> None:
+    poller = select.poll()
+    for fd in readers:
+        poller.register(fd, select.POLLIN)
+    while readers:
+        for fd, _ in poller.poll():
+            capture = readers.get(fd)
+            if capture is not None and not capture.read_ready():
+                poller.unregister(fd)
+                del readers[fd]
+
+
+def install(send: Callable[[str, str], None]) -> Reader:
+    """Redirect fd 1/2 into captures read by one thread; rebind ``sys.stdout``/``sys.stderr``."""
     out = StreamCapture(1, "stdout", send)
     err = StreamCapture(2, "stderr", send)
+    reader = Reader(out, err)
     sys.stdout = io.TextIOWrapper(
         io.FileIO(1, "w", closefd=False),
         encoding="utf-8",
@@ -205,4 +239,4 @@ def install(send: Callable[[str, str], None]) -> tuple[StreamCapture, StreamCapt
         errors="backslashreplace",
         write_through=True,
     )
-    return out, err
+    return reader

@@ -50,7 +50,8 @@ class Runtime:
         # install, bind, variables, files; the files API's root is fixed before any cell runs
         self.services = serving.Services(self.namespace, workdir=os.getcwd())
         self.executing = False
-        self.out, self.err = capture.install(self._stream)
+        self.capture = capture.install(self._stream)
+        self.out, self.err = self.capture.out, self.capture.err
         hostcall.attach(self.channel)
         display.install()
         pyhelp.install()
@@ -82,7 +83,7 @@ class Runtime:
 
     def capture_threads(self) -> set[int]:
         """The idents of the runtime's own threads (output readers): a fork quiets them."""
-        return {self.out.ident, self.err.ident}
+        return {self.capture.ident}
 
     def fork_locks(self) -> list[threading.Lock]:
         """Every lock the runtime's own threads take, in a fixed order."""
@@ -138,8 +139,7 @@ class Runtime:
             os.chdir(workdir)
             self.services.move(workdir)
         self._hello(nonce)
-        self.out.after_fork()
-        self.err.after_fork()
+        self.capture.after_fork()
         self.own_fds = open_fds()
         self._warm()
 
