@@ -25,7 +25,6 @@ from sunroom.prelude.watch import children, descendants
 from sunroom.sandbox import child
 from sunroom.sandbox.backend import IPC_TOKEN, PYTHON_TOKEN, ExecSpec, KernelProcessBase, Tenancy
 from sunroom.sandbox.cgroup import Cgroup
-from sunroom.sandbox.child import Child
 from sunroom.sandbox.identity import Identity, IdentityLease
 from sunroom.sandbox.limits import Limits
 from sunroom.sandbox.rundirs import make_rundir, remove_tree
@@ -41,7 +40,7 @@ class SupervisedProcess(KernelProcessBase):
 
     def __init__(
         self,
-        proc: Child,
+        proc: child.Child,
         *,
         status_fd: int,
         rundir: Path,
