@@ -45,3 +45,23 @@ async def test_children_cost_the_host_no_thread() -> None:
             signal.pidfd_send_signal(p.pidfd, signal.SIGKILL)
         codes = await asyncio.wait_for(asyncio.gather(*(p.wait() for p in procs)), 20)
         assert codes == [-signal.SIGKILL] * 5
+
+
+async def test_without_pidfd_open_a_thread_waits_and_the_exit_still_comes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Linux before 5.3 has no ``pidfd_open``: a thread waits for the child instead."""
+
+    def no_pidfd(pid: int, flags: int = 0) -> int:
+        raise OSError(38, "Function not implemented")
+
+    monkeypatch.setattr(os, "pidfd_open", no_pidfd)
+    before = threading.active_count()
+    proc = child.spawn([sys.executable, "-c", "import time; time.sleep(0.2); raise SystemExit(5)"])
+    assert proc.pidfd is None
+    assert threading.active_count() == before + 1
+    assert await asyncio.wait_for(proc.wait(), 20) == 5
+    assert proc.returncode == 5
+    with pytest.raises(ChildProcessError):  # reaped by the thread: no zombie left
+        os.waitpid(proc.pid, os.WNOHANG)  # noqa: ASYNC222 - WNOHANG: never blocks
+    proc.close()  # nothing to close: a no-op
