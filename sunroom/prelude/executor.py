@@ -81,8 +81,18 @@ class Executor:
         return CellOutcome(value=_safe_repr(result))
 
     def warm(self) -> None:
-        """Compile a throwaway cell (no count, no source kept): a fork's copy warms up so."""
-        self._compile("None", "<warm-up>")
+        """Run a throwaway cell ``1`` in a namespace of its own, as :meth:`run` would.
+
+        No count, no source kept, nothing shown (a plain value adds no display item, and the
+        runtime's warm-up discards the list anyway): a fork's copy warms up so.
+        """
+        body, last = self._compile("1", "<warm-up>")
+        scratch: dict[str, object] = {"__builtins__": __builtins__}
+        eval(body, scratch)  # noqa: S307 - a constant cell
+        if last is not None:
+            result = eval(last, scratch)  # noqa: S307 - a constant cell
+            display.show_result(result)
+            _safe_repr(result)
 
     def _compile(self, code: str, filename: str) -> tuple[types.CodeType, types.CodeType | None]:
         flags = _ast.PyCF_ALLOW_TOP_LEVEL_AWAIT
