@@ -146,9 +146,10 @@ class Runtime:
     def _warm(self) -> None:
         """Take a first cell's copy-on-write faults now, while the host adopts this copy.
 
-        Runs what an ``execute`` runs around a cell (the captures, the display list, the
-        compiler, the framer) on a throwaway cell that is never executed or sent, with no
-        effect a cell could see; the copy's first answer then costs what a later one does.
+        Runs what an ``execute`` runs (the captures, the display list, the compiler and the
+        evaluation, the framer) on a throwaway cell ``1`` in a namespace of its own, sending
+        nothing, with no effect a cell could see; most of the copy's first cell's faults are
+        taken here (its CPU 0.43 -> 0.28 ms, against 0.1 ms for a later one).
         """
         self.out.begin(1)
         self.err.begin(1)
