@@ -17,7 +17,10 @@ kernel; then starts ``--n`` idle kernels (``--batch`` at a time), and reports:
   kernel's alone), processes left under this one, and processes left with a kernel uid,
   when the last ``aclose()`` returned and after.
 
-    .venv/bin/python benchmarks/density.py [--n 1000] [--backend bwrap] [--batch 16]
+    .venv/bin/python benchmarks/density.py [--n 1000] [--backend bwrap] [--batch 16] [--template]
+
+With ``--template`` the idle kernels are a bwrap ``Template``'s tenants (each forked from one
+zygote, with its own uid and namespaces: docs/fork.md), the zygote counted with them.
 
 Issue 31's targets on a 2-core machine with bwrap: PSS <= 6 MB per idle kernel, all started
 <= 90 s, execute p99 with 999 idle <= 2x its p99 alone, 0 processes left after closing.
@@ -43,7 +46,7 @@ import psutil
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from sunroom import AsyncKernel  # noqa: E402
+from sunroom import AsyncKernel, Template  # noqa: E402
 from sunroom.sandbox.identity import uid_range  # noqa: E402
 
 
@@ -136,24 +139,17 @@ def _p(values: Sequence[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
 
 
-async def main(args: argparse.Namespace) -> int:
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-    print(f"machine: {platform.machine()}, {os.cpu_count()} cores, "
-          f"{psutil.virtual_memory().total / 2**30:.0f} GiB; backend {args.backend}; "
-          f"RLIMIT_NOFILE {soft} -> {hard}")  # fmt: skip
-    live = AsyncKernel(backend=args.backend)
-    await live.start()
-    await _executes(live, 50)  # warm
-    alone = await _executes(live, args.samples)
-    print(f"live execute alone: p50 {statistics.median(alone):.3f} ms, "
-          f"p99 {_p(alone, 0.99):.3f} ms")  # fmt: skip
-    before = _mem_available()
+async def _start_idle(
+    args: argparse.Namespace, template: Template | None, started: float
+) -> tuple[list[AsyncKernel], int]:
+    """Start ``--n`` idle kernels, ``--batch`` at a time (a template's tenants with one)."""
     idle: list[AsyncKernel] = []
-    started = time.perf_counter()
     failed = 0
     for i in range(0, args.n, args.batch):
-        batch = [AsyncKernel(backend=args.backend) for _ in range(min(args.batch, args.n - i))]
+        batch = [
+            AsyncKernel(backend=args.backend, template=template)
+            for _ in range(min(args.batch, args.n - i))
+        ]
         results = await asyncio.gather(*(k.start() for k in batch), return_exceptions=True)
         for k, r in zip(batch, results, strict=True):
             if isinstance(r, BaseException):
@@ -167,6 +163,28 @@ async def main(args: argparse.Namespace) -> int:
             break
         if (i // args.batch) % 10 == 0:
             print(f"  {len(idle)} started ({time.perf_counter() - started:.1f} s)", flush=True)
+    return idle, failed
+
+
+async def main(args: argparse.Namespace) -> int:
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    print(f"machine: {platform.machine()}, {os.cpu_count()} cores, "
+          f"{psutil.virtual_memory().total / 2**30:.0f} GiB; backend {args.backend}; "
+          f"RLIMIT_NOFILE {soft} -> {hard}")  # fmt: skip
+    live = AsyncKernel(backend=args.backend)
+    await live.start()
+    await _executes(live, 50)  # warm
+    alone = await _executes(live, args.samples)
+    print(f"live execute alone: p50 {statistics.median(alone):.3f} ms, "
+          f"p99 {_p(alone, 0.99):.3f} ms")  # fmt: skip
+    before = _mem_available()
+    started = time.perf_counter()
+    template = None
+    if args.template:  # one zygote (counted with the idle kernels), its tenants the kernels
+        template = Template(backend=args.backend, max_kernels=args.n)
+        await template.start()
+    idle, failed = await _start_idle(args, template, started)
     took = time.perf_counter() - started
     after = _mem_available()
     print(f"started {len(idle)} idle kernels in {took:.1f} s ({failed} failed); "
@@ -194,6 +212,8 @@ async def main(args: argparse.Namespace) -> int:
     print(f"live execute alone again: p50 {statistics.median(again):.3f} ms, "
           f"p99 {_p(again, 0.99):.3f} ms; the p99 with {len(idle)} idle is "
           f"{_p(crowded, 0.99) / _p(again, 0.99):.2f}x this one (target <= 2x)")  # fmt: skip
+    if template is not None:
+        await template.aclose()
     alone_close = time.perf_counter()
     await live.aclose()
     alone_close_ms = (time.perf_counter() - alone_close) * 1000
@@ -234,4 +254,10 @@ if __name__ == "__main__":
     parser.add_argument("--backend", default="bwrap")
     parser.add_argument("--batch", type=int, default=16)
     parser.add_argument("--samples", type=int, default=2000)
+    parser.add_argument(
+        "--template",
+        action="store_true",
+        help="make the idle kernels tenants of one bwrap Template (forks of one zygote, each "
+        "with its own uid and namespaces) instead of starting each apart",
+    )
     raise SystemExit(asyncio.run(main(parser.parse_args())))

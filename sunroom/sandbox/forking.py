@@ -17,7 +17,6 @@ import contextlib
 import logging
 import os
 import secrets
-import select
 import signal
 import socket
 import time
@@ -39,6 +38,7 @@ from sunroom.sandbox.backends.bwrap import (
 )
 from sunroom.sandbox.backends.docker_process import DockerKernelProcess
 from sunroom.sandbox.cgroup import Cgroup
+from sunroom.sandbox.fdready import readable
 from sunroom.sandbox.launch import Ready, Router, check_hello
 from sunroom.sandbox.limits import Limits
 from sunroom.sandbox.process import SupervisedProcess, describe_status, innermost_pid
@@ -766,8 +766,8 @@ def _move_all(cgroups: list[Cgroup | None], pids: list[int]) -> None:
 
 def _ended(pidfd: int) -> bool:
     try:
-        return bool(select.select([pidfd], [], [], 0)[0])
-    except (OSError, ValueError):
+        return readable(pidfd)
+    except OSError:
         return True
 
 

@@ -12,7 +12,6 @@ import asyncio
 import contextlib
 import logging
 import os
-import select
 import shutil
 import signal
 import socket
@@ -25,6 +24,7 @@ from sunroom.prelude.watch import children, descendants
 from sunroom.sandbox import child
 from sunroom.sandbox.backend import IPC_TOKEN, PYTHON_TOKEN, ExecSpec, KernelProcessBase, Tenancy
 from sunroom.sandbox.cgroup import Cgroup
+from sunroom.sandbox.fdready import readable
 from sunroom.sandbox.identity import Identity, IdentityLease
 from sunroom.sandbox.limits import Limits
 from sunroom.sandbox.rundirs import make_rundir, remove_tree
@@ -260,9 +260,9 @@ class SupervisedProcess(KernelProcessBase):
         try:
             while not wait.done() and self._status is None:
                 try:
-                    if select.select([self._status_fd], [], [], 0)[0]:
+                    if readable(self._status_fd):
                         return
-                except (OSError, ValueError):  # closed by a teardown
+                except OSError:  # closed by a teardown
                     return
                 await asyncio.wait({wait}, timeout=0.01)
         finally:

@@ -26,7 +26,6 @@ import contextlib
 import functools
 import json
 import os
-import select
 import shutil
 import signal
 import socket
@@ -53,6 +52,7 @@ from sunroom.sandbox.backends.subprocess import (
     kernel_sys_path,
     package_root,
 )
+from sunroom.sandbox.fdready import readable
 from sunroom.sandbox.fontcache import KERNEL_DIR, font_cache, font_dirs
 from sunroom.sandbox.identity import (
     BlockLease,
@@ -262,7 +262,7 @@ class _UserMapping:
         data = b""
         while True:
             left = end - time.monotonic()
-            if left <= 0 or not select.select([self.info_r], [], [], left)[0]:
+            if left <= 0 or not readable(self.info_r, left):
                 raise KernelStartError("bubblewrap did not report its namespaces in time")
             chunk = os.read(self.info_r, 4096)
             if not chunk:
