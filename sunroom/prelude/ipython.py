@@ -79,6 +79,7 @@ def load_ipython_extension(ip: Any) -> None:
         ip.user_ns, workdir=os.getcwd(), hidden=(ip.user_ns_hidden, IPYTHON_NAMES)
     )
     ip.events.register("pre_run_cell", _eof_for_stdin)
+    ip.events.register("post_execute", drain_fd_output)
     session = getattr(getattr(ip, "kernel", None), "session", None)
     if session is not None:
         session.pack = utf8_packer(session.pack)
@@ -153,6 +154,40 @@ def _eof_for_stdin(info: object = None) -> None:
         builtins.input = eof_instead(builtins.input)
     if not hasattr(getpass.getpass, "sunroom_eof"):
         getpass.getpass = eof_instead(getpass.getpass)
+
+
+FD_DRAIN_S = 0.5
+"""How long a cell's end waits for ipykernel to read what the cell wrote to fd 1 and 2."""
+
+
+def drain_fd_output(*_: object) -> None:
+    """After each cell: wait until ipykernel's watcher threads have read fd 1/2's pipes.
+
+    ipykernel reads what is written to fd 1 and 2 (``os.write``, C code, subprocesses) from a
+    pipe in a thread of its own, and its end-of-cell flush does not wait for that thread: on a
+    loaded machine a cell's last ``os.write`` was published after the cell ended, outside its
+    result. Waiting here (up to :data:`FD_DRAIN_S`, polling ``FIONREAD``) until each pipe is
+    empty leaves only the moment between the thread's read and its write into the stream.
+    The pipe is ipykernel's ``OutStream._fid`` (7.x); a stream without one is not waited for.
+    """
+    import fcntl
+    import termios
+    import time
+
+    count = bytearray(4)
+    deadline = time.monotonic() + FD_DRAIN_S
+    for stream in (sys.stdout, sys.stderr):
+        fid = getattr(stream, "_fid", None)
+        if not isinstance(fid, int):
+            continue
+        while time.monotonic() < deadline:
+            try:
+                fcntl.ioctl(fid, termios.FIONREAD, count)
+            except OSError:  # closed: nothing left to wait for
+                break
+            if count == bytes(4):
+                break
+            time.sleep(0.0005)
 
 
 def eof_instead(read: Any) -> Any:
