@@ -39,7 +39,7 @@ BETWEEN_CELLS_CAP: Final = 64 * 1024
 _NONE_PENDING: Final = bytes(4)
 
 
-def _pending(fd: int, count: bytearray) -> bool:
+def pending(fd: int, count: bytearray) -> bool:
     """Whether the pipe *fd* holds unread bytes (FIONREAD into *count*, 4 bytes)."""
     fcntl.ioctl(fd, termios.FIONREAD, count)
     return count != _NONE_PENDING
@@ -121,7 +121,7 @@ class StreamCapture:
         deadline = 0.0
         while True:
             with self._lock:
-                if not _pending(self._rfd, self._count) or (
+                if not pending(self._rfd, self._count) or (
                     deadline and time.monotonic() > deadline
                 ):
                     self._active = False

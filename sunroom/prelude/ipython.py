@@ -34,7 +34,7 @@ import signal
 import sys
 import threading
 
-from sunroom.prelude import hostcall, serving, streamcap
+from sunroom.prelude import capture, hostcall, serving, streamcap
 from sunroom.prelude.supervisor import CHANNEL_ENV
 from sunroom.rpc.blocking import BlockingChannel
 from sunroom.rpc.codec import escape_surrogates
@@ -170,8 +170,6 @@ def drain_fd_output(*_: object) -> None:
     empty leaves only the moment between the thread's read and its write into the stream.
     The pipe is ipykernel's ``OutStream._fid`` (7.x); a stream without one is not waited for.
     """
-    import fcntl
-    import termios
     import time
 
     count = bytearray(4)
@@ -182,10 +180,9 @@ def drain_fd_output(*_: object) -> None:
             continue
         while time.monotonic() < deadline:
             try:
-                fcntl.ioctl(fid, termios.FIONREAD, count)
+                if not capture.pending(fid, count):
+                    break
             except OSError:  # closed: nothing left to wait for
-                break
-            if count == bytes(4):
                 break
             time.sleep(0.0005)
 

@@ -70,17 +70,25 @@ class BlockingChannel:
         max_frame: int = DEFAULT_MAX_FRAME,
         max_depth: int = DEFAULT_MAX_DEPTH,
     ) -> None:
-        sock.setblocking(True)
-        self._sock = sock
         self._on_notification = on_notification
         self._max_frame = max_frame
         self._max_depth = max_depth
-        self._send_lock = threading.Lock()
         # text the kernel's code made (a repr, a message, a file name) may hold lone
         # surrogates: sent escaped, never refused (the answer to execute would be lost)
         self._framer = Framer(
             max_frame=max_frame, max_values=DEFAULT_MAX_VALUES, escape_surrogates=True
         )
+        self._chunk = bytearray(65536)
+        self._view = memoryview(self._chunk)
+        self._spare: bytearray | None = None
+        self._next_id = 0
+        self._serve(sock)
+
+    def _serve(self, sock: _socket.socket) -> None:
+        """Serve *sock*: new locks, nothing received, nothing waited for, no fds held."""
+        sock.setblocking(True)
+        self._sock = sock
+        self._send_lock = threading.Lock()
         self._main = threading.main_thread().ident
         # `with self._lock` holds the condition's lock without Condition's Python-level
         # __enter__/__exit__ (five times per host call)
@@ -89,12 +97,8 @@ class BlockingChannel:
         self._reading = False
         self._followers = 0  # threads waiting on _cond: nobody to notify when none
         self._buf = bytearray()
-        self._chunk = bytearray(65536)
-        self._view = memoryview(self._chunk)
         self._frame: bytearray | None = None  # a large frame being received, and its fill
         self._fill = 0
-        self._spare: bytearray | None = None
-        self._next_id = 0
         self._waiting: dict[int, Response | None] = {}
         self._requests: deque[Request] = deque()
         self._closed: BaseException | None = None
@@ -104,25 +108,11 @@ class BlockingChannel:
         """In a forked copy of the kernel: serve *sock* from now on, as a channel just made.
 
         Fresh locks (a fork holds :attr:`send_lock` across it) and nothing pending (the
-        parent's channel was idle: ``input_idle``); the buffers and the packer are kept,
-        copied on write page by page as they are used (a new channel would zero 64 KiB of
-        them in every copy). Called after :meth:`detach`.
+        parent's channel was idle: ``input_idle``; its fork took its fds); the buffers and
+        the packer are kept, copied on write page by page as they are used (a new channel
+        would zero 64 KiB of them in every copy). Called after :meth:`detach`.
         """
-        sock.setblocking(True)
-        self._sock = sock
-        self._send_lock = threading.Lock()
-        self._main = threading.main_thread().ident
-        self._lock = threading.Lock()
-        self._cond = threading.Condition(self._lock)
-        self._reading = False
-        self._followers = 0
-        self._buf = bytearray()
-        self._frame = None
-        self._fill = 0
-        self._waiting = {}
-        self._requests = deque()
-        self._closed = None
-        self._fds = []  # the parent's (none: its fork took them) are not ours
+        self._serve(sock)
 
     @property
     def send_lock(self) -> threading.Lock:
@@ -137,7 +127,7 @@ class BlockingChannel:
         """The first *count* descriptors the peer passed (``SCM_RIGHTS``), in order.
 
         Descriptors come with the bytes of the frame they were sent with, so a request's
-        are here once the request is (a fork's: ``Channel.request_with_fds`` on the host).
+        are here once the request is (a fork's: ``Channel.request(..., fds=)`` on the host).
         Raises ValueError, closing every descriptor held, when fewer than *count* came.
         """
         with self._lock:

@@ -234,15 +234,42 @@ class Channel(ChannelServing, asyncio.BufferedProtocol):
     # -- sending ---------------------------------------------------------------------------
 
     def _write(
-        self, message: list[object], tail: Sequence[bytes | bytearray | memoryview] = ()
+        self,
+        message: list[object],
+        tail: Sequence[bytes | bytearray | memoryview] = (),
+        fds: Sequence[int] = (),
     ) -> None:
         if self._transport is None or self.closed.done():
             raise ClosedError("the channel is closed") from self._close_exc
+        if fds:
+            self._write_with_fds(self._framer.frame(message), fds)
+            return
         if not tail:
             self._transport.write(self._framer.frame(message))
             return
         for part in self._framer.frame_parts(message, tail):  # the tail is not joined
             self._transport.write(part)
+
+    def _write_with_fds(self, data: bytes, fds: Sequence[int]) -> None:
+        """Send *data* with *fds* in one ``SCM_RIGHTS`` message, ahead of the transport.
+
+        The descriptors travel with the frame's first bytes, so the peer holds them by the
+        time it reads the frame (``BlockingChannel.take_fds``). Raises ProtocolError while
+        frames wait to be written (the frame would overtake them) or when the socket takes
+        nothing now.
+        """
+        assert self._transport is not None
+        if self._transport.get_write_buffer_size():
+            raise ProtocolError("cannot pass fds while frames wait to be written")
+        raw = self._transport.get_extra_info("socket")
+        rights = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))]
+        with socket.socket(fileno=os.dup(raw.fileno())) as dup:
+            try:
+                sent = dup.sendmsg([data], rights)
+            except BlockingIOError:
+                raise ProtocolError("the peer is not reading: cannot pass fds") from None
+        if sent < len(data):  # the rest of the frame as any other bytes, in order
+            self._transport.write(data[sent:])
 
     @overload
     def request(
@@ -252,6 +279,7 @@ class Channel(ChannelServing, asyncio.BufferedProtocol):
         *,
         check: Check[T],
         tail: Sequence[bytes | bytearray | memoryview] = (),
+        fds: Sequence[int] = (),
     ) -> asyncio.Future[T]: ...
     @overload
     def request(
@@ -261,6 +289,7 @@ class Channel(ChannelServing, asyncio.BufferedProtocol):
         *,
         check: None = None,
         tail: Sequence[bytes | bytearray | memoryview] = (),
+        fds: Sequence[int] = (),
     ) -> asyncio.Future[object]: ...
     def request(
         self,
@@ -269,6 +298,7 @@ class Channel(ChannelServing, asyncio.BufferedProtocol):
         *,
         check: Check[T] | None = None,
         tail: Sequence[bytes | bytearray | memoryview] = (),
+        fds: Sequence[int] = (),
     ) -> asyncio.Future[T] | asyncio.Future[object]:
         """Send a request now and return the future of its result (no task is created).
 
@@ -281,13 +311,17 @@ class Channel(ChannelServing, asyncio.BufferedProtocol):
 
         *tail*: buffers sent as one binary in place of the ``b""`` that *params* ends with (see
         :meth:`~sunroom.rpc.codec.Framer.frame_parts`), written as they are, never joined.
+
+        *fds*: descriptors passed with the request in one ``SCM_RIGHTS`` message (a fork's
+        sockets), which the peer holds once it has read the request; ProtocolError at once
+        while other frames wait to be written.
         """
         self._next_id = req_id = (self._next_id + 1) & 0xFFFFFFFF
         entry: _Call[T] | _Call[object] = (
             _Call(self._loop, method, _as_is) if check is None else _Call(self._loop, method, check)
         )
         try:
-            self._write([0, req_id, method, params], tail)
+            self._write([0, req_id, method, params], tail, fds)
         except WireError as exc:
             raise ProtocolError(f"cannot send {method!r}: {exc}") from None
         if len(self._pending) >= self._sweep_at:
@@ -324,38 +358,6 @@ class Channel(ChannelServing, asyncio.BufferedProtocol):
         )
         await self._writable()
         return await fut
-
-    def request_with_fds(
-        self, method: str, params: object, fds: Sequence[int], *, check: Check[T]
-    ) -> asyncio.Future[T]:
-        """:meth:`request`, with *fds* passed in the same message (``SCM_RIGHTS``).
-
-        The descriptors travel with the frame's first bytes, so the peer holds them by the
-        time it reads the request (a fork's sockets: ``BlockingChannel.take_fds``). Nothing
-        may wait to be written (the frame goes out directly, ahead of the transport):
-        ProtocolError then, and when the socket takes nothing now; ClosedError when closed.
-        """
-        if self._transport is None or self.closed.done():
-            raise ClosedError("the channel is closed") from self._close_exc
-        if self._transport.get_write_buffer_size():
-            raise ProtocolError("cannot pass fds while frames wait to be written")
-        try:
-            data = self._framer.frame([0, (self._next_id + 1) & 0xFFFFFFFF, method, params])
-        except WireError as exc:
-            raise ProtocolError(f"cannot send {method!r}: {exc}") from None
-        raw = self._transport.get_extra_info("socket")
-        rights = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))]
-        with socket.socket(fileno=os.dup(raw.fileno())) as dup:
-            try:
-                sent = dup.sendmsg([data], rights)
-            except BlockingIOError:
-                raise ProtocolError(f"the peer is not reading: cannot send {method!r}") from None
-        if sent < len(data):  # the rest of the frame as any other bytes, in order
-            self._transport.write(data[sent:])
-        self._next_id = req_id = (self._next_id + 1) & 0xFFFFFFFF
-        entry = _Call(self._loop, method, check)
-        self._pending[req_id] = entry
-        return entry.future
 
     def notify(self, method: str, params: object = None) -> None:
         """Send a notification; raises ClosedError if the channel is closed."""

@@ -483,8 +483,8 @@ class _Forking:
                 *(gates[i][:1] if gates else ()),
             )
         ]
-        self.call = call = channel.request_with_fds(
-            "fork", {"copies": copies, "fds": len(fds)}, fds, check=schema.pids
+        self.call = call = channel.request(
+            "fork", {"copies": copies, "fds": len(fds)}, check=schema.pids, fds=fds
         )
         return await call  # RemoteError when the kernel refused
 

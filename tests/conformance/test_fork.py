@@ -325,8 +325,11 @@ async def test_a_fork_refused_for_its_descriptors_keeps_none_of_them(kernel: Asy
     r, w = os.pipe()
     try:
         spec = {"nonce": "ab" * 16, "workdir": "/tmp/never"}
-        call = channel.request_with_fds(
-            "fork", {"copies": [spec], "fds": 3}, [theirs.fileno(), w, w], check=schema.pids
+        call = channel.request(
+            "fork",
+            {"copies": [spec], "fds": 3},
+            check=schema.pids,
+            fds=[theirs.fileno(), w, w],
         )
         with pytest.raises(RemoteError, match="wrong number of descriptors"):
             await asyncio.wait_for(call, 20)

@@ -1,4 +1,4 @@
-"""Descriptors passed with a request (a fork's sockets): ``Channel.request_with_fds`` on the
+"""Descriptors passed with a request (a fork's sockets): ``Channel.request(..., fds=)`` on the
 host, ``BlockingChannel.take_fds`` on the kernel, over a real socket pair."""
 
 from __future__ import annotations
@@ -6,8 +6,6 @@ from __future__ import annotations
 import asyncio
 import os
 import socket
-import threading
-from typing import Any
 
 import pytest
 
@@ -16,20 +14,7 @@ from sunroom.rpc import schema
 from sunroom.rpc.blocking import BlockingChannel
 from sunroom.rpc.channel import Channel
 from sunroom.rpc.messages import Request
-
-
-def _serve(peer: BlockingChannel, serve: Any) -> threading.Thread:
-    def loop() -> None:
-        while True:
-            try:
-                req = peer.next_request()
-            except ConnectionError:
-                return
-            serve(req)
-
-    t = threading.Thread(target=loop)
-    t.start()
-    return t
+from tests.rpc.test_channel import serve_forever
 
 
 async def test_the_descriptors_are_there_when_the_request_is_read() -> None:
@@ -48,12 +33,12 @@ async def test_the_descriptors_are_there_when_the_request_is_read() -> None:
             os.close(fd)
         peer.respond(req.id, None, [len(got)])
 
-    server = _serve(peer, serve)
+    server = serve_forever(peer, serve)
     ch = await Channel.open(host_sock, requests=None)
     try:
         for _ in range(20):  # and again: each request takes its own, in order
             fds = [w for _, w in pipes]
-            call = ch.request_with_fds("fork", {"fds": 3}, fds, check=schema.pids)
+            call = ch.request("fork", {"fds": 3}, check=schema.pids, fds=fds)
             assert await asyncio.wait_for(call, 10) == [3]
             assert [os.read(r, 10) for r, _ in pipes] == [b"0", b"1", b"2"]
         assert await asyncio.wait_for(ch.call("echo", 1), 10) == 1  # the channel goes on
@@ -80,11 +65,11 @@ async def test_a_request_that_names_more_than_came_is_refused_and_closes_what_ca
             return
         taken.append(1)
 
-    server = _serve(peer, serve)
+    server = serve_forever(peer, serve)
     ch = await Channel.open(host_sock, requests=None)
     try:
         before = set(os.listdir("/proc/self/fd"))
-        call = ch.request_with_fds("fork", {}, [w], check=schema.pids)
+        call = ch.request("fork", {}, check=schema.pids, fds=[w])
         assert (await asyncio.wait_for(call, 10))[0] > 0
         assert taken == []
         after = set(os.listdir("/proc/self/fd"))
@@ -107,7 +92,7 @@ async def test_descriptors_cannot_jump_frames_waiting_to_be_written() -> None:
         for _ in range(200):  # the peer never reads: the transport buffers the rest
             ch.notify("big", b"x" * 65536)
         with pytest.raises(ProtocolError, match="wait to be written"):
-            ch.request_with_fds("fork", {"fds": 1}, [w], check=schema.pids)
+            ch.request("fork", {"fds": 1}, check=schema.pids, fds=[w])
     finally:
         await ch.aclose()
         peer_sock.close()
