@@ -421,6 +421,7 @@ class DockerBackend:
         ipc: Path | None = None
         net: Path | None = None
         proxy: Companion | None = None
+        conn: socket.socket | None = None
         try:
             if self._fixed is not None:
                 ident = Identity(*self._fixed)
@@ -453,6 +454,10 @@ class DockerBackend:
                 listener.close()
                 await asyncio.to_thread(shutil.rmtree, parent, True)
         except BaseException:
+            if conn is not None:  # accepted, then the start was given up (cancelled)
+                conn.close()
+                with contextlib.suppress(Exception):
+                    await asyncio.to_thread(_remove, client, cid)
             if proxy is not None:
                 await proxy.aclose()
             for directory in (ipc, net):
@@ -494,12 +499,14 @@ class DockerBackend:
         deadline = loop.time() + start_timeout_s
         accept = asyncio.ensure_future(loop.sock_accept(listener))
         first = asyncio.ensure_future(asyncio.to_thread(client.api.inspect_container, cid))
+        taken = False
         try:
             while True:
                 left = deadline - loop.time()
                 await asyncio.wait({accept}, timeout=max(0.0, min(_POLL_S, left)))
                 if accept.done():
                     conn, _ = accept.result()
+                    taken = True
                     break
                 info = await asyncio.to_thread(client.api.inspect_container, cid)
                 state = info.get("State") or {}
@@ -520,6 +527,8 @@ class DockerBackend:
                 conn.close()
                 raise
         finally:
+            if not taken and accept.done() and not accept.cancelled() and not accept.exception():
+                accept.result()[0].close()  # it connected as this start was given up
             for fut in (accept, first):
                 if not fut.done():
                     fut.cancel()
