@@ -80,27 +80,36 @@ class StreamCapture:
         """The lock the reader thread holds while it handles output (held across a fork)."""
         return self._lock
 
-    def close_inherited(self) -> None:
-        """In a forked child: close the read end once (the reader is gone); idempotent."""
-        if self._rfd >= 0:
-            with contextlib.suppress(OSError):
-                os.close(self._rfd)
-            self._rfd = -1
+    def let_go(self) -> int:
+        """In a forked child: give up the read end (the reader is gone); the caller closes it.
+
+        Returns it, or -1 once let go.
+        """
+        rfd, self._rfd = self._rfd, -1
+        return rfd
 
     def after_fork(self) -> None:
-        """In a kernel's copy: a new pipe (the parent's is let go); :class:`Reader` reads it."""
-        self.close_inherited()
+        """In a kernel's copy: a new pipe (the parent's let go first); :class:`Reader` reads it.
+
+        The fork held :attr:`lock` across it (released here: the reader it guarded against
+        is not in the copy) while the capture was idle between cells, so its state is a
+        fresh one's; the decoder is reset all the same.
+        """
+        if self._rfd >= 0:
+            raise RuntimeError("a copy's capture makes its pipe once it let go of the parent's")
         rfd, wfd = os.pipe()
         with contextlib.suppress(OSError):
             fcntl.fcntl(wfd, F_SETPIPE_SZ, READ_SIZE)
         os.dup2(wfd, self._target_fd)
         os.close(wfd)
         self._rfd = rfd
-        self._lock = threading.Lock()
-        self._decoder = codecs.getincrementaldecoder("utf-8")("replace")
+        if self._lock.locked():
+            self._lock.release()
+        self._decoder.reset()
         self._active = False
         self._head, self._head_left = [], 0
-        self._tail, self._tail_size = deque(), 0
+        self._tail.clear()
+        self._tail_size = 0
         self._dropped = self._idle_sent = 0
 
     def begin(self, cap: int) -> None:

@@ -74,10 +74,23 @@ if TYPE_CHECKING:
         def forget_parent_links(self, *, keep_registry: bool = False) -> None:
             """In a forked child: close the fds that belong to the kernel, not to the child."""
 
+        @property
+        def workdir(self) -> str:
+            """The kernel's working directory (the files API's root)."""
+
+        def make_workdir(self, workdir: str) -> None:
+            """Make a copy's *workdir*, a copy of the kernel's, before forking it."""
+
         def become_copy(
-            self, fd: int, *, nonce: str, workdir: str, registry_fd: int | None
+            self,
+            fd: int,
+            *,
+            nonce: str | None,
+            workdir: str,
+            registry_fd: int | None,
+            inherited: list[int] | None = None,
         ) -> None:
-            """In a copy's runtime: take socket *fd* and a copy of the workdir, say hello."""
+            """In a copy's runtime: take socket *fd* and its workdir, say hello (or not)."""
 
         def serve(self) -> None:
             """Serve requests until shutdown or until the host goes away."""
@@ -98,7 +111,7 @@ def fork(runtime: Runtime, params: dict[str, object]) -> list[int]:
     except BaseException:
         runtime.channel.drop_fds()
         raise
-    kept: set[int] = set()  # the single copies' status pipes: this runtime reports on them
+    kept: set[int] = set()  # the single copies': closed later, not here (see _fork)
     try:
         copies = _checked_copies(params, len(fds))
         reap(runtime)
@@ -151,21 +164,41 @@ def _width(spec: dict[str, Any]) -> int:
 def _fork(
     runtime: Runtime, copies: list[dict[str, Any]], fds: list[int], kept: set[int]
 ) -> list[int]:
-    """Fork the checked *copies* with their *fds*; the status pipes kept go into *kept*."""
+    """Fork the checked *copies* with their *fds*; those still needed go into *kept*."""
     _flush()
     owns: list[list[int]] = []
     at = 0
     for spec in copies:
         owns.append(fds[at : at + _width(spec)])
         at += _width(spec)
+    _make_workdirs(runtime, copies)
     gc.freeze()  # a collection in a copy must not write to every tracked object's page
     try:
         if all(spec.get("single") for spec in copies):
-            kept.update(own[1] for own in owns)
-            return _spawn_singles(runtime, copies, owns, fds)
+            pids = _spawn_singles(runtime, copies, owns, fds)
+            kept.update(own[1] for own in owns)  # their status pipes: this runtime reports
+            return pids
         return [_spawn(runtime, s, own, fds) for s, own in zip(copies, owns, strict=True)]
     finally:
         gc.unfreeze()
+
+
+def _make_workdirs(runtime: Runtime, copies: list[dict[str, Any]]) -> None:
+    """Make each copy's workdir, a copy of the kernel's, before any copy is forked.
+
+    An isolated copy makes its own, at the kernel's path (:mod:`sunroom.prelude.isolation`).
+    When one cannot be made, those made are removed and the fork is refused (OSError).
+    """
+    made: list[str] = []
+    try:
+        for spec in copies:
+            if spec.get("isolate") is None and spec["workdir"] != runtime.workdir:
+                runtime.make_workdir(spec["workdir"])
+                made.append(spec["workdir"])
+    except BaseException:
+        for workdir in made:
+            shutil.rmtree(workdir, ignore_errors=True)  # best effort: the refusal is the news
+        raise
 
 
 def _refuse_threads(runtime: Runtime) -> None:
@@ -326,11 +359,28 @@ def _spawn_singles(
         signal.signal(signal.SIGCHLD, handler)
     pids: list[int] = []
     with _quiet(runtime):
-        for spec, own in zip(specs, owns, strict=True):
-            pid = os.fork()
-            if pid == 0:
-                _single_copy(runtime, spec, own, fds)
-            pids.append(pid)
+        try:
+            for spec, own in zip(specs, owns, strict=True):
+                pid = os.fork()
+                if pid == 0:
+                    _single_copy(runtime, spec, own, fds)
+                pids.append(pid)
+        except BaseException:  # the host lets go of those forked: reaped as they end
+            runtime.copies.update(dict.fromkeys(pids))
+            raise
+    _own_singles(runtime, pids, specs, owns)
+    return pids
+
+
+def _own_singles(
+    runtime: Runtime, pids: list[int], specs: list[dict[str, Any]], owns: list[list[int]]
+) -> None:
+    """The bookkeeping of single copies just forked: count them in, name them.
+
+    Before the answer: once the host has it, it may close this kernel, and the kernel's
+    supervisor must own the copies by then (they outlive it). A copy that ended before it
+    was counted in is reaped here: its ``SIGCHLD`` came when nobody knew it.
+    """
     for pid, own in zip(pids, owns, strict=True):
         runtime.copies[pid] = own[1]
     runtime.own_fds = runtime.own_fds | {own[1] for own in owns}
@@ -342,40 +392,44 @@ def _spawn_singles(
                 socket.send_fds(sock, [f"{pid}\t{spec['workdir']}".encode()], [own[1]])
         finally:
             sock.detach()
-    return pids
+    reap(runtime)
 
 
 def _single_copy(runtime: Runtime, spec: dict[str, Any], own: list[int], fds: list[int]) -> None:
-    """A single copy's runtime, just forked: never returns."""
-    try:
-        sock_fd = own[0]
-        for fd in fds:
-            if fd != sock_fd:
-                with contextlib.suppress(OSError):
-                    os.close(fd)
-        for status_fd in runtime.copies.values():  # the parent's other copies' status pipes
-            if status_fd is not None:
-                with contextlib.suppress(OSError):
-                    os.close(status_fd)
-        runtime.copies = {}
-        runtime.forget_parent_links(keep_registry=True)
-        # dumpable or not as the runtime it was forked from (a kernel's: yes; a tenant's: no):
-        # the flag is inherited, so nothing to set
-    except BaseException:
-        import traceback
+    """A single copy's runtime, just forked: never returns.
 
-        traceback.print_exc()
-        os._exit(1)
-    _serve_copy(runtime, spec, sock_fd, runtime.registry_fd)
+    It says no hello: the fork's answer stands for it (the forking runtime vouches for its
+    child, its pid and nonce; the host adopts the copy while it wakes up). It closes what it
+    inherited (the other copies' ends, the parent's copies' status pipes and links:
+    ``Runtime.become_copy``). Dumpable or not as the runtime it was forked from (a kernel's:
+    yes; a tenant's: no): the flag is inherited, so nothing to set.
+    """
+    sock_fd = own[0]
+    inherited = [fd for fd in fds if fd != sock_fd]
+    inherited += [fd for fd in runtime.copies.values() if fd is not None]
+    _serve_copy(runtime, spec, sock_fd, runtime.registry_fd, inherited, hello=False)
 
 
 def _serve_copy(
-    runtime: Runtime, spec: dict[str, Any], sock_fd: int, registry_fd: int | None
+    runtime: Runtime,
+    spec: dict[str, Any],
+    sock_fd: int,
+    registry_fd: int | None,
+    inherited: list[int] | None = None,
+    *,
+    hello: bool = True,
 ) -> None:
-    """A copy's runtime: take its socket and workdir, say hello and serve; never returns."""
+    """A copy's runtime: take its socket and workdir, say hello and serve; never returns.
+
+    Without *hello* it says none (a single copy: the fork's answer stands for it).
+    """
     try:
         runtime.become_copy(
-            sock_fd, nonce=spec["nonce"], workdir=spec["workdir"], registry_fd=registry_fd
+            sock_fd,
+            nonce=spec["nonce"] if hello else None,
+            workdir=spec["workdir"],
+            registry_fd=registry_fd,
+            inherited=inherited,
         )
         runtime.serve()
         _flush()

@@ -100,48 +100,80 @@ class Runtime:
         With *keep_registry* the registry stays open: a single copy names its own copies to
         the same supervisor.
         """
-        fd = self.channel.raw_socket().fileno()
-        self.channel.detach()
-        with contextlib.suppress(OSError):
-            os.close(fd)
+        self._close_owned(self.channel.detach_fd())
         if self.registry_fd is not None and not keep_registry:
-            with contextlib.suppress(OSError):
-                os.close(self.registry_fd)
+            self._close_owned(self.registry_fd)
             self.registry_fd = None
-        self.out.close_inherited()
-        self.err.close_inherited()
+        self._close_owned(self.out.let_go(), self.err.let_go())
 
-    def become_copy(self, fd: int, *, nonce: str, workdir: str, registry_fd: int | None) -> None:
-        """In a copy's runtime: take socket *fd* and a copy of the workdir, then say hello.
+    def _close_owned(self, *fds: int) -> None:
+        """Close *fds* (-1: none) and count them out of :attr:`own_fds`."""
+        for fd in fds:
+            if fd >= 0:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+        self.own_fds = self.own_fds - set(fds)
 
-        Called after :meth:`forget_parent_links`. The hello goes out before the copy's output
-        pipes and their readers are made, so the host adopts the copy meanwhile; no request is
-        read before they are.
+    def make_workdir(self, workdir: str) -> None:
+        """Make a copy's *workdir*: a copy of this kernel's, before the copy is forked.
+
+        The kernel is idle, so the files are as they will be at the fork. Raises OSError when
+        it cannot be made: the fork is refused, no copy having run.
         """
-        self.registry_fd = registry_fd
-        self.copies = {}  # the parent's copies are not ours
-        self.channel.rebind(_socket.socket(fileno=fd))  # the same object: no new buffers
-        hostcall.attach(self.channel)
-        if workdir != self.workdir:  # an isolated copy has its own copy at the same path
-            if os.listdir(self.workdir):
-                import shutil
+        if os.listdir(self.workdir):
+            import shutil
 
-                shutil.copytree(self.workdir, workdir, symlinks=True, dirs_exist_ok=True)
+            shutil.copytree(self.workdir, workdir, symlinks=True, dirs_exist_ok=True)
+            os.chmod(workdir, 0o700)
+        else:  # nothing to copy (copytree would still copy the directory's times, xattrs)
+            try:
+                os.mkdir(workdir, 0o700)  # its parent, the kernel's forks directory, exists
+            except FileExistsError:
                 os.chmod(workdir, 0o700)
-            else:  # nothing to copy (copytree would still copy the directory's times, xattrs)
-                try:
-                    os.mkdir(workdir, 0o700)  # its parent, the kernel's forks directory, exists
-                except FileExistsError:
-                    os.chmod(workdir, 0o700)
+
+    def become_copy(
+        self,
+        fd: int,
+        *,
+        nonce: str | None,
+        workdir: str,
+        registry_fd: int | None,
+        inherited: list[int] | None = None,
+    ) -> None:
+        """In a copy's runtime: take socket *fd* and the workdir :meth:`make_workdir` made.
+
+        Says hello with *nonce*, first; with None it says none (a single copy: the fork's
+        answer stands for its hello). No request is read before the rest is done. *inherited* are
+        descriptors the copy must close (its siblings' ends, the parent's copies' status
+        pipes); the parent's channel, capture pipes and, unless it is *registry_fd*,
+        registry are closed here too, unless :meth:`forget_parent_links` closed them.
+
+        :attr:`own_fds` is kept by counting each descriptor out as it is closed and in as it
+        is made, not by listing ``/proc/self/fd`` again (a third of a copy's setup): a
+        descriptor a cell of the parent opened stays someone else's in the copy too.
+        """
+        parent_fd = self.channel.detach_fd()
+        self.channel.rebind(_socket.socket(fileno=fd))  # the same object: no new buffers
+        if nonce is not None:
+            self._hello(nonce)
+        self.copies = {}  # the parent's copies are not ours
+        self._close_owned(parent_fd, *(inherited or ()))
+        if self.registry_fd is not None and self.registry_fd != registry_fd:
+            self._close_owned(self.registry_fd)
+        self.registry_fd = registry_fd
+        if workdir != self.workdir:  # an isolated copy has its own copy at the same path
             for key in ("HOME", "TMPDIR"):
                 if os.environ.get(key) == self.workdir:
                     os.environ[key] = workdir
             os.chdir(workdir)
             self.services.move(workdir)
-        self._hello(nonce)
+        self._close_owned(self.out.let_go(), self.err.let_go())
         self.capture.after_fork()
-        self.own_fds = open_fds()
-        self._warm()
+        self.own_fds = self.own_fds | {fd, self.out.fd, self.err.fd}
+        if registry_fd is not None:
+            self.own_fds = self.own_fds | {registry_fd}
+        if self.channel.nothing_waiting():  # else the first request is here: serve it now
+            self._warm()
 
     def _warm(self) -> None:
         """Take a first cell's copy-on-write faults now, while the host adopts this copy.

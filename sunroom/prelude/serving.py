@@ -42,10 +42,15 @@ def hello(channel: BlockingChannel, nonce: str, pid: int, *, python: bool = True
 
     *python* False leaves the Python version out (a keeper speaking for a non-Python kernel).
     """
+    channel.notify("hello", hello_params(nonce, pid, python=python))
+
+
+def hello_params(nonce: str, pid: int, *, python: bool = True) -> dict[str, object]:
+    """A hello's params (:func:`hello`)."""
     params: dict[str, object] = {"protocol": PROTOCOL_VERSION, "pid": pid, "nonce": nonce}
     if python:
         params["python"] = sys.version.split()[0]
-    channel.notify("hello", params)
+    return params
 
 
 def answer(channel: BlockingChannel, req: Request, handler: Handler) -> None:

@@ -85,15 +85,19 @@ class BlockingChannel:
         self._serve(sock)
 
     def _serve(self, sock: _socket.socket) -> None:
-        """Serve *sock*: new locks, nothing received, nothing waited for, no fds held."""
-        sock.setblocking(True)
-        self._sock = sock
+        """Serve *sock*: new locks, then :meth:`_fresh`."""
         self._send_lock = threading.Lock()
-        self._main = threading.main_thread().ident
         # `with self._lock` holds the condition's lock without Condition's Python-level
         # __enter__/__exit__ (five times per host call)
         self._lock = threading.Lock()
         self._cond = threading.Condition(self._lock)
+        self._fresh(sock)
+
+    def _fresh(self, sock: _socket.socket) -> None:
+        """Serve *sock* with nothing received, nothing waited for and no fds held."""
+        sock.setblocking(True)
+        self._sock = sock
+        self._main = threading.main_thread().ident
         self._reading = False
         self._followers = 0  # threads waiting on _cond: nobody to notify when none
         self._buf = bytearray()
@@ -107,12 +111,16 @@ class BlockingChannel:
     def rebind(self, sock: _socket.socket) -> None:
         """In a forked copy of the kernel: serve *sock* from now on, as a channel just made.
 
-        Fresh locks (a fork holds :attr:`send_lock` across it) and nothing pending (the
-        parent's channel was idle: ``input_idle``; its fork took its fds); the buffers and
-        the packer are kept, copied on write page by page as they are used (a new channel
-        would zero 64 KiB of them in every copy). Called after :meth:`detach`.
+        The fork held :attr:`send_lock` across it (the copy has no other thread, so it is
+        released here) and nothing else: the condition's lock was free and nobody waited on
+        it (the parent's channel was idle: ``input_idle``; its fork took its fds). The locks,
+        buffers and the packer are kept, copied on write page by page as they are used (new
+        ones would zero 64 KiB and build a condition in every copy). Called after
+        :meth:`detach_fd`.
         """
-        self._serve(sock)
+        if self._send_lock.locked():
+            self._send_lock.release()
+        self._fresh(sock)
 
     @property
     def send_lock(self) -> threading.Lock:
@@ -160,11 +168,27 @@ class BlockingChannel:
                 not self._buf and self._frame is None and not self._requests and not self._reading
             )
 
-    def detach(self) -> None:
-        """Let go of the socket without closing it: its fd is closed by whoever owns it now."""
+    def detach_fd(self) -> int:
+        """Let go of the socket without closing it; return its fd for the caller to close.
+
+        Returns -1 when it was let go already. The channel is closed from then on, until
+        :meth:`rebind`.
+        """
         with self._lock:
             self._closed = self._closed or ConnectionError("detached")
-        self._sock.detach()
+        return int(self._sock.detach())
+
+    def nothing_waiting(self) -> bool:
+        """Whether nothing is waiting to be read: received or not, and no frame half-read."""
+        if not self.input_idle():
+            return False
+        try:
+            self._sock.recv(1, _socket.MSG_PEEK | _socket.MSG_DONTWAIT)
+        except BlockingIOError:
+            return True
+        except OSError:
+            return False  # the reader finds out what is wrong, and says so
+        return False  # a byte, or the end: either is for the reader
 
     @property
     def closed(self) -> bool:

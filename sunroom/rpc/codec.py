@@ -42,7 +42,7 @@ if TYPE_CHECKING:
         def unpack(self) -> object: ...
 
 
-PROTOCOL_VERSION: Final = 2
+PROTOCOL_VERSION: Final = 3
 """Bumped on any incompatible change to frames, message shapes or methods (2: a fork's
 descriptors come with its request; no ``fork_ready``)."""
 

@@ -13,6 +13,7 @@ semantics are in docs/fork.md.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import logging
 import os
@@ -20,9 +21,9 @@ import secrets
 import signal
 import socket
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Final, final
+from typing import Any, Final, final
 
 from sunroom.errors import KernelStartError, UsageError
 from sunroom.prelude.watch import children, descendants
@@ -367,10 +368,14 @@ async def fork(
     backend: str,
     n: int,
     limits: Limits,
+    hello: Mapping[str, Any],
     tenants: list[int | None] | None = None,
     share: int = 1,
 ) -> list[Ready]:
-    """Fork the idle kernel on *channel* into *n* copies; return them ready (hello checked).
+    """Fork the idle kernel on *channel* into *n* copies; return them ready.
+
+    *hello* is the kernel's own hello: a single copy says none (its pid is in the fork's
+    answer), and is given this one with its pid and nonce.
 
     With *tenants* (one entry per copy; the kernel must be a zygote, see ``Tenancy``), each
     copy is a tenant of its own (:mod:`sunroom.prelude.isolation`): the entry is its uid in
@@ -395,18 +400,19 @@ async def fork(
         forks_dir = await asyncio.to_thread(family.forks_dir, backend)
     # a copy with a cgroup of its own is one process: its cgroup holds whatever it starts
     single = tenants is None and family.cgroup is not None
-    forking = _Forking(family, n, limits, tenants is not None, single=single)
+    forking = _Forking(family, n, limits, tenants is not None, single=single, parent=parent_pid)
     # the host's ends of the copies' sockets are opened while the kernel forks (a copy's
     # hello waits in its socket until then)
     opening = asyncio.ensure_future(forking.open_channels())
     try:
         copies = forking.describe(forks_dir, tenants, share)
         supervisors = await forking.ask(channel, copies)
+        forking.answered(supervisors)
         await opening
         forking.close_kernel_ends()
         if tenants is not None:
-            await forking.admit_tenants(parent_pid, supervisors)
-        return await forking.ready(parent_pid, supervisors)
+            await forking.admit_tenants(supervisors)
+        return await forking.ready(supervisors, hello)
     except BaseException:
         if not opening.done():
             opening.cancel()
@@ -426,10 +432,11 @@ class _Forking:
     """
 
     def __init__(
-        self, family: Family, n: int, limits: Limits, gated: bool, *, single: bool
+        self, family: Family, n: int, limits: Limits, gated: bool, *, single: bool, parent: int
     ) -> None:
         self.family = family
         self.single = single
+        self.parent = parent
         self.n = n
         self.limits = limits
         self.nonces = [secrets.token_hex(16) for _ in range(n)]
@@ -439,12 +446,27 @@ class _Forking:
         loop = asyncio.get_running_loop()
         self.routers = [Router(loop.create_future()) for _ in range(n)]
         self.channels: list[Channel] = []
-        # the copies' cgroups are made while the kernel forks (each mkdir and limit write costs)
-        self.making = asyncio.ensure_future(
-            asyncio.to_thread(_cgroups_for, family, self.nonces, limits)
-        )
+        # set by the preparing thread once made; read only once `preparing` is done
         self.cgroups: list[Cgroup | None] = [None] * n
+        # the fork's answer, for the preparing thread (single copies: it places them)
+        self._answer: concurrent.futures.Future[list[int]] = concurrent.futures.Future()
+        # one thread makes the copies' cgroups while the kernel forks (each mkdir and limit
+        # write costs) and, for single copies, moves each into its own as soon as the answer
+        # names them: no second hop to a thread on the copies' way to their first answer
+        self.preparing = asyncio.ensure_future(asyncio.to_thread(self._prepare))
         self.call: asyncio.Future[list[int]] | None = None
+
+    def _prepare(self) -> list[tuple[int, int]] | None:
+        """In a thread: make the cgroups; place single copies once answered (their pids)."""
+        self.cgroups = cgroups = _cgroups_for(self.family, self.nonces, self.limits)
+        if not self.single:
+            return None
+        pids = self._answer.result(timeout=self.limits.start_timeout_s)
+        return _place_singles(self.parent, pids, cgroups)
+
+    def answered(self, pids: list[int]) -> None:
+        """The kernel forked: its answer, *pids*, names the copies (the preparing thread's cue)."""
+        self._answer.set_result(pids)
 
     async def open_channels(self) -> None:
         """Open a channel on the host end of each copy's socket pair."""
@@ -496,7 +518,7 @@ class _Forking:
             os.close(status_w)
             self.pipes[i] = (status_r, -1)
 
-    async def admit_tenants(self, parent_pid: int, supervisors: list[int]) -> None:
+    async def admit_tenants(self, supervisors: list[int]) -> None:
         """Move each tenant's supervisor into its cgroup, then open its gate.
 
         A tenant's supervisor waits at its gate while it isolates itself: moved meanwhile,
@@ -506,45 +528,41 @@ class _Forking:
         for i, (gate_r, gate_w) in enumerate(gates):
             os.close(gate_r)
             gates[i] = (-1, gate_w)
-        self.cgroups = await self.making
-        hosts = await asyncio.to_thread(_supervisor_hosts, parent_pid, supervisors)
+        await self.preparing
+        hosts = await asyncio.to_thread(_supervisor_hosts, self.parent, supervisors)
         await asyncio.to_thread(_move_all, self.cgroups, hosts)
         for i, (_, gate_w) in enumerate(gates):
             os.write(gate_w, b"1")
             os.close(gate_w)
             gates[i] = (-1, -1)
 
-    async def ready(self, parent_pid: int, supervisors: list[int]) -> list[Ready]:
-        """Wait for the copies' hellos and hand each what it holds, as a ready kernel.
+    async def ready(self, supervisors: list[int], hello: Mapping[str, Any]) -> list[Ready]:
+        """Wait until the copies are up and hand each what it holds, as a ready kernel.
 
-        Single copies are moved into their cgroups while they start (their pids are the fork
-        request's answer), and checked against their hellos after; a supervised copy's
-        runtime is found, and moved, once it has said hello.
+        A single copy says no hello: the fork's answer (*supervisors*, the forking runtime's
+        view of its children: the copy's own) stands for it, and its hello is the parent's
+        *hello* with its pid and nonce. It is up once it is in its cgroup, moved while it
+        wakes up (:meth:`answered`). A supervised copy is up once it has said hello; its
+        runtime is then found and moved.
         """
         limits = self.limits
-        placing = (
-            asyncio.ensure_future(self._place_singles(parent_pid, supervisors))
-            if self.single
-            else None
-        )
-        try:
-            await _hellos(self.routers, self.channels, self.nonces, limits.start_timeout_s)
-        except BaseException:
-            if placing is not None:  # let its thread finish before the cgroups are removed
-                await asyncio.gather(asyncio.shield(placing), return_exceptions=True)
-            raise
-        self.cgroups = await self.making
-        infos = [r.hello.result() for r in self.routers]
-        hello_pids = [i["pid"] for i in infos]
-        if placing is not None:
-            found = await placing
-            _check_singles(found, hello_pids)
+        if self.single:
+            placed = await self.preparing
+            assert placed is not None
+            infos = [
+                {**hello, "pid": own_view, "nonce": nonce}
+                for (_, own_view), nonce in zip(placed, self.nonces, strict=True)
+            ]
+            found = [(host, host) for host, _ in placed]  # each is its own supervisor
         else:
+            await _hellos(self.routers, self.channels, self.nonces, limits.start_timeout_s)
+            await self.preparing
+            infos = [r.hello.result() for r in self.routers]
             found = await asyncio.to_thread(
                 _find_and_move,
-                parent_pid,
+                self.parent,
                 supervisors,
-                hello_pids,
+                [i["pid"] for i in infos],
                 self.cgroups if not self.gates else None,
             )
         runtimes = [runtime for _, runtime in found]
@@ -564,13 +582,10 @@ class _Forking:
             ready.append(Ready(proc, self.channels[i], self.routers[i], dict(infos[i])))
         return ready
 
-    async def _place_singles(self, parent_pid: int, pids: list[int]) -> list[tuple[int, int]]:
-        """The single copies' host pids (each its own supervisor), moved into their cgroups."""
-        cgroups = await self.making
-        return await asyncio.to_thread(_place_singles, parent_pid, pids, cgroups)
-
     async def abandon(self) -> None:
         """Close and remove what no copy took (a closed gate turns its waiting copy away)."""
+        if not self._answer.done():  # the preparing thread waits for it no longer
+            self._answer.set_exception(KernelStartError("the fork was given up"))
         call = self.call
         if call is not None and not call.cancelled():  # never left unretrieved on the channel
             if call.done():
@@ -587,11 +602,9 @@ class _Forking:
                 if fd >= 0:
                     with contextlib.suppress(OSError):
                         os.close(fd)
-        making = self.making
-        if not making.done():
-            making.cancel()
-        elif not making.cancelled() and making.exception() is None:
-            self.cgroups = making.result()
+        # its cgroups are removed once it is done with them (it may be moving a copy)
+        with contextlib.suppress(BaseException):  # its failure is this one's, or moot
+            await asyncio.shield(self.preparing)
         for cgroup in self.cgroups:
             if cgroup is not None:
                 await asyncio.to_thread(cgroup.remove)
@@ -696,22 +709,16 @@ def _find_copies(
 def _place_singles(
     parent: int, pids: list[int], cgroups: list[Cgroup | None]
 ) -> list[tuple[int, int]]:
-    """Single copies: host pids from the forking runtime's view, each moved into its cgroup.
+    """Single copies moved into their cgroups: each one's host pid and its own view of it.
 
-    Before their hellos: only the forking runtime's own children can be named (a runtime
-    whose answer lies can move its own processes between its copies' cgroups, which have its
-    limits and are removed when the hellos then do not match).
+    *pids* are the fork's answer, the forking runtime's view (a single copy says no hello):
+    only the forking runtime's own children can be named. A runtime whose answer lies can
+    only move its own processes between cgroups that all have its limits and go with its
+    sandbox: one kernel's processes, one trust domain (``kernel.fork``).
     """
     hosts = _supervisor_hosts(parent, pids)
     _move_all(cgroups, hosts)
-    return [(host, host) for host in hosts]
-
-
-def _check_singles(found: list[tuple[int, int]], hello_pids: list[int]) -> None:
-    """Raise KernelStartError unless each single copy said hello from its own process."""
-    for (host, _), hello_pid in zip(found, hello_pids, strict=True):
-        if _ns_pids(host)[-1:] != [hello_pid]:
-            raise KernelStartError("a copy said hello from a process that is not the copy")
+    return [(host, (_ns_pids(host) or [-1])[-1]) for host in hosts]
 
 
 def _find_and_move(

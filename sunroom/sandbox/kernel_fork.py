@@ -54,6 +54,7 @@ class KernelFork:
                     backend=core.backend.name,
                     n=n,
                     limits=core.limits,
+                    hello=core.info,
                     tenants=tenants,
                     share=share,
                 )

@@ -343,3 +343,32 @@ async def test_a_fork_refused_for_its_descriptors_keeps_none_of_them(kernel: Asy
         mine.close()
         os.close(r)
     assert (await kernel.execute("1 + 1")).value == "2"
+
+
+OWN_FDS = """
+import signal
+from sunroom.prelude.fds import open_fds
+runtime = signal.getsignal(signal.SIGINT).__self__  # the runtime's own SIGINT handler
+(sorted(runtime.own_fds), sorted(open_fds()))
+"""
+
+
+async def test_a_copy_knows_its_own_descriptors_from_those_a_cell_opened(
+    kernel: AsyncKernel,
+) -> None:
+    # a copy counts its descriptors in and out (no listing): what it holds must be exactly
+    # what a fresh listing finds, less what a cell of the parent opened (a stray in it too)
+    opened = await kernel.execute("import os\nstray = os.open(os.devnull, os.O_RDONLY)\nstray")
+    assert opened.ok, opened
+    stray = int(opened.value or "-1")
+    (copy,) = await kernel.fork()
+    (grandchild,) = await copy.fork()
+    try:
+        for k in (kernel, copy, grandchild):
+            result = await k.execute(OWN_FDS)
+            assert result.ok, result
+            own, listed = eval(result.value or "")  # noqa: S307 - two lists of ints
+            assert stray in listed
+            assert own == [fd for fd in listed if fd != stray]
+    finally:
+        await _close(grandchild, copy)
