@@ -232,3 +232,42 @@ async def test_a_setup_that_leaves_a_descriptor_open_is_refused_tenants(bwrap: s
             assert (await k.execute("open('shared.log').read()")).value == "'made'"
         finally:
             await k.aclose()
+
+
+async def test_a_zygotes_cgroup_has_room_for_what_its_tenants_leave_charged_to_it(
+    bwrap: str,
+) -> None:
+    # a tenant is born in the zygote's cgroup (cgroup v1 cannot clone into another), so some
+    # of its pages stay charged there while it lives: the zygote's limit has room for them,
+    # and what each tenant leaves stays within that room (~950 tenants OOM-killed a zygote
+    # with none)
+    from sunroom.sandbox.backends.bwrap import ZYGOTE_CHARGE_PER_TENANT_MB
+    from sunroom.sandbox.process import SupervisedProcess
+
+    tenants = 8
+    async with Template(
+        setup="import json", backend=bwrap, limits=Limits(memory_mb=512), max_kernels=tenants
+    ) as template:
+        await (await template.kernel()).aclose()  # the zygote is up, and has forked once
+        zygote = template._zygote  # noqa: SLF001 - its cgroup, read as the host sees it
+        assert zygote is not None
+        root = zygote.process
+        root = getattr(root, "root", root)  # its family's root once it has forked
+        assert isinstance(root, SupervisedProcess)
+        cgroup = root.cgroup
+        if cgroup is None or cgroup.memory_dir is None:
+            pytest.skip("no memory cgroup to read here")
+        memory = cgroup.memory_dir
+        limit_file = "memory.limit_in_bytes" if cgroup.version == 1 else "memory.max"
+        usage_file = "memory.usage_in_bytes" if cgroup.version == 1 else "memory.current"
+        limit = int((memory / limit_file).read_text())
+        assert limit == (512 + tenants * ZYGOTE_CHARGE_PER_TENANT_MB) * 1024 * 1024
+        before = int((memory / usage_file).read_text())
+        kernels = [await template.kernel() for _ in range(tenants)]
+        try:
+            for k in kernels:
+                assert (await k.execute("1 + 1")).value == "2"
+            grown = int((memory / usage_file).read_text()) - before
+            assert grown < tenants * ZYGOTE_CHARGE_PER_TENANT_MB * 1024 * 1024, grown
+        finally:
+            await asyncio.gather(*(k.aclose() for k in kernels))

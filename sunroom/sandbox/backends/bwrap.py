@@ -32,7 +32,7 @@ import socket
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Final, final
 
@@ -177,6 +177,19 @@ ZYGOTE_CAPS: Final = (
 )
 """What a template's zygote keeps, inside its own user namespace only, to make each copy a
 tenant of its own (:mod:`sunroom.prelude.isolation`); every copy drops them all."""
+
+ZYGOTE_CHARGE_PER_TENANT_MB: Final = 4
+"""Memory a template's zygote's cgroup may hold for each tenant it can have (``tenants``).
+
+Measured ~1.3-1.6 MB a live tenant: pages are charged to the cgroup of the process that first
+dirties them, and a tenant is born in the zygote's cgroup (cgroup v1 has no
+``CLONE_INTO_CGROUP``). What it dirties before the host moves it (Python's own after-fork
+work) and the zygote's copies of pages it shares with its tenants stay charged to the
+zygote until those pages are freed (the tenant ends). Without this headroom a zygote with
+~950 live tenants was OOM-killed at its 2 GB limit. Its own code (the setup, and whatever
+that left running) may use this headroom too: ``memory_mb`` plus this per tenant bounds it.
+"""
+
 
 SPARE_PROC: Final = "/run/sunroom-proc"
 """Where a zygote started unprivileged keeps an unmasked ``/proc``: its tenants' mounts of
@@ -584,11 +597,15 @@ class BwrapBackend:
 
         Refused without a cgroup when cgroups are required; *block* is released on failure.
         """
+        limits = spec.limits
+        if spec.tenants > 0:  # a zygote's cgroup keeps a share of each live tenant's pages
+            memory = limits.memory_mb + spec.tenants * ZYGOTE_CHARGE_PER_TENANT_MB
+            limits = replace(limits, memory_mb=memory)
         try:
             local = await LocalLaunch.prepare(
                 prefix="sunroom-bwrap-",
                 nonce=spec.nonce,
-                limits=spec.limits,
+                limits=limits,
                 cgroups=True,
                 lease=lease,
             )
