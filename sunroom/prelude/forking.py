@@ -31,6 +31,7 @@ Sockets opened by cells, files outside the workdir and threads are not copied (s
 from __future__ import annotations
 
 import contextlib
+import errno
 import gc
 import os
 import shutil
@@ -175,10 +176,16 @@ def _fork(
     gc.freeze()  # a collection in a copy must not write to every tracked object's page
     try:
         if all(spec.get("single") for spec in copies):
-            pids = _spawn_singles(runtime, copies, owns, fds)
+            singles = _spawn_singles(runtime, copies, owns, fds)
             kept.update(own[1] for own in owns)  # their status pipes: this runtime reports
-            return pids
-        return [_spawn(runtime, s, own, fds) for s, own in zip(copies, owns, strict=True)]
+            return singles
+        pids: list[int] = []
+        for spec, own in zip(copies, owns, strict=True):
+            try:
+                pids.append(_spawn(runtime, spec, own, fds))
+            except OSError as exc:
+                raise _cut_short(exc, len(pids), len(copies)) from None
+        return pids
     finally:
         gc.unfreeze()
 
@@ -199,6 +206,20 @@ def _make_workdirs(runtime: Runtime, copies: list[dict[str, Any]]) -> None:
         for workdir in made:
             shutil.rmtree(workdir, ignore_errors=True)  # best effort: the refusal is the news
         raise
+
+
+def _cut_short(exc: OSError, made: int, asked: int) -> RuntimeError:
+    """The error of a fork that ``os.fork()`` failed part way (*made* of *asked* copies made).
+
+    The copies already made are let go by the host when it reads it (their channels close).
+    """
+    if exc.errno == errno.EAGAIN:
+        why = "the kernel's process limit (Limits.pids) is reached; fork fewer at once or raise it"
+    elif exc.errno == errno.ENOMEM:
+        why = "the kernel is out of memory"
+    else:
+        why = exc.strerror or repr(exc)
+    return RuntimeError(f"could not fork copy {made + 1} of {asked}: {why}")
 
 
 def _refuse_threads(runtime: Runtime) -> None:
@@ -367,8 +388,10 @@ def _spawn_singles(
                 if pid == 0:
                     _single_copy(runtime, spec, own, fds)
                 pids.append(pid)
-        except BaseException:  # the host lets go of those forked: reaped as they end
+        except BaseException as exc:  # the host lets go of those forked: reaped as they end
             runtime.copies.update(dict.fromkeys(pids))
+            if isinstance(exc, OSError):
+                raise _cut_short(exc, len(pids), len(specs)) from None
             raise
     _own_singles(runtime, pids, specs, owns)
     return pids

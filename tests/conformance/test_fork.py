@@ -372,3 +372,29 @@ async def test_a_copy_knows_its_own_descriptors_from_those_a_cell_opened(
             assert own == [fd for fd in listed if fd != stray]
     finally:
         await _close(grandchild, copy)
+
+
+CHILDREN = """
+import glob
+sorted(int(p) for f in glob.glob('/proc/self/task/*/children') for p in open(f).read().split())
+"""
+
+
+async def test_a_fork_cut_short_by_the_pids_limit_leaves_no_copy_behind(fork_backend: str) -> None:
+    # the kernel's process limit stops its forks part way: the error comes back, the copies
+    # already forked are let go (their host ends close) and reaped, and the kernel goes on
+    limits = Limits(timeout_s=5, pids=12)
+    async with AsyncKernel(backend=fork_backend, limits=limits) as kernel:
+        assert (await kernel.execute("x = 41")).ok
+        with pytest.raises(ForkError, match=r"could not fork copy \d+ of 30: .*Limits.pids"):
+            await kernel.fork(30)
+        assert (await kernel.execute("x + 1")).value == "42"
+        deadline = time.monotonic() + 5
+        while (left := await kernel.execute(CHILDREN)).value != "[]":
+            assert time.monotonic() < deadline, f"copies left unreaped: {left.value}"
+            await asyncio.sleep(0.05)
+        (copy,) = await kernel.fork()  # and it forks again once it may
+        try:
+            assert (await copy.execute("x + 2")).value == "43"
+        finally:
+            await copy.aclose()
