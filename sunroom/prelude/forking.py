@@ -62,6 +62,7 @@ if TYPE_CHECKING:
         copies: dict[int, int | None]
         own_fds: frozenset[int]
         registry_fd: int | None
+        warm_copies: bool
 
         def capture_threads(self) -> set[int]:
             """The idents of the runtime's own threads, quieted (not refused) across a fork."""
@@ -173,6 +174,7 @@ def _fork(
         owns.append(fds[at : at + _width(spec)])
         at += _width(spec)
     _make_workdirs(runtime, copies)
+    runtime.warm_copies = len(copies) == 1  # a batch's copies take no warm-up
     gc.freeze()  # a collection in a copy must not write to every tracked object's page
     try:
         if all(spec.get("single") for spec in copies):
