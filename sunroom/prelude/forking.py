@@ -216,7 +216,7 @@ def _cut_short(exc: OSError, made: int, asked: int) -> RuntimeError:
     The copies already made are let go by the host when it reads it (their channels close).
     """
     if exc.errno == errno.EAGAIN:
-        why = "the kernel's process limit (Limits.pids) is reached; fork fewer at once or raise it"
+        why = "the kernel may start no more processes (its Limits.pids, or a limit its code set)"
     elif exc.errno == errno.ENOMEM:
         why = "the kernel is out of memory"
     else:
@@ -374,8 +374,9 @@ def _spawn_singles(
 ) -> list[int]:
     """Fork the single copies (the module's docstring); return their pids (our children).
 
-    The forks run back to back, with nothing in between: after each one every page this
-    process writes is copied first, so the bookkeeping waits until the last.
+    The forks run back to back with nothing in between but a ``forked`` notification naming
+    each (the host places it meanwhile): after each fork every page this process writes is
+    copied first, so the bookkeeping waits until the last.
     """
     if signal.getsignal(signal.SIGCHLD) is not _HANDLER.get(id(runtime)):
         _HANDLER[id(runtime)] = handler = _on_child(runtime)
@@ -390,6 +391,8 @@ def _spawn_singles(
                 if pid == 0:
                     _single_copy(runtime, spec, own, fds)
                 pids.append(pid)
+                # named at once: the host moves it into its cgroup while the next is forked
+                runtime.channel.notify_holding_send_lock("forked", {"pid": pid})
         except BaseException as exc:  # the host lets go of those forked: reaped as they end
             runtime.copies.update(dict.fromkeys(pids))
             if isinstance(exc, OSError):

@@ -223,6 +223,16 @@ class BlockingChannel:
                 raise ConnectionError("the host connection is closed")
             self._sock.sendall(data)
 
+    def notify_holding_send_lock(self, method: str, params: object = None) -> None:
+        """Send a notification while the caller holds :attr:`send_lock` (a fork, between forks).
+
+        Raises ConnectionError when the connection is closed.
+        """
+        data = self._framer.frame([2, method, params])
+        if self._closed is not None:
+            raise ConnectionError("the host connection is closed")
+        self._sock.sendall(data)
+
     def notify(self, method: str, params: object = None) -> None:
         """Send a notification."""
         self.send([2, method, params])

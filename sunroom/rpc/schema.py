@@ -12,6 +12,7 @@ Kernel → host:
 * notification ``hello``: ``{"protocol": int, "pid": int, "python": str, "nonce": str}`` (the
   values are checked by the launcher; here their types, where present);
 * notification ``stream``: ``{"name": "stdout" | "stderr", "text": str}``;
+* notification ``forked``: ``{"pid": int >= 1}`` (a single copy, while the kernel forks);
 * request ``call``: ``{"name": str (1-128 chars), "args": {str: any}}``;
 * the result of ``execute``, ``install``, ``bind`` and ``variables`` (see the checkers below).
 
@@ -31,6 +32,7 @@ from sunroom.rpc.shapes import (
     DisplayData,
     DisplayItemReply,
     ExecuteReply,
+    ForkedParams,
     HelloParams,
     Json,
     PackageListingReply,
@@ -117,9 +119,16 @@ def stream(raw: object) -> StreamParams:
     return {"name": name, "text": _str(params.get("text"), "stream.text")}
 
 
+def forked(raw: object) -> ForkedParams:
+    """A copy forked while the kernel serves ``fork``: ``{"pid": int >= 1}`` (the kernel's view)."""
+    params = _map(raw, "forked")
+    return {"pid": _int(params.get("pid"), "forked.pid", least=1)}
+
+
 NOTIFICATIONS: Final[Mapping[str, Check[object]]] = {
     "hello": hello,
     "stream": stream,
+    "forked": forked,
 }
 """Every notification a kernel may send, by method."""
 

@@ -42,6 +42,12 @@ class HelloParams(TypedDict, total=False):
     nonce: str
 
 
+class ForkedParams(TypedDict):
+    """A copy the kernel has just forked, named before the fork's answer (its own pid)."""
+
+    pid: int
+
+
 class StreamParams(TypedDict):
     """Output a cell wrote to one of its streams."""
 

@@ -13,10 +13,10 @@ semantics are in docs/fork.md.
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import contextlib
 import logging
 import os
+import queue
 import secrets
 import signal
 import socket
@@ -369,13 +369,16 @@ async def fork(
     n: int,
     limits: Limits,
     hello: Mapping[str, Any],
+    router: Router,
     tenants: list[int | None] | None = None,
     share: int = 1,
 ) -> list[Ready]:
     """Fork the idle kernel on *channel* into *n* copies; return them ready.
 
     *hello* is the kernel's own hello: a single copy says none (its pid is in the fork's
-    answer), and is given this one with its pid and nonce.
+    answer), and is given this one with its pid and nonce. *router* routes the kernel's
+    notifications: it names each single copy as it forks it (``forked``), and the host moves
+    it into its cgroup while the kernel forks the next.
 
     With *tenants* (one entry per copy; the kernel must be a zygote, see ``Tenancy``), each
     copy is a tenant of its own (:mod:`sunroom.prelude.isolation`): the entry is its uid in
@@ -404,9 +407,14 @@ async def fork(
     # the host's ends of the copies' sockets are opened while the kernel forks (a copy's
     # hello waits in its socket until then)
     opening = asyncio.ensure_future(forking.open_channels())
+    if single:
+        router.on_forked = forking.forked
     try:
         copies = forking.describe(forks_dir, tenants, share)
-        supervisors = await forking.ask(channel, copies)
+        try:
+            supervisors = await forking.ask(channel, copies)
+        finally:
+            router.on_forked = None
         forking.answered(supervisors)
         await opening
         forking.close_kernel_ends()
@@ -448,25 +456,43 @@ class _Forking:
         self.channels: list[Channel] = []
         # set by the preparing thread once made; read only once `preparing` is done
         self.cgroups: list[Cgroup | None] = [None] * n
-        # the fork's answer, for the preparing thread (single copies: it places them)
-        self._answer: concurrent.futures.Future[list[int]] = concurrent.futures.Future()
+        # what the preparing thread places (single copies): each pid the kernel names as it
+        # forks it (`forked`), then the fork's answer (a list), or None once given up
+        self._news: queue.SimpleQueue[int | list[int] | None] = queue.SimpleQueue()
+        self._settled = False  # the answer, or the end, has been queued
         # one thread makes the copies' cgroups while the kernel forks (each mkdir and limit
-        # write costs) and, for single copies, moves each into its own as soon as the answer
-        # names them: no second hop to a thread on the copies' way to their first answer
+        # write costs) and, for single copies, moves each into its own as soon as the kernel
+        # names it: while the kernel forks the next, and with no second hop to a thread
         self.preparing = asyncio.ensure_future(asyncio.to_thread(self._prepare))
         self.call: asyncio.Future[list[int]] | None = None
 
     def _prepare(self) -> list[tuple[int, int]] | None:
-        """In a thread: make the cgroups; place single copies once answered (their pids)."""
+        """In a thread: make the cgroups; place single copies as they are named (see there)."""
         self.cgroups = cgroups = _cgroups_for(self.family, self.nonces, self.limits)
         if not self.single:
             return None
-        pids = self._answer.result(timeout=self.limits.start_timeout_s)
-        return _place_singles(self.parent, pids, cgroups)
+        placing = _Placing(self.parent, cgroups)
+        while True:
+            try:
+                news = self._news.get(timeout=self.limits.start_timeout_s)
+            except queue.Empty:
+                raise KernelStartError("the kernel did not answer the fork in time") from None
+            if news is None:
+                raise KernelStartError("the fork was given up")
+            if isinstance(news, int):
+                placing.place(news)
+            else:
+                return placing.finish(news)
+
+    def forked(self, pid: int) -> None:
+        """The kernel names a single copy it has just forked (its ``forked`` notification)."""
+        if not self._settled:
+            self._news.put(pid)
 
     def answered(self, pids: list[int]) -> None:
-        """The kernel forked: its answer, *pids*, names the copies (the preparing thread's cue)."""
-        self._answer.set_result(pids)
+        """The kernel forked: its answer, *pids*, names every copy (the preparing thread's cue)."""
+        self._settled = True
+        self._news.put(pids)
 
     async def open_channels(self) -> None:
         """Open a channel on the host end of each copy's socket pair."""
@@ -584,8 +610,9 @@ class _Forking:
 
     async def abandon(self) -> None:
         """Close and remove what no copy took (a closed gate turns its waiting copy away)."""
-        if not self._answer.done():  # the preparing thread waits for it no longer
-            self._answer.set_exception(KernelStartError("the fork was given up"))
+        if not self._settled:  # the preparing thread waits for it no longer
+            self._settled = True
+            self._news.put(None)
         call = self.call
         if call is not None and not call.cancelled():  # never left unretrieved on the channel
             if call.done():
@@ -692,7 +719,7 @@ def _find_copies(
     as they see themselves. A copy's runtime is its supervisor's only child at hello time
     (or that child's only child, when a middle process made an isolated copy's namespace).
     Raises KernelStartError when a copy is not where it must be. (A single copy is its own
-    supervisor: :func:`_place_singles` and :func:`_check_singles`.)
+    supervisor: :class:`_Placing`.)
     """
     found: list[tuple[int, int]] = []
     hosts = _supervisor_hosts(parent, supervisors)
@@ -706,19 +733,57 @@ def _find_copies(
     return found
 
 
-def _place_singles(
-    parent: int, pids: list[int], cgroups: list[Cgroup | None]
-) -> list[tuple[int, int]]:
-    """Single copies moved into their cgroups: each one's host pid and its own view of it.
+@final
+class _Placing:
+    """Single copies moved into their cgroups as the kernel names them (in a thread).
 
-    *pids* are the fork's answer, the forking runtime's view (a single copy says no hello):
-    only the forking runtime's own children can be named. A runtime whose answer lies can
-    only move its own processes between cgroups that all have its limits and go with its
-    sandbox: one kernel's processes, one trust domain (``kernel.fork``).
+    Each pid is the forking runtime's view, which is the copy's own (a single copy says no
+    hello): only that runtime's own children can be named. A runtime that lies can only move
+    its own processes between cgroups that all have its limits and go with its sandbox: one
+    kernel's processes, one trust domain (``kernel.fork``). The answer is the authority: a copy
+    it names that no ``forked`` did is placed then, and one named otherwise is refused.
     """
-    hosts = _supervisor_hosts(parent, pids)
-    _move_all(cgroups, hosts)
-    return [(host, (_ns_pids(host) or [-1])[-1]) for host in hosts]
+
+    def __init__(self, parent: int, cgroups: list[Cgroup | None]) -> None:
+        self.parent = parent
+        self.cgroups = cgroups
+        self.level = len(_ns_pids(parent)) - 1  # the kernel's PID namespace, from the host's
+        if self.level < 0:
+            raise KernelStartError("the forking kernel's runtime is gone")
+        self.named: list[int] = []
+        self.placed: list[tuple[int, int]] = []  # (host pid, its own view of its pid)
+        self._by_ns: dict[int, tuple[int, int]] = {}
+        self._seen: set[int] = set()
+
+    def place(self, pid: int) -> None:
+        """Move copy *pid*, the next one forked, into its cgroup."""
+        if len(self.named) == len(self.cgroups):
+            raise KernelStartError("the kernel named more copies than it was asked for")
+        host, own_view = self._host(pid)
+        _move_all([self.cgroups[len(self.named)]], [host])
+        self.named.append(pid)
+        self.placed.append((host, own_view))
+
+    def finish(self, answer: list[int]) -> list[tuple[int, int]]:
+        """Check the fork's *answer* against the copies placed, place the rest; all of them."""
+        if len(answer) != len(self.cgroups) or answer[: len(self.named)] != self.named:
+            raise KernelStartError("the fork's answer does not name the copies it forked")
+        for pid in answer[len(self.named) :]:
+            self.place(pid)
+        return self.placed
+
+    def _host(self, pid: int) -> tuple[int, int]:
+        if pid not in self._by_ns:
+            for kid in children(self.parent):
+                if kid not in self._seen:
+                    self._seen.add(kid)
+                    ns = _ns_pids(kid)
+                    if len(ns) > self.level:
+                        self._by_ns[ns[self.level]] = (kid, ns[-1])
+        found = self._by_ns.get(pid)
+        if found is None:
+            raise KernelStartError("a copy is not the forking kernel's child")
+        return found
 
 
 def _find_and_move(

@@ -42,8 +42,9 @@ class KernelFork:
             await core.ensure()
             assert core.backend is not None
             assert core.proc is not None
-            channel = core.channel
+            channel, router = core.channel, core.router
             assert channel is not None
+            assert router is not None
             family, member = forking.family_of(core.proc, core.backend.name)
             core.proc = member
             try:
@@ -55,6 +56,7 @@ class KernelFork:
                     n=n,
                     limits=core.limits,
                     hello=core.info,
+                    router=router,
                     tenants=tenants,
                     share=share,
                 )

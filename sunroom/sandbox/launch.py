@@ -30,10 +30,15 @@ from sunroom.sandbox.network import Egress
 @final
 @dataclass(eq=False)
 class Router:
-    """Routes a kernel's notifications: the hello to a future, output to ``on_output``."""
+    """Routes a kernel's notifications: the hello, output, and the copies a fork names.
+
+    The hello goes to a future, output to ``on_output``, each copy a fork names as the kernel
+    makes it (``forked``) to ``on_forked``, set only while a fork is asked for.
+    """
 
     hello: asyncio.Future[Any]
     on_output: Callable[[str, str], None] | None = None
+    on_forked: Callable[[int], None] | None = None
 
     def __call__(self, method: str, params: object) -> None:
         """Handle one notification (the channel calls this)."""
@@ -44,6 +49,10 @@ class Router:
                     self.on_output(name, text)
         elif method == "hello" and not self.hello.done():
             self.hello.set_result(params)
+        elif method == "forked" and self.on_forked is not None and isinstance(params, dict):
+            pid = params.get("pid")
+            if isinstance(pid, int):
+                self.on_forked(pid)
 
 
 @final

@@ -124,7 +124,11 @@ def test_notifications() -> None:
     for bad_hello in bad_hellos:
         with pytest.raises(WireError):
             schema.hello(bad_hello)
-    assert set(schema.NOTIFICATIONS) == {"hello", "stream"}
+    assert schema.forked({"pid": 12, "more": 1}) == {"pid": 12}
+    for bad_forked in ({}, {"pid": 0}, {"pid": "12"}, {"pid": True}, [12]):
+        with pytest.raises(WireError):
+            schema.forked(bad_forked)
+    assert set(schema.NOTIFICATIONS) == {"hello", "stream", "forked"}
 
 
 def test_fork_result() -> None:
