@@ -400,6 +400,7 @@ async def test_no_daemon_fails_closed_without_leaking_a_socket(
     tmp_path: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/no-daemon.sock")
+    gc.collect()  # an earlier test's garbage is not this start's: collected outside the check
     with warnings.catch_warnings():
         warnings.simplefilter("error", ResourceWarning)
         k = AsyncKernel(backend=DockerBackend())
