@@ -206,32 +206,32 @@ class BlockingChannel:
         *escape_surrogates*), so the host only ever receives valid UTF-8.
         """
         with self._send_lock:
-            last = message[-1]
-            if (
-                type(last) in _BLOBS
-                and isinstance(last, _BLOBS)
-                and memoryview(last).nbytes >= BIG_FRAME
-            ):
-                # a file chunk: written from where it is, behind a head framed here
-                parts = self._framer.frame_parts([*message[:-1], b""], [last])
-                if self._closed is not None:
-                    raise ConnectionError("the host connection is closed")
-                _send_parts(self._sock, parts)
-                return
-            data = self._framer.frame(message)  # one packer, used under the lock
+            self._send_holding_lock(message)
+
+    def _send_holding_lock(self, message: list[object]) -> None:
+        last = message[-1]
+        if (
+            type(last) in _BLOBS
+            and isinstance(last, _BLOBS)
+            and memoryview(last).nbytes >= BIG_FRAME
+        ):
+            # a file chunk: written from where it is, behind a head framed here
+            parts = self._framer.frame_parts([*message[:-1], b""], [last])
             if self._closed is not None:
                 raise ConnectionError("the host connection is closed")
-            self._sock.sendall(data)
+            _send_parts(self._sock, parts)
+            return
+        data = self._framer.frame(message)  # one packer, used under the lock
+        if self._closed is not None:
+            raise ConnectionError("the host connection is closed")
+        self._sock.sendall(data)
 
     def notify_holding_send_lock(self, method: str, params: object = None) -> None:
         """Send a notification while the caller holds :attr:`send_lock` (a fork, between forks).
 
         Raises ConnectionError when the connection is closed.
         """
-        data = self._framer.frame([2, method, params])
-        if self._closed is not None:
-            raise ConnectionError("the host connection is closed")
-        self._sock.sendall(data)
+        self._send_holding_lock([2, method, params])
 
     def notify(self, method: str, params: object = None) -> None:
         """Send a notification."""

@@ -691,22 +691,43 @@ def _ns_pids(pid: int) -> list[int]:
     return [pid]
 
 
+@final
+class _Children:
+    """The forking runtime's children, by their pids in its PID namespace (host pid, own view).
+
+    ``/proc`` is read again only for a pid not found yet, and only for children not seen yet.
+    """
+
+    def __init__(self, parent: int) -> None:
+        self.parent = parent
+        self.level = len(_ns_pids(parent)) - 1  # the kernel's PID namespace, from the host's
+        if self.level < 0:
+            raise KernelStartError("the forking kernel's runtime is gone")
+        self._by_ns: dict[int, tuple[int, int]] = {}
+        self._seen: set[int] = set()
+
+    def find(self, pid: int, what: str) -> tuple[int, int]:
+        """Child *pid*'s host pid and its own view of its pid; KernelStartError naming *what*."""
+        if pid not in self._by_ns:
+            for kid in children(self.parent):
+                if kid not in self._seen:
+                    self._seen.add(kid)
+                    ns = _ns_pids(kid)
+                    if len(ns) > self.level:
+                        self._by_ns[ns[self.level]] = (kid, ns[-1])
+        found = self._by_ns.get(pid)
+        if found is None:
+            raise KernelStartError(f"{what} is not the forking kernel's child")
+        return found
+
+
 def _supervisor_hosts(parent: int, supervisors: list[int]) -> list[int]:
     """The host pids of the copies' *supervisors* (as the forking runtime *parent* sees them).
 
     They are its children. Raises KernelStartError when one is not among them.
     """
-    level = len(_ns_pids(parent)) - 1
-    if level < 0:
-        raise KernelStartError("the forking kernel's runtime is gone")
-    by_ns = {}
-    for kid in children(parent):
-        ns = _ns_pids(kid)
-        if len(ns) > level:
-            by_ns[ns[level]] = kid
-    if any(pid not in by_ns for pid in supervisors):
-        raise KernelStartError("a copy's supervisor is not the forking kernel's child")
-    return [by_ns[pid] for pid in supervisors]
+    kids = _Children(parent)
+    return [kids.find(pid, "a copy's supervisor")[0] for pid in supervisors]
 
 
 def _find_copies(
@@ -745,21 +766,16 @@ class _Placing:
     """
 
     def __init__(self, parent: int, cgroups: list[Cgroup | None]) -> None:
-        self.parent = parent
         self.cgroups = cgroups
-        self.level = len(_ns_pids(parent)) - 1  # the kernel's PID namespace, from the host's
-        if self.level < 0:
-            raise KernelStartError("the forking kernel's runtime is gone")
+        self.children = _Children(parent)
         self.named: list[int] = []
         self.placed: list[tuple[int, int]] = []  # (host pid, its own view of its pid)
-        self._by_ns: dict[int, tuple[int, int]] = {}
-        self._seen: set[int] = set()
 
     def place(self, pid: int) -> None:
         """Move copy *pid*, the next one forked, into its cgroup."""
         if len(self.named) == len(self.cgroups):
             raise KernelStartError("the kernel named more copies than it was asked for")
-        host, own_view = self._host(pid)
+        host, own_view = self.children.find(pid, "a copy")
         _move_all([self.cgroups[len(self.named)]], [host])
         self.named.append(pid)
         self.placed.append((host, own_view))
@@ -771,19 +787,6 @@ class _Placing:
         for pid in answer[len(self.named) :]:
             self.place(pid)
         return self.placed
-
-    def _host(self, pid: int) -> tuple[int, int]:
-        if pid not in self._by_ns:
-            for kid in children(self.parent):
-                if kid not in self._seen:
-                    self._seen.add(kid)
-                    ns = _ns_pids(kid)
-                    if len(ns) > self.level:
-                        self._by_ns[ns[self.level]] = (kid, ns[-1])
-        found = self._by_ns.get(pid)
-        if found is None:
-            raise KernelStartError("a copy is not the forking kernel's child")
-        return found
 
 
 def _find_and_move(
