@@ -37,8 +37,19 @@ class Runtime:
     """One kernel: a namespace, an executor, output capture and the channel to the host."""
 
     def __init__(
-        self, sock: _socket.socket, *, nonce: str, max_frame: int, registry_fd: int | None = None
+        self,
+        sock: _socket.socket,
+        *,
+        nonce: str,
+        max_frame: int,
+        registry_fd: int | None = None,
+        ready_fd: int | None = None,
     ) -> None:
+        """Start serving on *sock*; says hello last (once *ready_fd*, if any, reads EOF).
+
+        *ready_fd* is the read end of a pipe whose writer is the kernel's watcher: it closes
+        it once this process's code can no longer trace it (:mod:`sunroom.prelude.watch`).
+        """
         self.max_frame = max_frame
         self.registry_fd = registry_fd  # the supervisor learns our copies' pids here
         # our copies (children, reaped by us): a single copy's pid -> its status pipe, or a
@@ -64,6 +75,8 @@ class Runtime:
         os.dup2(sys.stdin.fileno(), 0)
         self._sigint_handler = self._on_sigint  # one bound method, compared by identity
         _signal.signal(_signal.SIGINT, self._sigint_handler)
+        if ready_fd is not None:
+            _await_end(ready_fd)
         self.own_fds = open_fds()  # the runtime's own; any other was opened by a cell
         self._hello(nonce)
 
@@ -278,12 +291,31 @@ def _flush(stream: Any) -> None:
         pass
 
 
+def _await_end(fd: int) -> None:
+    """Read *fd* until its writer closes it (or dies), then close it."""
+    try:
+        while os.read(fd, 64):
+            pass
+    finally:
+        os.close(fd)
+
+
 def main(
-    fd: int, nonce: str, max_frame: int = DEFAULT_MAX_FRAME, *, registry_fd: int | None = None
+    fd: int,
+    nonce: str,
+    max_frame: int = DEFAULT_MAX_FRAME,
+    *,
+    registry_fd: int | None = None,
+    ready_fd: int | None = None,
 ) -> None:
-    """Run a kernel on inherited socket *fd*; returns when the host says shutdown or leaves."""
+    """Run a kernel on inherited socket *fd*; returns when the host says shutdown or leaves.
+
+    *registry_fd* and *ready_fd* as :class:`Runtime`'s.
+    """
     sock = _socket.socket(fileno=fd)
-    runtime = Runtime(sock, nonce=nonce, max_frame=max_frame, registry_fd=registry_fd)
+    runtime = Runtime(
+        sock, nonce=nonce, max_frame=max_frame, registry_fd=registry_fd, ready_fd=ready_fd
+    )
     threading.current_thread().name = "sunroom-kernel"
     runtime.serve()
     for stream in (sys.stdout, sys.stderr):

@@ -30,7 +30,14 @@ import time
 import msgpack
 
 from sunroom.prelude.prctl import PR_SET_CHILD_SUBREAPER, PR_SET_DUMPABLE, PR_SET_PDEATHSIG, prctl
-from sunroom.prelude.watch import descendants, on_term, registry_pair, supervise
+from sunroom.prelude.watch import (
+    become_compiled,
+    compiled,
+    descendants,
+    on_term,
+    registry_pair,
+    supervise,
+)
 
 __all__ = ["CHANNEL_ENV", "EXEC_FAILED", "GATE_CLOSED", "NO_WAY_OUT", "descendants", "main"]
 
@@ -86,7 +93,13 @@ def main(config_hex: str) -> None:
     and given to the host's proxy before the kernel starts, see :mod:`sunroom.prelude.egress`);
     ``close_fds`` (descriptors the launcher needed and the kernel must not keep, closed first);
     ``gate`` (wait for the host's ``go`` on stdin before making any process: see
-    :func:`_await_gate`).
+    :func:`_await_gate`); ``python_watch`` (watch the kernel in this process, with
+    :func:`~sunroom.prelude.watch.supervise`, even where the compiled watcher was built).
+
+    Once the runtime is forked, this process becomes the compiled watcher
+    (:func:`~sunroom.prelude.watch.become_compiled`) where it was built, so that an idle
+    kernel's second process holds a few pages instead of an interpreter; the runtime says
+    hello only once the watcher may no longer be traced.
     """
     config = msgpack.unpackb(bytes.fromhex(config_hex))
     for stray in config.get("close_fds", ()):  # the launcher's, not the kernel's (bwrap's pipes)
@@ -113,19 +126,25 @@ def main(config_hex: str) -> None:
     from sunroom.prelude import runtime  # import before fork: the kernel starts warm
 
     registry_r, registry_w = registry_pair()  # the runtime names its copies here
+    watcher = None if config.get("python_watch") else compiled()
+    ready_r, ready_w = os.pipe() if watcher is not None else (None, None)
     if config.get("gate"):
         _await_gate()  # the imports above ran while the host moved us into the cgroup
     kernel = os.fork()
     if kernel == 0:
         try:
             os.close(registry_r)
+            if ready_w is not None:
+                os.close(ready_w)
             prctl(PR_SET_DUMPABLE, 1)  # the runtime is the user's own process
             if status_fd is not None:
                 os.close(status_fd)
             _signal.signal(_signal.SIGTERM, _signal.SIG_DFL)
             _signal.signal(_signal.SIGINT, _signal.default_int_handler)
             _apply_rlimits(config.get("rlimits", {}))
-            runtime.main(fd, config["nonce"], config["max_frame"], registry_fd=registry_w)
+            runtime.main(
+                fd, config["nonce"], config["max_frame"], registry_fd=registry_w, ready_fd=ready_r
+            )
         except BaseException:
             import traceback
 
@@ -133,11 +152,20 @@ def main(config_hex: str) -> None:
         os._exit(1)
     os.close(fd)
     os.close(registry_w)
+    forward_sigint = bool(config.get("forward_sigint"))
+    if watcher is not None and ready_r is not None and ready_w is not None:
+        os.close(ready_r)
+        become_compiled(
+            watcher,
+            kernel,
+            status_fd=status_fd,
+            registry_fd=registry_r,
+            forward_sigint=forward_sigint,
+            ready_fd=ready_w,
+        )
+        os.close(ready_w)  # still here: this process watches, and the runtime may go on
     code = supervise(
-        kernel,
-        status_fd=status_fd,
-        registry_fd=registry_r,
-        forward_sigint=bool(config.get("forward_sigint")),
+        kernel, status_fd=status_fd, registry_fd=registry_r, forward_sigint=forward_sigint
     )
     sys.stdout.flush()
     os._exit(code)

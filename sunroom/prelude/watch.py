@@ -2,6 +2,12 @@
 
 :func:`supervise` is the loop of every supervisor (:mod:`sunroom.prelude.supervisor`, and a
 copy's own, :mod:`sunroom.prelude.forking`). Kernel side: standard library only.
+
+``watch.c`` beside this module is the same loop compiled (``sunroom-watch``, built by
+:mod:`sunroom.sandbox.watcher`): a kernel's supervisor replaces itself with it once it has
+forked the runtime (:func:`become_compiled`), so that the watcher of an idle kernel holds a
+few pages rather than a second interpreter's. The two carry out one contract, this module's
+docstrings; the conformance tests run both.
 """
 
 from __future__ import annotations
@@ -17,6 +23,66 @@ TYPE_CHECKING = False  # typing costs the kernel ~10 ms to import; annotations a
 if TYPE_CHECKING:
     import types
     from collections.abc import Callable
+
+
+COMPILED_NAME = "sunroom-watch"
+"""The compiled watcher's file name, beside this module."""
+
+
+def compiled() -> str | None:
+    """The compiled watcher's path when it was built and may be run here, else None."""
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), COMPILED_NAME)
+    return path if os.access(path, os.X_OK) else None
+
+
+WATCHED_SIGNALS = (_signal.SIGTERM, _signal.SIGINT, _signal.SIGCHLD)
+"""The signals the compiled watcher reads from a signalfd: blocked before the exec."""
+
+
+def become_compiled(
+    path: str,
+    kernel: int,
+    *,
+    status_fd: int | None,
+    registry_fd: int | None,
+    forward_sigint: bool,
+    ready_fd: int,
+) -> None:
+    """Replace this process with the compiled watcher at *path*; returns only if it cannot.
+
+    Arguments as :func:`supervise`'s; *ready_fd* is the write end of a pipe the runtime waits
+    on, which the watcher closes once it may no longer be traced (``PR_SET_DUMPABLE`` 0). The
+    watched signals are blocked first, so none is lost in the exec (a blocked signal stays
+    pending through it); a ``SIGTERM`` noted before that makes this return, for
+    :func:`supervise` to act on. When the exec fails, the reason goes to stderr (the
+    kernel's log), the mask is restored and the caller goes on with :func:`supervise`.
+    """
+    old = _signal.pthread_sigmask(_signal.SIG_BLOCK, WATCHED_SIGNALS)
+    if _STOP[0]:
+        _signal.pthread_sigmask(_signal.SIG_SETMASK, old)
+        return
+    fds = [fd for fd in (status_fd, registry_fd, ready_fd) if fd is not None]
+    for fd in fds:
+        os.set_inheritable(fd, True)
+    for stream in (sys.stdout, sys.stderr):
+        stream.flush()
+    argv = [
+        path,
+        str(kernel),
+        str(-1 if status_fd is None else status_fd),
+        str(-1 if registry_fd is None else registry_fd),
+        "1" if forward_sigint else "0",
+        str(ready_fd),
+    ]
+    try:
+        os.execv(path, argv)
+    except OSError as exc:
+        sys.stderr.write(
+            f"sunroom: the compiled watcher could not start ({exc.strerror or exc}); "
+            "the supervisor watches the kernel itself.\n"
+        )
+        sys.stderr.flush()
+    _signal.pthread_sigmask(_signal.SIG_SETMASK, old)
 
 
 def registry_pair() -> tuple[int, int]:

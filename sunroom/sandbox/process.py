@@ -28,6 +28,7 @@ from sunroom.sandbox.fdready import readable
 from sunroom.sandbox.identity import Identity, IdentityLease
 from sunroom.sandbox.limits import Limits
 from sunroom.sandbox.rundirs import make_rundir, remove_tree
+from sunroom.sandbox.watcher import watch_config
 
 log = logging.getLogger(__name__)
 
@@ -415,11 +416,13 @@ class LocalLaunch:
         lease: IdentityLease | None,
         *,
         supervisor_gates: bool = False,
+        watch: dict[str, object] | None = None,
     ) -> None:
         self.rundir = rundir
         self.cgroup = cgroup
         self.lease = lease
         self.supervisor_gates = supervisor_gates
+        self.watch = watch_config() if watch is None else watch  # the watcher's choice
         self.host_sock, self.kernel_sock = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         self.status_r, self.status_w = os.pipe()
 
@@ -447,6 +450,7 @@ class LocalLaunch:
         """
         cgroup = None
         try:
+            watch = watch_config()  # a bad choice is refused before anything is made
             if cgroups:
                 cgroup = await asyncio.to_thread(
                     Cgroup.create,
@@ -464,7 +468,7 @@ class LocalLaunch:
             if lease is not None:
                 lease.release()
             raise
-        return cls(rundir, cgroup, lease, supervisor_gates=supervisor_gates)
+        return cls(rundir, cgroup, lease, supervisor_gates=supervisor_gates, watch=watch)
 
     def make_workdir(self) -> Path:
         """Create ``<rundir>/work``, private to the kernel's uid (mode 0700)."""
@@ -512,6 +516,7 @@ class LocalLaunch:
             "nonce": nonce,
             "max_frame": limits.max_frame_bytes,
             "rlimits": limits.rlimits(),
+            **self.watch,
         }
         if self.cgroup is not None and self.supervisor_gates:
             config["gate"] = True  # the supervisor waits for the host's "go" on stdin

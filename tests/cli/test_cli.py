@@ -104,7 +104,8 @@ def test_exec_timeout_of_a_cell_that_ignores_sigint_restarts_no_kernel() -> None
         with contextlib.suppress(psutil.Error):
             for child in cli.children():
                 with contextlib.suppress(psutil.Error):
-                    if "sunroom.prelude.supervisor" in " ".join(child.cmdline()):
+                    line = " ".join(child.cmdline())
+                    if "sunroom.prelude.supervisor" in line or "sunroom-watch" in line:
                         kernels.add(child.pid)
         time.sleep(0.005)
     assert proc.stderr is not None and proc.stdout is not None

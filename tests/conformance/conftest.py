@@ -4,12 +4,20 @@ from __future__ import annotations
 
 import pytest
 
+from sunroom.sandbox.watcher import ENV_CHOICE
 from tests.conftest import _require, backends_under_test
 
 FORK_BACKENDS = backends_under_test(("subprocess", "bwrap", "docker"))
+PYTHON_WATCHED = [f"{b}+python-watcher" for b in FORK_BACKENDS if b in ("subprocess", "bwrap")]
+"""The same cases once more with the supervisor's Python watcher (``SUNROOM_WATCHER=python``):
+the compiled one (``watch.c``) and it carry out one contract (sunroom.prelude.watch)."""
 
 
-@pytest.fixture(params=FORK_BACKENDS)
-def fork_backend(request: pytest.FixtureRequest) -> str:
-    """The backends whose kernels fork (checked before any loop runs)."""
-    return _require(request.param)
+@pytest.fixture(params=FORK_BACKENDS + PYTHON_WATCHED)
+def fork_backend(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """The backends whose kernels fork (checked before any loop runs), each with the compiled
+    watcher and, for subprocess and bwrap, with the Python one too."""
+    name, _, watcher = str(request.param).partition("+")
+    if watcher:
+        monkeypatch.setenv(ENV_CHOICE, "python")
+    return _require(name)

@@ -83,10 +83,12 @@ def dist() -> Iterator[Path]:
     # build/ and the egg-info into the source directory, which other processes share
     source = out / "source"
     source.mkdir()
-    for name in ("pyproject.toml", "README.md"):
+    for name in ("pyproject.toml", "setup.py", "README.md"):
         shutil.copy2(CHECKOUT / name, source / name)
     shutil.copytree(
-        CHECKOUT / "sunroom", source / "sunroom", ignore=shutil.ignore_patterns("__pycache__")
+        CHECKOUT / "sunroom",
+        source / "sunroom",
+        ignore=shutil.ignore_patterns("__pycache__", "sunroom-watch"),  # the build makes its own
     )
     started = time.monotonic()
     proc = subprocess.run(

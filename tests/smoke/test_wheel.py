@@ -13,6 +13,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import tarfile
 import time
 import zipfile
 from pathlib import Path
@@ -56,6 +57,14 @@ def test_the_dists_hold_the_package_its_kernel_side_and_its_metadata(dist: Path)
         assert f"Provides-Extra: {extra}" in text, extra
     assert "Requires-Dist: docker" in text and 'extra == "docker"' in text
     assert sdist.stat().st_size > 0
+    # the compiled watcher: built into the wheel (executable), its source in both dists
+    watcher = zipfile.ZipFile(wheel).getinfo("sunroom/prelude/sunroom-watch")
+    assert (watcher.external_attr >> 16) & 0o777 == 0o755
+    assert "sunroom/prelude/watch.c" in names
+    with tarfile.open(sdist) as tar:
+        held = {m.name.split("/", 1)[1] for m in tar.getmembers() if "/" in m.name}
+    assert {"setup.py", "sunroom/prelude/watch.c"} <= held
+    assert "sunroom/prelude/sunroom-watch" not in held
 
 
 def test_a_core_install_runs_the_first_bwrap_kernel(core: Venv, workdir: Path) -> None:
@@ -84,7 +93,9 @@ def test_a_core_kernel_imports_no_extra(core: Venv, workdir: Path) -> None:
         "import sunroom\n"
         "with sunroom.Kernel() as k:\n"
         "    r = k.execute('sum(range(10))')\n"
-        "print(json.dumps({'value': r.value, 's': time.monotonic() - started,\n"
+        "    s = time.monotonic() - started\n"
+        "    w = k.execute('import os; open(f\"/proc/{os.getppid()}/cmdline\").read()')\n"
+        "print(json.dumps({'value': r.value, 's': s, 'watcher': w.value,\n"
         "    'file': sunroom.__file__,\n"
         "    'modules': sorted({m.split('.')[0] for m in sys.modules})}))\n"
     )
@@ -93,6 +104,7 @@ def test_a_core_kernel_imports_no_extra(core: Venv, workdir: Path) -> None:
     out = json.loads(proc.stdout)
     TIMINGS["import sunroom + first bwrap cell (python)"] = out["s"]
     assert out["value"] == "45"
+    assert "/sunroom/prelude/sunroom-watch\\x00" in out["watcher"], out["watcher"]  # the wheel's
     assert out["file"].startswith(str(core.root)), out["file"]
     assert not set(NOT_IN_A_KERNEL) & set(out["modules"])
 

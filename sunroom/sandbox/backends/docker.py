@@ -81,6 +81,7 @@ from sunroom.sandbox.network import NET_DIR
 from sunroom.sandbox.process import Companion, exec_config, make_ipc_dir
 from sunroom.sandbox.rundirs import make_rundir, remove_tree
 from sunroom.sandbox.seccomp import docker_profile
+from sunroom.sandbox.watcher import watch_config
 
 if TYPE_CHECKING:
     import docker  # type: ignore[import-untyped, unused-ignore]  # stubs: types-docker
@@ -242,6 +243,7 @@ class DockerBackend:
             "max_frame": limits.max_frame_bytes,
             "rlimits": limits.rlimits(),
             "forward_sigint": True,
+            **watch_config(),
         }
         env = kernel_env(Path(WORKDIR), spec.env)
         env[SITE_ENV] = KERNEL_SITE
@@ -416,6 +418,7 @@ class DockerBackend:
                 "docker kernels cannot isolate a template's forks from each other; only bwrap "
                 "forks a template's kernels (elsewhere each is started apart and runs the setup)"
             )
+        watch_config()  # a bad watcher choice is refused before anything is made
         client, owned = await asyncio.to_thread(self._connect)
         lease: IdentityLease | None = None
         ipc: Path | None = None

@@ -1,0 +1,166 @@
+"""The compiled watcher (``sunroom-watch``): chosen, untraceable, equal to the Python one.
+
+The fork conformance cases run with both watchers (tests/conformance/conftest.py); these
+check the choice itself, what the exec leaves behind, and the build.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import psutil
+import pytest
+
+from sunroom import AsyncKernel
+from sunroom.errors import UsageError
+from sunroom.prelude.watch import COMPILED_NAME as watch_module_name
+from sunroom.prelude.watch import WATCHED_SIGNALS, become_compiled
+from sunroom.sandbox.watcher import BUILT, COMPILED_NAME, ENV_CHOICE, build, stale
+from tests.conftest import _require, backends_under_test
+
+WATCHING = backends_under_test(("subprocess", "bwrap", "docker"))
+
+WHO_WATCHES = """
+import os
+parent = os.getppid()
+name = open(f"/proc/{parent}/cmdline").read().split("\\0")[0].rsplit("/", 1)[-1]
+try:
+    os.readlink(f"/proc/{parent}/exe")
+    traceable = True
+except PermissionError:
+    traceable = False
+(name, traceable)
+"""
+
+
+@pytest.fixture(params=WATCHING)
+def watching_backend(request: pytest.FixtureRequest) -> str:
+    return _require(str(request.param))
+
+
+@pytest.fixture
+def subprocess_backend() -> str:
+    return _require("subprocess")
+
+
+def test_the_checkout_has_the_watcher_built() -> None:
+    assert BUILT.name == COMPILED_NAME == watch_module_name
+    """scripts/setup.sh builds it; a missing or stale one here means kernels watch in Python."""
+    assert BUILT.is_file() and os.access(BUILT, os.X_OK), f"{BUILT} was not built"
+    assert not stale(), f"{BUILT} is older than watch.c: run scripts/setup.sh"
+
+
+@pytest.mark.usefixtures("no_process_left")
+async def test_a_kernel_is_watched_by_the_compiled_watcher_which_it_cannot_trace(
+    watching_backend: str,
+) -> None:
+    async with AsyncKernel(backend=watching_backend) as k:
+        r = await k.execute(WHO_WATCHES)
+        assert r.ok, r
+        assert r.value == f"({COMPILED_NAME!r}, False)"
+
+
+@pytest.mark.usefixtures("no_process_left")
+@pytest.mark.parametrize("choice", ["", "python"])
+async def test_either_watcher_reaps_a_daemon_and_reports_how_the_kernel_died(
+    choice: str, monkeypatch: pytest.MonkeyPatch, subprocess_backend: str
+) -> None:
+    monkeypatch.setenv(ENV_CHOICE, choice)
+    marker = f"sunroom-watcher-daemon-{choice}"
+    k = AsyncKernel(backend=subprocess_backend)
+    await k.start()
+    try:
+        r = await k.execute(WHO_WATCHES)
+        watcher = "python" if choice else COMPILED_NAME
+        assert r.value is not None and r.value.startswith(f"('{watcher}"), r
+        r = await k.execute(
+            "import os, time\n"
+            "if os.fork() == 0:\n"
+            "    os.setsid()\n"
+            "    if os.fork() == 0:\n"
+            f"        os.execv('/bin/sleep', [{marker!r}, '600'])\n"
+            "    os._exit(0)\n"
+            "time.sleep(0.3)\n"
+            "os.kill(os.getpid(), 9)"
+        )
+        assert r.status == "died", r
+        assert r.error is not None and "SIGKILL" in r.error.message, r
+    finally:
+        await k.aclose()
+    found = [
+        p for p in psutil.process_iter(["cmdline"]) if marker in " ".join(p.info["cmdline"] or [])
+    ]
+    _, alive = await asyncio.to_thread(psutil.wait_procs, found, timeout=10)
+    assert alive == []
+
+
+async def test_an_unknown_watcher_choice_is_refused(
+    monkeypatch: pytest.MonkeyPatch, subprocess_backend: str
+) -> None:
+    monkeypatch.setenv(ENV_CHOICE, "fast")
+    with pytest.raises(
+        UsageError, match="SUNROOM_WATCHER may only be 'python' \\(or unset\\), not 'fast'"
+    ):
+        await AsyncKernel(backend=subprocess_backend).start()
+
+
+def test_a_watcher_that_cannot_start_leaves_the_supervisor_watching(tmp_path: Path) -> None:
+    """An exec that fails returns, with the mask as it was and the reason on stderr."""
+    r, w = os.pipe()
+    err = tmp_path / "stderr"
+    child = os.fork()
+    if child == 0:  # pragma: no cover - the child reports through the pipe
+        try:
+            os.close(r)
+            sys.stderr = open(err, "w")  # noqa: SIM115 - the child ends with os._exit
+            before = signal.pthread_sigmask(signal.SIG_BLOCK, [])
+            become_compiled(
+                str(tmp_path / "missing"),
+                os.getpid(),
+                status_fd=None,
+                registry_fd=None,
+                forward_sigint=False,
+                ready_fd=w,
+            )
+            after = signal.pthread_sigmask(signal.SIG_BLOCK, [])
+            sys.stderr.flush()
+            os.write(w, b"back" if after == before else b"mask")
+        finally:
+            os._exit(0)
+    os.close(w)
+    with os.fdopen(r, "rb") as reader:
+        said = reader.read()
+    os.waitpid(child, 0)
+    assert said == b"back"
+    assert err.read_text() == (
+        "sunroom: the compiled watcher could not start (No such file or directory); "
+        "the supervisor watches the kernel itself.\n"
+    )
+    assert set(WATCHED_SIGNALS) == {signal.SIGTERM, signal.SIGINT, signal.SIGCHLD}
+
+
+def test_build_says_in_one_sentence_when_there_is_no_compiler(tmp_path: Path) -> None:
+    out = tmp_path / COMPILED_NAME
+    missing = tmp_path / "no-cc"
+    why = build(out, compiler=str(missing))
+    assert why == f"the C compiler {missing} could not be run (No such file or directory)"
+    assert not out.exists()
+    assert list(tmp_path.iterdir()) == []  # no half-written file left beside it
+
+
+def test_a_built_watcher_refuses_arguments_it_was_not_given_by_a_supervisor(
+    tmp_path: Path,
+) -> None:
+    out = tmp_path / COMPILED_NAME
+    assert build(out) is None
+    assert out.stat().st_mode & 0o777 == 0o755
+    for argv in ([], ["1", "2"], ["x", "-1", "-1", "0", "-1"], ["0", "-1", "-1", "0", "-1"]):
+        done = subprocess.run([str(out), *argv], capture_output=True, text=True, check=False)
+        assert done.returncode == 64, argv
+        assert done.stderr.startswith("sunroom-watch: usage: sunroom-watch KERNEL"), argv
+        assert done.stderr.count("\n") == 1
