@@ -58,7 +58,7 @@ def become_compiled(
     kernel's log), the mask is restored and the caller goes on with :func:`supervise`.
     """
     old = _signal.pthread_sigmask(_signal.SIG_BLOCK, WATCHED_SIGNALS)
-    if _STOP[0]:
+    if _stopping():
         _signal.pthread_sigmask(_signal.SIG_SETMASK, old)
         return
     fds = [fd for fd in (status_fd, registry_fd, ready_fd) if fd is not None]
@@ -83,6 +83,12 @@ def become_compiled(
         )
         sys.stderr.flush()
     _signal.pthread_sigmask(_signal.SIG_SETMASK, old)
+
+
+def _stopping() -> bool:
+    """Whether a ``SIGTERM`` was noted. A call, on purpose: the interpreter runs a Python
+    handler still pending (its signal came before the mask) when a function starts."""
+    return _STOP[0]
 
 
 def registry_pair() -> tuple[int, int]:
