@@ -86,8 +86,11 @@ def become_compiled(
 
 
 def _stopping() -> bool:
-    """Whether a ``SIGTERM`` was noted. A call, on purpose: the interpreter runs a Python
-    handler still pending (its signal came before the mask) when a function starts."""
+    """Whether a ``SIGTERM`` was noted.
+
+    A call, on purpose: the interpreter runs a Python handler still pending (its signal came
+    before the mask) when a function starts.
+    """
     return _STOP[0]
 
 

@@ -38,7 +38,7 @@ from sunroom.sandbox.backends.bwrap import (
     WORKDIR,
 )
 from sunroom.sandbox.backends.docker_process import DockerKernelProcess
-from sunroom.sandbox.cgroup import Cgroup
+from sunroom.sandbox.cgroup import Cgroup, cgroup_name
 from sunroom.sandbox.fdready import readable
 from sunroom.sandbox.launch import Ready, Router, check_hello
 from sunroom.sandbox.limits import Limits
@@ -814,7 +814,7 @@ def _cgroups_for(family: Family, nonces: list[str], limits: Limits) -> list[Cgro
     try:
         for nonce in nonces:
             cgroup = Cgroup.create(
-                f"sunroom-{nonce[:16]}",
+                cgroup_name(nonce),
                 memory_mb=limits.memory_mb,
                 pids=limits.pids,
                 cpu_quota=limits.cpu_quota,

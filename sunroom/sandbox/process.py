@@ -23,7 +23,7 @@ from sunroom.errors import KernelStartError
 from sunroom.prelude.watch import children, descendants
 from sunroom.sandbox import child
 from sunroom.sandbox.backend import IPC_TOKEN, PYTHON_TOKEN, ExecSpec, KernelProcessBase, Tenancy
-from sunroom.sandbox.cgroup import Cgroup
+from sunroom.sandbox.cgroup import Cgroup, cgroup_name, sweep_orphans_once
 from sunroom.sandbox.fdready import readable
 from sunroom.sandbox.identity import Identity, IdentityLease
 from sunroom.sandbox.limits import Limits
@@ -452,9 +452,10 @@ class LocalLaunch:
         try:
             watch = watch_config()  # a bad choice is refused before anything is made
             if cgroups:
+                await asyncio.to_thread(sweep_orphans_once)  # what killed hosts left
                 cgroup = await asyncio.to_thread(
                     Cgroup.create,
-                    f"sunroom-{nonce[:16]}",
+                    cgroup_name(nonce),
                     memory_mb=limits.memory_mb,
                     pids=limits.pids,
                     cpu_quota=limits.cpu_quota,
