@@ -45,10 +45,12 @@ class Runtime:
         registry_fd: int | None = None,
         ready_fd: int | None = None,
     ) -> None:
-        """Start serving on *sock*; says hello last (once *ready_fd*, if any, reads EOF).
+        """Start serving on *sock*; says hello last.
 
         *ready_fd* is the read end of a pipe whose writer is the kernel's watcher: it closes
         it once this process's code can no longer trace it (:mod:`sunroom.prelude.watch`).
+        No request is served (so no code of the kernel's runs) before it reads EOF; the
+        hello does not wait for it, so the watcher's start is not part of the kernel's.
         """
         self.max_frame = max_frame
         self.registry_fd = registry_fd  # the supervisor learns our copies' pids here
@@ -75,8 +77,7 @@ class Runtime:
         os.dup2(sys.stdin.fileno(), 0)
         self._sigint_handler = self._on_sigint  # one bound method, compared by identity
         _signal.signal(_signal.SIGINT, self._sigint_handler)
-        if ready_fd is not None:
-            _await_end(ready_fd)
+        self._watcher_ready = ready_fd  # waited on before the first request is served
         self.own_fds = open_fds()  # the runtime's own; any other was opened by a cell
         self._hello(nonce)
 
@@ -224,12 +225,21 @@ class Runtime:
                     req = self.channel.next_request()
                 except ConnectionError:
                     return
+                if self._watcher_ready is not None:
+                    self._await_watcher()
                 if req.method == "shutdown":
                     self.channel.respond(req.id, None, True)
                     return
                 self._handle(req)
             except KeyboardInterrupt:
                 continue  # a late interrupt landed between cells: nothing to stop
+
+    def _await_watcher(self) -> None:
+        """Wait until the watcher may no longer be traced (see :meth:`__init__`), once."""
+        fd, self._watcher_ready = self._watcher_ready, None
+        if fd is not None:
+            _await_end(fd)
+            self.own_fds = self.own_fds - {fd}
 
     def _handle(self, req: Request) -> None:
         handler = getattr(self, f"_do_{req.method}", None) or self.services.handler(req.method)

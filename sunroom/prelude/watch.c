@@ -17,7 +17,7 @@
  * runtime names its copies (see watch.py), or -1; FORWARD_SIGINT 1 to relay SIGINT to the
  * kernel, else 0 (SIGINT is then ignored); READY_FD a descriptor closed once this process
  * may no longer be traced or read by the kernel's code (PR_SET_DUMPABLE 0): the runtime
- * waits for its end before it says hello. SIGTERM, SIGINT and SIGCHLD arrive blocked (the
+ * waits for its end before it serves its first request. SIGTERM, SIGINT and SIGCHLD arrive blocked (the
  * supervisor blocks them before the exec) and are read from a signalfd.
  *
  * Standard C and Linux system calls only; built static by sunroom/sandbox/watcher.py.
@@ -58,9 +58,9 @@ static void pids_add(Pids *set, pid_t pid) {
         size_t cap = set->cap ? set->cap * 2 : 16;
         pid_t *grown = realloc(set->items, cap * sizeof *grown);
         if (grown == NULL) {
-            /* out of memory in a process of a few pages: stop everything rather than miss
-               a descendant (the host sees the kernel end) */
-            kill(0, SIGKILL);
+            /* out of memory in a process of a few pages: end, rather than miss a descendant;
+               the host sees the kernel end and empties its cgroup */
+            fputs("sunroom-watch: out of memory\n", stderr);
             _exit(70);
         }
         set->items = grown;
@@ -501,7 +501,7 @@ int main(int argc, char **argv) {
     registry_fd = (int)args[2];
     forward_sigint = args[3] != 0;
     prctl(PR_SET_DUMPABLE, 0, 0, 0, 0); /* the exec made us traceable again: not for long */
-    if (args[4] >= 0) close((int)args[4]); /* now the runtime may say hello */
+    if (args[4] >= 0) close((int)args[4]); /* now the runtime may serve requests */
     prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); /* kept across the exec; said again */
     signal(SIGPIPE, SIG_IGN);
     sigset_t mask;
