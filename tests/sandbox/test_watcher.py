@@ -39,7 +39,8 @@ except PermissionError:
 
 
 @pytest.fixture(params=WATCHING)
-def watching_backend(request: pytest.FixtureRequest) -> str:
+def watching_backend(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    monkeypatch.setenv(ENV_CHOICE, "compiled")
     return _require(str(request.param))
 
 
@@ -66,7 +67,7 @@ async def test_a_kernel_is_watched_by_the_compiled_watcher_which_it_cannot_trace
 
 
 @pytest.mark.usefixtures("no_process_left")
-@pytest.mark.parametrize("choice", ["", "python"])
+@pytest.mark.parametrize("choice", ["compiled", "python", ""])
 async def test_either_watcher_reaps_a_daemon_and_reports_how_the_kernel_died(
     choice: str, monkeypatch: pytest.MonkeyPatch, subprocess_backend: str
 ) -> None:
@@ -76,7 +77,7 @@ async def test_either_watcher_reaps_a_daemon_and_reports_how_the_kernel_died(
     await k.start()
     try:
         r = await k.execute(WHO_WATCHES)
-        watcher = "python" if choice else COMPILED_NAME
+        watcher = COMPILED_NAME if choice == "compiled" else "python"
         assert r.value is not None and r.value.startswith(f"('{watcher}"), r
         r = await k.execute(
             "import os, time\n"
@@ -104,7 +105,8 @@ async def test_an_unknown_watcher_choice_is_refused(
 ) -> None:
     monkeypatch.setenv(ENV_CHOICE, "fast")
     with pytest.raises(
-        UsageError, match="SUNROOM_WATCHER may only be 'python' \\(or unset\\), not 'fast'"
+        UsageError,
+        match="SUNROOM_WATCHER may be 'compiled' or 'python' \\(the default\\), not 'fast'",
     ):
         await AsyncKernel(backend=subprocess_backend).start()
 

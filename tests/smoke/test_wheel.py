@@ -88,7 +88,8 @@ def test_a_core_kernel_imports_no_extra(core: Venv, workdir: Path) -> None:
     tests/test_extras.py proves the same import list where every extra is installed."""
     script = workdir / "first.py"
     script.write_text(
-        "import json, sys, time\n"
+        "import json, os, sys, time\n"
+        "os.environ['SUNROOM_WATCHER'] = 'compiled'  # the wheel's watcher, chosen\n"
         "started = time.monotonic()\n"
         "import sunroom\n"
         "with sunroom.Kernel() as k:\n"
