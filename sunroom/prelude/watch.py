@@ -423,7 +423,8 @@ class _Registry:
                 self.sock = self.fd = None
                 return False
             head, _, workdir = data.decode("utf-8", "surrogateescape").partition("\t")
-            pid = int(head.strip()) if head.strip().isdigit() else None
+            head = head.strip()
+            pid = int(head) if head.isdigit() and len(head) < 10 else None  # pid_t, not beyond
             if pid is None:
                 for fd in fds:
                     os.close(fd)
