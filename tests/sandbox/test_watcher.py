@@ -22,6 +22,7 @@ from sunroom.prelude.watch import COMPILED_NAME as watch_module_name
 from sunroom.prelude.watch import WATCHED_SIGNALS, become_compiled
 from sunroom.sandbox.watcher import BUILT, COMPILED_NAME, ENV_CHOICE, build, stale
 from tests.conftest import _require, backends_under_test
+from tests.daemons import daemon_cell
 
 WATCHING = backends_under_test(("subprocess", "bwrap", "docker"))
 
@@ -79,16 +80,7 @@ async def test_either_watcher_reaps_a_daemon_and_reports_how_the_kernel_died(
         r = await k.execute(WHO_WATCHES)
         watcher = COMPILED_NAME if choice == "compiled" else "python"
         assert r.value is not None and r.value.startswith(f"('{watcher}"), r
-        r = await k.execute(
-            "import os, time\n"
-            "if os.fork() == 0:\n"
-            "    os.setsid()\n"
-            "    if os.fork() == 0:\n"
-            f"        os.execv('/bin/sleep', [{marker!r}, '600'])\n"
-            "    os._exit(0)\n"
-            "time.sleep(0.3)\n"
-            "os.kill(os.getpid(), 9)"
-        )
+        r = await k.execute(daemon_cell(marker, "os.kill(os.getpid(), 9)"))
         assert r.status == "died", r
         assert r.error is not None and "SIGKILL" in r.error.message, r
     finally:

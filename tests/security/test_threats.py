@@ -16,6 +16,7 @@ import psutil
 import pytest
 
 from sunroom import AsyncKernel, Limits, Network
+from tests.daemons import daemon_cell
 
 from .conftest import JAIL_LIMITS, Canaries
 
@@ -269,16 +270,7 @@ async def test_output_flood_and_forged_frames(jail: AsyncKernel, threat_backend:
 async def test_daemons_do_not_outlive_the_kernel(threat_backend: str) -> None:
     marker = "sunroom-daemon-marker-31337"
     async with AsyncKernel(backend=threat_backend) as k:
-        r = await k.execute(
-            "import os, time\n"
-            "if os.fork() == 0:\n"
-            "    os.setsid()\n"
-            "    if os.fork() == 0:\n"
-            f"        os.execv('/bin/sleep', [{marker!r}, '600'])\n"
-            "    os._exit(0)\n"
-            "time.sleep(0.3)\n"
-            "'spawned'"
-        )
+        r = await k.execute(daemon_cell(marker, "'spawned'"))
         assert r.ok
         found = [
             p
