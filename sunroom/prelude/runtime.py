@@ -237,9 +237,9 @@ class Runtime:
     def _await_watcher(self) -> None:
         """Wait until the watcher may no longer be traced (see :meth:`__init__`), once."""
         fd, self._watcher_ready = self._watcher_ready, None
-        if fd is not None:
-            _await_end(fd)
-            self.own_fds = self.own_fds - {fd}
+        assert fd is not None  # serve() calls this only while one is set
+        _await_end(fd)
+        self.own_fds = self.own_fds - {fd}
 
     def _handle(self, req: Request) -> None:
         handler = getattr(self, f"_do_{req.method}", None) or self.services.handler(req.method)

@@ -98,9 +98,9 @@ def main(config_hex: str) -> None:
 
     Once the runtime is forked, this process becomes the compiled watcher
     (:func:`~sunroom.prelude.watch.become_compiled`) where it was built and the host chose it
-    (``python_watch`` false), so that an idle
-    kernel's second process holds a few pages instead of an interpreter; the runtime serves
-    its first request only once the watcher may no longer be traced.
+    (``python_watch`` false), so that an idle kernel's second process holds a few pages
+    instead of an interpreter; the runtime serves its first request only once the watcher may
+    no longer be traced.
     """
     config = msgpack.unpackb(bytes.fromhex(config_hex))
     for stray in config.get("close_fds", ()):  # the launcher's, not the kernel's (bwrap's pipes)
