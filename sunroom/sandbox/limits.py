@@ -9,6 +9,11 @@ from typing import final
 from sunroom.errors import UsageError
 from sunroom.rpc.codec import DEFAULT_MAX_FRAME
 
+MIN_PIDS = 32
+"""The fewest processes and threads ``Limits.pids`` may allow. Measured needs to start and run a
+cell: 3 on subprocess and docker, 4 on bwrap, 16 for a Jupyter kernel (ipykernel's threads);
+the floor leaves a kernel room for a few threads of its own."""
+
 CELL_REQUEST_ROOM = 512
 """Bytes of an ``execute`` request frame besides the cell's source (its id, method, caps)."""
 
@@ -25,7 +30,8 @@ class Limits:
             always as ``RLIMIT_AS`` (address space) at ``memory_mb + address_space_slack_mb``.
         address_space_slack_mb: address space allowed beyond ``memory_mb`` for thread stacks and
             allocator arenas, which reserve far more than they use.
-        pids: most processes/threads the kernel's cgroup may hold (where a pids cgroup exists).
+        pids: most processes/threads the kernel's cgroup may hold (where a pids cgroup exists);
+            at least :data:`MIN_PIDS`.
         cpu_s: total CPU seconds of the kernel's lifetime (``RLIMIT_CPU``); None for no limit.
         cpu_quota: CPU cores the kernel may use at once (cgroup CPU quota); None for no limit.
         max_output_bytes: output kept per stream per cell (head + tail); the rest is dropped
@@ -86,6 +92,11 @@ class Limits:
                 raise UsageError(
                     f"Limits.{name} must be positive and finite or None, got {value!r}"
                 )
+        if self.pids < MIN_PIDS:
+            raise UsageError(
+                f"Limits.pids must be at least {MIN_PIDS}: a kernel needs a few processes and "
+                f"threads of its own to start, got {self.pids!r}"
+            )
         if self.address_space_slack_mb < 0:
             raise UsageError("Limits.address_space_slack_mb must be >= 0")
         if self.max_frame_bytes < 1024:

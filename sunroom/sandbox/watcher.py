@@ -38,7 +38,8 @@ def watch_config() -> dict[str, object]:
         from sunroom.errors import UsageError
 
         raise UsageError(
-            f"{ENV_CHOICE} may be 'compiled' or 'python' (the default), not {choice!r}"
+            f"{ENV_CHOICE}, which chooses each kernel's watcher, may be 'compiled' or 'python' "
+            f"(the default), not {choice!r}"
         )
     return {} if choice == "compiled" else {"python_watch": True}
 

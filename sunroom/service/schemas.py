@@ -17,7 +17,7 @@ import pydantic
 from sunroom.agent.approvals import DEFAULT_TIMEOUT_S, MAX_REASON_CHARS, MAX_TIMEOUT_S
 from sunroom.agent.budget import Budget
 from sunroom.agent.schema import JsonSchema
-from sunroom.sandbox.limits import Limits
+from sunroom.sandbox.limits import MIN_PIDS, Limits
 from sunroom.service.config import NetworkSpec
 
 __all__ = [
@@ -84,7 +84,7 @@ RANGES: Final[dict[str, tuple[float, float, str]]] = {
     "limits.timeout_s": (0.001, 86_400, "seconds"),
     "limits.memory_mb": (16, 1_048_576, "MiB"),
     "limits.cpu_s": (1, 604_800, "CPU seconds"),
-    "limits.pids": (1, 65_536, "processes"),
+    "limits.pids": (MIN_PIDS, 65_536, "processes"),
     "limits.max_output_bytes": (1, 2 * 1024 * 1024, "bytes"),
     "limits.max_display_bytes": (1, 8 * 1024 * 1024, "bytes"),
     "budget.max_model_calls": (1, 1_000_000, "calls"),

@@ -12,6 +12,7 @@ import pytest
 
 import sunroom
 from sunroom import AsyncKernel, Limits
+from sunroom.sandbox.limits import MIN_PIDS
 
 
 @pytest.fixture
@@ -393,3 +394,10 @@ async def test_every_process_of_the_kernel_is_in_its_cgroup(backend: str) -> Non
         assert len(tree) >= 3  # the launch, the runtime, the sleep (and bwrap's own)
         assert proc.host_pid in tree
         assert tree <= cgroup.pids()
+
+
+async def test_a_kernel_starts_and_runs_a_cell_at_the_fewest_pids_allowed(backend: str) -> None:
+    # MIN_PIDS is the schema's floor over HTTP too: every backend must start under it
+    async with AsyncKernel(backend=backend, limits=Limits(pids=MIN_PIDS)) as k:
+        r = await k.execute("import threading\nthreading.active_count()")
+        assert r.ok, r

@@ -98,7 +98,8 @@ async def test_an_unknown_watcher_choice_is_refused(
     monkeypatch.setenv(ENV_CHOICE, "fast")
     with pytest.raises(
         UsageError,
-        match="SUNROOM_WATCHER may be 'compiled' or 'python' \\(the default\\), not 'fast'",
+        match="SUNROOM_WATCHER, which chooses each kernel's watcher, may be 'compiled' or "
+        "'python' \\(the default\\), not 'fast'",
     ):
         await AsyncKernel(backend=subprocess_backend).start()
 

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 
 from sunroom.providers import Model, ScriptedModel
 from tests.service.conftest import Server, code
@@ -60,10 +61,12 @@ def test_concurrent_creations_all_succeed_and_every_kernel_starts(
 
 
 def test_a_kernel_that_does_not_start_is_told_in_the_log_and_frees_its_slot(
-    make_server: Callable[..., Server],
+    make_server: Callable[..., Server], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     server = make_server(lambda: ScriptedModel(["done"]), max_sessions=1)
-    r = server.client.post("/sessions", json={"task": "t", "limits": {"pids": 1}})
+    # a host misconfigured after the server started: the launch refuses, in the background
+    monkeypatch.setenv("SUNROOM_WATCHER", "bogus")
+    r = server.client.post("/sessions", json={"task": "t"})
     assert r.status_code == 201, r.text  # accepted: the kernel starts after the answer
     sid = r.json()["session_id"]
     body = server.client.get(f"/sessions/{sid}/result", params={"timeout": 60}).json()
@@ -74,6 +77,8 @@ def test_a_kernel_that_does_not_start_is_told_in_the_log_and_frees_its_slot(
     error = events[1]["data"]["error"]
     assert "kernel" in error and "\n" not in error, error  # one line
     assert str(ROOT) not in error and "Traceback" not in error, error  # no host path or trace
+    assert "SUNROOM_WATCHER" in error, error  # the cause, for the person who can fix it
+    monkeypatch.delenv("SUNROOM_WATCHER")
     r = server.client.post("/sessions", json={"task": "t"})  # its slot is free again
     assert r.status_code == 201, r.text
     body = server.client.get(

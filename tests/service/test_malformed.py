@@ -75,6 +75,8 @@ def test_an_invalid_output_schema_is_a_422(
         ("cpu_s", 1e30),
         ("cpu_s", -1),
         ("pids", 2**63),
+        ("pids", 1),  # no kernel starts with fewer than MIN_PIDS: a 422, not a 503
+        ("pids", 31),
         ("max_output_bytes", 1e30),
         ("max_output_bytes", 0),
         ("timeout_s", 1e300),
