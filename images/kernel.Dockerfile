@@ -20,10 +20,20 @@
 # sunroom-kernel:offline instead (see docs/docker.md).
 
 FROM python:3.11-slim AS build
+# a C compiler for the kernels' watcher (sunroom/prelude/watch.c; docs/design.md, "The watcher")
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends gcc libc6-dev \
+ && rm -rf /var/lib/apt/lists/*
 RUN pip install --no-cache-dir --no-compile --target /opt/sunroom/lib "msgpack>=1.0.8"
 COPY sunroom/__init__.py /opt/sunroom/lib/sunroom/__init__.py
 COPY sunroom/rpc/ /opt/sunroom/lib/sunroom/rpc/
 COPY sunroom/prelude/ /opt/sunroom/lib/sunroom/prelude/
+# built here, as setup.py builds it into the wheel (watcher.py only builds; it leaves the image)
+COPY sunroom/sandbox/watcher.py /opt/sunroom/lib/sunroom/sandbox/watcher.py
+RUN python3 -I -c "import importlib.util as u; \
+s = u.spec_from_file_location('watcher', '/opt/sunroom/lib/sunroom/sandbox/watcher.py'); \
+m = u.module_from_spec(s); s.loader.exec_module(m); raise SystemExit(m.main(['--force']))" \
+ && rm -rf /opt/sunroom/lib/sunroom/sandbox
 RUN find /opt/sunroom/lib -name '__pycache__' -prune -exec rm -rf {} + \
  && python3 -I -S -c "import sys; sys.path.insert(0, '/opt/sunroom/lib'); \
 import msgpack, sunroom.prelude.supervisor, sunroom.prelude.runtime" \

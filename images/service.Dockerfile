@@ -20,8 +20,12 @@ RUN apt-get update \
 WORKDIR /opt/sunroom-service
 COPY pyproject.toml README.md ./
 COPY sunroom/ sunroom/
-RUN pip install --no-cache-dir ".[service,postgres,otel,providers,docker]" \
- && rm -rf /opt/sunroom-service/sunroom /opt/sunroom-service/build
+# gcc and libc6-dev only while the install compiles the kernels' watcher (setup.py)
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends gcc libc6-dev \
+ && pip install --no-cache-dir ".[service,postgres,otel,providers,docker]" \
+ && apt-get purge -y --auto-remove gcc libc6-dev \
+ && rm -rf /var/lib/apt/lists/* /opt/sunroom-service/sunroom /opt/sunroom-service/build
 # The service runs as root inside its container: the bwrap backend leases an unprivileged uid to
 # each kernel (docs/security.md), and the docker backend drives the Docker socket (root-equivalent
 # anyway) and hands each kernel's socket directory to the kernel uid (chown).

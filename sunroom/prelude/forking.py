@@ -42,7 +42,13 @@ import threading
 
 from sunroom.prelude import isolation
 from sunroom.prelude.prctl import PR_SET_CHILD_SUBREAPER, PR_SET_DUMPABLE, prctl
-from sunroom.prelude.watch import registry_pair, status_word, supervise
+from sunroom.prelude.watch import (
+    become_compiled,
+    compiled,
+    registry_pair,
+    status_word,
+    supervise,
+)
 
 TYPE_CHECKING = False  # typing costs the kernel ~10 ms to import; annotations are lazy
 if TYPE_CHECKING:
@@ -91,6 +97,7 @@ if TYPE_CHECKING:
             workdir: str,
             registry_fd: int | None,
             inherited: list[int] | None = None,
+            ready_fd: int | None = None,
         ) -> None:
             """In a copy's runtime: take socket *fd* and its workdir, say hello (or not)."""
 
@@ -448,10 +455,12 @@ def _serve_copy(
     inherited: list[int] | None = None,
     *,
     hello: bool = True,
+    ready_fd: int | None = None,
 ) -> None:
     """A copy's runtime: take its socket and workdir, say hello and serve; never returns.
 
     Without *hello* it says none (a single copy: the fork's answer stands for it).
+    *ready_fd* as :class:`~sunroom.prelude.runtime.Runtime`'s.
     """
     try:
         runtime.become_copy(
@@ -460,6 +469,7 @@ def _serve_copy(
             workdir=spec["workdir"],
             registry_fd=registry_fd,
             inherited=inherited,
+            ready_fd=ready_fd,
         )
         runtime.serve()
         _flush()
@@ -545,18 +555,37 @@ def _copy_supervisor(
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         hangup = os.dup(sock_fd)
         registry_r, registry_w = registry_pair()
+        watcher = None if spec.get("python_watch") else compiled()
+        ready_r, ready_w = os.pipe() if watcher is not None else (None, None)
         kernel = os.fork()
         if kernel == 0:
             os.close(registry_r)
             os.close(status_fd)
             os.close(hangup)
-            _copy_runtime(runtime, spec, sock_fd, registry_w)
+            if ready_w is not None:
+                os.close(ready_w)
+            _copy_runtime(runtime, spec, sock_fd, registry_w, ready_r)
         os.close(sock_fd)
         os.close(registry_w)
+        # an isolated copy's workdir is its own tmpfs, gone with it
+        workdir = "" if isolated else str(spec["workdir"])
+        if watcher is not None and ready_r is not None and ready_w is not None:
+            os.close(ready_r)
+            become_compiled(  # as the kernel's supervisor does (sunroom.prelude.supervisor)
+                watcher,
+                kernel,
+                status_fd=status_fd,
+                registry_fd=registry_r,
+                forward_sigint=False,
+                ready_fd=ready_w,
+                hangup_fd=hangup,
+                workdir=workdir,
+            )
+            os.close(ready_w)  # still here: this process watches, and the runtime may go on
         code = supervise(kernel, status_fd=status_fd, registry_fd=registry_r, hangup_fd=hangup)
-        if not isolated:  # an isolated copy's workdir is its own tmpfs, gone with it
+        if workdir:
             with contextlib.suppress(OSError):
-                shutil.rmtree(spec["workdir"])
+                shutil.rmtree(workdir)
     except BaseException:
         import traceback
 
@@ -565,8 +594,18 @@ def _copy_supervisor(
         os._exit(code)
 
 
-def _copy_runtime(runtime: Runtime, spec: dict[str, Any], sock_fd: int, registry_fd: int) -> None:
-    """The copy's runtime: takes its socket and workdir, says hello, serves; never returns."""
+def _copy_runtime(
+    runtime: Runtime,
+    spec: dict[str, Any],
+    sock_fd: int,
+    registry_fd: int,
+    ready_fd: int | None = None,
+) -> None:
+    """The copy's runtime: takes its socket and workdir, says hello, serves; never returns.
+
+    With *ready_fd* (its supervisor becomes the compiled watcher) it serves its first request
+    only once that pipe has ended, as a kernel's runtime does.
+    """
     try:
         # a kernel's runtime is the user's own process; a tenant's stays not dumpable (no
         # core, /proc/self/environ closed to it too), like its supervisor
@@ -581,4 +620,4 @@ def _copy_runtime(runtime: Runtime, spec: dict[str, Any], sock_fd: int, registry
 
         traceback.print_exc()
         os._exit(1)
-    _serve_copy(runtime, spec, sock_fd, registry_fd)
+    _serve_copy(runtime, spec, sock_fd, registry_fd, ready_fd=ready_fd)

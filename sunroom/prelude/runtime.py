@@ -154,6 +154,7 @@ class Runtime:
         workdir: str,
         registry_fd: int | None,
         inherited: list[int] | None = None,
+        ready_fd: int | None = None,
     ) -> None:
         """In a copy's runtime: take socket *fd* and the workdir :meth:`make_workdir` made.
 
@@ -187,6 +188,9 @@ class Runtime:
         self.own_fds = self.own_fds | {fd, self.out.fd, self.err.fd}
         if registry_fd is not None:
             self.own_fds = self.own_fds | {registry_fd}
+        if ready_fd is not None:  # its supervisor becomes the compiled watcher (__init__)
+            self._watcher_ready = ready_fd
+            self.own_fds = self.own_fds | {ready_fd}
         # one copy warms up while nothing waits for it (else the first request is here: serve
         # it now); copies forked in a batch do not, their warm-ups would take the CPU that
         # the parent's next forks and their siblings' starts need (32 at once: ~4 ms sooner)

@@ -97,8 +97,8 @@ def main(config_hex: str) -> None:
     :func:`~sunroom.prelude.watch.supervise`, even where the compiled watcher was built).
 
     Once the runtime is forked, this process becomes the compiled watcher
-    (:func:`~sunroom.prelude.watch.become_compiled`) where it was built and the host chose it
-    (``python_watch`` false), so that an idle kernel's second process holds a few pages
+    (:func:`~sunroom.prelude.watch.become_compiled`) where it was built, unless the host chose
+    Python (``python_watch``), so that an idle kernel's second process holds a few pages
     instead of an interpreter; the runtime serves its first request only once the watcher may
     no longer be traced.
     """

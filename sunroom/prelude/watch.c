@@ -9,7 +9,7 @@
  * supervisor set before the exec: it is a child subreaper, its parent-death signal, its
  * uid, namespaces and cgroup.
  *
- *   sunroom-watch KERNEL STATUS_FD REGISTRY_FD FORWARD_SIGINT READY_FD
+ *   sunroom-watch KERNEL STATUS_FD REGISTRY_FD FORWARD_SIGINT READY_FD HANGUP_FD WORKDIR
  *
  * KERNEL is the runtime's pid (our child); STATUS_FD a pipe for the kernel's exit status
  * ("exit:N", "signal:N" or "terminated"), or -1, in which case the kernel's exit status
@@ -17,8 +17,11 @@
  * runtime names its copies (see watch.py), or -1; FORWARD_SIGINT 1 to relay SIGINT to the
  * kernel, else 0 (SIGINT is then ignored); READY_FD a descriptor closed once this process
  * may no longer be traced or read by the kernel's code (PR_SET_DUMPABLE 0): the runtime
- * waits for its end before it serves its first request. SIGTERM, SIGINT and SIGCHLD arrive blocked (the
- * supervisor blocks them before the exec) and are read from a signalfd.
+ * waits for its end before it serves its first request; HANGUP_FD a copy's socket, or -1:
+ * when the host hangs up on it the kernel is killed (it may be stuck in a cell); WORKDIR a
+ * directory removed once everything has ended, or "" (a copy's workdir, where it is not the
+ * copy's own tmpfs). SIGTERM, SIGINT and SIGCHLD arrive blocked (the supervisor blocks them
+ * before the exec) and are read from a signalfd.
  *
  * Standard C and Linux system calls only; built static by sunroom/sandbox/watcher.py.
  */
@@ -217,7 +220,7 @@ typedef struct {
 } Owned;
 
 static pid_t kernel;
-static int status_fd = -1, registry_fd = -1, forward_sigint = 0, signal_fd = -1;
+static int status_fd = -1, registry_fd = -1, forward_sigint = 0, signal_fd = -1, hangup_fd = -1;
 static Pids copies;
 static Owned owned[MAX_OWNED];
 static size_t owned_len;
@@ -453,17 +456,26 @@ static void on_signals(void) {
     }
 }
 
-/* Wait (at most a second) for a signal, a registry message or an owned copy's end. */
+/* Wait (at most a second) for a signal, a registry message, the host's hangup or an owned
+   copy's end. */
 static void wait_once(void) {
-    struct pollfd fds[2 + MAX_OWNED];
+    struct pollfd fds[3 + MAX_OWNED];
     nfds_t n = 0;
     fds[n++] = (struct pollfd){signal_fd, POLLIN, 0};
+    nfds_t registry_at = registry_fd >= 0 ? n : 0;
     if (registry_fd >= 0) fds[n++] = (struct pollfd){registry_fd, POLLIN, 0};
+    nfds_t hangup_at = hangup_fd >= 0 ? n : 0;
+    if (hangup_fd >= 0) fds[n++] = (struct pollfd){hangup_fd, 0, 0}; /* POLLHUP, POLLERR */
     nfds_t first_copy = n;
     for (size_t i = 0; i < owned_len; i++) fds[n++] = (struct pollfd){owned[i].pidfd, POLLIN, 0};
     if (poll(fds, n, 1000) <= 0) return;
     if (fds[0].revents) on_signals();
-    if (first_copy > 1 && fds[1].revents) drain_registry();
+    if (registry_at && fds[registry_at].revents) drain_registry();
+    if (hangup_at && fds[hangup_at].revents) { /* the host closed the copy or died: end it */
+        close(hangup_fd);
+        hangup_fd = -1;
+        if (status[0] == '\0') kill(kernel, SIGKILL);
+    }
     for (nfds_t i = first_copy; i < n; i++) {
         if (!fds[i].revents) continue;
         reap(); /* an owned copy ended; if it is our child, reap() has it */
@@ -487,12 +499,13 @@ static int number(const char *text, long low, long *out) {
 }
 
 int main(int argc, char **argv) {
-    long args[5];
-    if (argc != 6 || number(argv[1], 1, &args[0]) || number(argv[2], -1, &args[1]) ||
+    long args[6];
+    if (argc != 8 || number(argv[1], 1, &args[0]) || number(argv[2], -1, &args[1]) ||
         number(argv[3], -1, &args[2]) || number(argv[4], 0, &args[3]) ||
-        number(argv[5], -1, &args[4])) {
+        number(argv[5], -1, &args[4]) || number(argv[6], -1, &args[5]) ||
+        (argv[7][0] != '\0' && argv[7][0] != '/')) {
         fputs("sunroom-watch: usage: sunroom-watch KERNEL STATUS_FD REGISTRY_FD FORWARD_SIGINT "
-              "READY_FD (started by the kernel's supervisor, never by hand)\n",
+              "READY_FD HANGUP_FD WORKDIR (started by a kernel's supervisor, never by hand)\n",
               stderr);
         return USAGE_EXIT;
     }
@@ -500,6 +513,8 @@ int main(int argc, char **argv) {
     status_fd = (int)args[1];
     registry_fd = (int)args[2];
     forward_sigint = args[3] != 0;
+    hangup_fd = (int)args[5];
+    const char *workdir = argv[7];
     prctl(PR_SET_DUMPABLE, 0, 0, 0, 0); /* the exec made us traceable again: not for long */
     if (args[4] >= 0) close((int)args[4]); /* now the runtime may serve requests */
     prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); /* kept across the exec; said again */
@@ -525,5 +540,6 @@ int main(int argc, char **argv) {
     sweep(NULL, 0, reaped_copy); /* a kernel killed here was "terminated" */
     while (owned_len > 0) gone(owned[owned_len - 1].pid);
     if (status[0] == '\0') report(status_fd, "terminated");
+    remove_tree(workdir); /* a copy's workdir, after its status (as the Python supervisor) */
     return status_fd >= 0 ? 0 : exit_code;
 }

@@ -47,21 +47,27 @@ def become_compiled(
     registry_fd: int | None,
     forward_sigint: bool,
     ready_fd: int,
+    hangup_fd: int | None = None,
+    workdir: str = "",
 ) -> None:
     """Replace this process with the compiled watcher at *path*; returns only if it cannot.
 
     Arguments as :func:`supervise`'s; *ready_fd* is the write end of a pipe the runtime waits
-    on, which the watcher closes once it may no longer be traced (``PR_SET_DUMPABLE`` 0). The
+    on, which the watcher closes once it may no longer be traced (``PR_SET_DUMPABLE`` 0);
+    *workdir* (a copy's, absolute, or empty) is removed once everything has ended, as a
+    copy's Python supervisor removes it after :func:`supervise`. The
     watched signals are blocked first, so none is lost in the exec (a blocked signal stays
     pending through it); a ``SIGTERM`` noted before that makes this return, for
     :func:`supervise` to act on. When the exec fails, the reason goes to stderr (the
     kernel's log), the mask is restored and the caller goes on with :func:`supervise`.
     """
+    if workdir and not workdir.startswith("/"):  # the watcher would refuse it, unwatched
+        return
     old = _signal.pthread_sigmask(_signal.SIG_BLOCK, WATCHED_SIGNALS)
     if _stopping():
         _signal.pthread_sigmask(_signal.SIG_SETMASK, old)
         return
-    fds = [fd for fd in (status_fd, registry_fd, ready_fd) if fd is not None]
+    fds = [fd for fd in (status_fd, registry_fd, ready_fd, hangup_fd) if fd is not None]
     for fd in fds:
         os.set_inheritable(fd, True)
     for stream in (sys.stdout, sys.stderr):
@@ -73,6 +79,8 @@ def become_compiled(
         str(-1 if registry_fd is None else registry_fd),
         "1" if forward_sigint else "0",
         str(ready_fd),
+        str(-1 if hangup_fd is None else hangup_fd),
+        workdir,
     ]
     try:
         os.execv(path, argv)

@@ -44,6 +44,7 @@ from sunroom.sandbox.launch import Ready, Router, check_hello
 from sunroom.sandbox.limits import Limits
 from sunroom.sandbox.process import SupervisedProcess, describe_status, innermost_pid
 from sunroom.sandbox.seccomp import compile_bpf
+from sunroom.sandbox.watcher import watch_config
 
 log = logging.getLogger(__name__)
 
@@ -506,17 +507,26 @@ class _Forking:
     def describe(
         self, forks_dir: str, tenants: list[int | None] | None, share: int
     ) -> list[dict[str, object]]:
-        """What the kernel is told of each copy: its nonce, workdir and isolation."""
+        """What the kernel is told of each copy: its nonce, workdir, isolation and watcher.
+
+        The watcher (``python_watch``) is for a copy with a supervisor of its own: the host's
+        choice, as for a kernel (:func:`~sunroom.sandbox.watcher.watch_config`).
+        """
         copies: list[dict[str, object]] = []
+        watch = watch_config()
         for i, nonce in enumerate(self.nonces):
             if tenants is None:
-                copy: dict[str, object] = {"nonce": nonce, "workdir": f"{forks_dir}/{nonce[:16]}"}
+                copy: dict[str, object] = {
+                    "nonce": nonce,
+                    "workdir": f"{forks_dir}/{nonce[:16]}",
+                    **watch,
+                }
                 if self.single:
                     copy["single"] = True
                 copies.append(copy)
             else:
                 isolate = _isolation(tenants[i], share)
-                copies.append({"nonce": nonce, "workdir": WORKDIR, "isolate": isolate})
+                copies.append({"nonce": nonce, "workdir": WORKDIR, "isolate": isolate, **watch})
         return copies
 
     async def ask(self, channel: Channel, copies: list[dict[str, object]]) -> list[int]:

@@ -1,14 +1,13 @@
 """The compiled watcher (``sunroom-watch``): building it, and choosing it for a kernel.
 
 Every kernel's supervisor forks the runtime and then watches it to its end
-(:mod:`sunroom.prelude.watch`). With ``SUNROOM_WATCHER=compiled`` in the host's environment,
-and where ``sunroom/prelude/sunroom-watch`` was built, the supervisor replaces itself with it,
-a static C program of a few pages built from ``watch.c``; an idle kernel then holds one
-interpreter instead of two (docs/design.md, "The watcher"). The wheel carries it, built by
-``setup.py``; a checkout builds it with ``scripts/setup.sh``. By default (unset, or
-``python``) the supervisor watches in Python: the same contract, the same tests, about 1.8 MB
-more per kernel. It is not the default yet: one replica test fails more often with it, for a
-reason not yet found (docs/status.md).
+(:mod:`sunroom.prelude.watch`). Where ``sunroom/prelude/sunroom-watch`` was built, the
+supervisor then replaces itself with it, a static C program of a few pages built from
+``watch.c``; an idle kernel then holds one interpreter instead of two (docs/design.md, "The
+watcher"). The wheel carries it, built by ``setup.py``; a checkout builds it with
+``scripts/setup.sh``. Where it was not built (no C compiler at install), or with
+``SUNROOM_WATCHER=python`` in the host's environment, the supervisor watches in Python: the
+same contract, the same tests, about 1.8 MB more per kernel.
 """
 
 from __future__ import annotations
@@ -38,10 +37,10 @@ def watch_config() -> dict[str, object]:
         from sunroom.errors import UsageError
 
         raise UsageError(
-            f"{ENV_CHOICE}, which chooses each kernel's watcher, may be 'compiled' or 'python' "
-            f"(the default), not {choice!r}"
+            f"{ENV_CHOICE}, which chooses each kernel's watcher, may be 'compiled' (the "
+            f"default) or 'python', not {choice!r}"
         )
-    return {} if choice == "compiled" else {"python_watch": True}
+    return {"python_watch": True} if choice == "python" else {}
 
 
 def build(out: Path, *, compiler: str | None = None) -> str | None:

@@ -6,6 +6,7 @@ check the choice itself, what the exec leaves behind, and the build.
 
 from __future__ import annotations
 
+import ast
 import asyncio
 import os
 import signal
@@ -16,7 +17,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from sunroom import AsyncKernel
+from sunroom import AsyncKernel, Template
 from sunroom.errors import UsageError
 from sunroom.prelude.watch import COMPILED_NAME as watch_module_name
 from sunroom.prelude.watch import WATCHED_SIGNALS, become_compiled
@@ -41,7 +42,7 @@ except PermissionError:
 
 @pytest.fixture(params=WATCHING)
 def watching_backend(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    monkeypatch.setenv(ENV_CHOICE, "compiled")
+    monkeypatch.delenv(ENV_CHOICE, raising=False)  # the default
     return _require(str(request.param))
 
 
@@ -67,6 +68,58 @@ async def test_a_kernel_is_watched_by_the_compiled_watcher_which_it_cannot_trace
         assert r.value == f"({COMPILED_NAME!r}, False)"
 
 
+COPY_WATCHED = """
+import os
+parent = os.getppid()
+name = open(f"/proc/{parent}/cmdline").read().split("\\0")[0].rsplit("/", 1)[-1]
+try:
+    os.readlink(f"/proc/{parent}/exe")
+    traceable = True
+except PermissionError:
+    traceable = False
+(name, traceable, os.path.isdir(os.getcwd()))
+"""
+
+
+@pytest.mark.usefixtures("no_process_left")
+@pytest.mark.parametrize("choice", ["", "python"])
+async def test_a_template_tenant_is_watched_by_the_chosen_watcher_which_it_cannot_trace(
+    choice: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A bwrap tenant has a supervisor of its own: the watcher the host chose, untraceable."""
+    backend = _require("bwrap")
+    monkeypatch.setenv(ENV_CHOICE, choice)
+    async with Template(setup="x = 1", backend=backend) as template:
+        k = await template.kernel()
+        try:
+            r = await k.execute(COPY_WATCHED)
+            assert r.ok and r.value is not None, r
+            name, traceable, cwd = ast.literal_eval(r.value)
+            assert name.startswith("python") if choice == "python" else name == COMPILED_NAME, r
+            assert (traceable, cwd) == (False, True), r
+        finally:
+            await k.aclose()
+
+
+@pytest.mark.usefixtures("no_process_left")
+async def test_a_docker_copy_is_watched_by_the_compiled_watcher_that_removes_its_workdir() -> None:
+    """A docker copy has a supervisor of its own; it removes the copy's workdir at the end."""
+    backend = _require("docker")
+    async with AsyncKernel(backend=backend) as k:
+        (copy,) = await k.fork()
+        try:
+            r = await copy.execute(COPY_WATCHED)
+            assert r.ok and r.value == f"({COMPILED_NAME!r}, False, True)", r
+            here = (await copy.execute("import os; os.getcwd()")).value
+            assert here is not None and here != (await k.execute("import os; os.getcwd()")).value
+        finally:
+            await copy.aclose()
+        deadline = asyncio.get_running_loop().time() + 10
+        while (await k.execute(f"os.path.exists({here})")).value != "False":
+            assert asyncio.get_running_loop().time() < deadline, f"{here} was not removed"
+            await asyncio.sleep(0.05)
+
+
 @pytest.mark.usefixtures("no_process_left")
 @pytest.mark.parametrize("choice", ["compiled", "python", ""])
 async def test_either_watcher_reaps_a_daemon_and_reports_how_the_kernel_died(
@@ -78,7 +131,7 @@ async def test_either_watcher_reaps_a_daemon_and_reports_how_the_kernel_died(
     await k.start()
     try:
         r = await k.execute(WHO_WATCHES)
-        watcher = COMPILED_NAME if choice == "compiled" else "python"
+        watcher = "python" if choice == "python" else COMPILED_NAME
         assert r.value is not None and r.value.startswith(f"('{watcher}"), r
         r = await k.execute(daemon_cell(marker, "os.kill(os.getpid(), 9)"))
         assert r.status == "died", r
@@ -98,8 +151,8 @@ async def test_an_unknown_watcher_choice_is_refused(
     monkeypatch.setenv(ENV_CHOICE, "fast")
     with pytest.raises(
         UsageError,
-        match="SUNROOM_WATCHER, which chooses each kernel's watcher, may be 'compiled' or "
-        "'python' \\(the default\\), not 'fast'",
+        match="SUNROOM_WATCHER, which chooses each kernel's watcher, may be 'compiled' \\(the "
+        "default\\) or 'python', not 'fast'",
     ):
         await AsyncKernel(backend=subprocess_backend).start()
 
@@ -154,7 +207,15 @@ def test_a_built_watcher_refuses_arguments_it_was_not_given_by_a_supervisor(
     out = tmp_path / COMPILED_NAME
     assert build(out) is None
     assert out.stat().st_mode & 0o777 == 0o755
-    for argv in ([], ["1", "2"], ["x", "-1", "-1", "0", "-1"], ["0", "-1", "-1", "0", "-1"]):
+    for argv in (
+        [],
+        ["1", "2"],
+        ["x", "-1", "-1", "0", "-1", "-1", ""],
+        ["0", "-1", "-1", "0", "-1", "-1", ""],
+        ["1", "-1", "-1", "0", "-1"],  # no hangup fd nor workdir
+        ["1", "-1", "-1", "0", "-1", "x", ""],
+        ["1", "-1", "-1", "0", "-1", "-1", "relative/workdir"],
+    ):
         done = subprocess.run([str(out), *argv], capture_output=True, text=True, check=False)
         assert done.returncode == 64, argv
         assert done.stderr.startswith("sunroom-watch: usage: sunroom-watch KERNEL"), argv
