@@ -10,8 +10,10 @@ import ast
 import asyncio
 import os
 import signal
+import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import psutil
@@ -190,6 +192,61 @@ def test_a_watcher_that_cannot_start_leaves_the_supervisor_watching(tmp_path: Pa
         "the supervisor watches the kernel itself.\n"
     )
     assert set(WATCHED_SIGNALS) == {signal.SIGTERM, signal.SIGINT, signal.SIGCHLD}
+
+
+def test_the_compiled_watcher_ends_a_copy_whose_host_hung_up_and_removes_its_workdir(
+    tmp_path: Path,
+) -> None:
+    """A copy's watcher: the host's end of its socket closes, the runtime is killed (it may be
+    stuck in a cell that ignores SIGINT), its status is said, then its workdir is removed."""
+    workdir = tmp_path / "copy"
+    (workdir / "sub").mkdir(parents=True)
+    (workdir / "sub" / "file").write_text("x")
+    host_end, copy_end = socket.socketpair()
+    status_r, status_w = os.pipe()
+    ready_r, ready_w = os.pipe()
+    watcher = os.fork()
+    if watcher == 0:  # pragma: no cover - it becomes the watcher
+        try:
+            host_end.close()
+            os.close(status_r)
+            os.close(ready_r)
+            runtime = os.fork()
+            if runtime == 0:  # holds none of its watcher's ends, as a copy's runtime
+                os.close(ready_w)
+                os.close(status_w)
+                copy_end.close()
+                signal.signal(signal.SIGINT, signal.SIG_IGN)
+                signal.pthread_sigmask(signal.SIG_UNBLOCK, WATCHED_SIGNALS)
+                time.sleep(60)
+                os._exit(0)
+            become_compiled(
+                str(BUILT),
+                runtime,
+                status_fd=status_w,
+                registry_fd=None,
+                forward_sigint=False,
+                ready_fd=ready_w,
+                hangup_fd=copy_end.fileno(),
+                workdir=str(workdir),
+            )
+        finally:
+            os._exit(3)
+    copy_end.close()
+    os.close(status_w)
+    os.close(ready_w)
+    try:
+        assert os.read(ready_r, 1) == b""  # the watcher is up, not dumpable
+        assert workdir.is_dir()
+        host_end.close()  # the host hangs up
+        with os.fdopen(status_r, "rb") as reader:
+            said = reader.read()  # to the end: the watcher has exited
+    finally:
+        os.close(ready_r)
+        _, code = os.waitpid(watcher, 0)
+    assert said == b"signal:9"
+    assert os.waitstatus_to_exitcode(code) == 0
+    assert not workdir.exists()
 
 
 def test_build_says_in_one_sentence_when_there_is_no_compiler(tmp_path: Path) -> None:
