@@ -70,17 +70,10 @@ async def test_a_kernel_is_watched_by_the_compiled_watcher_which_it_cannot_trace
         assert r.value == f"({COMPILED_NAME!r}, False)"
 
 
-COPY_WATCHED = """
-import os
-parent = os.getppid()
-name = open(f"/proc/{parent}/cmdline").read().split("\\0")[0].rsplit("/", 1)[-1]
-try:
-    os.readlink(f"/proc/{parent}/exe")
-    traceable = True
-except PermissionError:
-    traceable = False
-(name, traceable, os.path.isdir(os.getcwd()))
-"""
+COPY_WATCHED = WHO_WATCHES.replace(
+    "(name, traceable)", "(name, traceable, os.path.isdir(os.getcwd()))"
+)
+"""Who watches a copy, whether it can trace it, and whether the copy's workdir is there."""
 
 
 @pytest.mark.usefixtures("no_process_left")
