@@ -14,12 +14,13 @@ it. ``serial`` tests (:data:`SERIAL_TESTS`) run alone, after the parallel pass.
 from __future__ import annotations
 
 import asyncio
+import gc
 import os
 import platform
 import socket
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from typing import Any
 
 import psutil
@@ -27,6 +28,7 @@ import pytest
 
 from sunroom import AsyncKernel
 from sunroom.errors import SandboxUnavailableError
+from tests import sockets
 from tests.pgserver import postgres_cluster, postgres_db_dsn, postgres_dsn
 
 __all__ = ["postgres_cluster", "postgres_db_dsn", "postgres_dsn"]  # fixtures of tests/pgserver.py
@@ -411,6 +413,7 @@ def _fast_lane(config: pytest.Config) -> bool:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    sockets.install()
     if _fast_lane(config):
         # a library probe, not a process a test starts: platform runs `uname -p` once per
         # process (the OpenAI SDK's headers ask for it), then answers from its cache
@@ -431,3 +434,21 @@ def _fast_lane_guard(request: pytest.FixtureRequest) -> Iterator[None]:
         _GUARD.test = None
     if _GUARD.seen:
         pytest.fail(f"{request.node.nodeid} started {_GUARD.seen[0]} in the fast lane: {_MARK}")
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(
+    item: pytest.Item, nextitem: pytest.Item | None
+) -> Generator[None, object, object]:
+    """Name the running test for :mod:`tests.sockets` (setup, call and teardown)."""
+    sockets.current_test = item.nodeid
+    try:
+        return (yield)
+    finally:
+        sockets.current_test = None
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """Collect what is left, so a socket leaked late is reported too (:mod:`tests.sockets`)."""
+    gc.collect()
+    sockets.report_open()
