@@ -36,7 +36,7 @@ m = u.module_from_spec(s); s.loader.exec_module(m); raise SystemExit(m.main(['--
  && rm -rf /opt/sunroom/lib/sunroom/sandbox
 RUN find /opt/sunroom/lib -name '__pycache__' -prune -exec rm -rf {} + \
  && python3 -I -S -c "import sys; sys.path.insert(0, '/opt/sunroom/lib'); \
-import msgpack, sunroom.prelude.supervisor, sunroom.prelude.runtime" \
+import sunroom.prelude.boot, msgpack, sunroom.prelude.supervisor, sunroom.prelude.runtime" \
  && python3 -m compileall -q /opt/sunroom/lib
 
 FROM python:3.11-slim

@@ -48,10 +48,33 @@ async def test_a_kernel_starts_without_the_costly_standard_modules() -> None:
         r = await k.execute(
             "import sys\n"
             "sorted(m for m in ('json', 're', 'enum', 'ctypes', 'importlib', 'typing', "
-            "'asyncio', 'traceback', 'pathlib', 'signal', 'socket') if m in sys.modules)"
+            "'asyncio', 'traceback', 'pathlib', 'signal', 'socket', 'datetime') "
+            "if m in sys.modules)"
         )
     assert r.ok, r.error
     assert r.value == "[]"
+
+
+async def test_msgpack_is_imported_without_datetime_py_and_a_cell_still_gets_the_real_one() -> None:
+    """The start imports msgpack with ``_datetime`` standing in for ``datetime``
+    (sunroom.prelude.boot): a cell's ``import datetime`` is the real module all the same, and
+    msgpack's timestamps are its types."""
+    from sunroom import AsyncKernel
+
+    async with AsyncKernel(backend="subprocess") as k:
+        r = await k.execute(
+            "import sys\n"
+            "lean = sys.modules['msgpack.ext'].datetime.__name__\n"
+            "import datetime, msgpack\n"
+            "d = datetime.datetime(2024, 1, 2, 3, 4, 5, 6, tzinfo=datetime.timezone.utc)\n"
+            "back = msgpack.unpackb(msgpack.packb(d, datetime=True), timestamp=3)\n"
+            "(lean, datetime.__file__.endswith('datetime.py'), back == d,"
+            " type(back) is datetime.datetime,"
+            " type(msgpack.Timestamp(1).to_datetime()) is datetime.datetime,"
+            " datetime.date.today().year >= 2024)"
+        )
+    assert r.ok, r.error
+    assert r.value == "('_datetime', True, True, True, True, True)"
 
 
 def test_the_shim_cell_only_imports_the_kernel_module() -> None:

@@ -28,10 +28,11 @@ from sunroom.sandbox.process import LocalLaunch
 
 BOOT = (
     "import sys; n = int(sys.argv[1]); sys.path[0:0] = sys.argv[2 : 2 + n]; "
-    "from sunroom.prelude.supervisor import main; main(sys.argv[2 + n])"
+    "from sunroom.prelude.boot import main; main(sys.argv[2 + n])"
 )
 """The supervisor's start line: no json (with the ``re`` and ``enum`` it imports, ~4 ms of a
-kernel's start); :func:`boot_argv` gives it its arguments."""
+kernel's start), and msgpack imported lean first (:mod:`sunroom.prelude.boot`);
+:func:`boot_argv` gives it its arguments."""
 
 
 def boot_argv(python: str, sys_path: list[str], config: dict[str, object]) -> list[str]:
