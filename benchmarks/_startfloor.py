@@ -12,6 +12,9 @@ the host moves it into while it starts (it waits to exit until moved). On cgroup
 waits out an RCU grace period (3 to 20 ms on the 2-core VM; ``/sys/kernel/rcu_expedited``
 shortens it), a floor of the machine under every kernel start with limits.
 
+:func:`least_imports_start` is the bare interpreter that also imports what any Python kernel of
+this design must (threads, a socket, msgpack): the floor of the interpreter and its imports.
+
 Processes are started as sunroom starts its kernels (``sunroom.sandbox.child``: ``Popen`` and a
 pidfd on the loop), so the floor carries no more overhead than a kernel's start does.
 """
@@ -77,6 +80,27 @@ async def bare_start_in_cgroup(n: int) -> list[float]:
     """*n* starts (seconds) of a bare interpreter in a fresh cgroup of its own (see above)."""
     await _timed_in_cgroup()
     return [await _timed_in_cgroup() for _ in range(n)]
+
+
+LEAST_IMPORTS = "import threading, _socket, msgpack"
+"""What any Python kernel speaking msgpack-RPC over a socket, with threads, must import."""
+
+
+async def least_imports_start(n: int) -> list[float]:
+    """*n* starts (seconds) of a bare interpreter that imports :data:`LEAST_IMPORTS` and exits.
+
+    A floor under a cold start that no Python kernel of this design goes below: the interpreter
+    and the standard modules (``threading`` brings ``functools`` and ``collections``) and msgpack
+    that a kernel needs before it can say hello. msgpack is found where this interpreter finds
+    it, put first on ``sys.path`` as a kernel's start line puts its site directory.
+    """
+    import msgpack
+
+    site_dir = os.path.dirname(os.path.dirname(msgpack.__file__))
+    code = f"import sys; sys.path[0:0] = [{site_dir!r}]; {LEAST_IMPORTS}"
+    argv = [sys.executable, "-I", "-S", "-c", code]
+    await _timed(argv)  # warm the page cache
+    return [await _timed(argv) for _ in range(n)]
 
 
 async def bare_start(n: int, *, bwrap: bool = False) -> list[float]:

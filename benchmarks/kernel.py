@@ -31,7 +31,9 @@ rest (waiting for the other side to wake and answer), per round trip.
 
 The cold start is also printed as a ratio to a bare interpreter's start measured in the same run
 (``benchmarks/_startfloor.py``: ``python -I -S -c pass``, and with ``--backend bwrap`` the same in
-a minimal bwrap sandbox; issue 31's targets: <= 2x on subprocess, <= 2.5x on bwrap).
+a minimal bwrap sandbox; issue 31's targets: <= 2x on subprocess, <= 2.5x on bwrap), and to the
+same interpreter importing what any Python kernel of this design must before its hello
+(``threading``, ``_socket``, ``msgpack``): the floor of the interpreter and those imports.
 
 ``--fork`` runs ``benchmarks/fork.py`` (forking a live kernel; its own flags may follow).
 
@@ -498,6 +500,21 @@ def main() -> None:
             f"{'cold start / bare interpreter':36} "
             f"{statistics.median(starts) / statistics.median(bare):9.2f}x "
             f"{pct(starts, 0.9) / pct(bare, 0.9):9.2f}x  {f'<= {limit:g}x':>9}"
+        )
+        least = [t * 1000 for t in runner.run(_startfloor.least_imports_start(args.starts))]
+        print(
+            f"{'bare + threading, _socket, msgpack':36} {statistics.median(least):8.1f}ms "
+            f"{pct(least, 0.9):8.1f}ms"
+        )
+        print(
+            f"{'  / bare interpreter':36} "
+            f"{statistics.median(least) / statistics.median(bare):9.2f}x "
+            f"{pct(least, 0.9) / pct(bare, 0.9):9.2f}x"
+        )
+        print(
+            f"{'cold start / bare + those imports':36} "
+            f"{statistics.median(starts) / statistics.median(least):9.2f}x "
+            f"{pct(starts, 0.9) / pct(least, 0.9):9.2f}x"
         )
         try:
             caged = [t * 1000 for t in runner.run(_startfloor.bare_start_in_cgroup(args.starts))]
