@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import signal
 import threading
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, final
 
@@ -31,19 +32,43 @@ def _logs(client: docker.DockerClient, cid: str, tail: int = 40) -> str:
     return f"\n--- container log ---\n{text}" if text else ""
 
 
+REMOVE_ATTEMPTS = 3
+"""How many times :func:`_remove` asks for a container that stopped during its removal."""
+
+
+def _stopped_while_removed(exc: docker.errors.APIError) -> bool:
+    """Whether *exc* is the daemon's race with a container that stopped during its removal.
+
+    A forced removal kills the container first; when the container stops between the daemon's
+    look and its kill, the daemon answers 500 "Could not kill running container ..., cannot
+    remove - Container ... is not running" (seen with Docker 20.10), though the container is
+    stopped and a second removal succeeds.
+    """
+    return "is not running" in str(exc.explanation or "")
+
+
 def _remove(client: docker.DockerClient, cid: str) -> None:
-    """Force-remove a container (SIGKILL, then remove); a container already gone is fine."""
+    """Force-remove a container (SIGKILL, then remove); a container already gone is fine.
+
+    A removal the daemon refuses because the container stopped meanwhile is asked again, up to
+    :data:`REMOVE_ATTEMPTS` times in all; any other error is raised.
+    """
     import docker  # the backend checked it is installed
 
     errors = docker.errors
-    try:
-        client.api.remove_container(cid, force=True, v=True)
-    except errors.NotFound:
-        return
-    except errors.APIError as exc:
-        if exc.status_code == 409:  # removal already in progress
+    for attempt in range(1, REMOVE_ATTEMPTS + 1):
+        try:
+            client.api.remove_container(cid, force=True, v=True)
+        except errors.NotFound:
             return
-        raise
+        except errors.APIError as exc:
+            if exc.status_code == 409:  # removal already in progress
+                return
+            if attempt < REMOVE_ATTEMPTS and _stopped_while_removed(exc):
+                time.sleep(0.05 * attempt)  # the daemon finishes recording the stop
+                continue
+            raise
+        return
 
 
 @final
