@@ -26,7 +26,8 @@ _SKIPPED = ("/_pytest/", "/pluggy/")
 current_test: str | None = None
 """The node id of the test running in this process (set by the conftest), or None."""
 
-_open: dict[int, tuple[weakref.ref[socket.socket], str, list[str]]] = {}
+_unclosed: dict[int, tuple[weakref.ref[socket.socket], str, list[str]]] = {}
+"""Each socket made and not yet closed, by ``id``: a weak reference, its test, its frames."""
 _installed = False
 
 
@@ -42,7 +43,7 @@ def _stack() -> list[str]:
 
 
 def _collected(key: int) -> None:
-    entry = _open.pop(key, None)
+    entry = _unclosed.pop(key, None)
     if entry is None:
         return
     _, test, frames = entry
@@ -56,16 +57,17 @@ def _collected(key: int) -> None:
     _log(text)
 
 
-def _log(text: str, _open_file: Callable[..., IO[str]] = open) -> None:
+def _log(text: str, _open: Callable[..., IO[str]] = open) -> None:
+    # open bound at definition: a socket collected while the interpreter exits has no builtins
     path = os.environ.get("SUNROOM_SOCKET_LOG")
     if path:
-        with _open_file(path, "a") as f:
+        with _open(path, "a") as f:
             f.write(f"[pid {os.getpid()}] {text}")
 
 
 def report_open() -> None:
     """Log (to ``SUNROOM_SOCKET_LOG``, if set) every socket still open: at the session's end."""
-    for ref, test, frames in list(_open.values()):
+    for ref, test, frames in list(_unclosed.values()):
         sock = ref()
         if sock is None:
             continue
@@ -86,14 +88,18 @@ def install() -> None:
     def tracked_init(self: socket.socket, *args: Any, **kwargs: Any) -> None:
         init(self, *args, **kwargs)
         key = id(self)
-        _open[key] = (weakref.ref(self, lambda _ref: _collected(key)), current_test or "", _stack())
+        _unclosed[key] = (
+            weakref.ref(self, lambda _ref: _collected(key)),
+            current_test or "",
+            _stack(),
+        )
 
     def tracked_close(self: socket.socket, *args: Any, **kwargs: Any) -> None:
-        _open.pop(id(self), None)
+        _unclosed.pop(id(self), None)
         real_close(self, *args, **kwargs)
 
     def tracked_detach(self: socket.socket) -> int:
-        _open.pop(id(self), None)
+        _unclosed.pop(id(self), None)
         return detach(self)
 
     socket.socket.__init__ = tracked_init  # type: ignore[method-assign]
