@@ -32,8 +32,6 @@ import time
 from sunroom.sandbox import child
 from sunroom.sandbox.cgroup import Cgroup
 
-BARE = ("-I", "-S", "-c", "pass")
-
 
 async def _timed(argv: list[str]) -> float:
     t = time.perf_counter()
@@ -44,12 +42,28 @@ async def _timed(argv: list[str]) -> float:
     return time.perf_counter() - t
 
 
-GATED = ("-I", "-S", "-c", "import os; os.read(0, 3)")
+GATED = "import os; os.read(0, 3)"
+"""What a floor process runs last when it is moved into a cgroup: it waits to be let go."""
 
 
-async def _timed_in_cgroup() -> float:
-    """One bare start in a fresh cgroup, moved in while it starts (the cgroup made and removed
-    as a kernel's is; only the start until the interpreter's exit is timed)."""
+def _minimal_bwrap() -> list[str]:
+    path = shutil.which("bwrap")
+    if path is None:
+        raise RuntimeError("bwrap is not installed (apt install bubblewrap)")
+    return [
+        path,
+        "--ro-bind", "/", "/",
+        "--dev", "/dev",
+        "--proc", "/proc",
+        "--unshare-all",
+        "--die-with-parent",
+    ]  # fmt: skip
+
+
+async def _timed_in_cgroup(argv: list[str]) -> float:
+    """One start of *argv* (which reads its stdin before it exits) in a fresh cgroup, moved in
+    while it starts (the cgroup made and removed as a kernel's is; only the start until the
+    process's exit is timed, the cgroup's making included)."""
     t = time.perf_counter()
     cgroup = await asyncio.to_thread(
         Cgroup.create, f"sunroom-floor-{secrets.token_hex(8)}", memory_mb=512, pids=64,
@@ -61,7 +75,7 @@ async def _timed_in_cgroup() -> float:
         )
     gate_r, gate_w = os.pipe()
     try:
-        proc = child.spawn([sys.executable, *GATED], stdin=gate_r, stdout=subprocess.DEVNULL)
+        proc = child.spawn(argv, stdin=gate_r, stdout=subprocess.DEVNULL)
         os.close(gate_r)
         await asyncio.to_thread(cgroup.add, proc.pid)
         os.write(gate_w, b"go\n")
@@ -72,52 +86,72 @@ async def _timed_in_cgroup() -> float:
         os.close(gate_w)
         await asyncio.to_thread(cgroup.remove)
     if code != 0:
-        raise RuntimeError(f"the bare interpreter exited with status {code}")
+        raise RuntimeError(f"{argv[0]} exited with status {code}")
     return elapsed
-
-
-async def bare_start_in_cgroup(n: int) -> list[float]:
-    """*n* starts (seconds) of a bare interpreter in a fresh cgroup of its own (see above)."""
-    await _timed_in_cgroup()
-    return [await _timed_in_cgroup() for _ in range(n)]
 
 
 LEAST_IMPORTS = "import threading, _socket, msgpack"
 """What any Python kernel speaking msgpack-RPC over a socket, with threads, must import."""
 
 
-async def least_imports_start(n: int) -> list[float]:
-    """*n* starts (seconds) of a bare interpreter that imports :data:`LEAST_IMPORTS` and exits.
+def _code(imports: bool, gated: bool) -> str:
+    """The ``-c`` program of a floor process: ``pass``, or :data:`LEAST_IMPORTS` (msgpack found
+    where this interpreter finds it, put first on ``sys.path`` as a kernel's start line puts its
+    site directory), then the gate when it is moved into a cgroup."""
+    parts = []
+    if imports:
+        import msgpack
 
-    A floor under a cold start that no Python kernel of this design goes below: the interpreter
-    and the standard modules (``threading`` brings ``functools`` and ``collections``) and msgpack
-    that a kernel needs before it can say hello. msgpack is found where this interpreter finds
-    it, put first on ``sys.path`` as a kernel's start line puts its site directory.
+        site_dir = os.path.dirname(os.path.dirname(msgpack.__file__))
+        parts += [f"import sys; sys.path[0:0] = [{site_dir!r}]", LEAST_IMPORTS]
+    if gated:
+        parts.append(GATED)
+    return "; ".join(parts) or "pass"
+
+
+async def floor_start(
+    n: int, *, imports: bool = False, bwrap: bool = False, cgroup: bool = False
+) -> list[float]:
+    """*n* starts (seconds) of a floor process, after one untimed start (the page cache).
+
+    The bare interpreter (``python -I -S``); with *imports*, importing :data:`LEAST_IMPORTS`
+    first: the interpreter and the standard modules (``threading`` brings ``functools`` and
+    ``collections``) and msgpack that any kernel of this design needs before it can say hello;
+    with *bwrap*, inside a minimal bwrap sandbox (new namespaces, a read-only view of ``/``):
+    what bwrap itself adds; with *cgroup*, moved into a fresh cgroup of its own while it
+    starts (see the module docstring). Raises RuntimeError where bwrap or a writable cgroup
+    tree is missing.
     """
-    import msgpack
-
-    site_dir = os.path.dirname(os.path.dirname(msgpack.__file__))
-    code = f"import sys; sys.path[0:0] = [{site_dir!r}]; {LEAST_IMPORTS}"
-    argv = [sys.executable, "-I", "-S", "-c", code]
-    await _timed(argv)  # warm the page cache
+    argv = [sys.executable, "-I", "-S", "-c", _code(imports, gated=cgroup)]
+    if bwrap:
+        argv = _minimal_bwrap() + argv
+    if cgroup:
+        await _timed_in_cgroup(argv)
+        return [await _timed_in_cgroup(argv) for _ in range(n)]
+    await _timed(argv)
     return [await _timed(argv) for _ in range(n)]
 
 
 async def bare_start(n: int, *, bwrap: bool = False) -> list[float]:
     """*n* starts (seconds) of a bare interpreter, inside a minimal bwrap sandbox if *bwrap*."""
-    argv = [sys.executable, *BARE]
-    if bwrap:
-        path = shutil.which("bwrap")
-        if path is None:
-            raise RuntimeError("bwrap is not installed (apt install bubblewrap)")
-        argv = [
-            path,
-            "--ro-bind", "/", "/",
-            "--dev", "/dev",
-            "--proc", "/proc",
-            "--unshare-all",
-            "--die-with-parent",
-            *argv,
-        ]  # fmt: skip
-    await _timed(argv)  # warm the page cache
-    return [await _timed(argv) for _ in range(n)]
+    return await floor_start(n, bwrap=bwrap)
+
+
+async def bare_start_in_cgroup(n: int) -> list[float]:
+    """*n* starts (seconds) of a bare interpreter in a fresh cgroup of its own."""
+    return await floor_start(n, cgroup=True)
+
+
+async def least_imports_start(n: int) -> list[float]:
+    """*n* starts (seconds) of a bare interpreter that imports :data:`LEAST_IMPORTS` and exits:
+    the floor of the interpreter and its imports, under which no Python kernel of this design
+    goes."""
+    return await floor_start(n, imports=True)
+
+
+async def design_floor_start(n: int, *, bwrap: bool) -> list[float]:
+    """*n* starts (seconds) of the least a kernel of this design is: the interpreter with
+    :data:`LEAST_IMPORTS`, in a minimal bwrap sandbox if *bwrap*, moved into a cgroup of its
+    own (its limits) while it starts. No seccomp filter, no uid of its own, no mounts of its
+    own, no supervisor, no socket and no hello: every one of those only adds to it."""
+    return await floor_start(n, imports=True, bwrap=bwrap, cgroup=True)

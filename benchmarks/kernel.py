@@ -33,7 +33,11 @@ The cold start is also printed as a ratio to a bare interpreter's start measured
 (``benchmarks/_startfloor.py``: ``python -I -S -c pass``, and with ``--backend bwrap`` the same in
 a minimal bwrap sandbox; issue 31's targets: <= 2x on subprocess, <= 2.5x on bwrap), and to the
 same interpreter importing what any Python kernel of this design must before its hello
-(``threading``, ``_socket``, ``msgpack``): the floor of the interpreter and those imports.
+(``threading``, ``_socket``, ``msgpack``): the floor of the interpreter and those imports. Where
+sunroom may make cgroups, also to the **floor of this design**: that interpreter and those
+imports, in a minimal bwrap on bwrap, moved into a cgroup of its own while it starts (a kernel's
+limits), with no seccomp filter, uid, mounts, supervisor, socket or hello; the row below it says
+whether the target ratio lies below that floor on this machine.
 
 ``--fork`` runs ``benchmarks/fork.py`` (forking a live kernel; its own flags may follow).
 
@@ -518,6 +522,12 @@ def main() -> None:
         )
         try:
             caged = [t * 1000 for t in runner.run(_startfloor.bare_start_in_cgroup(args.starts))]
+            design = [
+                t * 1000
+                for t in runner.run(
+                    _startfloor.design_floor_start(args.starts, bwrap=args.backend == "bwrap")
+                )
+            ]
         except RuntimeError as exc:
             print(f"(no floor with a cgroup: {exc})")
         else:
@@ -529,6 +539,22 @@ def main() -> None:
                 f"{'cold start / bare in a cgroup':36} "
                 f"{statistics.median(starts) / statistics.median(caged):9.2f}x "
                 f"{pct(starts, 0.9) / pct(caged, 0.9):9.2f}x"
+            )
+            where = "in a minimal bwrap, " if args.backend == "bwrap" else ""
+            print(
+                f"{'floor of this design':36} {statistics.median(design):8.1f}ms "
+                f"{pct(design, 0.9):8.1f}ms  (those imports, {where}in its own cgroup)"
+            )
+            floor_ratio = statistics.median(design) / statistics.median(bare)
+            print(
+                f"{'  / bare interpreter':36} {floor_ratio:9.2f}x "
+                f"{pct(design, 0.9) / pct(bare, 0.9):9.2f}x  "
+                f"(target {limit:g}x: {'below this floor' if floor_ratio > limit else 'reachable'})"
+            )
+            print(
+                f"{'cold start / floor of this design':36} "
+                f"{statistics.median(starts) / statistics.median(design):9.2f}x "
+                f"{pct(starts, 0.9) / pct(design, 0.9):9.2f}x"
             )
         print()
         print("round trips: p50 and p90 are medians over the rounds; 'x echo' is the median of")
