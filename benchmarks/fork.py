@@ -34,9 +34,13 @@ float64, made in a cell: a DataFrame is not a msgpack value, so it cannot be an 
   that every core forks at once). Each child stays alive, as a copy does, until the timing is
   over, and every one is reaped; a child that fails prints its traceback. The same again after
   ``gc.freeze()`` (interleaved with the plain runs) and without the DataFrame (numpy and pandas
-  only), to show what the collector's headers and the heap add. Then sunroom / floor ratios
-  (issue 31's targets: one fork <= 2x the floor's answer, p50 and p90; the copies at once
-  <= 1.5x the floor's).
+  only), to show what the collector's headers and the heap add. Where this process may make
+  cgroups, also the floor with a **cgroup per child** (``own cgroup(s)``): each child moved
+  into a new cgroup with a copy's limits (memory, pids) before it is sent ``1+1``, the cgroups
+  made by a thread while the parent forks, each child placed as soon as it is forked, as
+  sunroom places its copies (no copy runs its caller's code outside its limits). Then sunroom
+  / floor ratios (issue 31's targets: one fork <= 2x the floor's answer, p50 and p90; the
+  copies at once <= 1.5x the floor's), and against the floor with a cgroup per child.
   ``--floor-only`` measures the floor alone. On docker the floor is measured on the host.
 """
 
@@ -47,9 +51,11 @@ import asyncio
 import gc
 import json
 import os
+import queue
 import socket
 import statistics
 import sys
+import threading
 import time
 import traceback
 
@@ -243,11 +249,155 @@ def floor_tree(copies: int) -> float:
     return elapsed
 
 
+CGROUP_ROOT = "/sys/fs/cgroup"
+COPY_MEMORY_MB = 4096
+COPY_PIDS = 4096
+"""The limits of each copy's cgroup: the benchmark kernel's ``Limits`` (:func:`sunroom_arm`)."""
+
+
+def _cgroup_bases() -> list[tuple[str, str]]:
+    """Where the floor makes a child's cgroup, as sunroom makes a copy's: ``(directory,
+    controller)`` pairs beside this process's own cgroup, v2's one directory (``"unified"``) or
+    v1's ``memory`` and ``pids``; empty when there is no writable cgroup tree."""
+    own: dict[str, str] = {}
+    with open("/proc/self/cgroup") as f:
+        for line in f:
+            _, ctrls, path = line.rstrip("\n").split(":", 2)
+            for ctrl in ctrls.split(",") if ctrls else [""]:
+                own[ctrl] = path
+    if os.path.exists(f"{CGROUP_ROOT}/cgroup.controllers"):
+        pairs = [(CGROUP_ROOT + own.get("", "/").rstrip("/"), "unified")]
+    else:
+        pairs = []
+        for ctrl in ("memory", "pids"):
+            base = f"{CGROUP_ROOT}/{ctrl}{own.get(ctrl, '/').rstrip('/')}"
+            pairs.append((base if os.path.isdir(base) else f"{CGROUP_ROOT}/{ctrl}", ctrl))
+    return [(d, c) for d, c in pairs if os.access(d, os.W_OK)]
+
+
+def _write(path: str, value: str) -> None:
+    with open(path, "w") as f:
+        f.write(value)
+
+
+def _make_cgroup(bases: list[tuple[str, str]]) -> list[str]:
+    """A new cgroup with a copy's limits (memory, pids) in every base; its directories."""
+    name = f"sunroom-floor-{os.getpid()}-{time.perf_counter_ns()}"
+    dirs = []
+    for base, ctrl in bases:
+        d = f"{base}/{name}"
+        os.mkdir(d, 0o755)
+        dirs.append(d)
+        memory = str(COPY_MEMORY_MB * 1024 * 1024)
+        if ctrl == "unified":
+            _write(f"{d}/memory.max", memory)
+            _write(f"{d}/pids.max", str(COPY_PIDS))
+        elif ctrl == "memory":
+            _write(f"{d}/memory.limit_in_bytes", memory)
+        else:
+            _write(f"{d}/pids.max", str(COPY_PIDS))
+    return dirs
+
+
+def _move(dirs: list[str], pid: int) -> None:
+    for d in dirs:
+        _write(f"{d}/cgroup.procs", str(pid))
+
+
+def _remove_cgroups(made: list[list[str]]) -> None:
+    """Remove the floor's cgroups once their children have ended."""
+    for dirs in made:
+        for d in dirs:
+            os.rmdir(d)
+
+
+def floor_one_caged(bases: list[tuple[str, str]]) -> float:
+    """Seconds from ``os.fork()`` to the child's reply to ``1+1`` over a socketpair, the child
+    moved first into a cgroup of its own with a copy's limits (made by a thread while the
+    parent forks, as sunroom makes a copy's): the floor of a copy that no code of its caller
+    runs in before its limits hold."""
+    release_r, release_w = os.pipe()
+    ours, theirs = socket.socketpair()
+    ours.settimeout(ANSWER_TIMEOUT_S)
+    pids: list[int] = []
+    made: list[list[str]] = []
+    try:
+        t = time.perf_counter()
+        maker = threading.Thread(target=lambda: made.append(_make_cgroup(bases)))
+        maker.start()
+        pid = os.fork()
+        if pid == 0:
+            _child(theirs, release_r, release_w)
+        pids.append(pid)
+        maker.join()
+        _move(made[0], pid)
+        ours.sendall(b"1+1")
+        assert ours.recv(16) == b"2"
+        answered = time.perf_counter() - t
+    finally:
+        _reap(pids, release_w)
+        os.close(release_r)
+        ours.close()
+        theirs.close()
+        _remove_cgroups(made)
+    return answered
+
+
+def floor_many_caged(copies: int, bases: list[tuple[str, str]]) -> float:
+    """Seconds from the first of *copies* ``os.fork()`` calls to the last child's reply to
+    ``1+1``, each child moved first into a cgroup of its own with a copy's limits: a thread
+    makes the cgroups while the parent forks, and moves each child and sends it ``1+1`` as soon
+    as it is forked (as sunroom places each copy as it is named)."""
+    release_r, release_w = os.pipe()
+    pairs = [socket.socketpair() for _ in range(copies)]
+    for ours, _ in pairs:
+        ours.settimeout(ANSWER_TIMEOUT_S)
+    pids: list[int] = []
+    made: list[list[str]] = []
+    forked: queue.SimpleQueue[int] = queue.SimpleQueue()
+    failed: list[BaseException] = []
+
+    def place() -> None:
+        try:
+            for _ in range(copies):
+                made.append(_make_cgroup(bases))
+            for i in range(copies):
+                _move(made[i], forked.get())
+                pairs[i][0].sendall(b"1+1")
+        except BaseException as exc:
+            failed.append(exc)
+
+    try:
+        t = time.perf_counter()
+        placer = threading.Thread(target=place)
+        placer.start()
+        for i in range(copies):
+            pid = os.fork()
+            if pid == 0:
+                _child(pairs[i][1], release_r, release_w)
+            pids.append(pid)
+            forked.put(pid)
+        placer.join()
+        if failed:
+            raise failed[0]
+        assert all(ours.recv(16) == b"2" for ours, _ in pairs)
+        elapsed = time.perf_counter() - t
+    finally:
+        _reap(pids, release_w)
+        os.close(release_r)
+        for ours, theirs in pairs:
+            ours.close()
+            theirs.close()
+        _remove_cgroups(made)
+    return elapsed
+
+
 def floor_figures(n: int, copies: int, many_runs: int) -> dict[str, dict[str, list[float]]]:
     """The floor figures for this process's state, ``plain`` and after ``gc.freeze()``
     (interleaved, so that load and order weigh on both alike): *n* single forks each way and
     *many_runs* batches of *copies* forks each way, after one untimed batch."""
     floor_many(copies, over_socket=True)
+    bases = _cgroup_bases()
     out: dict[str, dict[str, list[float]]] = {"plain": {}, "freeze": {}}
     for i in range(n):
         for mode in ("plain", "freeze") if i % 2 == 0 else ("freeze", "plain"):
@@ -256,10 +406,14 @@ def floor_figures(n: int, copies: int, many_runs: int) -> dict[str, dict[str, li
             forked, byte = floor_one(over_socket=False)
             sample = {"fork_call": forked, "one_byte": byte}
             sample["one_answer"] = floor_one(over_socket=True)[1]
+            if bases:
+                sample["one_caged"] = floor_one_caged(bases)
             if i < many_runs:
                 sample["many_byte"] = floor_many(copies, over_socket=False)
                 sample["many_answer"] = floor_many(copies, over_socket=True)
                 sample["many_tree"] = floor_tree(copies)
+                if bases:
+                    sample["many_caged"] = floor_many_caged(copies, bases)
             gc.unfreeze()
             for key, seconds in sample.items():
                 out[mode].setdefault(key, []).append(seconds)
@@ -448,9 +602,12 @@ def floor_table(figures: dict[str, Any], n: int, copies: int, many_runs: int) ->
         f"child answers; p50 / p90 of {n} (of {copies} forks at once: p50, min-max of "
         f"{many_runs})"
     )
+    caged = "one_caged" in figures["frame"]["plain"]
     print(
         f"{'':30} {'fork() returns':>15} {'byte on pipe':>15} {'1+1 on socket':>15} "
-        f"{f'{copies} bytes':>17} {f'{copies} answers':>17} {'the same, a tree':>17}"
+        + (f"{'own cgroup':>15} " if caged else "")
+        + f"{f'{copies} bytes':>17} {f'{copies} answers':>17} {'the same, a tree':>17}"
+        + (f" {'own cgroups':>17}" if caged else "")
     )
     rows = [
         (f"numpy+pandas+frame ({figures['frame_rss_mb']:.0f} MB RSS)", "frame", "plain"),
@@ -462,11 +619,13 @@ def floor_table(figures: dict[str, Any], n: int, copies: int, many_runs: int) ->
         f = figures[state][mode]
         one = [
             f"{statistics.median(f[k]) * 1e3:.1f} / {pct(f[k], 0.9) * 1e3:.1f} ms"
-            for k in ("fork_call", "one_byte", "one_answer")
+            for k in ("fork_call", "one_byte", "one_answer", "one_caged")
+            if k in f
         ]
         many = [
             f"{statistics.median(f[k]) * 1e3:.0f} ({min(f[k]) * 1e3:.0f}-{max(f[k]) * 1e3:.0f}) ms"
-            for k in ("many_byte", "many_answer", "many_tree")
+            for k in ("many_byte", "many_answer", "many_tree", "many_caged")
+            if k in f
         ]
         print(
             f"{label:30} {' '.join(f'{x:>15}' for x in one)} {' '.join(f'{x:>17}' for x in many)}"
@@ -497,6 +656,19 @@ async def run(args: argparse.Namespace) -> None:
             f"{args.copies} copies {ms(many)} / {ms(all_)} = {many / all_:.1f}x "
             f"(/ the tree's {ms(tree)} = {many / tree:.1f}x; target: <= 1.5x)"
         )
+        plain = figures["frame"]["plain"]
+        if "one_caged" in plain:
+            caged_one = plain["one_caged"]
+            caged_all = statistics.median(plain["many_caged"])
+            print(
+                f"sunroom / the floor with a cgroup per child (a copy's limits): fork p50 "
+                f"{ms(fork_p50)} / {ms(statistics.median(caged_one))} = "
+                f"{fork_p50 / statistics.median(caged_one):.1f}x, p90 {ms(fork_p90)} / "
+                f"{ms(pct(caged_one, 0.9))} = {fork_p90 / pct(caged_one, 0.9):.1f}x; "
+                f"{args.copies} copies {ms(many)} / {ms(caged_all)} = {many / caged_all:.1f}x. "
+                f"That floor / the plain floor: one {statistics.median(caged_one) / one:.1f}x "
+                f"(targets 2x), {args.copies} {caged_all / all_:.1f}x (target 1.5x)"
+            )
 
 
 def main() -> None:
