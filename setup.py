@@ -1,10 +1,12 @@
-"""The build's one step beyond pyproject.toml: the wheel carries the kernels' compiled watcher.
+"""The build's one step beyond pyproject.toml: the wheel carries the kernels' compiled programs.
 
-``build_py`` compiles ``sunroom/prelude/watch.c`` into ``sunroom/prelude/sunroom-watch`` in
-the wheel (``sunroom/sandbox/watcher.py``, loaded by path: the build has none of sunroom's
+``build_py`` compiles ``sunroom/prelude/watch.c`` into ``sunroom/prelude/sunroom-watch`` and
+``sunroom/prelude/launch.c`` into ``sunroom/prelude/sunroom-launch`` in the wheel
+(``sunroom/sandbox/watcher.py``, loaded by path: the build has none of sunroom's
 dependencies). A wheel is then tagged for this platform. Without a C compiler the build says
-so and goes on: its kernels watch in Python (docs/design.md, "The watcher"). An editable
-install leaves the checkout to ``scripts/setup.sh``, which builds it in place.
+so and goes on: its kernels watch in Python and start through ``setpriv`` (docs/design.md,
+"The watcher", "The launcher"). An editable install leaves the checkout to
+``scripts/setup.sh``, which builds them in place.
 """
 
 from __future__ import annotations
@@ -33,25 +35,26 @@ def _watcher_module() -> types.ModuleType:
 
 
 class BuildWithWatcher(build_py):
-    """``build_py``, then the watcher compiled into the build's copy of the package."""
+    """``build_py``, then the compiled programs built into the build's copy of the package."""
 
     def run(self) -> None:
-        """Copy the package as ``build_py`` does, then compile the watcher beside it."""
+        """Copy the package as ``build_py`` does, then compile the programs beside it."""
         super().run()
         if self.editable_mode:
             return
         watcher = _watcher_module()
-        out = Path(self.build_lib) / "sunroom" / "prelude" / watcher.COMPILED_NAME
-        why = watcher.build(out)
-        if why is not None:
-            print(f"sunroom: the compiled watcher was not built ({why})", file=sys.stderr)
+        for source, built in watcher.PROGRAMS:
+            out = Path(self.build_lib) / "sunroom" / "prelude" / built.name
+            why = watcher.build(out, source=source)
+            if why is not None:
+                print(f"sunroom: {built.name} was not built ({why})", file=sys.stderr)
 
 
 class WithBinary(Distribution):
     """A distribution holding a compiled program: its wheel is tagged for this platform."""
 
     def has_ext_modules(self) -> bool:
-        """Always: the wheel holds ``sunroom-watch``."""
+        """Always: the wheel holds ``sunroom-watch`` and ``sunroom-launch``."""
         return True
 
 

@@ -28,7 +28,7 @@ from sunroom.sandbox.fdready import readable
 from sunroom.sandbox.identity import Identity, IdentityLease
 from sunroom.sandbox.limits import Limits
 from sunroom.sandbox.rundirs import make_rundir, remove_tree
-from sunroom.sandbox.watcher import watch_config
+from sunroom.sandbox.watcher import compiled_launcher, watch_config
 
 log = logging.getLogger(__name__)
 
@@ -404,9 +404,9 @@ class LocalLaunch:
     its pid into the cgroup before any process of the kernel is forked. Where it waits meanwhile
     is :attr:`supervisor_gates`: in sunroom's supervisor, which starts its interpreter and its
     imports during the move and forks nothing before the host's ``go`` (the ``subprocess``
-    backend: the move costs the start nothing), or in a one-line shell gate before the first
-    program (bubblewrap, which forks as it starts: every process of the kernel is counted from
-    its first instruction).
+    backend: the move costs the start nothing), or at a gate before the first program, the
+    compiled launcher's or a one-line shell's (:func:`first_argv`; bubblewrap, which forks as
+    it starts: every process of the kernel is counted from its first instruction).
     """
 
     def __init__(
@@ -555,20 +555,14 @@ class LocalLaunch:
         The process runs as :attr:`identity` when there is one; with a cgroup it is gated
         until the host has put it in the cgroup (see the class docstring).
         """
-        ident = self.identity
-        creds: dict[str, Any] = {}
         gated = self.cgroup is not None
-        if gated and not self.supervisor_gates:
-            argv = ["/bin/sh", "-c", GATE, "sunroom-gate", *argv]
-        if ident is not None:
-            setpriv = shutil.which("setpriv")
-            # setpriv first, where installed: asked for a user, Popen forks this process (page
-            # tables, thread stacks: O(kernels)) and waits for the exec; without, it vforks
-            # (with 384 kernels, 10 ms -> 4 ms of the event loop per start)
-            if setpriv is None:
-                creds = {"user": ident.uid, "group": ident.gid, "extra_groups": []}
-            else:
-                argv = [*_setpriv(setpriv, ident.uid, ident.gid), *argv]
+        argv, creds = first_argv(
+            argv,
+            identity=self.identity,
+            gate=gated and not self.supervisor_gates,
+            launcher=compiled_launcher(),
+            setpriv=shutil.which("setpriv"),
+        )
         gate_r, gate_w = os.pipe() if gated else (-1, -1)
         try:
             with open(self.rundir / "kernel.log", "wb") as log:  # noqa: ASYNC230 - local create
@@ -626,6 +620,37 @@ class LocalLaunch:
             finally:
                 os.close(gate_w)
         return handle, self.host_sock
+
+
+def first_argv(
+    argv: list[str],
+    *,
+    identity: Identity | None,
+    gate: bool,
+    launcher: str | None,
+    setpriv: str | None,
+) -> tuple[list[str], dict[str, Any]]:
+    """The command line that starts *argv* as *identity*, and the credentials Popen still needs.
+
+    With *gate*, it first waits for one line on its standard input (the host writes it once
+    the process is in the kernel's cgroup), which is then ``/dev/null``.
+
+    With an identity and the compiled *launcher* (``sunroom-launch``; docs/design.md, "The
+    launcher"), which needs an absolute program path: one exec that drops to it and gates.
+    Otherwise the shell gate (:data:`GATE`), prefixed with *setpriv* for the identity, or,
+    without setpriv, ``Popen``'s ``user``, ``group`` and ``extra_groups`` (asked for a user,
+    Popen forks this process, page tables and thread stacks: O(kernels), and waits for the
+    exec; without, it vforks: with 384 kernels, 10 ms -> 4 ms of the event loop per start).
+    """
+    if identity is not None and launcher is not None and os.path.isabs(argv[0]):
+        return [launcher, str(identity.uid), str(identity.gid), "1" if gate else "0", *argv], {}
+    if gate:
+        argv = ["/bin/sh", "-c", GATE, "sunroom-gate", *argv]
+    if identity is None:
+        return argv, {}
+    if setpriv is None:
+        return argv, {"user": identity.uid, "group": identity.gid, "extra_groups": []}
+    return [*_setpriv(setpriv, identity.uid, identity.gid), *argv], {}
 
 
 def _setpriv(path: str, uid: int, gid: int) -> list[str]:

@@ -1,13 +1,17 @@
-"""The compiled watcher (``sunroom-watch``): building it, and choosing it for a kernel.
+"""The compiled watcher and launcher (``sunroom-watch``, ``sunroom-launch``): build, choose.
 
 Every kernel's supervisor forks the runtime and then watches it to its end
 (:mod:`sunroom.prelude.watch`). Where ``sunroom/prelude/sunroom-watch`` was built, the
 supervisor then replaces itself with it, a static C program of a few pages built from
 ``watch.c``; an idle kernel then holds one interpreter instead of two (docs/design.md, "The
-watcher"). The wheel carries it, built by ``setup.py``; a checkout builds it with
-``scripts/setup.sh``. Where it was not built (no C compiler at install), or with
-``SUNROOM_WATCHER=python`` in the host's environment, the supervisor watches in Python: the
-same contract, the same tests, about 1.8 MB more per kernel.
+watcher"). Where ``sunroom/prelude/sunroom-launch`` was built (from ``launch.c``), a host
+that is root starts a local kernel's first program through it: it drops to the kernel's uid
+and waits at the kernel's cgroup gate in one exec, where ``setpriv`` and a shell gate took
+two (docs/design.md, "The launcher"). The wheel carries both, built by ``setup.py``; a
+checkout builds them with ``scripts/setup.sh``. Where they were not built (no C compiler at
+install), or with ``SUNROOM_WATCHER=python`` in the host's environment, the supervisor
+watches in Python (the same contract, the same tests, about 1.8 MB more per kernel) and the
+host drops to the kernel's uid with ``setpriv`` and gates in ``sh``.
 """
 
 from __future__ import annotations
@@ -26,6 +30,11 @@ this module imports nothing of sunroom's at its top, for ``setup.py`` loads it b
 PRELUDE: Final = Path(__file__).resolve().parents[1] / "prelude"
 SOURCE: Final = PRELUDE / "watch.c"
 BUILT: Final = PRELUDE / COMPILED_NAME
+LAUNCHER_NAME: Final = "sunroom-launch"
+LAUNCH_SOURCE: Final = PRELUDE / "launch.c"
+LAUNCHER: Final = PRELUDE / LAUNCHER_NAME
+PROGRAMS: Final = ((SOURCE, BUILT), (LAUNCH_SOURCE, LAUNCHER))
+"""Each compiled program's source and where it is built in the package."""
 ENV_CHOICE: Final = "SUNROOM_WATCHER"
 _FLAGS: Final = ("-O2", "-Wall", "-Wextra", "-Werror", "-std=gnu11")
 
@@ -43,8 +52,19 @@ def watch_config() -> dict[str, object]:
     return {"python_watch": True} if choice == "python" else {}
 
 
-def build(out: Path, *, compiler: str | None = None) -> str | None:
-    """Compile ``watch.c`` into *out* (static where the C library allows, else dynamic).
+def compiled_launcher() -> str | None:
+    """The compiled launcher's path; None where it was not built or the choice is ``python``.
+
+    The host then drops to a kernel's uid with ``setpriv`` and gates in a shell (see the
+    module docstring).
+    """
+    if os.environ.get(ENV_CHOICE, "") == "python":
+        return None
+    return str(LAUNCHER) if os.access(LAUNCHER, os.X_OK) else None
+
+
+def build(out: Path, *, compiler: str | None = None, source: Path = SOURCE) -> str | None:
+    """Compile *source* (``watch.c`` unless told) into *out*, static where libc allows.
 
     Returns None on success, else one sentence saying why it could not be built (no C
     compiler, or the compiler's first error line); *out* is then left as it was. The file is
@@ -61,7 +81,7 @@ def build(out: Path, *, compiler: str | None = None) -> str | None:
         for link in (["-static"], []):
             try:
                 done = subprocess.run(
-                    [cc, *_FLAGS, *link, "-o", tmp, str(SOURCE)],
+                    [cc, *_FLAGS, *link, "-o", tmp, str(source)],
                     capture_output=True,
                     text=True,
                     check=False,
@@ -80,27 +100,30 @@ def build(out: Path, *, compiler: str | None = None) -> str | None:
             os.unlink(tmp)
 
 
-def stale(out: Path = BUILT) -> bool:
-    """Whether *out* is missing or older than ``watch.c``."""
+def stale(out: Path = BUILT, source: Path = SOURCE) -> bool:
+    """Whether *out* is missing or older than *source* (``watch.c`` unless told)."""
     try:
-        return out.stat().st_mtime < SOURCE.stat().st_mtime
+        return out.stat().st_mtime < source.stat().st_mtime
     except FileNotFoundError:
         return True
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Build the watcher in place when stale (``--force``: always); what ``scripts/setup.sh`` runs.
+    """Build each compiled program in place when stale (``--force``: always); setup.sh runs it.
 
-    Prints one line; exits 0 when the watcher is in place (or was already), 1 when it could
-    not be built (kernels then watch in Python).
+    Prints one line per program; exits 0 when both are in place (or were already), 1 when one
+    could not be built (kernels then watch in Python, or start through ``setpriv``).
     """
     force = "--force" in (argv if argv is not None else sys.argv[1:])
-    if not force and not stale():
-        print(f"watcher: {BUILT} is up to date")
-        return 0
-    why = build(BUILT)
-    if why is None:
-        print(f"watcher: built {BUILT}")
-        return 0
-    print(f"watcher: not built ({why}); kernels will watch in Python", file=sys.stderr)
-    return 1
+    code = 0
+    for source, out in PROGRAMS:
+        if not force and not stale(out, source):
+            print(f"compiled: {out} is up to date")
+            continue
+        why = build(out, source=source)
+        if why is None:
+            print(f"compiled: built {out}")
+            continue
+        print(f"compiled: {out.name} not built ({why})", file=sys.stderr)
+        code = 1
+    return code
