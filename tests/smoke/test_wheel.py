@@ -57,14 +57,17 @@ def test_the_dists_hold_the_package_its_kernel_side_and_its_metadata(dist: Path)
         assert f"Provides-Extra: {extra}" in text, extra
     assert "Requires-Dist: docker" in text and 'extra == "docker"' in text
     assert sdist.stat().st_size > 0
-    # the compiled watcher: built into the wheel (executable), its source in both dists
-    watcher = zipfile.ZipFile(wheel).getinfo("sunroom/prelude/sunroom-watch")
-    assert (watcher.external_attr >> 16) & 0o777 == 0o755
-    assert "sunroom/prelude/watch.c" in names
+    # the compiled watcher and launcher: built into the wheel (executable), their sources in
+    # both dists
     with tarfile.open(sdist) as tar:
         held = {m.name.split("/", 1)[1] for m in tar.getmembers() if "/" in m.name}
-    assert {"setup.py", "sunroom/prelude/watch.c"} <= held
-    assert "sunroom/prelude/sunroom-watch" not in held
+    assert "setup.py" in held
+    for program, source in (("sunroom-watch", "watch.c"), ("sunroom-launch", "launch.c")):
+        built = zipfile.ZipFile(wheel).getinfo(f"sunroom/prelude/{program}")
+        assert (built.external_attr >> 16) & 0o777 == 0o755
+        assert f"sunroom/prelude/{source}" in names
+        assert f"sunroom/prelude/{source}" in held
+        assert f"sunroom/prelude/{program}" not in held
 
 
 def test_a_core_install_runs_the_first_bwrap_kernel(core: Venv, workdir: Path) -> None:
