@@ -59,8 +59,9 @@ if .venv/bin/python -c 'import bash_kernel' 2>/dev/null \
     && [ ! -f .venv/share/jupyter/kernels/bash/kernel.json ]; then
   .venv/bin/python -m bash_kernel.install --sys-prefix >/dev/null
 fi
-# the kernels' compiled watcher (sunroom/prelude/watch.c; docs/design.md, "The watcher"): where
-# no C compiler exists yet, kernels watch in Python and scripts/system-setup.sh builds it later
+# the kernels' compiled watcher and launcher (sunroom/prelude/watch.c, launch.c; docs/design.md,
+# "The watcher", "The launcher"): where no C compiler exists yet, kernels watch in Python and
+# start through setpriv, and scripts/system-setup.sh builds them later
 .venv/bin/python -c 'from sunroom.sandbox.watcher import main; raise SystemExit(main())' || true
 # precompile: isolated kernels mount the package read-only and cannot write .pyc files
 .venv/bin/python -m compileall -q sunroom >/dev/null

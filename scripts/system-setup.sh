@@ -14,7 +14,7 @@ ldconfig -p 2>/dev/null | grep -q 'libseccomp.so.2' || need+=(libseccomp2)
 compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null || command -v initdb >/dev/null 2>&1 \
   || need+=(postgresql)
 [ -x /usr/bin/chromium ] || command -v chromium >/dev/null 2>&1 || need+=(chromium)
-# a C compiler and libc's static archive: the kernels' compiled watcher (sunroom/prelude/watch.c)
+# a C compiler and libc's static archive: the kernels' compiled watcher and launcher (sunroom/prelude)
 command -v cc >/dev/null 2>&1 || need+=(gcc)
 [ -f /usr/lib/x86_64-linux-gnu/libc.a ] || compgen -G '/usr/lib/*/libc.a' >/dev/null \
   || need+=(libc6-dev)
@@ -28,10 +28,10 @@ if [ "${#need[@]}" -gt 0 ]; then
     echo "system-setup: missing ${need[*]}; install them (e.g. apt-get install ${need[*]})" >&2
   fi
 fi
-# the watcher, now that a compiler is here (scripts/setup.sh builds it too, where it can)
+# the watcher and launcher, now that a compiler is here (scripts/setup.sh builds them too, where it can)
 if [ -x .venv/bin/python ]; then
   .venv/bin/python -c 'from sunroom.sandbox.watcher import main; raise SystemExit(main())' \
-    || echo "system-setup: kernels will watch in Python (about 2 MB more each)" >&2
+    || echo "system-setup: kernels will watch in Python (about 2 MB more each) and start through setpriv" >&2
 fi
 if [ "${SUNROOM_SETUP_DOCKER:-1}" != 0 ] && [ -f scripts/docker-setup.sh ]; then
   bash scripts/docker-setup.sh
