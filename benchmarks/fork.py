@@ -38,29 +38,40 @@ float64, made in a cell: a DataFrame is not a msgpack value, so it cannot be an 
   cgroups, also the floor with a **cgroup per child** (``own cgroup(s)``): each child moved
   into a new cgroup with a copy's limits (memory, pids) before it is sent ``1+1``, the cgroups
   made by a thread while the parent forks, each child placed as soon as it is forked, as
-  sunroom places its copies (no copy runs its caller's code outside its limits). Then sunroom
-  / floor ratios (issue 31's targets: one fork <= 2x the floor's answer, p50 and p90; the
-  copies at once <= 1.5x the floor's), and against the floor with a cgroup per child.
+  sunroom places its copies (no copy runs its caller's code outside its limits); and the
+  **floor of this design** (``this design``): the same, each child also doing what any copy of
+  a Python kernel of this design does before it answers (its siblings' ends closed, two output
+  pipes read by a thread of its own, its own workdir made by the parent before the forks, with
+  ``HOME`` and ``TMPDIR`` following it, and ``1+1`` asked and answered as length-prefixed
+  msgpack frames, compiled and evaluated). Then sunroom / floor ratios (issue 31's targets:
+  one fork <= 2x the floor's answer, p50 and p90; the copies at once <= 1.5x the floor's),
+  and against the floor with a cgroup per child and the floor of this design.
   ``--floor-only`` measures the floor alone. On docker the floor is measured on the host.
 """
 
 from __future__ import annotations
 
+import _thread
 import argparse
 import asyncio
 import gc
 import json
 import os
 import queue
+import select
 import socket
 import statistics
 import sys
+import tempfile
 import threading
 import time
 import traceback
 
+import msgpack
+
 # Nothing of sunroom (nor psutil) at the top: this file is also the floor's plain child process
-# (``--floor-child``), which must hold only numpy, pandas and the DataFrame.
+# (``--floor-child``), which must hold only numpy, pandas and the DataFrame (and msgpack, which
+# every kernel of this design holds: the floor of this design speaks it).
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
@@ -311,43 +322,74 @@ def _remove_cgroups(made: list[list[str]]) -> None:
             os.rmdir(d)
 
 
-def floor_one_caged(bases: list[tuple[str, str]]) -> float:
-    """Seconds from ``os.fork()`` to the child's reply to ``1+1`` over a socketpair, the child
-    moved first into a cgroup of its own with a copy's limits (made by a thread while the
-    parent forks, as sunroom makes a copy's): the floor of a copy that no code of its caller
-    runs in before its limits hold."""
-    release_r, release_w = os.pipe()
-    ours, theirs = socket.socketpair()
-    ours.settimeout(ANSWER_TIMEOUT_S)
-    pids: list[int] = []
-    made: list[list[str]] = []
+REQUEST = {"id": 1, "method": "execute", "params": {"code": "1+1"}}
+"""What the floor of this design asks each child, as a length-prefixed msgpack frame."""
+
+
+def _frame(value: object) -> bytes:
+    body = msgpack.packb(value)
+    return len(body).to_bytes(4, "big") + body
+
+
+def _read_frame(sock: socket.socket) -> Any:
+    data = b""
+    while len(data) < 4 or len(data) < 4 + int.from_bytes(data[:4], "big"):
+        chunk = sock.recv(65536)
+        if not chunk:
+            raise ConnectionError("the other end hung up inside a frame")
+        data += chunk
+    return msgpack.unpackb(data[4:])
+
+
+def _drain(fds: tuple[int, int]) -> None:
+    """A design child's output reader: one thread reading both of its output pipes."""
+    poller = select.poll()
+    for fd in fds:
+        poller.register(fd, select.POLLIN)
+    while True:
+        for fd, _ in poller.poll():
+            os.read(fd, 65536)
+
+
+def _design_child(
+    sock: socket.socket, workdir: str, siblings: list[socket.socket], release_r: int,
+    release_w: int,
+) -> None:  # fmt: skip
+    """A child of the floor of this design: what any copy of a Python kernel of this design
+    does before it answers (close its siblings' ends, output pipes read by a thread of its own,
+    its own workdir, a framed msgpack request decoded, its code compiled and evaluated, the
+    answer framed back), then stay alive until released; never returns."""
+    code = 1
     try:
-        t = time.perf_counter()
-        maker = threading.Thread(target=lambda: made.append(_make_cgroup(bases)))
-        maker.start()
-        pid = os.fork()
-        if pid == 0:
-            _child(theirs, release_r, release_w)
-        pids.append(pid)
-        maker.join()
-        _move(made[0], pid)
-        ours.sendall(b"1+1")
-        assert ours.recv(16) == b"2"
-        answered = time.perf_counter() - t
+        for other in siblings:
+            if other is not sock:
+                os.close(other.fileno())
+        out_r, out_w = os.pipe()
+        err_r, err_w = os.pipe()
+        _thread.start_new_thread(_drain, ((out_r, err_r),))
+        os.chdir(workdir)
+        os.environ["HOME"] = os.environ["TMPDIR"] = workdir
+        request = _read_frame(sock)
+        value = eval(compile(request["params"]["code"], "<cell>", "eval"), {})
+        sock.sendall(_frame({"id": request["id"], "result": {"value": repr(value)}}))
+        os.close(release_w)
+        os.read(release_r, 1)
+        code = 0
+    except BaseException:
+        traceback.print_exc()
     finally:
-        _reap(pids, release_w)
-        os.close(release_r)
-        ours.close()
-        theirs.close()
-        _remove_cgroups(made)
-    return answered
+        os._exit(code)
 
 
-def floor_many_caged(copies: int, bases: list[tuple[str, str]]) -> float:
-    """Seconds from the first of *copies* ``os.fork()`` calls to the last child's reply to
-    ``1+1``, each child moved first into a cgroup of its own with a copy's limits: a thread
-    makes the cgroups while the parent forks, and moves each child and sends it ``1+1`` as soon
-    as it is forked (as sunroom places each copy as it is named)."""
+def floor_caged(copies: int, bases: list[tuple[str, str]], *, design: bool = False) -> float:
+    """Seconds from the first of *copies* ``os.fork()`` calls to the last child's answer, each
+    child moved first into a cgroup of its own with a copy's limits: a thread makes the cgroups
+    while the parent forks, and moves each child and sends it its question as soon as it is
+    forked (as sunroom places each copy as it is named).
+
+    The question is ``1+1`` on a socketpair; with *design*, :data:`REQUEST` in a frame to a
+    child that first does what any copy of this design does (:func:`_design_child`), in a
+    workdir the parent makes for it before the forks (as sunroom's forking runtime does)."""
     release_r, release_w = os.pipe()
     pairs = [socket.socketpair() for _ in range(copies)]
     for ours, _ in pairs:
@@ -356,6 +398,8 @@ def floor_many_caged(copies: int, bases: list[tuple[str, str]]) -> float:
     made: list[list[str]] = []
     forked: queue.SimpleQueue[int] = queue.SimpleQueue()
     failed: list[BaseException] = []
+    question = _frame(REQUEST) if design else b"1+1"
+    workdirs: list[str] = []
 
     def place() -> None:
         try:
@@ -363,32 +407,43 @@ def floor_many_caged(copies: int, bases: list[tuple[str, str]]) -> float:
                 made.append(_make_cgroup(bases))
             for i in range(copies):
                 _move(made[i], forked.get())
-                pairs[i][0].sendall(b"1+1")
+                pairs[i][0].sendall(question)
         except BaseException as exc:
             failed.append(exc)
 
     try:
         t = time.perf_counter()
+        if design:
+            workdirs = [tempfile.mkdtemp(prefix="sunroom-floor-") for _ in range(copies)]
         placer = threading.Thread(target=place)
         placer.start()
+        theirs = [pair[1] for pair in pairs]
         for i in range(copies):
             pid = os.fork()
             if pid == 0:
-                _child(pairs[i][1], release_r, release_w)
+                if design:
+                    _design_child(theirs[i], workdirs[i], theirs, release_r, release_w)
+                _child(theirs[i], release_r, release_w)
             pids.append(pid)
             forked.put(pid)
         placer.join()
         if failed:
             raise failed[0]
-        assert all(ours.recv(16) == b"2" for ours, _ in pairs)
+        for ours, _ in pairs:
+            if design:
+                assert _read_frame(ours) == {"id": 1, "result": {"value": "2"}}
+            else:
+                assert ours.recv(16) == b"2"
         elapsed = time.perf_counter() - t
     finally:
         _reap(pids, release_w)
         os.close(release_r)
-        for ours, theirs in pairs:
+        for ours, their in pairs:
             ours.close()
-            theirs.close()
+            their.close()
         _remove_cgroups(made)
+        for workdir in workdirs:
+            os.rmdir(workdir)
     return elapsed
 
 
@@ -407,13 +462,15 @@ def floor_figures(n: int, copies: int, many_runs: int) -> dict[str, dict[str, li
             sample = {"fork_call": forked, "one_byte": byte}
             sample["one_answer"] = floor_one(over_socket=True)[1]
             if bases:
-                sample["one_caged"] = floor_one_caged(bases)
+                sample["one_caged"] = floor_caged(1, bases)
+                sample["one_design"] = floor_caged(1, bases, design=True)
             if i < many_runs:
                 sample["many_byte"] = floor_many(copies, over_socket=False)
                 sample["many_answer"] = floor_many(copies, over_socket=True)
                 sample["many_tree"] = floor_tree(copies)
                 if bases:
-                    sample["many_caged"] = floor_many_caged(copies, bases)
+                    sample["many_caged"] = floor_caged(copies, bases)
+                    sample["many_design"] = floor_caged(copies, bases, design=True)
             gc.unfreeze()
             for key, seconds in sample.items():
                 out[mode].setdefault(key, []).append(seconds)
@@ -605,9 +662,9 @@ def floor_table(figures: dict[str, Any], n: int, copies: int, many_runs: int) ->
     caged = "one_caged" in figures["frame"]["plain"]
     print(
         f"{'':30} {'fork() returns':>15} {'byte on pipe':>15} {'1+1 on socket':>15} "
-        + (f"{'own cgroup':>15} " if caged else "")
+        + (f"{'own cgroup':>15} {'this design':>15} " if caged else "")
         + f"{f'{copies} bytes':>17} {f'{copies} answers':>17} {'the same, a tree':>17}"
-        + (f" {'own cgroups':>17}" if caged else "")
+        + (f" {'own cgroups':>17} {'this design':>17}" if caged else "")
     )
     rows = [
         (f"numpy+pandas+frame ({figures['frame_rss_mb']:.0f} MB RSS)", "frame", "plain"),
@@ -619,12 +676,12 @@ def floor_table(figures: dict[str, Any], n: int, copies: int, many_runs: int) ->
         f = figures[state][mode]
         one = [
             f"{statistics.median(f[k]) * 1e3:.1f} / {pct(f[k], 0.9) * 1e3:.1f} ms"
-            for k in ("fork_call", "one_byte", "one_answer", "one_caged")
+            for k in ("fork_call", "one_byte", "one_answer", "one_caged", "one_design")
             if k in f
         ]
         many = [
             f"{statistics.median(f[k]) * 1e3:.0f} ({min(f[k]) * 1e3:.0f}-{max(f[k]) * 1e3:.0f}) ms"
-            for k in ("many_byte", "many_answer", "many_tree", "many_caged")
+            for k in ("many_byte", "many_answer", "many_tree", "many_caged", "many_design")
             if k in f
         ]
         print(
@@ -657,17 +714,21 @@ async def run(args: argparse.Namespace) -> None:
             f"(/ the tree's {ms(tree)} = {many / tree:.1f}x; target: <= 1.5x)"
         )
         plain = figures["frame"]["plain"]
-        if "one_caged" in plain:
-            caged_one = plain["one_caged"]
-            caged_all = statistics.median(plain["many_caged"])
+        for key, name in (
+            ("caged", "a cgroup per child (a copy's limits)"),
+            ("design", "this design"),
+        ):
+            if f"one_{key}" not in plain:
+                continue
+            one_f = plain[f"one_{key}"]
+            all_f = statistics.median(plain[f"many_{key}"])
             print(
-                f"sunroom / the floor with a cgroup per child (a copy's limits): fork p50 "
-                f"{ms(fork_p50)} / {ms(statistics.median(caged_one))} = "
-                f"{fork_p50 / statistics.median(caged_one):.1f}x, p90 {ms(fork_p90)} / "
-                f"{ms(pct(caged_one, 0.9))} = {fork_p90 / pct(caged_one, 0.9):.1f}x; "
-                f"{args.copies} copies {ms(many)} / {ms(caged_all)} = {many / caged_all:.1f}x. "
-                f"That floor / the plain floor: one {statistics.median(caged_one) / one:.1f}x "
-                f"(targets 2x), {args.copies} {caged_all / all_:.1f}x (target 1.5x)"
+                f"sunroom / the floor of {name}: fork p50 {ms(fork_p50)} / "
+                f"{ms(statistics.median(one_f))} = {fork_p50 / statistics.median(one_f):.1f}x, "
+                f"p90 {ms(fork_p90)} / {ms(pct(one_f, 0.9))} = {fork_p90 / pct(one_f, 0.9):.1f}x; "
+                f"{args.copies} copies {ms(many)} / {ms(all_f)} = {many / all_f:.1f}x. That floor / "
+                f"the plain floor: one {statistics.median(one_f) / one:.2f}x (target 2x), "
+                f"{args.copies} {all_f / all_:.2f}x (target 1.5x)"
             )
 
 
