@@ -8,9 +8,9 @@
  * </dev/null' --] PROGRAM ARG...`, one exec instead of two or three. In this order it:
  *
  *   1. drops every supplementary group, then sets the real, effective and saved group ids to
- *      GID, then the real, effective and saved user ids to UID (the kernel then holds no
- *      capability: a process whose user ids all leave 0 loses them), and checks that all of
- *      it holds; UID and GID must not be 0;
+ *      GID, then the real, effective and saved user ids to UID (a process whose user ids all
+ *      leave 0 loses its capabilities, unless securebits keep them), and checks that all of
+ *      it holds, no capability included; UID and GID must not be 0;
  *   2. with GATE 1, waits, as that user, for one line on its standard input (the host writes
  *      it once it has moved this process into the kernel's cgroup) and exits 1, running
  *      nothing, when the input ends first; standard input is then /dev/null;
@@ -24,9 +24,11 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
+#include <linux/capability.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #define USAGE_EXIT 64
@@ -46,6 +48,11 @@ static int fail(const char *what) {
     return FAILED_EXIT;
 }
 
+static int refuse(const char *why) {
+    fprintf(stderr, "sunroom-launch: %s\n", why);
+    return FAILED_EXIT;
+}
+
 static int drop(uid_t uid, gid_t gid) {
     if (setgroups(0, NULL) != 0) return fail("cannot drop the supplementary groups");
     if (setresgid(gid, gid, gid) != 0) return fail("cannot set the kernel's group");
@@ -55,8 +62,18 @@ static int drop(uid_t uid, gid_t gid) {
     if (getresuid(&ru, &eu, &su) != 0 || getresgid(&rg, &eg, &sg) != 0 ||
         ru != uid || eu != uid || su != uid || rg != gid || eg != gid || sg != gid ||
         getgroups(0, NULL) != 0) {
-        errno = EPERM;
-        return fail("the kernel's user and group did not hold");
+        return refuse("the kernel's user and group did not hold");
+    }
+    /* leaving uid 0 clears the capabilities unless the host set securebits that keep them:
+       then refuse rather than start a kernel that holds any */
+    struct __user_cap_header_struct header = {_LINUX_CAPABILITY_VERSION_3, 0};
+    struct __user_cap_data_struct caps[_LINUX_CAPABILITY_U32S_3];
+    if (syscall(SYS_capget, &header, caps) != 0) return fail("cannot read its capabilities");
+    for (int i = 0; i < _LINUX_CAPABILITY_U32S_3; i++) {
+        if (caps[i].effective != 0 || caps[i].permitted != 0 || caps[i].inheritable != 0) {
+            return refuse("it still held capabilities after leaving root (the host's securebits "
+                          "keep them)");
+        }
     }
     return 0;
 }

@@ -185,6 +185,24 @@ def test_it_refuses_to_run_anything_when_it_cannot_drop(lease: IdentityLease) ->
     )
 
 
+def test_it_refuses_to_run_anything_that_would_keep_a_capability(lease: IdentityLease) -> None:
+    # a host whose securebits keep capabilities across leaving uid 0 (no_setuid_fixup)
+    setpriv = shutil.which("setpriv")
+    assert setpriv is not None, "setpriv (util-linux) sets the securebits for this test"
+    ident = lease.identity
+    done = subprocess.run(
+        [setpriv, "--securebits=+no_setuid_fixup", "--", str(LAUNCHER), str(ident.uid),
+         str(ident.gid), "0", "/bin/echo", "ran"],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert done.returncode == 127
+    assert done.stdout == ""
+    assert done.stderr == (
+        "sunroom-launch: it still held capabilities after leaving root (the host's securebits "
+        "keep them)\n"
+    )
+
+
 def test_a_program_that_is_not_there_is_said_and_nothing_runs(lease: IdentityLease) -> None:
     ident = lease.identity
     done = subprocess.run(
