@@ -8,9 +8,9 @@
  * </dev/null' --] PROGRAM ARG...`, one exec instead of two or three. In this order it:
  *
  *   1. drops every supplementary group, then sets the real, effective and saved group ids to
- *      GID, then the real, effective and saved user ids to UID (a process whose user ids all
- *      leave 0 loses its capabilities, unless securebits keep them), and checks that all of
- *      it holds, no capability included; UID and GID must not be 0;
+ *      GID, then the real, effective and saved user ids to UID, then clears every capability
+ *      set, ambient included (leaving uid 0 does that, unless the host's securebits keep
+ *      them), and checks that all of it holds; UID and GID must not be 0;
  *   2. with GATE 1, waits, as that user, for one line on its standard input (the host writes
  *      it once it has moved this process into the kernel's cgroup) and exits 1, running
  *      nothing, when the input ends first; standard input is then /dev/null;
@@ -28,6 +28,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -64,16 +65,20 @@ static int drop(uid_t uid, gid_t gid) {
         getgroups(0, NULL) != 0) {
         return refuse("the kernel's user and group did not hold");
     }
-    /* leaving uid 0 clears the capabilities unless the host set securebits that keep them:
-       then refuse rather than start a kernel that holds any */
+    /* leaving uid 0 clears the capabilities, unless the host's securebits keep them (ambient
+       ones then even survive the exec): clear every set here, then check that none is left */
+    if (prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) != 0 && errno != EINVAL)
+        return fail("cannot clear its ambient capabilities");
     struct __user_cap_header_struct header = {_LINUX_CAPABILITY_VERSION_3, 0};
     struct __user_cap_data_struct caps[_LINUX_CAPABILITY_U32S_3];
+    memset(caps, 0, sizeof caps);
+    if (syscall(SYS_capset, &header, caps) != 0) return fail("cannot drop its capabilities");
     if (syscall(SYS_capget, &header, caps) != 0) return fail("cannot read its capabilities");
     for (int i = 0; i < _LINUX_CAPABILITY_U32S_3; i++) {
-        if (caps[i].effective != 0 || caps[i].permitted != 0 || caps[i].inheritable != 0) {
-            return refuse("it still held capabilities after leaving root (the host's securebits "
-                          "keep them)");
-        }
+        /* none permitted nor inheritable: no ambient one either (the kernel keeps ambient a
+           subset of both) */
+        if (caps[i].effective != 0 || caps[i].permitted != 0 || caps[i].inheritable != 0)
+            return refuse("it still held capabilities after dropping them");
     }
     return 0;
 }
