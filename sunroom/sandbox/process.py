@@ -657,6 +657,10 @@ def _setpriv(path: str, uid: int, gid: int) -> list[str]:
     """The argv prefix that runs a program as *uid*:*gid* with no supplementary groups.
 
     *path* is ``setpriv`` (util-linux); it sets the real, effective and saved ids before the
-    program runs.
+    program runs, and clears the inheritable and ambient capabilities (where the host's
+    securebits keep capabilities across leaving uid 0, an ambient one survives the exec).
     """
-    return [path, f"--reuid={uid}", f"--regid={gid}", "--clear-groups", "--"]
+    return [
+        path, f"--reuid={uid}", f"--regid={gid}", "--clear-groups", "--inh-caps=-all",
+        "--ambient-caps=-all", "--",
+    ]  # fmt: skip

@@ -54,7 +54,8 @@ def test_with_the_launcher_one_exec_drops_to_the_kernel_and_gates() -> None:
 
 def test_without_it_setpriv_and_a_shell_gate_or_popen_credentials() -> None:
     gated = ["/bin/sh", "-c", GATE, "sunroom-gate", *PROGRAM]
-    setpriv = ["/s", f"--reuid={KERNEL.uid}", f"--regid={KERNEL.gid}", "--clear-groups", "--"]
+    setpriv = ["/s", f"--reuid={KERNEL.uid}", f"--regid={KERNEL.gid}", "--clear-groups",
+               "--inh-caps=-all", "--ambient-caps=-all", "--"]  # fmt: skip
     assert first_argv(PROGRAM, identity=KERNEL, gate=True, launcher=None, setpriv="/s") == (
         [*setpriv, *gated],
         {},
@@ -189,7 +190,8 @@ def test_it_leaves_no_capability_where_the_hosts_securebits_would_keep_them(
     lease: IdentityLease,
 ) -> None:
     # a host whose securebits keep capabilities across leaving uid 0 (no_setuid_fixup), with
-    # an ambient one that would even survive the exec: the program gets none of them
+    # an ambient one that would even survive the exec: the program gets none of them, started
+    # through the launcher or through setpriv
     setpriv = shutil.which("setpriv")
     assert setpriv is not None, "setpriv (util-linux) sets the securebits for this test"
     ident = lease.identity
@@ -203,14 +205,16 @@ def test_it_leaves_no_capability_where_the_hosts_securebits_would_keep_them(
         capture_output=True, text=True, check=True,
     )  # fmt: skip
     assert "CapAmb:\t0000000000002000" in control.stdout  # setpriv alone lets it through
-    done = subprocess.run(
-        [*keeping, str(LAUNCHER), str(ident.uid), str(ident.gid), "0", *program],
-        capture_output=True, text=True, check=False,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr
-    for line in done.stdout.splitlines():
-        name, value = line.split(":\t")
-        assert name == "CapBnd" or int(value, 16) == 0, done.stdout
+    for launcher in (str(LAUNCHER), None):  # None: setpriv, as without the launcher
+        argv, creds = first_argv(
+            program, identity=ident, gate=False, launcher=launcher, setpriv=setpriv
+        )
+        assert creds == {}
+        done = subprocess.run([*keeping, *argv], capture_output=True, text=True, check=False)
+        assert done.returncode == 0, done.stderr
+        for line in done.stdout.splitlines():
+            name, value = line.split(":\t")
+            assert name == "CapBnd" or int(value, 16) == 0, (launcher, done.stdout)
 
 
 def test_a_program_that_is_not_there_is_said_and_nothing_runs(lease: IdentityLease) -> None:
