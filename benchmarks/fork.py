@@ -269,7 +269,9 @@ COPY_PIDS = 4096
 def _cgroup_bases() -> list[tuple[str, str]]:
     """Where the floor makes a child's cgroup, as sunroom makes a copy's: ``(directory,
     controller)`` pairs beside this process's own cgroup, v2's one directory (``"unified"``) or
-    v1's ``memory`` and ``pids``; empty when there is no writable cgroup tree."""
+    v1's ``memory`` and ``pids``; empty when there is no writable cgroup tree. Written here
+    rather than taken from ``sunroom.sandbox.cgroup``: the floor's process imports nothing of
+    sunroom."""
     own: dict[str, str] = {}
     with open("/proc/self/cgroup") as f:
         for line in f:

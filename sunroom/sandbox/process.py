@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 import shutil
@@ -561,7 +562,7 @@ class LocalLaunch:
             identity=self.identity,
             gate=gated and not self.supervisor_gates,
             launcher=compiled_launcher(),
-            setpriv=shutil.which("setpriv"),
+            setpriv=_setpriv_path(),
         )
         gate_r, gate_w = os.pipe() if gated else (-1, -1)
         try:
@@ -651,6 +652,12 @@ def first_argv(
     if setpriv is None:
         return argv, {"user": identity.uid, "group": identity.gid, "extra_groups": []}
     return [*_setpriv(setpriv, identity.uid, identity.gid), *argv], {}
+
+
+@functools.cache
+def _setpriv_path() -> str | None:
+    """Where ``setpriv`` is on this host's PATH, looked up once (not on every kernel's start)."""
+    return shutil.which("setpriv")
 
 
 def _setpriv(path: str, uid: int, gid: int) -> list[str]:
