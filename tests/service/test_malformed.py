@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 import socket
 from collections.abc import Callable
 from pathlib import Path
@@ -15,7 +16,7 @@ from typing import Any
 
 import httpx
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from sunroom.errors import KernelStartError
@@ -203,6 +204,7 @@ def test_fuzzed_bodies_never_get_a_5xx(make_server: Callable[..., Server]) -> No
         database=None,
         suppress_health_check=list(HealthCheck),
     )
+    @example(path=routes[3], body={"code": "A"})  # a cell that raises: its own traceback
     @given(
         path=st.sampled_from(routes),
         body=st.one_of(
@@ -235,8 +237,17 @@ def test_fuzzed_bodies_never_get_a_5xx(make_server: Callable[..., Server]) -> No
         text = json.dumps(body)  # NaN/Infinity included: Python's json writes them
         r = server.client.post(path, content=text)
         assert r.status_code < 500, (path, text, r.status_code, r.text)
+        shown = r.text
+        if path.endswith("/execute") and r.status_code == 200 and r.json()["error"]:
+            # code that raised (a fuzzed "A" is a NameError) answers with the cell's own
+            # traceback, data the caller asked for: every frame in it is the cell's, none the
+            # host's or sunroom's; the rest of the answer is checked as any other
+            error = r.json()["error"]
+            frames = re.findall(r'File "([^"]*)"', error["traceback"])
+            assert all(f.startswith("<cell-") for f in frames), error["traceback"]
+            shown = json.dumps({**r.json(), "error": {**error, "traceback": ""}})
         for leak in LEAKS:
-            assert leak not in r.text
+            assert leak not in shown, (leak, shown)
         if r.status_code == 201:
             if path == "/kernels":
                 server.client.delete(f"/kernels/{r.json()['kernel_id']}")
