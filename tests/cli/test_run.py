@@ -325,10 +325,14 @@ def interrupt_once_running(args: list[str], env: dict[str, str], db: Path, after
 
 
 def test_ctrl_c_says_which_session_and_how_to_resume_it(
-    tmp_path: Path, env: dict[str, str]
+    tmp_path: Path, env: dict[str, str], readable_dir: Path
 ) -> None:
-    replies = [{"code": f"print('step {i}')"} for i in range(4)]
-    (tmp_path / "slow.json").write_text(json.dumps({"replies": [*replies, "done"], "delay_s": 0.3}))
+    # Every step waits in its cell for a gate the test opens only at the end, so each Ctrl-C
+    # lands while the run is in progress however slowly the machine runs the test.
+    gate = readable_dir / "go"
+    wait = f"import os, time\nwhile not os.path.exists({str(gate)!r}):\n    time.sleep(0.02)\n"
+    replies = [{"code": f"{wait}print('step {i}')"} for i in range(4)]
+    (tmp_path / "slow.json").write_text(json.dumps({"replies": [*replies, "done"]}))
     slow = {**env, "SUNROOM_MODEL": f"scripted:{tmp_path / 'slow.json'}"}
     db = Path(env["SUNROOM_DB"])
     err = interrupt_once_running(["run", "count", "--backend", "subprocess"], slow, db, 0)
@@ -341,6 +345,7 @@ def test_ctrl_c_says_which_session_and_how_to_resume_it(
     # a resume interrupted in turn says the same
     err = interrupt_once_running(command[1:], slow, db, len(stored_events(db)) + 1)
     assert err.split("resume it with: ", 1)[1].split() == command
+    gate.touch()
     resumed = cli(*command[1:], "--json", env=slow)
     assert resumed.returncode == 0, resumed.stderr
     assert json.loads(resumed.stdout)["output"] == "done"
