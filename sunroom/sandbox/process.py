@@ -20,7 +20,7 @@ import subprocess
 from pathlib import Path
 from typing import Any, Final, Protocol, final
 
-from sunroom.errors import KernelStartError
+from sunroom.errors import KernelStartError, SandboxUnavailableError
 from sunroom.prelude.watch import children, descendants
 from sunroom.sandbox import child
 from sunroom.sandbox.backend import IPC_TOKEN, PYTHON_TOKEN, ExecSpec, KernelProcessBase, Tenancy
@@ -557,13 +557,17 @@ class LocalLaunch:
         until the host has put it in the cgroup (see the class docstring).
         """
         gated = self.cgroup is not None
-        argv, creds = first_argv(
-            argv,
-            identity=self.identity,
-            gate=gated and not self.supervisor_gates,
-            launcher=compiled_launcher(),
-            setpriv=_setpriv_path(),
-        )
+        try:
+            argv, creds = first_argv(
+                argv,
+                identity=self.identity,
+                gate=gated and not self.supervisor_gates,
+                launcher=compiled_launcher(),
+                setpriv=_setpriv_path(),
+            )
+        except BaseException:
+            self.abandon()
+            raise
         gate_r, gate_w = os.pipe() if gated else (-1, -1)
         try:
             with open(self.rundir / "kernel.log", "wb") as log:  # noqa: ASYNC230 - local create
@@ -642,6 +646,11 @@ def first_argv(
     without setpriv, ``Popen``'s ``user``, ``group`` and ``extra_groups`` (asked for a user,
     Popen forks this process, page tables and thread stacks: O(kernels), and waits for the
     exec; without, it vforks: with 384 kernels, 10 ms -> 4 ms of the event loop per start).
+
+    Popen cannot clear capabilities: leaving uid 0 clears the permitted, effective and ambient
+    sets (unless the host's securebits keep them) but never the inheritable one. So that last
+    path raises SandboxUnavailableError, naming both fixes, when this process holds any
+    inheritable capability (every ambient one is also inheritable) or cannot tell.
     """
     if identity is not None and launcher is not None and os.path.isabs(argv[0]):
         return [launcher, str(identity.uid), str(identity.gid), "1" if gate else "0", *argv], {}
@@ -650,8 +659,36 @@ def first_argv(
     if identity is None:
         return argv, {}
     if setpriv is None:
+        refuse_inheritable_capabilities()
         return argv, {"user": identity.uid, "group": identity.gid, "extra_groups": []}
     return [*_setpriv(setpriv, identity.uid, identity.gid), *argv], {}
+
+
+_CAN_CLEAR: Final = (
+    "build sunroom-launch (python -m sunroom.sandbox.watcher) or install setpriv (util-linux)"
+)
+
+
+def refuse_inheritable_capabilities(status: str = "/proc/self/status") -> None:
+    """Raise SandboxUnavailableError unless this process's inheritable capabilities are none.
+
+    *status* is where the kernel reports them (``CapInh``, hexadecimal; a test points it
+    elsewhere).
+    """
+    try:
+        with open(status, encoding="ascii") as lines:
+            held = next(line.split(":", 1)[1] for line in lines if line.startswith("CapInh:"))
+        mask = int(held, 16)
+    except (OSError, StopIteration, ValueError, UnicodeDecodeError):
+        raise SandboxUnavailableError(
+            f"cannot tell whether this host holds inheritable capabilities, which a kernel "
+            f"started without a launcher would keep: {_CAN_CLEAR}"
+        ) from None
+    if mask:
+        raise SandboxUnavailableError(
+            f"this host holds inheritable capabilities (CapInh {mask:#x}), which a kernel "
+            f"started without a launcher would keep: {_CAN_CLEAR}"
+        )
 
 
 @functools.cache

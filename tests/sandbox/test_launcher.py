@@ -18,8 +18,9 @@ from pathlib import Path
 
 import pytest
 
+from sunroom.errors import SandboxUnavailableError
 from sunroom.sandbox.identity import Identity, IdentityLease, lease_identity
-from sunroom.sandbox.process import GATE, first_argv
+from sunroom.sandbox.process import GATE, first_argv, refuse_inheritable_capabilities
 from sunroom.sandbox.watcher import (
     ENV_CHOICE,
     LAUNCH_SOURCE,
@@ -233,3 +234,69 @@ def test_build_builds_the_launcher_from_its_source(tmp_path: Path) -> None:
     assert out.stat().st_mode & 0o777 == 0o755
     done = subprocess.run([str(out)], capture_output=True, text=True, check=False)
     assert done.returncode == 64 and done.stderr.startswith("sunroom-launch: usage:")
+
+
+KEEPING = ["--securebits=+no_setuid_fixup", "--inh-caps=+net_raw", "--ambient-caps=+net_raw"]
+
+
+def test_without_a_launcher_or_setpriv_a_host_with_inheritable_capabilities_is_refused(
+    lease: IdentityLease, tmp_path: Path
+) -> None:
+    # Popen's user= and group= cannot clear capabilities: the control shows an inheritable
+    # and an ambient one reaching the program; sunroom refuses to start a kernel that way
+    setpriv = shutil.which("setpriv")
+    assert setpriv is not None, "setpriv (util-linux) sets the securebits for this test"
+    ident = lease.identity
+    show = "print(*[l for l in open('/proc/self/status') if l.startswith('Cap')], sep='', end='')"
+    drop = (
+        "import subprocess, sys; "
+        f"subprocess.run([sys.executable, '-I', '-S', '-c', {show!r}], check=True, "
+        f"user={ident.uid}, group={ident.gid}, extra_groups=[])"
+    )
+    control = subprocess.run(
+        [setpriv, *KEEPING, "--", sys.executable, "-I", "-c", drop],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    assert "CapInh:\t0000000000002000" in control.stdout, control.stdout
+    assert "CapAmb:\t0000000000002000" in control.stdout, control.stdout
+    start = (
+        "import sunroom\n"
+        "try:\n"
+        "    with sunroom.Kernel(backend='subprocess') as k:\n"
+        "        print('ran', k.execute('1').value)\n"
+        "except sunroom.SandboxUnavailableError as exc:\n"
+        "    print('refused:', exc)\n"
+    )
+    # no launcher (SUNROOM_WATCHER=python) and no setpriv on PATH
+    env = {**os.environ, ENV_CHOICE: "python", "PATH": str(tmp_path)}
+    for keep, said in (([], "ran 1"), (KEEPING, "refused: this host holds inheritable")):
+        done = subprocess.run(
+            [setpriv, *keep, "--", sys.executable, "-c", start],
+            capture_output=True, text=True, check=False, env=env, timeout=60,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.startswith(said), done.stdout
+    assert done.stdout == (
+        "refused: this host holds inheritable capabilities (CapInh 0x2000), which a kernel "
+        "started without a launcher would keep: build sunroom-launch (python -m "
+        "sunroom.sandbox.watcher) or install setpriv (util-linux)\n"
+    )
+
+
+def test_inheritable_capabilities_are_read_from_the_status_and_unknown_is_refused(
+    tmp_path: Path,
+) -> None:
+    status = tmp_path / "status"
+    status.write_text("Name:\tpython\nCapInh:\t0000000000000000\nCapAmb:\t0000000000000000\n")
+    refuse_inheritable_capabilities(str(status))  # none: nothing to refuse
+    for text, said in (
+        ("CapInh:\t0000000000000400\n", "holds inheritable capabilities (CapInh 0x400)"),
+        ("Name:\tpython\n", "cannot tell"),
+        ("CapInh:\tzz\n", "cannot tell"),
+    ):
+        status.write_text(text)
+        with pytest.raises(SandboxUnavailableError, match=r"^[^\n]+$") as caught:
+            refuse_inheritable_capabilities(str(status))
+        assert said in str(caught.value)
+    with pytest.raises(SandboxUnavailableError, match="cannot tell"):
+        refuse_inheritable_capabilities(str(tmp_path / "absent"))
