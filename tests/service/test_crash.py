@@ -198,12 +198,15 @@ def test_cli_resumes_a_session_a_killed_service_left_running(tmp_path: Path) -> 
     )
     env = {**os.environ, "SUNROOM_TOKEN": TOKEN, "SUNROOM_MODEL": f"scripted:{tmp_path / 'script.json'}",
            "SUNROOM_TEST_LEDGER": str(tmp_path / "ledger.txt"), "SUNROOM_DB": str(tmp_path / "s.db"),
-           "SUNROOM_FUNCTIONS": "tests.service.hostfns:charge"}  # fmt: skip
+           "SUNROOM_FUNCTIONS": "tests.service.hostfns:charge",
+           # charge(1) on waits for the gate: the service is killed with the run in progress
+           "SUNROOM_TEST_HOLD_FROM": "1", "SUNROOM_TEST_GATE": str(tmp_path / "go")}  # fmt: skip
     service = Service(tmp_path, env)
     sid = service.client.post("/sessions", json={"task": "charge"}).json()["session_id"]
     wait_for(lambda: any(e.kind == "HostCallFinished" for e in read(tmp_path / "s.db", sid)[0]))
     service.kill()
     time.sleep(1.2)  # the dead server's lease (1 s) runs out
+    (tmp_path / "go").touch()
     proc = subprocess.run(
         [sys.executable, "-m", "sunroom.cli", "sessions", "resume", sid, "--json"],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=60,
