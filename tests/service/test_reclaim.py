@@ -13,7 +13,8 @@ from tests.service.test_resume_messages import _env
 
 
 def test_a_restarted_server_reclaims_its_sessions_at_once(tmp_path: Path) -> None:
-    env = _env(tmp_path, {"replies": ["done", "again"], "delay_s": 1.0})
+    # the kill lands in the first model call (2 s): slack for a slow poll of the log
+    env = _env(tmp_path, {"replies": ["done", "again"], "delay_s": 2.0})
     db = tmp_path / "s.db"
     service = Service(tmp_path, env, lease_s=60)  # the dead owner's lease outlives the test
     sid = service.client.post("/sessions", json={"task": "the task"}).json()["session_id"]

@@ -37,7 +37,8 @@ def _restarts(db: Path, sid: str) -> int:
     [pytest.param(KILLS, id="3-kills"), pytest.param(5, id="5-kills", marks=pytest.mark.slow)],
 )
 def test_kills_in_the_first_model_call_do_not_multiply_the_task(tmp_path: Path, kills: int) -> None:
-    env = _env(tmp_path, {"replies": ["done"], "delay_s": 0.6})
+    # each kill lands 0.1 s into a 1.5 s model call: 1.4 s of slack for a slow poll of the log
+    env = _env(tmp_path, {"replies": ["done"], "delay_s": 1.5})
     db = tmp_path / "s.db"
     service = Service(tmp_path, env)
     sid = service.client.post("/sessions", json={"task": "the task"}).json()["session_id"]
@@ -46,7 +47,7 @@ def test_kills_in_the_first_model_call_do_not_multiply_the_task(tmp_path: Path, 
             wait_for(lambda: any(e.kind == "MessageReceived" for e in read(db, sid)[0]))
         else:
             wait_for(lambda k=k: _restarts(db, sid) == k)
-        time.sleep(0.1)  # in the model call (0.6 s): the task is not in the transcript yet
+        time.sleep(0.1)  # in the model call (1.5 s): the task is not in the transcript yet
         service.kill()
         service = Service(tmp_path, env)
     wait_for(lambda: _restarts(db, sid) == kills)
