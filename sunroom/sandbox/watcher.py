@@ -127,3 +127,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"compiled: {out.name} not built ({why})", file=sys.stderr)
         code = 1
     return code
+
+
+if __name__ == "__main__":  # python -m sunroom.sandbox.watcher [--force]
+    raise SystemExit(main())

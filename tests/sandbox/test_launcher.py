@@ -22,6 +22,7 @@ from sunroom.errors import SandboxUnavailableError
 from sunroom.sandbox.identity import Identity, IdentityLease, lease_identity
 from sunroom.sandbox.process import GATE, first_argv, refuse_inheritable_capabilities
 from sunroom.sandbox.watcher import (
+    BUILT,
     ENV_CHOICE,
     LAUNCH_SOURCE,
     LAUNCHER,
@@ -98,6 +99,18 @@ def test_the_checkout_has_the_launcher_built_and_chooses_it(
     assert compiled_launcher() == str(LAUNCHER)
     monkeypatch.setenv(ENV_CHOICE, "python")
     assert compiled_launcher() is None
+
+
+def test_the_build_command_the_refusal_names_runs_as_written() -> None:
+    # "build sunroom-launch (python -m sunroom.sandbox.watcher)"; both are built already here
+    done = subprocess.run(
+        [sys.executable, "-m", "sunroom.sandbox.watcher"],
+        capture_output=True, text=True, check=False, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [
+        f"compiled: {path} is up to date" for path in (BUILT, LAUNCHER)
+    ]
 
 
 @pytest.fixture
