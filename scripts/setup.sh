@@ -62,6 +62,6 @@ fi
 # the kernels' compiled watcher and launcher (sunroom/prelude/watch.c, launch.c; docs/design.md,
 # "The watcher", "The launcher"): where no C compiler exists yet, kernels watch in Python and
 # start through setpriv, and scripts/system-setup.sh builds them later
-.venv/bin/python -m sunroom.sandbox.watcher || true
+.venv/bin/sunroom build-helpers || true
 # precompile: isolated kernels mount the package read-only and cannot write .pyc files
 .venv/bin/python -m compileall -q sunroom >/dev/null

@@ -30,7 +30,7 @@ if [ "${#need[@]}" -gt 0 ]; then
 fi
 # the watcher and launcher, now that a compiler is here (scripts/setup.sh builds them too, where it can)
 if [ -x .venv/bin/python ]; then
-  .venv/bin/python -m sunroom.sandbox.watcher \
+  .venv/bin/sunroom build-helpers \
     || echo "system-setup: kernels will watch in Python (about 2 MB more each) and start through setpriv" >&2
 fi
 if [ "${SUNROOM_SETUP_DOCKER:-1}" != 0 ] && [ -f scripts/docker-setup.sh ]; then

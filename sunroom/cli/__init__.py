@@ -26,6 +26,8 @@
   --seeds 30 --out DIR [--fake] [--resume] [--parallel N]`` evaluates RLM arms on seeded
   long-context tasks with 95% confidence intervals, writing ``DIR/results.json``,
   ``DIR/table.md`` and ``DIR/plot.png`` (:mod:`sunroom.cli.eval`, docs/eval.md).
+- ``sunroom build-helpers [--force]`` compiles the kernels' watcher and launcher into the
+  installed package where they were not built (:mod:`sunroom.cli.build_helpers`).
 - ``sunroom sessions list|show|export|resume|purge`` looks after the sessions in the store
   (:mod:`sunroom.cli.sessions`; what the commands share is in :mod:`sunroom.cli.support`).
 
@@ -42,6 +44,7 @@ from typing import Annotated
 
 import typer
 
+from sunroom.cli.build_helpers import build_helpers_command
 from sunroom.cli.docker_image import docker_image_command
 from sunroom.cli.embed import embed_command
 from sunroom.cli.eval import eval_command
@@ -71,6 +74,7 @@ app.command("kernelspecs", cls=Command)(kernelspecs_command)
 app.command("embed", cls=Command)(embed_command)
 app.command("eval", cls=Command)(eval_command)
 app.command("docker-image", cls=Command)(docker_image_command)
+app.command("build-helpers", cls=Command)(build_helpers_command)
 app.command("exec", cls=Command)(exec_)
 app.command(cls=Command)(serve)
 app.command(cls=Command)(run)

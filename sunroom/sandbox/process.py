@@ -664,9 +664,7 @@ def first_argv(
     return [*_setpriv(setpriv, identity.uid, identity.gid), *argv], {}
 
 
-_CAN_CLEAR: Final = (
-    "build sunroom-launch (python -m sunroom.sandbox.watcher) or install setpriv (util-linux)"
-)
+_CAN_CLEAR: Final = "run sunroom build-helpers (needs a C compiler) or install setpriv (util-linux)"
 
 
 def refuse_inheritable_capabilities(status: str = "/proc/self/status") -> None:

@@ -16,6 +16,7 @@ host drops to the kernel's uid with ``setpriv`` and gates in ``sh``.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import subprocess
@@ -68,7 +69,8 @@ def build(out: Path, *, compiler: str | None = None, source: Path = SOURCE) -> s
 
     Returns None on success, else one sentence saying why it could not be built (no C
     compiler, or the compiler's first error line); *out* is then left as it was. The file is
-    written beside *out* and renamed into place, mode 0755.
+    written beside *out* and renamed into place, mode 0755. Its ELF build id is the SHA-256 of
+    *source*, which is how :func:`stale` knows what it was built from.
     """
     cc = compiler or os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
     if not cc:
@@ -81,7 +83,15 @@ def build(out: Path, *, compiler: str | None = None, source: Path = SOURCE) -> s
         for link in (["-static"], []):
             try:
                 done = subprocess.run(
-                    [cc, *_FLAGS, *link, "-o", tmp, str(source)],
+                    [
+                        cc,
+                        *_FLAGS,
+                        *link,
+                        f"-Wl,--build-id=0x{_digest(source).hex()}",
+                        "-o",
+                        tmp,
+                        str(source),
+                    ],
                     capture_output=True,
                     text=True,
                     check=False,
@@ -101,18 +111,29 @@ def build(out: Path, *, compiler: str | None = None, source: Path = SOURCE) -> s
 
 
 def stale(out: Path = BUILT, source: Path = SOURCE) -> bool:
-    """Whether *out* is missing or older than *source* (``watch.c`` unless told)."""
+    """Whether *out* is missing or was not built from *source* as it is now (``watch.c``).
+
+    By content, not by time: :func:`build` makes the source's SHA-256 the program's build id,
+    and an installer (pip sets every file's time to when it wrote it) or a checkout cannot
+    make a program built from the same source look stale, nor an edited source look built.
+    """
     try:
-        return out.stat().st_mtime < source.stat().st_mtime
+        program = out.read_bytes()
     except FileNotFoundError:
         return True
+    return _digest(source) not in program
+
+
+def _digest(source: Path) -> bytes:
+    return hashlib.sha256(source.read_bytes()).digest()
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Build each compiled program in place when stale (``--force``: always); setup.sh runs it.
+    """Build each compiled program in place when stale (``--force``: always).
 
-    Prints one line per program; exits 0 when both are in place (or were already), 1 when one
-    could not be built (kernels then watch in Python, or start through ``setpriv``).
+    ``sunroom build-helpers`` and ``scripts/setup.sh`` run it. Prints one line per program;
+    exits 0 when both are in place (or were already), 1 when one could not be built (kernels
+    then watch in Python, or start through ``setpriv``).
     """
     force = "--force" in (argv if argv is not None else sys.argv[1:])
     code = 0
@@ -127,7 +148,3 @@ def main(argv: list[str] | None = None) -> int:
         print(f"compiled: {out.name} not built ({why})", file=sys.stderr)
         code = 1
     return code
-
-
-if __name__ == "__main__":  # python -m sunroom.sandbox.watcher [--force]
-    raise SystemExit(main())

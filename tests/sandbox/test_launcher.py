@@ -94,7 +94,7 @@ def test_the_checkout_has_the_launcher_built_and_chooses_it(
     """scripts/setup.sh builds it; a missing or stale one means kernels start via setpriv."""
     assert LAUNCHER.name == LAUNCHER_NAME
     assert LAUNCHER.is_file() and os.access(LAUNCHER, os.X_OK), f"{LAUNCHER} was not built"
-    assert not stale(LAUNCHER, LAUNCH_SOURCE), f"{LAUNCHER} is older than launch.c"
+    assert not stale(LAUNCHER, LAUNCH_SOURCE), f"{LAUNCHER} was not built from launch.c as it is"
     monkeypatch.delenv(ENV_CHOICE, raising=False)
     assert compiled_launcher() == str(LAUNCHER)
     monkeypatch.setenv(ENV_CHOICE, "python")
@@ -102,9 +102,9 @@ def test_the_checkout_has_the_launcher_built_and_chooses_it(
 
 
 def test_the_build_command_the_refusal_names_runs_as_written() -> None:
-    # "build sunroom-launch (python -m sunroom.sandbox.watcher)"; both are built already here
+    # "run sunroom build-helpers"; both are built from their sources here already
     done = subprocess.run(
-        [sys.executable, "-m", "sunroom.sandbox.watcher"],
+        [sys.executable, "-m", "sunroom.cli", "build-helpers"],
         capture_output=True, text=True, check=False, timeout=60,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
@@ -291,8 +291,8 @@ def test_without_a_launcher_or_setpriv_a_host_with_inheritable_capabilities_is_r
         assert done.stdout.startswith(said), done.stdout
     assert done.stdout == (
         "refused: this host holds inheritable capabilities (CapInh 0x2000), which a kernel "
-        "started without a launcher would keep: build sunroom-launch (python -m "
-        "sunroom.sandbox.watcher) or install setpriv (util-linux)\n"
+        "started without a launcher would keep: run sunroom build-helpers (needs a C compiler) "
+        "or install setpriv (util-linux)\n"
     )
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import ast
 import asyncio
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -23,7 +24,7 @@ from sunroom import AsyncKernel, Template
 from sunroom.errors import UsageError
 from sunroom.prelude.watch import COMPILED_NAME as watch_module_name
 from sunroom.prelude.watch import WATCHED_SIGNALS, become_compiled
-from sunroom.sandbox.watcher import BUILT, COMPILED_NAME, ENV_CHOICE, build, stale
+from sunroom.sandbox.watcher import BUILT, COMPILED_NAME, ENV_CHOICE, SOURCE, build, stale
 from tests.conftest import _require, backends_under_test
 from tests.daemons import daemon_cell
 
@@ -57,7 +58,7 @@ def test_the_checkout_has_the_watcher_built() -> None:
     assert BUILT.name == COMPILED_NAME == watch_module_name
     """scripts/setup.sh builds it; a missing or stale one here means kernels watch in Python."""
     assert BUILT.is_file() and os.access(BUILT, os.X_OK), f"{BUILT} was not built"
-    assert not stale(), f"{BUILT} is older than watch.c: run scripts/setup.sh"
+    assert not stale(), f"{BUILT} was not built from watch.c as it is: run sunroom build-helpers"
 
 
 @pytest.mark.usefixtures("no_process_left")
@@ -240,6 +241,21 @@ def test_the_compiled_watcher_ends_a_copy_whose_host_hung_up_and_removes_its_wor
     assert said == b"signal:9"
     assert os.waitstatus_to_exitcode(code) == 0
     assert not workdir.exists()
+
+
+def test_a_program_is_stale_by_its_source_content_not_by_file_times(tmp_path: Path) -> None:
+    # pip writes a wheel's files in any order; an edited source must still be seen
+    source, out = tmp_path / "watch.c", tmp_path / COMPILED_NAME
+    shutil.copy(SOURCE, source)
+    assert stale(out, source)  # not built
+    assert build(out, source=source) is None
+    assert not stale(out, source)
+    later = out.stat().st_mtime + 60
+    os.utime(source, (later, later))  # newer than the program, same content
+    assert not stale(out, source)
+    source.write_text(source.read_text() + "\n/* edited */\n")
+    os.utime(source, (0, 0))  # older than the program, other content
+    assert stale(out, source)
 
 
 def test_build_says_in_one_sentence_when_there_is_no_compiler(tmp_path: Path) -> None:
