@@ -32,7 +32,7 @@ COPY sunroom/prelude/ /opt/sunroom/lib/sunroom/prelude/
 COPY sunroom/sandbox/watcher.py /opt/sunroom/lib/sunroom/sandbox/watcher.py
 RUN python3 -I -c "import importlib.util as u; \
 s = u.spec_from_file_location('watcher', '/opt/sunroom/lib/sunroom/sandbox/watcher.py'); \
-m = u.module_from_spec(s); s.loader.exec_module(m); raise SystemExit(m.main(['--force']))" \
+m = u.module_from_spec(s); s.loader.exec_module(m); raise SystemExit(m.build_all(force=True))" \
  && rm -rf /opt/sunroom/lib/sunroom/sandbox
 RUN find /opt/sunroom/lib -name '__pycache__' -prune -exec rm -rf {} + \
  && python3 -I -S -c "import sys; sys.path.insert(0, '/opt/sunroom/lib'); \

@@ -12,7 +12,7 @@ from typing import Annotated
 
 import typer
 
-from sunroom.sandbox.watcher import main
+from sunroom.sandbox.watcher import build_all
 
 __all__ = ["build_helpers_command"]
 
@@ -23,6 +23,6 @@ def build_helpers_command(
     ] = False,
 ) -> None:
     """Compile the kernels' watcher and launcher from their C sources (needs a C compiler)."""
-    code = main(["--force"] if force else [])
+    code = build_all(force=force)
     if code:
         raise typer.Exit(code)

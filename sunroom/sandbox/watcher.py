@@ -78,20 +78,13 @@ def build(out: Path, *, compiler: str | None = None, source: Path = SOURCE) -> s
     out.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{out.name}-", dir=out.parent)
     os.close(fd)
+    build_id = f"-Wl,--build-id=0x{_digest(source).hex()}"
     why = "the compiler failed"
     try:
         for link in (["-static"], []):
             try:
                 done = subprocess.run(
-                    [
-                        cc,
-                        *_FLAGS,
-                        *link,
-                        f"-Wl,--build-id=0x{_digest(source).hex()}",
-                        "-o",
-                        tmp,
-                        str(source),
-                    ],
+                    [cc, *_FLAGS, *link, build_id, "-o", tmp, str(source)],
                     capture_output=True,
                     text=True,
                     check=False,
@@ -128,14 +121,13 @@ def _digest(source: Path) -> bytes:
     return hashlib.sha256(source.read_bytes()).digest()
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Build each compiled program in place when stale (``--force``: always).
+def build_all(*, force: bool = False) -> int:
+    """Build each compiled program in place when stale (*force*: always).
 
-    ``sunroom build-helpers`` and ``scripts/setup.sh`` run it. Prints one line per program;
-    exits 0 when both are in place (or were already), 1 when one could not be built (kernels
-    then watch in Python, or start through ``setpriv``).
+    What ``sunroom build-helpers`` runs (``scripts/setup.sh`` too). Prints one line per
+    program; returns 0 when both are in place (or were already), 1 when one could not be
+    built (kernels then watch in Python, or start through ``setpriv``).
     """
-    force = "--force" in (argv if argv is not None else sys.argv[1:])
     code = 0
     for source, out in PROGRAMS:
         if not force and not stale(out, source):
