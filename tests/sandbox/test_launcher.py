@@ -113,6 +113,13 @@ def test_the_build_command_the_refusal_names_runs_as_written() -> None:
     ]
 
 
+SHOW_CAPS = "print(*[l for l in open('/proc/self/status') if l.startswith('Cap')], sep='', end='')"
+"""Code that prints its process's capability sets, as /proc says them."""
+KEEPING = ["--securebits=+no_setuid_fixup", "--inh-caps=+net_raw", "--ambient-caps=+net_raw"]
+"""setpriv's options for a host that keeps capabilities across leaving uid 0, with an ambient
+(so also inheritable) CAP_NET_RAW."""
+
+
 @pytest.fixture
 def lease() -> Iterator[IdentityLease]:
     if os.geteuid() != 0:
@@ -209,10 +216,8 @@ def test_it_leaves_no_capability_where_the_hosts_securebits_would_keep_them(
     setpriv = shutil.which("setpriv")
     assert setpriv is not None, "setpriv (util-linux) sets the securebits for this test"
     ident = lease.identity
-    show = "print(*[l for l in open('/proc/self/status') if l.startswith('Cap')], sep='', end='')"
-    keeping = [setpriv, "--securebits=+no_setuid_fixup", "--inh-caps=+net_raw",
-               "--ambient-caps=+net_raw", "--"]  # fmt: skip
-    program = [sys.executable, "-I", "-S", "-c", show]
+    keeping = [setpriv, *KEEPING, "--"]
+    program = [sys.executable, "-I", "-S", "-c", SHOW_CAPS]
     control = subprocess.run(
         [*keeping, setpriv, f"--reuid={ident.uid}", f"--regid={ident.gid}", "--clear-groups",
          "--", *program],
@@ -249,9 +254,6 @@ def test_build_builds_the_launcher_from_its_source(tmp_path: Path) -> None:
     assert done.returncode == 64 and done.stderr.startswith("sunroom-launch: usage:")
 
 
-KEEPING = ["--securebits=+no_setuid_fixup", "--inh-caps=+net_raw", "--ambient-caps=+net_raw"]
-
-
 def test_without_a_launcher_or_setpriv_a_host_with_inheritable_capabilities_is_refused(
     lease: IdentityLease, tmp_path: Path
 ) -> None:
@@ -260,10 +262,9 @@ def test_without_a_launcher_or_setpriv_a_host_with_inheritable_capabilities_is_r
     setpriv = shutil.which("setpriv")
     assert setpriv is not None, "setpriv (util-linux) sets the securebits for this test"
     ident = lease.identity
-    show = "print(*[l for l in open('/proc/self/status') if l.startswith('Cap')], sep='', end='')"
     drop = (
         "import subprocess, sys; "
-        f"subprocess.run([sys.executable, '-I', '-S', '-c', {show!r}], check=True, "
+        f"subprocess.run([sys.executable, '-I', '-S', '-c', {SHOW_CAPS!r}], check=True, "
         f"user={ident.uid}, group={ident.gid}, extra_groups=[])"
     )
     control = subprocess.run(
